@@ -1,0 +1,62 @@
+"""The ``ego2web-replay`` command line.
+
+The CLI only translates: each command parses its options, calls one library
+function and prints the result. Commands live in ``ego2web_replay.commands``
+(one module per command group, each exporting ``COMMANDS``); errors of the
+project's own types are printed as one line and exit non-zero.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+
+import click
+
+from . import __version__, commands
+from .errors import Ego2WebError
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="ego2web-replay")
+def cli() -> None:
+    """Record live-web agent benchmarks once, replay them frozen and hermetic,
+    run agents live and frozen, judge the trajectories and track drift."""
+
+
+def _register() -> None:
+    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+        for command in getattr(module, "COMMANDS", []):
+            cli.add_command(command)
+
+
+_register()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry point: run the CLI, turning project errors into one line."""
+    try:
+        cli.main(args=argv, prog_name="ego2web-replay", standalone_mode=False)
+    except Ego2WebError as e:
+        click.secho(f"error: {e}", fg="red", err=True)
+        return e.exit_code
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        return 130
+    except click.ClickException as e:
+        e.show()
+        return e.exit_code
+    except click.exceptions.Exit as e:
+        return e.exit_code
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""The project's exception types.
+
+Every error a user can cause (a bad task file, a corrupt archive, a missing
+snapshot, an unreachable judge endpoint ...) is raised as one of these, with a
+message that says what went wrong and what to do. The CLI prints the message
+on one line and exits non-zero; it never shows a traceback for these.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Ego2WebError",
+    "TaskFileError",
+    "SnapshotError",
+    "ArchiveError",
+    "ProxyError",
+    "BrowserError",
+    "RecordingError",
+    "ReplayError",
+    "AgentError",
+    "JudgeError",
+    "TrackingError",
+]
+
+
+class Ego2WebError(Exception):
+    """Base class of every error a user can cause; its message is shown as is."""
+
+    exit_code = 1
+
+
+class TaskFileError(Ego2WebError):
+    """A task suite file is missing, unreadable or does not validate."""
+
+
+class SnapshotError(Ego2WebError):
+    """A snapshot folder is missing, incomplete or inconsistent."""
+
+
+class ArchiveError(SnapshotError):
+    """A WARC archive or its index cannot be read or written."""
+
+
+class ProxyError(Ego2WebError):
+    """The proxy could not start (port in use, bad option) or failed while running."""
+
+
+class BrowserError(Ego2WebError):
+    """Chromium could not be found or started."""
+
+
+class RecordingError(Ego2WebError):
+    """Recording failed; nothing is let through unrecorded."""
+
+
+class ReplayError(Ego2WebError):
+    """A replay could not be set up."""
+
+
+class AgentError(Ego2WebError):
+    """An agent name is unknown or an agent could not be started."""
+
+
+class JudgeError(Ego2WebError):
+    """A judge is unknown, misconfigured, or its endpoint is unreachable."""
+
+
+class TrackingError(Ego2WebError):
+    """The tracking database is missing, corrupt or locked."""

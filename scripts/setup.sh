@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Set up ego2web-replay on a fresh Debian machine: Chromium, a Python >= 3.12
+# virtualenv in .venv, and the package (editable, with test tools).
+# Safe to run again: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '[setup] %s\n' "$*" >&2; }
+
+# 1. Chromium (Debian's package; Playwright's own download cannot work offline).
+if [ ! -x /usr/lib/chromium/chromium ] && [ -z "${EGO2WEB_CHROMIUM:-}" ]; then
+  say "installing Debian's chromium with apt"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+fi
+
+# 2. A Python >= 3.12: on PATH, else among pyenv's versions.
+find_python() {
+  local c
+  for c in python3.13 python3.12 python3 python; do
+    if command -v "$c" >/dev/null 2>&1 && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      command -v "$c"; return 0
+    fi
+  done
+  local root="${PYENV_ROOT:-$HOME/.pyenv}"
+  if command -v pyenv >/dev/null 2>&1; then root="$(pyenv root)"; fi
+  for c in $(ls -d "$root"/versions/3.1[2-9]* "$root"/versions/3.[2-9][0-9]* 2>/dev/null | sort -rV); do
+    if [ -x "$c/bin/python" ] && "$c/bin/python" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      echo "$c/bin/python"; return 0
+    fi
+  done
+  return 1
+}
+
+if [ ! -x .venv/bin/python ] || ! .venv/bin/python -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+  if ! PY="$(find_python)"; then
+    say "error: no Python >= 3.12 found on PATH or in pyenv."
+    say "Install one, e.g. 'apt-get install python3.12 python3.12-venv' or 'pyenv install 3.12', then run this again."
+    exit 1
+  fi
+  say "creating .venv with $PY ($("$PY" --version 2>&1))"
+  rm -rf .venv
+  "$PY" -m venv .venv
+fi
+
+# 3. The package, reinstalled only when pyproject.toml changed.
+STAMP=".venv/.ego2web-installed"
+HASH="$(sha256sum pyproject.toml | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
+  say "installing the package and its dependencies into .venv"
+  .venv/bin/python -m pip install -q --upgrade pip >/dev/null
+  .venv/bin/python -m pip install -q -e '.[dev]'
+  echo "$HASH" > "$STAMP"
+fi
+say "ready: $(.venv/bin/ego2web-replay --version)"
