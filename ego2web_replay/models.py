@@ -31,6 +31,10 @@ __all__ = [
     "EndReason",
     "Trajectory",
     "Mode",
+    "JudgeSpec",
+    "Verdict",
+    "FileDigest",
+    "SnapshotManifest",
     "episode_dir",
     "load_trajectory",
     "save_model",
@@ -149,3 +153,64 @@ def load_trajectory(path: Path) -> Trajectory:
         raise Ego2WebError(f"{p}: trajectory not found; is this an episode folder?") from None
     except (json.JSONDecodeError, ValueError) as e:
         raise Ego2WebError(f"{p}: not a valid trajectory ({str(e).splitlines()[0]})") from None
+
+
+class JudgeSpec(BaseModel):
+    """Which judge produced a verdict, with every setting that affects it."""
+
+    name: str = Field(description="ego2web, webjudge, webvoyager, rule or rubric.")
+    prompt_version: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class Verdict(BaseModel):
+    """One judge's verdict on one episode, stored at ``<episode>/verdicts/<judge>.json``."""
+
+    version: int = 1
+    task_id: str
+    mode: Mode
+    judge: JudgeSpec
+    success: bool
+    score: float = Field(ge=0, le=1, description="1.0/0.0 for binary judges; partial credit for rubrics.")
+    thoughts: str = ""
+    key_points: list[str] = Field(default_factory=list)
+    kept_screenshots: list[str] = Field(default_factory=list)
+    checks: list[dict[str, Any]] = Field(default_factory=list, description="Rule/rubric checks and their outcomes.")
+    calls: list[dict[str, Any]] = Field(default_factory=list, description="LLM calls: prompt, raw reply, cache key, tokens.")
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_keys: list[str] = Field(default_factory=list)
+    judged_at: datetime | None = None
+    error: str | None = None
+
+
+class FileDigest(BaseModel):
+    path: str = Field(description="Path relative to the snapshot folder.")
+    sha256: str
+    size: int
+
+
+class SnapshotManifest(BaseModel):
+    """``manifest.json`` of a snapshot folder ``snapshots/<task-id>/<snapshot-id>/``."""
+
+    version: int = 1
+    task_id: str
+    snapshot_id: str
+    created_at: datetime = Field(description="Capture start (UTC).")
+    finished_at: datetime | None = None
+    source: Literal["record", "live-run", "probe", "import"] = "record"
+    start_url: str | None = None
+    pages: list[str] = Field(default_factory=list, description="Main-document URLs visited, in order.")
+    archive: str = Field(description="Archive file name, e.g. archive.warc.zst.")
+    index: str = "index.cdxj"
+    records: dict[str, int] = Field(default_factory=dict, description="Record counts by WARC-Type.")
+    exchanges: int = 0
+    payload_bytes: int = 0
+    archive_bytes: int = 0
+    files: list[FileDigest] = Field(default_factory=list)
+    tools: dict[str, str] = Field(default_factory=dict, description="Versions: python, mitmproxy, chromium, ...")
+    settings: dict[str, Any] = Field(default_factory=dict, description="Recording settings (format, redaction ...).")
+    screenshots: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list)
