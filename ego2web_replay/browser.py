@@ -1,0 +1,212 @@
+"""Debian's Chromium driven by Playwright, through our proxy, trusting only our CA.
+
+Playwright's own browser download cannot work offline, so we launch the
+system binary (``/usr/lib/chromium/chromium``; ``$EGO2WEB_CHROMIUM`` overrides)
+with the flags that keep it quiet. Trust: Chromium accepts certificates signed
+by our CA through ``--ignore-certificate-errors-spki-list`` (only that key).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from .actions import Action
+from .errors import BrowserError
+
+__all__ = [
+    "CHROMIUM_FLAGS",
+    "chromium_executable",
+    "chromium_version",
+    "BrowserSession",
+    "browser_session",
+    "perform_action",
+    "take_screenshot",
+]
+
+CHROMIUM_FLAGS: tuple[str, ...] = (
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-default-apps",
+    "--disable-domain-reliability",
+    "--disable-features=OptimizationHints,MediaRouter,Translate,AutofillServerCommunication",
+    "--metrics-recording-only",
+    "--no-pings",
+    "--disable-quic",
+    "--font-render-hinting=none",
+    "--hide-scrollbars",
+)
+
+
+def chromium_executable() -> str:
+    """The Chromium binary to launch, or :class:`BrowserError` saying how to install one."""
+    env = os.environ.get("EGO2WEB_CHROMIUM")
+    candidates = [env] if env else ["/usr/lib/chromium/chromium", shutil.which("chromium") or "",
+                                    shutil.which("chromium-browser") or ""]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return c
+    raise BrowserError("Chromium not found; install it with 'apt-get install chromium' "
+                       "or set EGO2WEB_CHROMIUM to its binary")
+
+
+@lru_cache(maxsize=1)
+def chromium_version() -> str:
+    """E.g. ``Chromium 156.0.8078.108``; ``unknown`` if it cannot be asked."""
+    try:
+        out = subprocess.run([chromium_executable(), "--version"], capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "unknown"
+    except (OSError, subprocess.SubprocessError, BrowserError):
+        return "unknown"
+
+
+class BrowserSession:
+    """A running Playwright + Chromium; make pages with :meth:`new_context`.
+
+    ``proxy_url`` routes every request (loopback included) through our proxy;
+    ``spki`` is the CA pin to trust.
+    """
+
+    def __init__(self, *, proxy_url: str | None = None, spki: str | None = None, headless: bool = True,
+                 extra_args: Sequence[str] = (), per_context_proxy: bool = False) -> None:
+        self.proxy_url = proxy_url
+        self.per_context_proxy = per_context_proxy
+        self.spki = spki
+        self.headless = headless
+        self.extra_args = list(extra_args)
+        self._pw: Any = None
+        self.browser: Any = None
+
+    def start(self) -> BrowserSession:
+        from playwright.sync_api import Error as PlaywrightError
+        from playwright.sync_api import sync_playwright
+
+        args = list(CHROMIUM_FLAGS) + self.extra_args
+        if self.spki:
+            args.append(f"--ignore-certificate-errors-spki-list={self.spki}")
+        kwargs: dict[str, Any] = {"executable_path": chromium_executable(), "headless": self.headless, "args": args}
+        if self.per_context_proxy:
+            kwargs["proxy"] = {"server": "http://per-context"}
+        elif self.proxy_url:
+            # Playwright adds <-loopback> to the bypass list, so loopback goes through the proxy too.
+            kwargs["proxy"] = {"server": self.proxy_url}
+        self._pw = sync_playwright().start()
+        try:
+            self.browser = self._pw.chromium.launch(**kwargs)
+        except PlaywrightError as e:
+            self._pw.stop()
+            self._pw = None
+            raise BrowserError(f"Chromium did not start: {str(e).splitlines()[0]}") from None
+        return self
+
+    def new_context(self, *, viewport: tuple[int, int] = (1280, 800), init_scripts: Sequence[str] = (),
+                    proxy_url: str | None = None, **kwargs: Any) -> Any:
+        """A fresh context (own cookies and cache); ``proxy_url`` needs ``per_context_proxy=True``."""
+        if proxy_url:
+            kwargs["proxy"] = {"server": proxy_url, "bypass": "<-loopback>"}
+        ctx = self.browser.new_context(viewport={"width": viewport[0], "height": viewport[1]},
+                                       device_scale_factor=1, locale="en-US", timezone_id="UTC", **kwargs)
+        for script in init_scripts:
+            ctx.add_init_script(script)
+        return ctx
+
+    def close(self) -> None:
+        try:
+            if self.browser is not None:
+                self.browser.close()
+        finally:
+            self.browser = None
+            if self._pw is not None:
+                self._pw.stop()
+                self._pw = None
+
+    def __enter__(self) -> BrowserSession:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@contextmanager
+def browser_session(**kwargs: Any) -> Iterator[BrowserSession]:
+    """``with browser_session(proxy_url=..., spki=...) as b: page = b.new_context().new_page()``."""
+    session = BrowserSession(**kwargs).start()
+    try:
+        yield session
+    finally:
+        session.close()
+
+
+def _settle(page: Any, timeout_ms: float) -> None:
+    try:
+        page.wait_for_load_state("load", timeout=timeout_ms)
+    except Exception:  # noqa: BLE001 - a page that never finishes loading is still usable
+        pass
+    try:
+        page.wait_for_load_state("networkidle", timeout=min(timeout_ms, 5000))
+    except Exception:  # noqa: BLE001
+        pass
+
+
+def perform_action(page: Any, action: Action, *, timeout_s: float = 30.0) -> None:
+    """Carry out one :class:`Action` on a Playwright page and wait for the page to settle.
+
+    Raises Playwright's errors for a missing element or a failed navigation;
+    the caller records them on the step.
+    """
+    t = timeout_s * 1000
+    k = action.kind
+    if k == "goto":
+        page.goto(action.url, wait_until="load", timeout=t)
+    elif k == "click":
+        if action.selector:
+            loc = page.locator(action.selector)
+            if action.text:
+                loc = loc.filter(has_text=action.text)
+            loc.first.click(timeout=t)
+        elif action.text:
+            page.get_by_text(action.text, exact=False).first.click(timeout=t)
+        else:
+            page.mouse.click(action.x, action.y)
+    elif k == "type":
+        if action.selector:
+            page.locator(action.selector).first.fill(action.value or "", timeout=t)
+        else:
+            page.keyboard.type(action.value or "")
+    elif k == "press":
+        if action.selector:
+            page.locator(action.selector).first.press(action.key, timeout=t)
+        else:
+            page.keyboard.press(action.key)
+    elif k == "scroll":
+        page.mouse.wheel(action.dx, action.dy)
+    elif k == "back":
+        page.go_back(wait_until="load", timeout=t)
+    elif k == "wait":
+        if action.selector:
+            page.locator(action.selector).first.wait_for(timeout=t)
+        elif action.text:
+            page.get_by_text(action.text).first.wait_for(timeout=t)
+        else:
+            time.sleep(min(action.seconds or 1.0, timeout_s))
+    # answer/stop do nothing in the page
+    if k in ("goto", "click", "press", "back", "type"):
+        _settle(page, t)
+
+
+def take_screenshot(page: Any, path: Path) -> Path:
+    """Viewport screenshot as PNG (animations off, caret hidden, so it is repeatable)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), animations="disabled", caret="hide", timeout=30000)
+    return path

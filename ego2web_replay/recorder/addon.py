@@ -1,0 +1,116 @@
+"""The recording addon: every exchange the proxy completes becomes a WARC request/response pair.
+
+Bodies are archived exactly as they came off the wire (mitmproxy's
+``raw_content``: content-encoding kept, chunked framing removed; the writer
+makes Content-Length consistent). Credentials in request headers are redacted
+unless ``record_keep_credentials`` is set. A failed write stops the recording:
+the failing flow is killed and every later request is refused, so no traffic
+ever passes unrecorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Recorder", "CREDENTIAL_HEADERS", "redact_headers"]
+
+log = logging.getLogger(__name__)
+
+CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
+REDACTED = "[redacted by ego2web-replay]"
+
+
+def redact_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """Replace the values of credential headers, keeping their names and order."""
+    return [(k, REDACTED if k.lower() in CREDENTIAL_HEADERS else v) for k, v in headers]
+
+
+def _fields(headers: Any) -> list[tuple[str, str]]:
+    return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
+
+
+class Recorder:
+    """mitmproxy addon writing each completed exchange through an archive writer.
+
+    ``writer`` has ``write_exchange(**fields)`` (:class:`ego2web_replay.snapshots.warc.ArchiveWriter`).
+    ``on_exchange(flow)`` is called after each record pair is written.
+    """
+
+    def __init__(self, writer: Any, *, keep_credentials: bool = False,
+                 on_exchange: Callable[[Any], None] | None = None) -> None:
+        self.writer = writer
+        self.keep_credentials = keep_credentials
+        self.on_exchange = on_exchange
+        self.exchanges = 0
+        self.payload_bytes = 0
+        self.failed: str | None = None
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+
+    def load(self, loader: Any) -> None:
+        loader.add_option("record_keep_credentials", bool, self.keep_credentials,
+                          "Keep Authorization, Cookie and Proxy-Authorization values in the archive.")
+
+    def configure(self, updated: set[str]) -> None:
+        from mitmproxy import ctx
+
+        if "record_keep_credentials" in updated:
+            self.keep_credentials = ctx.options.record_keep_credentials
+
+    def request(self, flow: Any) -> None:
+        from mitmproxy import http
+
+        if self.failed and flow.response is None:
+            flow.metadata["ego2web"] = "refused"
+            flow.response = http.Response.make(
+                502, f"ego2web-replay: recording stopped ({self.failed})\n".encode(),
+                {"Content-Type": "text/plain", "X-Ego2Web-Replay": "recording-failed"})
+
+    def response(self, flow: Any) -> None:
+        if flow.metadata.get("ego2web") or flow.response is None or self.failed:
+            return  # answered by the guard, a replay or a refusal: nothing came from upstream
+        if flow.websocket is not None:
+            return
+        req, resp = flow.request, flow.response
+        req_headers = _fields(req.headers)
+        if not self.keep_credentials:
+            req_headers = redact_headers(req_headers)
+        if req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3"):
+            if not any(k.lower() == "host" for k, _ in req_headers):
+                req_headers.insert(0, ("Host", req.authority or req.pretty_host))
+        peer = flow.server_conn.peername
+        started = dt.datetime.fromtimestamp(req.timestamp_start, dt.UTC).replace(tzinfo=None)
+        body = resp.raw_content or b""
+        try:
+            with self._lock:
+                self.writer.write_exchange(
+                    url=req.pretty_url,
+                    method=req.method,
+                    request_headers=req_headers,
+                    request_body=req.raw_content or b"",
+                    status=resp.status_code,
+                    reason=resp.reason or "",
+                    response_headers=_fields(resp.headers),
+                    response_body=body,
+                    http_version=resp.http_version or "HTTP/1.1",
+                    ip=peer[0] if peer else None,
+                    date=started,
+                )
+        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
+            self.failed = f"cannot write the archive: {e}"
+            self.errors.append(self.failed)
+            log.error("ego2web-replay: %s", self.failed)
+            flow.kill()
+            return
+        self.exchanges += 1
+        self.payload_bytes += len(body)
+        if self.on_exchange is not None:
+            self.on_exchange(flow)
+
+    def error(self, flow: Any) -> None:
+        if flow.error and not flow.metadata.get("ego2web"):
+            self.errors.append(f"{flow.request.pretty_url}: {flow.error.msg}")

@@ -1,0 +1,55 @@
+"""Shared fixtures: one data folder, one project CA, one test site and one Chromium per session.
+
+Every proxy a test starts runs the upstream guard in ``loopback`` mode, so no
+request from the test suite can leave the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+_HOME = Path(tempfile.mkdtemp(prefix="ego2web-test-home-"))
+os.environ["EGO2WEB_REPLAY_HOME"] = str(_HOME)
+os.environ.pop("OPENAI_BASE_URL", None)
+os.environ.pop("OPENAI_API_KEY", None)
+
+
+@pytest.fixture(scope="session")
+def data_home() -> Path:
+    return _HOME
+
+
+@pytest.fixture(scope="session")
+def ca(data_home):
+    from ego2web_replay.proxy import project_ca
+
+    return project_ca()
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory):
+    from ego2web_replay.testing.site import TestSite
+
+    s = TestSite(tmp_path_factory.mktemp("site")).start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="session")
+def chromium(ca):
+    """One Chromium for the session; each test gives its context its own proxy."""
+    from ego2web_replay.browser import BrowserSession
+
+    b = BrowserSession(spki=ca.spki, per_context_proxy=True).start()
+    yield b
+    b.close()
+
+
+@pytest.fixture()
+def loopback_options(site):
+    """mitmproxy options every test proxy uses: loopback-only guard, trust the site's test CA."""
+    return {"guard_mode": "loopback", "ssl_verify_upstream_trusted_ca": str(site.tls.ca_cert)}
