@@ -42,7 +42,7 @@ __all__ = [
 
 MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live"]
 Mode = Literal["live", "frozen"]
-EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "no_actions"]
+EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions"]
 
 
 class ReplayLogEntry(BaseModel):

@@ -24,7 +24,8 @@ from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..tasks import Task
 from .addon import Recorder
 
-__all__ = ["RecordOptions", "RecordResult", "record_addons", "record_task", "record_tasks", "tool_versions"]
+__all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task", "record_tasks",
+           "tool_versions"]
 
 
 def tool_versions() -> dict[str, str]:
@@ -86,6 +87,73 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
     if opts.upstream_ca:
         o["ssl_verify_upstream_trusted_ca"] = str(opts.upstream_ca)
     return o
+
+
+class LiveRecording:
+    """The recording proxy for one task as a context manager (used by live runs).
+
+    On exit the snapshot is finalized (index + manifest) unless the recorder
+    failed; ``ok``, ``error`` and ``snapshot_path`` say how it went.
+    """
+
+    def __init__(self, task: Task, root: Path, opts: RecordOptions | None = None, *,
+                 ca: ProjectCA | None = None) -> None:
+        self.task, self.root, self.opts = task, Path(root), opts or RecordOptions(source="live-run")
+        self.ca = ca or project_ca()
+        self.proxy: ProxyServer | None = None
+        self.writer: Any = None
+        self.recorder: Recorder | None = None
+        self.guard: UpstreamGuard | None = None
+        self.snapshot_path: Path | None = None
+        self.manifest: SnapshotManifest | None = None
+        self.ok = False
+        self.error: str | None = None
+
+    @property
+    def proxy_url(self) -> str:
+        assert self.proxy is not None
+        return self.proxy.url
+
+    def __enter__(self) -> LiveRecording:
+        from ..snapshots.snapshot import SnapshotWriter
+
+        o = self.opts
+        settings = {"compression": o.compression, "guard": o.guard, "keep_credentials": o.keep_credentials}
+        try:
+            self.writer = SnapshotWriter(self.root, self.task.id, compression=o.compression, source=o.source,
+                                         start_url=self.task.start_url, settings=settings, tools=tool_versions())
+        except OSError as e:
+            raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
+        self.snapshot_path = self.writer.path
+        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials)
+        self.proxy = ProxyServer([self.guard, self.recorder], ca=self.ca, options=proxy_options(o))
+        try:
+            self.proxy.start()
+        except BaseException:
+            self.writer.abort()
+            raise
+        return self
+
+    def pages_from(self, traj: Any) -> None:
+        seen: set[str] = set()
+        for step in traj.steps:
+            if step.url and step.url not in seen and step.url.startswith("http"):
+                seen.add(step.url)
+                self.writer.add_page(step.url)
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.proxy is not None and self.recorder is not None
+        self.proxy.stop()
+        if self.recorder.failed:
+            self.error = self.recorder.failed
+            self.writer.abort()
+            return
+        try:
+            self.manifest = self.writer.finalize()
+            self.ok = True
+        except Exception as e:  # noqa: BLE001
+            self.error = f"cannot finalize the snapshot: {e}"
+            self.writer.abort()
 
 
 def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca: ProjectCA | None = None,

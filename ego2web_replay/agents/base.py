@@ -1,0 +1,77 @@
+"""The agent interface.
+
+Two kinds of agent, both typed protocols:
+
+* a :class:`StepAgent` is Python code that sees an :class:`Observation` (the
+  task, the page's URL/title/screenshot and its interactive elements, the
+  video evidence its input modality allows) and returns one
+  :class:`~ego2web_replay.actions.Action` at a time; the runner performs the
+  action in Chromium, enforces the step budget and the episode timeout, and
+  writes the trajectory;
+* a :class:`ProgramAgent` drives its own browser or HTTP client through the
+  proxy it is handed and reports its own trajectory (``command:<program>``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..actions import Action
+from ..models import AgentSpec, Trajectory
+from ..tasks import Task
+
+__all__ = ["Observation", "EpisodeEnv", "StepAgent", "ProgramAgent", "InputModality"]
+
+InputModality = Literal["video", "keyframes", "captions", "none"]
+
+
+@dataclass
+class Observation:
+    """What a step agent sees before choosing its next action."""
+
+    task: Task
+    step: int
+    url: str
+    title: str
+    screenshot: Path | None
+    elements: list[dict[str, Any]] = field(default_factory=list)
+    video: Path | None = None
+    keyframes: list[tuple[float, Path]] = field(default_factory=list)
+    captions: list[str] = field(default_factory=list)
+    last_error: str | None = None
+    history: list[Action] = field(default_factory=list)
+
+
+@dataclass
+class EpisodeEnv:
+    """What a program agent is handed: the proxy to use and where to write."""
+
+    proxy_url: str
+    ca_file: Path
+    spki: str
+    task_file: Path
+    out_dir: Path
+    mode: str
+    max_steps: int
+    timeout_s: float
+
+
+@runtime_checkable
+class StepAgent(Protocol):
+    spec: AgentSpec
+
+    def start(self, task: Task) -> None:
+        """Called once before the first observation of an episode."""
+
+    def act(self, obs: Observation) -> Action:
+        """Return the next action; ``answer``/``stop`` end the episode."""
+
+
+@runtime_checkable
+class ProgramAgent(Protocol):
+    spec: AgentSpec
+
+    def run_episode(self, task: Task, env: EpisodeEnv) -> Trajectory:
+        """Run a whole episode through ``env.proxy_url`` and return its trajectory."""

@@ -1,0 +1,139 @@
+"""``command:<program>``: any program, in any language, evaluated through our proxy.
+
+The program is started (through the shell) with these environment variables:
+
+==========================  ==================================================
+``HTTP_PROXY``/``HTTPS_PROXY``  the proxy URL (also lowercase; ``NO_PROXY`` empty)
+``EGO2WEB_PROXY``           the proxy URL
+``EGO2WEB_CA_FILE``         the proxy CA (PEM); also ``SSL_CERT_FILE``,
+                            ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``
+``EGO2WEB_SPKI``            the CA's SPKI pin, for Chromium's
+                            ``--ignore-certificate-errors-spki-list``
+``EGO2WEB_TASK_FILE``       the task as JSON
+``EGO2WEB_OUT``             a folder to write the trajectory into
+``EGO2WEB_MODE``            ``live`` or ``frozen``
+``EGO2WEB_MAX_STEPS``       the step budget
+==========================  ==================================================
+
+It writes ``$EGO2WEB_OUT/trajectory.json`` (our schema; ``task_id``, ``mode``
+and ``agent`` may be left out) or ``$EGO2WEB_OUT/history.json`` (browser-use's
+``AgentHistoryList``), or at least ``$EGO2WEB_OUT/answer.txt``. Its exit code and
+the tail of its stderr are kept in ``trajectory.extra``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from ..actions import Action
+from ..models import AgentSpec, Step, Trajectory
+from ..tasks import Task
+from .base import EpisodeEnv
+from .browser_use import convert_browser_use_history
+
+__all__ = ["CommandAgent"]
+
+STDERR_TAIL = 4000
+
+
+class CommandAgent:
+    """Runs ``program`` once per episode; see the module docstring for its contract."""
+
+    def __init__(self, program: str) -> None:
+        if not program.strip():
+            from ..errors import AgentError
+
+            raise AgentError("command agent needs a program, e.g. --agent 'command:python my_agent.py'")
+        self.program = program
+        self.spec = AgentSpec(name="command", settings={"program": program}, input_modality="video")
+
+    def environment(self, env: EpisodeEnv) -> dict[str, str]:
+        out = dict(os.environ)
+        ca = str(env.ca_file)
+        out.update({
+            "HTTP_PROXY": env.proxy_url, "HTTPS_PROXY": env.proxy_url, "http_proxy": env.proxy_url,
+            "https_proxy": env.proxy_url, "NO_PROXY": "", "no_proxy": "", "ALL_PROXY": env.proxy_url,
+            "EGO2WEB_PROXY": env.proxy_url, "EGO2WEB_CA_FILE": ca, "SSL_CERT_FILE": ca,
+            "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "NODE_EXTRA_CA_CERTS": ca,
+            "EGO2WEB_SPKI": env.spki, "EGO2WEB_TASK_FILE": str(env.task_file), "EGO2WEB_OUT": str(env.out_dir),
+            "EGO2WEB_MODE": env.mode, "EGO2WEB_MAX_STEPS": str(env.max_steps),
+        })
+        return out
+
+    def run_episode(self, task: Task, env: EpisodeEnv) -> Trajectory:
+        env.out_dir.mkdir(parents=True, exist_ok=True)
+        started = datetime.now(UTC)
+        t0 = time.monotonic()
+        base = Trajectory(task_id=task.id, instruction=task.instruction, mode=env.mode,  # type: ignore[arg-type]
+                          agent=self.spec, started_at=started)
+        try:
+            proc = subprocess.run(self.program, shell=True, env=self.environment(env), cwd=os.getcwd(),
+                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=env.timeout_s)
+        except subprocess.TimeoutExpired as e:
+            base.end_reason = "timeout"
+            base.error = f"the program ran past the episode timeout ({env.timeout_s:g} s) and was killed"
+            base.extra = {"exit_code": None, "stderr": _tail(e.stderr)}
+            base.finished_at = datetime.now(UTC)
+            return base
+        extra: dict[str, Any] = {"exit_code": proc.returncode, "stderr": _tail(proc.stderr),
+                                 "duration_s": round(time.monotonic() - t0, 3)}
+        traj = self._read_output(task, env, base)
+        traj.extra.update(extra)
+        traj.finished_at = datetime.now(UTC)
+        if proc.returncode != 0:
+            traj.end_reason = "agent_error"
+            traj.error = traj.error or f"the program exited with code {proc.returncode}"
+        return traj
+
+    def _read_output(self, task: Task, env: EpisodeEnv, base: Trajectory) -> Trajectory:
+        out = env.out_dir
+        ours, history, answer = out / "trajectory.json", out / "history.json", out / "answer.txt"
+        try:
+            if ours.exists():
+                data = json.loads(ours.read_text("utf-8"))
+                if not isinstance(data, dict):
+                    raise ValueError("trajectory.json is not a JSON object")
+                data.update({"task_id": task.id, "mode": env.mode, "agent": self.spec.model_dump(),
+                             "instruction": task.instruction})
+                data.setdefault("started_at", base.started_at.isoformat() if base.started_at else None)
+                traj = Trajectory.model_validate(data)
+                if traj.end_reason == "no_actions" and traj.answer is not None:
+                    traj.end_reason = "answered"
+                return traj
+            if history.exists():
+                steps, answer_text = convert_browser_use_history(json.loads(history.read_text("utf-8")), out)
+                base.steps = steps
+                base.answer = answer_text
+                base.end_reason = "answered" if answer_text is not None else ("stopped" if steps else "no_actions")
+                base.extra["format"] = "browser-use"
+                return base
+            if answer.exists():
+                base.answer = answer.read_text("utf-8").strip()
+                base.steps = [Step(index=0, action=Action(kind="answer", answer=base.answer))]
+                base.end_reason = "answered"
+                return base
+        except (ValueError, json.JSONDecodeError) as e:
+            base.end_reason = "agent_error"
+            base.error = f"the program wrote an unreadable trajectory: {str(e).splitlines()[0]}"
+            return base
+        base.end_reason = "agent_error"
+        base.error = "the program wrote no trajectory.json, history.json or answer.txt in $EGO2WEB_OUT"
+        return base
+
+
+def _tail(data: bytes | str | None) -> str:
+    if not data:
+        return ""
+    text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
+    return text[-STDERR_TAIL:]
+
+
+def parse_command_spec(spec: str) -> list[str]:
+    """Split a ``command:`` program string the way the shell would (for display)."""
+    return shlex.split(spec)

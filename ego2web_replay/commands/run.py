@@ -1,0 +1,89 @@
+"""``ego2web-replay run``: run an agent over a task suite, live, frozen or both."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_RUNS, DEFAULT_SNAPSHOTS
+
+
+@click.command("run")
+@click.argument("tasks_file", type=click.Path(path_type=Path))
+@click.option("--agent", "agent_name", required=True,
+              help="scripted | openai | 'command:<program>' | <module>:<factory>.")
+@click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
+              help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
+                   "(the live run is archived too); both: live then frozen, paired per task.")
+@click.option("--snapshots", "snapshots_root", type=click.Path(path_type=Path), default=DEFAULT_SNAPSHOTS,
+              show_default=True, help="Where recorded snapshots are (frozen mode).")
+@click.option("--snapshot-id", default=None, help="Replay this snapshot id instead of each task's newest.")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
+              help="Folder that holds run folders.")
+@click.option("--task", "task_ids", multiple=True, help="Run only this task id (repeatable).")
+@click.option("--workers", type=click.IntRange(1, 32), default=1, show_default=True,
+              help="Episodes run at once, each with its own proxy and browser.")
+@click.option("--max-steps", type=click.IntRange(1), default=40, show_default=True, help="Step budget per episode.")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
+              help="Wall-clock limit per episode, in seconds.")
+@click.option("--resume", is_flag=True, help="Finish the newest interrupted run of this suite and agent "
+                                             "(or --run-id), skipping finished episodes.")
+@click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
+@click.option("--model", default=None, help="openai agent: model name.")
+@click.option("--base-url", default=None, help="openai agent: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
+@click.option("--guard", type=click.Choice(["open", "allowlist", "loopback"]), default="open", show_default=True,
+              help="Live mode: which upstream hosts may be contacted.")
+@click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
+@click.option("--miss", "miss_policy", default="404", show_default=True,
+              help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
+@click.option("--db", type=click.Path(path_type=Path), default=None, help="Also write episodes to this database.")
+def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
+            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
+            run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
+            miss_policy: str, db: Path | None) -> None:
+    """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
+    (trajectory.json, screenshots, replay stats, the live run's archive)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from ..errors import Ego2WebError
+    from ..runner.run import RunSettings, run_suite
+    from ..tasks import load_tasks
+
+    suite = load_tasks(tasks_file)
+    suite.select(list(task_ids))
+    settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
+                           snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
+                           guard=guard, miss_policy=miss_policy)
+    agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
+    failures = []
+    with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn()) as progress:
+        bar = progress.add_task("starting", total=None)
+
+        def on_start(run_dir: Path, total: int, finished: int) -> None:
+            progress.update(bar, total=total, completed=finished, description=str(run_dir))
+            if finished:
+                progress.console.print(f"resuming {run_dir}: {finished} of {total} episodes already done")
+
+        def on_episode(s) -> None:  # noqa: ANN001
+            misses = f", {s.misses} misses" if s.misses is not None else ""
+            colour = "green" if s.ok else "red"
+            progress.console.print(f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
+                                   f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
+            if not s.ok:
+                failures.append(s)
+            progress.advance(bar)
+
+        run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
+                               agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
+                               upstream_ca=upstream_ca, db=db, command=sys.argv, on_episode=on_episode,
+                               on_start=on_start)
+    click.echo(f"run folder: {run_dir}")
+    if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:
+        raise Ego2WebError(f"every episode failed to set up; first error: {failures[0].error}")
+
+
+COMMANDS = [run_cmd]

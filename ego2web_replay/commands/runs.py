@@ -1,0 +1,71 @@
+"""``ego2web-replay runs``: list run folders and show a run's episodes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_RUNS
+
+
+@click.group("runs")
+def runs_group() -> None:
+    """List runs and show their episodes."""
+
+
+@runs_group.command("list")
+@click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
+              help="Folder that holds run folders.")
+def runs_list(out: Path) -> None:
+    """List the runs under --out, newest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..runner.run import list_runs
+
+    runs = list_runs(out)
+    if not runs:
+        click.echo(f"no runs under {out}")
+        return
+    table = Table("run", "started", "agent", "modes", "tasks", "episodes")
+    for d, m in runs:
+        eps = ", ".join(f"{k}={v}" for k, v in sorted(m.episodes.items())) or "(unfinished)"
+        table.add_row(d.name, m.started_at.strftime("%Y-%m-%d %H:%M"), m.agent_name, "+".join(m.modes),
+                      str(len(m.task_ids)), eps)
+    Console().print(table)
+
+
+@runs_group.command("show")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the episodes as JSON.")
+def runs_show(run_dir: Path, as_json: bool) -> None:
+    """Show one run: a row per episode with mode, steps, end reason, answer and misses."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..models import load_trajectory
+    from ..runner.run import load_run
+
+    m = load_run(run_dir)
+    rows = []
+    for traj_file in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
+        t = load_trajectory(traj_file)
+        rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
+                     "answer": t.answer, "misses": t.replay.miss if t.replay else None,
+                     "missed_urls": t.replay.missed_urls if t.replay else [], "error": t.error})
+    if as_json:
+        click.echo(json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2))
+        return
+    console = Console()
+    console.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
+                  f"suite={m.suite_path}")
+    table = Table("task", "mode", "steps", "end reason", "answer", "misses", "error")
+    for r in rows:
+        table.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
+                      "" if r["misses"] is None else str(r["misses"]), (r["error"] or "")[:60])
+    console.print(table)
+
+
+COMMANDS = [runs_group]

@@ -1,0 +1,247 @@
+"""One episode: one task, one agent, one mode, from proxy start to trajectory.json.
+
+An episode is written into ``<mode>.partial/`` and renamed to ``<mode>/`` only
+when complete, so a killed run never leaves a half episode that looks finished
+(``--resume`` removes stale ``.partial`` folders and redoes only those).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ..actions import Action
+from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
+from ..agents.elements import list_elements
+from ..browser import BrowserSession, perform_action, take_screenshot
+from ..errors import Ego2WebError, SnapshotError
+from ..models import AgentSpec, Step, Trajectory, episode_dir, save_model
+from ..proxy import project_ca
+from ..tasks import Task
+
+__all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot"]
+
+
+@dataclass
+class EpisodeRequest:
+    """Everything a worker needs to run one episode (picklable)."""
+
+    run_dir: Path
+    task: Task
+    suite_dir: Path | None
+    mode: str
+    agent_name: str
+    agent_settings: dict[str, Any] = field(default_factory=dict)
+    snapshots_root: Path | None = None
+    snapshot_id: str | None = None
+    max_steps: int = 40
+    timeout_s: float = 300.0
+    action_timeout_s: float = 20.0
+    guard: str = "open"
+    upstream_ca: Path | None = None
+    miss_policy: str = "404"
+    db: Path | None = None
+
+
+@dataclass
+class EpisodeSummary:
+    task_id: str
+    mode: str
+    ok: bool
+    end_reason: str
+    steps: int
+    answer: str | None
+    misses: int | None
+    error: str | None
+    path: Path
+
+
+def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> Path:
+    """The chosen snapshot of a task, or its newest; :class:`SnapshotError` when there is none."""
+    if root is None:
+        raise SnapshotError("frozen mode needs --snapshots (the folder holding recorded snapshots)")
+    if snapshot_id:
+        p = Path(root) / task_id / snapshot_id
+        if not (p / "manifest.json").exists():
+            raise SnapshotError(f"snapshot {p} not found (or has no manifest.json)")
+        return p
+    from ..snapshots.snapshot import latest_snapshot
+
+    return Path(latest_snapshot(Path(root), task_id))
+
+
+def _keyframes(task: Task, suite_dir: Path | None, modality: str) -> tuple[list[tuple[float, Path]], str | None]:
+    video = task.video_path(suite_dir)
+    if video is None or modality not in ("keyframes", "video"):
+        return [], None
+    try:
+        from ..judge.keyframes import extract_keyframes
+
+        frames = extract_keyframes(video, task.evidence)
+        return [(f.timestamp, Path(f.path)) for f in frames], None
+    except Ego2WebError as e:
+        return [], str(e)
+
+
+def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory) -> None:
+    t0 = time.monotonic()
+    kf, kf_error = _keyframes(req.task, req.suite_dir, agent.spec.input_modality)
+    if kf_error:
+        traj.extra["keyframes_error"] = kf_error
+    agent.start(req.task)
+    last_shot: Path | None = None
+    last_error: str | None = None
+    history: list[Action] = []
+    for i in range(req.max_steps):
+        remaining = req.timeout_s - (time.monotonic() - t0)
+        if remaining <= 0:
+            traj.end_reason = "timeout"
+            traj.error = f"episode timeout ({req.timeout_s:g} s) reached after {i} steps"
+            return
+        obs = Observation(task=req.task, step=i, url=page.url, title=_title(page), screenshot=last_shot,
+                          elements=list_elements(page), video=req.task.video_path(req.suite_dir), keyframes=kf,
+                          last_error=last_error, history=list(history))
+        started = datetime.now(UTC)
+        s0 = time.monotonic()
+        try:
+            action = agent.act(obs)
+        except Exception as e:  # noqa: BLE001 - an agent failure ends this episode only
+            traj.end_reason = "agent_error"
+            traj.error = f"agent failed at step {i}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return
+        history.append(action)
+        step = Step(index=i, action=action, started_at=started, thought=getattr(agent, "last_thought", None))
+        if action.kind in ("answer", "stop"):
+            step.url, step.title = page.url, _title(page)
+            traj.steps.append(step)
+            traj.answer = action.answer if action.kind == "answer" else None
+            traj.end_reason = "answered" if action.kind == "answer" else "stopped"
+            return
+        last_error = None
+        try:
+            perform_action(page, action, timeout_s=max(1.0, min(req.action_timeout_s, remaining)))
+        except Exception as e:  # noqa: BLE001 - recorded on the step; the agent sees it next turn
+            last_error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            step.error = last_error
+        rel = f"screenshots/step-{i:03d}.png"
+        try:
+            last_shot = take_screenshot(page, out / rel)
+            step.screenshot = rel
+        except Exception as e:  # noqa: BLE001
+            step.error = (step.error or "") + f" (screenshot failed: {str(e).splitlines()[0]})"
+        step.url, step.title = page.url, _title(page)
+        step.duration_s = round(time.monotonic() - s0, 3)
+        traj.steps.append(step)
+    traj.end_reason = "step_budget"
+    traj.error = f"step budget of {req.max_steps} exhausted without an answer"
+
+
+def _title(page: Any) -> str:
+    try:
+        return str(page.title())
+    except Exception:  # noqa: BLE001
+        return ""
+
+
+def run_episode(req: EpisodeRequest) -> EpisodeSummary:
+    """Run one episode and write it; never raises for agent or site failures."""
+    final = episode_dir(req.run_dir, req.task.id, req.mode)
+    out = final.with_name(final.name + ".partial")
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    spec = AgentSpec(name=req.agent_name)
+    traj = Trajectory(task_id=req.task.id, instruction=req.task.instruction, mode=req.mode,  # type: ignore[arg-type]
+                      agent=spec, started_at=datetime.now(UTC))
+    replay = None
+    live = None
+    try:
+        agent = make_agent(req.agent_name, **req.agent_settings)
+        traj.agent = agent.spec
+        ca = project_ca()
+        with ExitStack() as stack:
+            if req.mode == "frozen":
+                from ..replay.session import Replay
+
+                snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
+                traj.snapshot_path, traj.snapshot_id = str(snap), snap.name
+                replay = stack.enter_context(Replay([snap], ca=ca, miss=req.miss_policy))
+                proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
+            else:
+                from ..recorder.session import LiveRecording, RecordOptions
+
+                opts = RecordOptions(guard=req.guard, upstream_ca=req.upstream_ca, source="live-run",
+                                     allow=req.task.allowed_domains)
+                live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
+                proxy_url, init_scripts = live.proxy_url, []
+            if isinstance(agent, ProgramAgent) and not hasattr(agent, "act"):
+                task_file = out / "task.json"
+                task_file.write_text(req.task.model_dump_json(indent=2), "utf-8")
+                env = EpisodeEnv(proxy_url=proxy_url, ca_file=ca.cert_path, spki=ca.spki, task_file=task_file,
+                                 out_dir=out / "agent", mode=req.mode, max_steps=req.max_steps,
+                                 timeout_s=req.timeout_s)
+                got = agent.run_episode(req.task, env)
+                _adopt_program_output(got, out)
+                got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
+                traj = got
+            else:
+                browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
+                context = browser.new_context(init_scripts=init_scripts)
+                page = context.new_page()
+                _step_loop(req, agent, page, out, traj)
+                context.close()
+            if live is not None:
+                live.pages_from(traj)
+    except SnapshotError as e:
+        traj.end_reason, traj.error = "setup_error", str(e)
+    except Ego2WebError as e:
+        traj.end_reason, traj.error = ("setup_error" if not traj.steps else "agent_error"), str(e)
+    except Exception as e:  # noqa: BLE001 - one episode's crash never stops the run
+        traj.end_reason = "browser_error"
+        traj.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if replay is not None:
+        traj.replay = replay.stats()
+        save_model(out / "replay_stats.json", traj.replay)
+    if live is not None and live.snapshot_path is not None:
+        traj.snapshot_path = str(live.snapshot_path.relative_to(out).as_posix()) if live.ok else None
+        traj.snapshot_id = live.snapshot_path.name if live.ok else None
+        if live.error:
+            traj.extra["live_archive_error"] = live.error
+    traj.finished_at = datetime.now(UTC)
+    save_model(out / "trajectory.json", traj)
+    if final.exists():
+        shutil.rmtree(final)
+    out.rename(final)
+    if traj.snapshot_path and req.mode == "live":
+        traj.snapshot_path = str(final / traj.snapshot_path)
+        save_model(final / "trajectory.json", traj)
+    if req.db is not None:
+        try:
+            from ..tracking.ingest import record_episode
+
+            record_episode(req.db, req.run_dir, final)
+        except Ego2WebError as e:
+            traj.extra["db_error"] = str(e)
+            save_model(final / "trajectory.json", traj)
+    ok = traj.end_reason in ("answered", "stopped") and not traj.error
+    return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
+                          steps=len(traj.steps), answer=traj.answer,
+                          misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final)
+
+
+def _adopt_program_output(traj: Trajectory, out: Path) -> None:
+    """Screenshots a program wrote under ``agent/`` are referenced from the episode folder."""
+    for step in traj.steps:
+        if step.screenshot and not Path(step.screenshot).is_absolute():
+            if (out / "agent" / step.screenshot).exists():
+                step.screenshot = str(Path("agent") / step.screenshot)
+
+
+def load_summary(path: Path) -> dict[str, Any]:
+    return json.loads((path / "trajectory.json").read_text("utf-8"))

@@ -1,0 +1,258 @@
+"""Runs: a task suite × modes × one agent → a run folder of episodes.
+
+``<out>/<run-id>/run.json`` is the run manifest (a reproducibility journal:
+suite hash, agent spec, tool versions, git commit, machine). Episodes are run
+in order (``--mode both``: live then frozen, paired per task), by ``workers``
+processes at once, each with its own proxy on its own port and its own
+Chromium (mitmproxy allows one proxy per process). A finished episode is a
+``trajectory.json`` in its folder; ``resume`` skips those and redoes the rest.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import platform
+import subprocess
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import AgentError, Ego2WebError
+from ..models import AgentSpec, episode_dir, save_model
+from ..tasks import TaskSuite
+from .episode import EpisodeRequest, EpisodeSummary, run_episode
+
+__all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
+
+MODES = {"live": ("live",), "frozen": ("frozen",), "both": ("live", "frozen")}
+
+
+class RunSettings(BaseModel):
+    mode: str = "frozen"
+    max_steps: int = 40
+    timeout_s: float = 300.0
+    action_timeout_s: float = 20.0
+    workers: int = 1
+    snapshots_root: str | None = None
+    snapshot_id: str | None = None
+    guard: str = "open"
+    miss_policy: str = "404"
+
+
+class RunManifest(BaseModel):
+    """``run.json``."""
+
+    version: int = 1
+    run_id: str
+    started_at: datetime
+    finished_at: datetime | None = None
+    suite_path: str | None = None
+    suite_sha256: str | None = None
+    task_ids: list[str] = Field(default_factory=list)
+    agent: AgentSpec
+    agent_name: str = Field(description="The --agent value as given.")
+    modes: list[str]
+    settings: RunSettings
+    versions: dict[str, str] = Field(default_factory=dict)
+    git_commit: str | None = None
+    machine: dict[str, Any] = Field(default_factory=dict)
+    command: list[str] = Field(default_factory=list)
+    episodes: dict[str, int] = Field(default_factory=dict, description="Counts by end reason.")
+
+
+def _git_commit() -> str | None:
+    here = Path(__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or None if out.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _machine() -> dict[str, Any]:
+    mem = None
+    try:
+        mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        pass
+    return {"platform": platform.platform(), "machine": platform.machine(), "cpus": os.cpu_count(),
+            "memory_bytes": mem, "hostname": platform.node()}
+
+
+def _new_run_id(agent_name: str) -> str:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    short = agent_name.split(":")[0].replace("/", "-")[:16]
+    return f"{stamp}-{short}-{uuid.uuid4().hex[:6]}"
+
+
+def load_run(run_dir: Path) -> RunManifest:
+    p = Path(run_dir) / "run.json"
+    try:
+        return RunManifest.model_validate(json.loads(p.read_text("utf-8")))
+    except FileNotFoundError:
+        raise Ego2WebError(f"{run_dir}: not a run folder (no run.json)") from None
+    except ValueError as e:
+        raise Ego2WebError(f"{p}: unreadable run manifest ({str(e).splitlines()[0]})") from None
+
+
+def list_runs(out: Path) -> list[tuple[Path, RunManifest]]:
+    """Run folders under ``out``, newest first."""
+    runs = []
+    if Path(out).is_dir():
+        for d in Path(out).iterdir():
+            if (d / "run.json").exists():
+                try:
+                    runs.append((d, load_run(d)))
+                except Ego2WebError:
+                    continue
+    return sorted(runs, key=lambda r: r[1].started_at, reverse=True)
+
+
+def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | None:
+    """The newest run under ``out`` of the same suite file and agent."""
+    for d, m in list_runs(out):
+        if m.suite_sha256 == suite.sha256 and m.agent_name == agent_name:
+            return d
+    return None
+
+
+def _versions() -> dict[str, str]:
+    from ..recorder.session import tool_versions
+
+    return tool_versions()
+
+
+def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
+              agent_settings: dict[str, Any], s: RunSettings, upstream_ca: Path | None,
+              db: Path | None) -> Iterator[EpisodeRequest]:
+    for task in suite.select(list(task_ids)):
+        for mode in MODES[s.mode]:
+            yield EpisodeRequest(
+                run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
+                agent_settings=agent_settings,
+                snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
+                max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
+                upstream_ca=upstream_ca, miss_policy=s.miss_policy, db=db)
+
+
+def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
+              agent_settings: dict[str, Any] | None = None, task_ids: Sequence[str] = (),
+              resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
+              db: Path | None = None, command: Sequence[str] = (),
+              on_episode: Callable[[EpisodeSummary], None] | None = None,
+              on_start: Callable[[Path, int, int], None] | None = None) -> tuple[Path, list[EpisodeSummary]]:
+    """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now."""
+    from ..agents import make_agent
+
+    if settings.mode not in MODES:
+        raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
+    agent_settings = dict(agent_settings or {})
+    agent = make_agent(agent_name, **agent_settings)  # validates the name and settings before any work
+    out = Path(out)
+    run_dir: Path | None = None
+    if isinstance(resume, Path):
+        run_dir = resume
+    elif resume:
+        run_dir = (out / run_id) if run_id else find_resumable_run(out, suite, agent_name)
+        if run_dir is None:
+            raise Ego2WebError(f"nothing to resume under {out} for this suite and agent; run without --resume")
+    if run_dir is not None:
+        manifest = load_run(run_dir)
+        if manifest.suite_sha256 and manifest.suite_sha256 != suite.sha256:
+            raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
+        settings = manifest.settings
+    else:
+        run_dir = out / (run_id or _new_run_id(agent_name))
+        if (run_dir / "run.json").exists():
+            raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise Ego2WebError(f"cannot create the run folder {run_dir}: {e.strerror or e}") from None
+        manifest = RunManifest(run_id=run_dir.name, started_at=datetime.now(UTC),
+                               suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
+                               task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
+                               agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
+                               versions=_versions(), git_commit=_git_commit(), machine=_machine(),
+                               command=list(command))
+        save_model(run_dir / "run.json", manifest)
+        if db is not None:
+            from ..tracking.ingest import record_run
+
+            record_run(db, run_dir)
+    todo = []
+    for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
+                         upstream_ca, db):
+        final = episode_dir(run_dir, req.task.id, req.mode)
+        if (final / "trajectory.json").exists():
+            continue
+        todo.append(req)
+    total = len(list(_requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings,
+                               settings, upstream_ca, db)))
+    if on_start:
+        on_start(run_dir, total, total - len(todo))
+    results: list[EpisodeSummary] = []
+
+    def done(summary: EpisodeSummary) -> None:
+        results.append(summary)
+        if on_episode:
+            on_episode(summary)
+
+    if settings.workers <= 1 or len(todo) <= 1:
+        for req in todo:
+            done(run_episode(req))
+    else:
+        _run_pool(todo, settings.workers, done)
+    manifest = load_run(run_dir)
+    manifest.finished_at = datetime.now(UTC)
+    counts: dict[str, int] = {}
+    for d in (run_dir / "episodes").glob("*/*/trajectory.json"):
+        try:
+            reason = json.loads(d.read_text("utf-8")).get("end_reason", "?")
+        except (OSError, ValueError):
+            reason = "unreadable"
+        counts[reason] = counts.get(reason, 0) + 1
+    manifest.episodes = counts
+    save_model(run_dir / "run.json", manifest)
+    return run_dir, results
+
+
+def _run_pool(todo: list[EpisodeRequest], workers: int, done: Callable[[EpisodeSummary], None]) -> None:
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        pending: dict[Future[EpisodeSummary], EpisodeRequest] = {}
+        queue = list(todo)
+        try:
+            while queue or pending:
+                while queue and len(pending) < workers:
+                    req = queue.pop(0)
+                    pending[pool.submit(run_episode, req)] = req
+                finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    req = pending.pop(fut)
+                    try:
+                        done(fut.result())
+                    except Exception as e:  # noqa: BLE001 - a dead worker fails that episode only
+                        done(EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=False, end_reason="browser_error",
+                                            steps=0, answer=None, misses=None, error=f"worker crashed: {e}",
+                                            path=episode_dir(req.run_dir, req.task.id, req.mode)))
+        except KeyboardInterrupt:
+            for fut in pending:
+                fut.cancel()
+            raise
+
+
+def check_agent(name: str, settings: dict[str, Any]) -> None:
+    from ..agents import make_agent
+
+    try:
+        make_agent(name, **settings)
+    except AgentError:
+        raise
