@@ -1,0 +1,86 @@
+"""``ego2web-replay serve``: a hermetic replay proxy for any client."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+
+import click
+
+
+def _connect_help(replay) -> str:  # noqa: ANN001
+    p, ca, pin = replay.proxy_url, replay.ca_file, replay.spki
+    return f"""\
+replay proxy   {p}
+CA file        {ca}
+CA SPKI pin    {pin}
+captures       {replay.captures} from {len(replay.paths)} snapshot(s), indexed in {replay.load_seconds:.2f} s
+capture time   {replay.capture_time:%Y-%m-%d %H:%M:%S} UTC (page clocks are frozen here)
+misses         answered with {'the live web (NOT hermetic)' if replay.miss == 'live' else 'HTTP ' + replay.miss}
+
+How to connect:
+  curl        curl --proxy {p} --cacert {ca} https://example.org/
+  Chromium    chromium --proxy-server={p} --proxy-bypass-list='<-loopback>' \\
+                --ignore-certificate-errors-spki-list={pin}
+  Playwright  browser = p.chromium.launch(proxy={{"server": "{p}"}},
+                  args=["--ignore-certificate-errors-spki-list={pin}"])
+  browser-use BrowserSession/BrowserProfile(proxy={{"server": "{p}"}},
+                  args=["--ignore-certificate-errors-spki-list={pin}"])
+  Python      HTTPS_PROXY={p} HTTP_PROXY={p} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca}
+Press Ctrl-C to stop; the replay stats are printed then."""
+
+
+@click.command("serve")
+@click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback unless you must).")
+@click.option("--port", type=click.IntRange(0, 65535), default=8899, show_default=True, help="Port (0: any free port).")
+@click.option("--miss", default="404", show_default=True,
+              help="How to answer a request that is not in the snapshots: an HTTP status, or 'live' "
+                   "(forward to the live web; for diagnosis only, flagged in the stats).")
+@click.option("--sequence", "policy", type=click.Choice(["sequence", "first", "last"]), default="sequence",
+              show_default=True, help="Repeated captures of one request: in recorded order then the last, "
+                                      "always the first, or always the last.")
+@click.option("--no-freeze", is_flag=True, help="Do not inject the clock/random freezing script into HTML.")
+@click.option("--rules", "rules_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Extra matching rules (YAML, same format as the bundled rules.yaml); repeatable.")
+@click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
+              help="Write the replay stats (JSON) here on exit.")
+@click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
+def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, policy: str, no_freeze: bool,
+              rules_files: tuple[Path, ...], stats_file: Path | None, duration: float | None) -> None:
+    """Serve one or more SNAPSHOTS as a hermetic replay proxy: no request leaves the machine,
+    every miss is answered and counted."""
+    from ..replay.session import Replay
+
+    replay = Replay(list(snapshots), host=host, port=port, miss=miss, policy=policy, freeze=not no_freeze,
+                    rules_files=rules_files)
+    stop = threading.Event()
+    with replay:
+        click.echo(_connect_help(replay))
+        previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            stop.wait(duration) if duration is not None else _wait_forever(stop)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    s = replay.stats()
+    click.echo(f"\nreplay stats: {s.total} requests: exact {s.exact}, canonical {s.canonical}, fuzzy {s.fuzzy}, "
+               f"miss {s.miss}, websocket {s.websocket}, blocked background {s.blocked}"
+               + (f", LIVE {s.live} (not hermetic)" if s.live else ""))
+    for url in s.missed_urls[:20]:
+        click.echo(f"  missed: {url}")
+    if len(s.missed_urls) > 20:
+        click.echo(f"  ... and {len(s.missed_urls) - 20} more")
+    if stats_file:
+        replay.write_stats(stats_file)
+        click.echo(f"stats written to {stats_file}")
+
+
+def _wait_forever(stop: threading.Event) -> None:
+    while not stop.wait(0.5):
+        pass
+
+
+COMMANDS = [serve_cmd]

@@ -1,0 +1,179 @@
+"""The replay addon: answers every request from the snapshot(s); never opens an upstream connection.
+
+For each request: match it (:mod:`.matching`), read the archived response
+(revisits resolved to their originals), and serve the archived status, reason,
+headers and wire body (content-encoding kept; hop-by-hop headers dropped),
+then apply what HTTP asks of a cache: HEAD, Range (206 slices of a stored
+200), conditional requests (304), CORS preflights; HTML gets the determinism
+script inlined (on the served copy only). A miss is answered by policy: a
+synthetic status with ``X-Ego2Web-Replay: miss`` (default 404), or, for
+diagnosis only, ``live`` (forwarded upstream and counted as ``live``: the
+session is then not hermetic). Websocket upgrades are refused and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ..models import ReplayLogEntry, ReplayStats
+from .httputil import (
+    apply_range,
+    clean_response_headers,
+    conditional,
+    miss_response,
+    not_modified_response,
+    preflight_response,
+    reason_phrase,
+)
+from .matching import MatchIndex, ReplaySession
+
+__all__ = ["Replayer", "REPLAY_HEADER", "MAX_LOG"]
+
+log = logging.getLogger(__name__)
+REPLAY_HEADER = "X-Ego2Web-Replay"
+MAX_LOG = 100_000
+
+
+def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    n = name.lower()
+    for k, v in headers:
+        if k.lower() == n:
+            return v
+    return None
+
+
+def inject_allowed(headers: Sequence[tuple[str, str]]) -> bool:
+    """Only HTML documents get the determinism script."""
+    ctype = (_header(headers, "content-type") or "").split(";")[0].strip().lower()
+    return ctype in ("text/html", "application/xhtml+xml")
+
+
+def _set_header(headers: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
+    n = name.lower()
+    return [(k, v) for k, v in headers if k.lower() != n] + [(name, value)]
+
+
+class Replayer:
+    """mitmproxy addon serving captures from ``index`` (built by :mod:`.session`).
+
+    ``resolve(ref)`` returns ``(status, reason, headers, body)`` of the archived
+    response for a capture's ``ref``. ``miss`` is a status code as text or ``live``.
+    """
+
+    def __init__(self, index: MatchIndex, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
+                 policy: str = "sequence", snapshots: Sequence[str] = ()) -> None:
+        self.index = index
+        self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
+        self.resolve = resolve
+        self.miss = miss
+        self.freeze_script = freeze_script
+        self._lock = threading.Lock()
+        self.stats = ReplayStats(snapshots=list(snapshots))
+
+    # -- bookkeeping -------------------------------------------------------
+    def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
+             score: float | None = None) -> None:
+        with self._lock:
+            s = self.stats
+            setattr(s, outcome, getattr(s, outcome) + 1)
+            if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
+                s.missed_urls.append(f"{method} {url}")
+            if len(s.log) < MAX_LOG:
+                s.log.append(ReplayLogEntry(method=method, url=url, outcome=outcome, status=status,  # type: ignore[arg-type]
+                                            matched_url=matched, score=score))
+
+    def snapshot_stats(self) -> ReplayStats:
+        with self._lock:
+            return self.stats.model_copy(deep=True)
+
+    # -- hooks ---------------------------------------------------------------
+    def server_connect(self, data: Any) -> None:
+        if self.miss != "live":
+            data.server.error = "ego2web-replay: hermetic replay never connects upstream"
+
+    def request(self, flow: Any) -> None:
+        from mitmproxy import http
+
+        if flow.response is not None:  # answered by the guard
+            if flow.metadata.get("ego2web") == "blocked":
+                with self._lock:
+                    self.stats.blocked += 1
+            return
+        req = flow.request
+        method, url = req.method.upper(), req.pretty_url
+        req_headers = [(k, v) for k, v in req.headers.items(multi=True)]
+        if (_header(req_headers, "upgrade") or "").lower() == "websocket":
+            flow.metadata["ego2web"] = "replayed"
+            flow.response = http.Response.make(
+                403, b"ego2web-replay: websockets are not replayed\n",
+                {"Content-Type": "text/plain", REPLAY_HEADER: "websocket-refused", "Cache-Control": "no-store"})
+            self._log(method, url, "websocket", 403)
+            return
+        body = req.raw_content or b""
+        ctype = _header(req_headers, "content-type")
+        result = self.session.match(method, url, body or None, ctype)
+        if result.capture is None and method == "OPTIONS":
+            status, reason, headers, rbody = preflight_response(req_headers)
+            self._serve(flow, status, reason, headers, rbody, method)
+            self._log(method, url, "canonical", status, matched=None)
+            return
+        if result.capture is None:
+            if self.miss == "live":
+                flow.metadata["ego2web"] = "live"
+                self._log(method, url, "live", None)
+                return
+            try:
+                code = int(self.miss)
+            except ValueError:
+                code = 404
+            status, reason, headers, rbody = miss_response(url, method, code)
+            self._serve(flow, status, reason, headers, rbody, method)
+            self._log(method, url, "miss", status)
+            return
+        try:
+            status, reason, headers, rbody = self.resolve(result.capture.ref)
+        except Exception as e:  # noqa: BLE001 - a bad record fails this request only
+            log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
+            flow.metadata["ego2web"] = "replayed"
+            flow.response = http.Response.make(
+                502, f"ego2web-replay: archived record unreadable: {e}\n".encode(),
+                {"Content-Type": "text/plain", REPLAY_HEADER: "error", "Cache-Control": "no-store"})
+            self._log(method, url, "miss", 502, matched=result.capture.url)
+            return
+        headers = clean_response_headers(headers)
+        reason = reason or reason_phrase(status)
+        if conditional(req_headers, status, headers):
+            status, reason, headers, rbody = not_modified_response(headers)
+        else:
+            rng = _header(req_headers, "range")
+            if rng and status == 200:
+                status, headers, rbody = apply_range(status, headers, rbody, rng)
+                reason = reason_phrase(status)
+            elif self.freeze_script and status == 200 and method == "GET" and inject_allowed(headers):
+                from .freeze import inject_into_html
+
+                rbody, headers = inject_into_html(rbody, headers, self.freeze_script)
+        headers = _set_header(headers, REPLAY_HEADER, result.outcome)
+        self._serve(flow, status, reason, headers, rbody, method)
+        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score)
+
+    @staticmethod
+    def _serve(flow: Any, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,
+               method: str) -> None:
+        from mitmproxy import http
+
+        fields = tuple((k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in headers)
+        resp = http.Response(
+            http_version=b"HTTP/1.1", status_code=status, reason=reason.encode("latin-1", "replace"),
+            headers=http.Headers(fields), content=None, trailers=None,
+            timestamp_start=time.time(), timestamp_end=time.time())
+        if method != "HEAD":
+            resp.raw_content = body
+            if status not in (204, 304) and not (100 <= status < 200):
+                resp.headers["Content-Length"] = str(len(body))
+        flow.metadata["ego2web"] = "replayed"
+        flow.response = resp
