@@ -218,53 +218,79 @@ def _timestamp(date: str | None) -> str:
         return "00000000000000"
 
 
+@dataclass
+class _Item:
+    """A record's place in the file, for pairing captures with their requests."""
+
+    kind: str
+    url: str | None
+    record_id: str | None
+    concurrent_to: list[str]
+    request: tuple[str, str | None, bytes] | None = None  # method, content type, body
+    record: ArchiveRecord | None = None
+
+
 def build_index(archive: Path, filename: str | None = None) -> list[CdxjEntry]:
     """Index every response, revisit and resource record of ``archive`` (sorted).
 
-    Request records give their method and body to the response they belong
-    to (via ``WARC-Concurrent-To``, else the adjacent request for the same URL).
+    Request records give their method and body to the capture they belong to:
+    the nearest request linked by ``WARC-Concurrent-To`` (either direction),
+    else an unlinked request for the same URL right before or after it.
     An incomplete tail (a killed recorder) is skipped: only whole records are indexed.
     """
     archive = Path(archive)
     name = filename or archive.name
-    captures: list[ArchiveRecord] = []
-    requests: dict[str, tuple[str, str | None, bytes]] = {}  # record id -> method, content type, body
-    links: dict[str, str] = {}  # response id -> request id, both directions
-    order: list[tuple[str, str | None, str | None]] = []  # (type, url, id) in file order
+    items: list[_Item] = []
     for record in iter_records(archive, tolerate_truncation=True):
-        order.append((record.rec_type, record.url, record.record_id))
-        if record.rec_type == "request" and record.record_id and record.http_method:
-            ctype = record.http_header("Content-Type")
-            body = record.payload if record.http_method.upper() not in ("GET", "HEAD") else b""
-            requests[record.record_id] = (record.http_method, ctype, body)
-            for target in record.concurrent_to:
-                links.setdefault(target, record.record_id)
+        item = _Item(record.rec_type, record.url, record.record_id, record.concurrent_to)
+        if record.rec_type == "request" and record.http_method:
+            method = record.http_method.upper()
+            body = record.payload if method not in ("GET", "HEAD") else b""
+            item.request = (method, record.http_header("Content-Type"), body)
         elif record.rec_type in _INDEXED and record.url:
-            for target in record.concurrent_to:
-                links.setdefault(record.record_id or "", target)
             record.block = b""  # the payload is all the index needs from here on
-            captures.append(record)
-    neighbours = _adjacent_requests(order)
-    entries = []
-    for record in captures:
-        rid = record.record_id or ""
-        req_id = links.get(rid) if links.get(rid) in requests else neighbours.get(rid)
-        entries.append(_entry(record, name, requests.get(req_id or "")))
+            item.record = record
+        items.append(item)
+    pairs = _pair_requests(items)
+    entries = [
+        _entry(item.record, name, items[pairs[i]].request if i in pairs else None)
+        for i, item in enumerate(items)
+        if item.record is not None
+    ]
     entries.sort(key=lambda e: e.to_line().encode("utf-8"))
     return entries
 
 
-def _adjacent_requests(order: list[tuple[str, str | None, str | None]]) -> dict[str, str]:
-    """Pair each capture with a request for the same URL right before or after it."""
-    found: dict[str, str] = {}
-    for i, (rtype, url, rid) in enumerate(order):
-        if rtype not in _INDEXED or not rid:
+def _pair_requests(items: list[_Item]) -> dict[int, int]:
+    """Map each capture's position to its request's position."""
+    by_id: dict[str, list[int]] = {}
+    by_target: dict[str, list[int]] = {}
+    for j, item in enumerate(items):
+        if item.request is None:
+            continue
+        if item.record_id:
+            by_id.setdefault(item.record_id, []).append(j)
+        for target in item.concurrent_to:
+            by_target.setdefault(target, []).append(j)
+    pairs: dict[int, int] = {}
+    for i, item in enumerate(items):
+        if item.record is None:
+            continue
+        linked = list(by_target.get(item.record_id or "", []))
+        for target in item.concurrent_to:
+            linked += by_id.get(target, [])
+        if linked:
+            pairs[i] = min(linked, key=lambda j: abs(j - i))
+    claimed = set(pairs.values())
+    for i, item in enumerate(items):
+        if item.record is None or i in pairs:
             continue
         for j in (i + 1, i - 1):
-            if 0 <= j < len(order) and order[j][0] == "request" and order[j][1] == url and order[j][2]:
-                found[rid] = order[j][2] or ""
+            if 0 <= j < len(items) and j not in claimed and items[j].request and items[j].url == item.url:
+                pairs[i] = j
+                claimed.add(j)
                 break
-    return found
+    return pairs
 
 
 def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None, bytes] | None) -> CdxjEntry:

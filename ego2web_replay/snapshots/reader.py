@@ -106,6 +106,7 @@ class ArchiveRecord:
     block: bytes = field(default=b"", repr=False)
     http_head_length: int = 0
     chunked: bool = False
+    warc_head_length: int = 0
 
     @property
     def payload_digest(self) -> str | None:
@@ -240,6 +241,7 @@ def parse_record(unit: Unit, path: Path) -> ArchiveRecord:
         headers=headers,
         payload=block,
         block=block,
+        warc_head_length=start,
     )
     content_type = (headers.get("Content-Type") or "application/http").lower()
     if (
