@@ -1,0 +1,124 @@
+"""``ego2web-replay snapshot``: list, show, verify, re-index and import snapshots."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..config import DEFAULT_SNAPSHOTS
+from ..errors import SnapshotError
+from ..snapshots import Snapshot, import_warc, list_snapshots, reindex_snapshot, verify_snapshot
+
+__all__ = ["COMMANDS", "snapshot"]
+
+_SNAPSHOTS_OPTION = click.option(
+    "--snapshots",
+    "root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_SNAPSHOTS,
+    show_default=True,
+    help="Snapshots root folder (snapshots/<task-id>/<snapshot-id>/).",
+)
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return str(n)
+
+
+@click.group()
+def snapshot() -> None:
+    """Inspect, check and import recorded snapshots (WARC + CDXJ + manifest)."""
+
+
+@snapshot.command("list")
+@_SNAPSHOTS_OPTION
+def list_command(root: Path) -> None:
+    """List every snapshot under the snapshots folder, newest first per task."""
+    infos = list_snapshots(root)
+    table = Table("task", "snapshot", "time (UTC)", "exchanges", "bytes", "source")
+    for info in infos:
+        m = info.manifest
+        if m is None:
+            table.add_row(info.task_id, info.snapshot_id, "-", "-", "-", "[red]unfinished[/red]")
+        else:
+            table.add_row(m.task_id, m.snapshot_id, m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                          str(m.exchanges), _size(m.archive_bytes), m.source)
+    if not infos:
+        click.echo(f"no snapshots under {root}")
+        return
+    Console(width=120).print(table)
+
+
+@snapshot.command("show")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and index counts as JSON.")
+def show_command(path: Path, as_json: bool) -> None:
+    """Show a snapshot's manifest summary and its record counts."""
+    snap = Snapshot.open(path)
+    m = snap.manifest
+    entries = snap.entries()
+    by_type = Counter(e.record_type for e in entries)
+    if as_json:
+        data = json.loads(m.model_dump_json())
+        data["index_entries"] = dict(sorted(by_type.items()))
+        click.echo(json.dumps(data, indent=2))
+        return
+    click.echo(f"snapshot   {m.task_id}/{m.snapshot_id} ({m.source})")
+    click.echo(f"path       {snap.path}")
+    click.echo(f"created    {m.created_at.isoformat()}  finished {m.finished_at.isoformat() if m.finished_at else '-'}")
+    click.echo(f"start url  {m.start_url or '-'}")
+    click.echo(f"pages      {len(m.pages)}")
+    click.echo(f"archive    {m.archive}  {_size(m.archive_bytes)} ({_size(m.payload_bytes)} payload)")
+    click.echo(f"records    {', '.join(f'{k} {v}' for k, v in m.records.items())}")
+    click.echo(f"index      {len(entries)} entries ({', '.join(f'{k} {v}' for k, v in sorted(by_type.items()))})")
+    click.echo(f"tools      {', '.join(f'{k} {v}' for k, v in m.tools.items())}")
+
+
+@snapshot.command("verify")
+@click.argument("path", type=click.Path(path_type=Path))
+def verify_command(path: Path) -> None:
+    """Check digests, index offsets and manifest sha256s; exit non-zero on any problem."""
+    report = verify_snapshot(path)
+    for warning in report.warnings:
+        click.echo(f"warning: {warning}")
+    for problem in report.problems:
+        click.echo(f"problem: {problem}")
+    summary = f"{report.records} whole records, {report.entries} index entries"
+    if not report.ok:
+        raise SnapshotError(f"{path}: {len(report.problems)} problem(s) found ({summary})")
+    click.echo(f"ok: {path} ({summary})")
+
+
+@snapshot.command("index")
+@click.argument("path", type=click.Path(path_type=Path))
+def index_command(path: Path) -> None:
+    """Rebuild a snapshot's index.cdxj from its archive."""
+    count = reindex_snapshot(path)
+    click.echo(f"indexed {count} captures in {path}")
+
+
+@snapshot.command("import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--task", "task_id", required=True, help="Task id the snapshot belongs to.")
+@_SNAPSHOTS_OPTION
+@click.option("--id", "snapshot_id", default=None, help="Snapshot id (default: the current UTC time).")
+@click.option("--compression", type=click.Choice(["zst", "gz", "none"]), default="zst", show_default=True,
+              help="Compression of the snapshot's archive.")
+def import_command(files: tuple[Path, ...], task_id: str, root: Path, snapshot_id: str | None,
+                   compression: str) -> None:
+    """Import WARC / WARC.GZ / WARC.ZST / WACZ files (several go into one snapshot)."""
+    snap = import_warc(list(files), task_id, root, snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
+    m = snap.manifest
+    click.echo(f"imported {m.exchanges} captures into {snap.path}")
+
+
+COMMANDS = [snapshot]

@@ -1,0 +1,352 @@
+"""The CDXJ index of an archive: one sorted line per response, revisit and resource record.
+
+A line is ``<SURT key> <14-digit timestamp> {json}`` with the pywb /
+cdxj-indexer JSON keys ``url, mime, status, digest, length, offset,
+filename`` (plus ``method`` and ``requestBody`` for non-GET requests, and
+``refersToUri`` / ``refersToDate`` for revisits). Non-GET requests fold their
+method and body into the key's query (``__wb_method=post&...``) following the
+same convention, so captures of different POST bodies get different keys.
+Lines are sorted bytewise, as ``LC_ALL=C sort`` does.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from email.parser import BytesParser
+from email.policy import HTTP
+from pathlib import Path
+from urllib.parse import unquote_plus, urlencode
+
+import surt
+from warcio.timeutils import iso_date_to_timestamp
+
+from ..atomic import atomic_write_text
+from ..errors import ArchiveError
+from .reader import ArchiveRecord, iter_records, sha1_digest
+
+__all__ = ["CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
+
+MAX_QUERY_LENGTH = 4096
+_INDEXED = ("response", "revisit", "resource")
+
+
+@dataclass(frozen=True)
+class CdxjEntry:
+    """One index line."""
+
+    surt: str
+    timestamp: str
+    url: str
+    mime: str
+    digest: str
+    offset: int
+    length: int
+    filename: str
+    status: int | None = None
+    method: str = "GET"
+    request_body_query: str | None = None
+    record_type: str = "response"
+    refers_to_uri: str | None = None
+    refers_to_date: str | None = None
+
+    def to_line(self) -> str:
+        data: dict[str, str] = {"url": self.url, "mime": self.mime}
+        if self.status is not None:
+            data["status"] = str(self.status)
+        data.update(digest=self.digest, length=str(self.length), offset=str(self.offset), filename=self.filename)
+        if self.method != "GET":
+            data["method"] = self.method
+        if self.request_body_query:
+            data["requestBody"] = self.request_body_query
+        if self.record_type == "resource":
+            data["recordType"] = self.record_type
+        if self.refers_to_uri:
+            data["refersToUri"] = self.refers_to_uri
+        if self.refers_to_date:
+            data["refersToDate"] = self.refers_to_date
+        return f"{self.surt} {self.timestamp} {json.dumps(data)}"
+
+    @classmethod
+    def from_line(cls, line: str) -> CdxjEntry:
+        key, timestamp, blob = line.split(" ", 2)
+        data = json.loads(blob)
+        if not isinstance(data, dict) or not timestamp.isdigit():
+            raise ValueError("not a CDXJ line")
+        mime = data.get("mime", "unk")
+        status = data.get("status")
+        record_type = data.get("recordType") or ("revisit" if mime == "warc/revisit" else "response")
+        return cls(
+            surt=key,
+            timestamp=timestamp,
+            url=data["url"],
+            mime=mime,
+            digest=data.get("digest", ""),
+            offset=int(data["offset"]),
+            length=int(data["length"]),
+            filename=data.get("filename", ""),
+            status=int(status) if status not in (None, "", "-") else None,
+            method=data.get("method", "GET"),
+            request_body_query=data.get("requestBody"),
+            record_type=record_type,
+            refers_to_uri=data.get("refersToUri"),
+            refers_to_date=data.get("refersToDate"),
+        )
+
+
+def surt_key(url: str) -> str:
+    """The canonical SURT key of a URL (as pywb computes it)."""
+    try:
+        return surt.surt(url)
+    except Exception:  # surt raises assorted errors for odd URLs; fall back to the URL
+        return url.lower()
+
+
+def _flatten_json(body: bytes) -> str:
+    pairs: list[tuple[str, str]] = []
+    seen: dict[str, int] = {}
+
+    def add(name: str, value: object) -> None:
+        key = name
+        if any(k == name for k, _ in pairs):
+            seen[name] = seen.get(name, 1) + 1
+            key = f"{name}.{seen[name]}_"
+        pairs.append((key, str(value)))
+
+    def walk(node: object, name: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, str(k))
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, name)
+        elif name:
+            add(name, node)
+
+    try:
+        walk(json.loads(body))
+    except json.JSONDecodeError:
+        if b"\n" not in body:
+            raise
+        for line in body.split(b"\n"):
+            if line.strip():
+                walk(json.loads(line))
+    return urlencode(pairs)
+
+
+def _multipart(content_type: str, body: bytes) -> str:
+    message = BytesParser(policy=HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
+    )
+    if not message.is_multipart():
+        raise ValueError("not multipart")
+    values: list[tuple[str, str | bytes]] = []
+    for part in message.iter_parts():
+        name = part.get_param("name", header="content-disposition")
+        if name is None:
+            continue
+        data = part.get_payload(decode=True) or b""
+        if part.get_filename():
+            values.append((str(name), data))
+        else:
+            values.append((str(name), data.decode("utf-8", "replace")))
+    return urlencode(values, True)
+
+
+def request_body_query(content_type: str | None, body: bytes) -> str:
+    """Turn a request body into a query string (the pywb / cdxj-indexer convention).
+
+    Form bodies are unquoted, JSON is flattened to its leaf ``key=value`` pairs,
+    multipart bodies become their fields (no boundary), anything else becomes
+    ``__wb_post_data=<base64>``. The result is cut at 4096 characters.
+    """
+    mime = (content_type or "").lower()
+    binary = "__wb_post_data=" + base64.b64encode(body).decode("ascii")
+    query = ""
+    if mime.startswith("application/x-www-form-urlencoded"):
+        try:
+            query = unquote_plus(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            query = binary
+    elif mime.startswith("multipart/"):
+        try:
+            query = _multipart(content_type or "", body)
+        except (ValueError, UnicodeError):
+            query = binary
+    elif mime.startswith("application/json"):
+        try:
+            query = _flatten_json(body)
+        except (ValueError, UnicodeDecodeError):
+            query = ""
+    elif mime.startswith("text/plain"):
+        try:
+            query = _flatten_json(body)
+        except (ValueError, UnicodeDecodeError):
+            query = binary
+    elif body:
+        query = binary
+    return query[:MAX_QUERY_LENGTH]
+
+
+def post_query(method: str, content_type: str | None, body: bytes) -> str:
+    """The ``__wb_method=<method>[&<body query>]`` string appended to a non-GET request's URL."""
+    query = "__wb_method=" + method.lower()
+    if method.upper() in ("POST", "PUT"):
+        body_query = request_body_query(content_type, body)
+        if body_query:
+            query += "&" + body_query
+    return query
+
+
+def _key_url(url: str, query: str) -> str:
+    return url + ("&" if "?" in url else "?") + query
+
+
+def _mime(record: ArchiveRecord) -> str:
+    if record.rec_type == "revisit":
+        return "warc/revisit"
+    value = record.http_header("Content-Type") if record.rec_type != "resource" else record.content_type
+    value = (value or "").split(";", 1)[0].strip()
+    return value or "unk"
+
+
+def _timestamp(date: str | None) -> str:
+    try:
+        return iso_date_to_timestamp(date or "")[:14]
+    except (ValueError, IndexError):
+        return "00000000000000"
+
+
+@dataclass
+class _Item:
+    """A record's place in the file, for pairing captures with their requests."""
+
+    kind: str
+    url: str | None
+    record_id: str | None
+    concurrent_to: list[str]
+    request: tuple[str, str | None, bytes] | None = None  # method, content type, body
+    record: ArchiveRecord | None = None
+
+
+def build_index(archive: Path, filename: str | None = None) -> list[CdxjEntry]:
+    """Index every response, revisit and resource record of ``archive`` (sorted).
+
+    Request records give their method and body to the capture they belong to:
+    the nearest request linked by ``WARC-Concurrent-To`` (either direction),
+    else an unlinked request for the same URL right before or after it.
+    An incomplete tail (a killed recorder) is skipped: only whole records are indexed.
+    """
+    archive = Path(archive)
+    name = filename or archive.name
+    items: list[_Item] = []
+    for record in iter_records(archive, tolerate_truncation=True):
+        item = _Item(record.rec_type, record.url, record.record_id, record.concurrent_to)
+        if record.rec_type == "request" and record.http_method:
+            method = record.http_method.upper()
+            body = record.payload if method not in ("GET", "HEAD") else b""
+            item.request = (method, record.http_header("Content-Type"), body)
+        elif record.rec_type in _INDEXED and record.url:
+            record.block = b""  # the payload is all the index needs from here on
+            item.record = record
+        items.append(item)
+    pairs = _pair_requests(items)
+    entries = [
+        _entry(item.record, name, items[pairs[i]].request if i in pairs else None)
+        for i, item in enumerate(items)
+        if item.record is not None
+    ]
+    entries.sort(key=lambda e: e.to_line().encode("utf-8"))
+    return entries
+
+
+def _pair_requests(items: list[_Item]) -> dict[int, int]:
+    """Map each capture's position to its request's position."""
+    by_id: dict[str, list[int]] = {}
+    by_target: dict[str, list[int]] = {}
+    for j, item in enumerate(items):
+        if item.request is None:
+            continue
+        if item.record_id:
+            by_id.setdefault(item.record_id, []).append(j)
+        for target in item.concurrent_to:
+            by_target.setdefault(target, []).append(j)
+    pairs: dict[int, int] = {}
+    for i, item in enumerate(items):
+        if item.record is None:
+            continue
+        linked = list(by_target.get(item.record_id or "", []))
+        for target in item.concurrent_to:
+            linked += by_id.get(target, [])
+        if linked:
+            pairs[i] = min(linked, key=lambda j: abs(j - i))
+    claimed = set(pairs.values())
+    for i, item in enumerate(items):
+        if item.record is None or i in pairs:
+            continue
+        for j in (i + 1, i - 1):
+            if 0 <= j < len(items) and j not in claimed and items[j].request and items[j].url == item.url:
+                pairs[i] = j
+                claimed.add(j)
+                break
+    return pairs
+
+
+def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None, bytes] | None) -> CdxjEntry:
+    url = record.url or ""
+    method, body_query, key_url = "GET", None, url
+    if request and request[0].upper() != "GET":
+        method = request[0].upper()
+        query = post_query(method, request[1], request[2])
+        key_url = _key_url(url, query)
+        body_query = query.partition("&")[2] or None
+    digest = record.payload_digest or sha1_digest(record.payload)
+    refers_date = record.refers_to_date
+    return CdxjEntry(
+        surt=surt_key(key_url),
+        timestamp=_timestamp(record.date),
+        url=url,
+        mime=_mime(record),
+        digest=digest.split(":", 1)[-1],
+        offset=record.offset,
+        length=record.length,
+        filename=filename,
+        status=record.http_status if record.rec_type == "response" else (200 if record.rec_type == "resource" else None),
+        method=method,
+        request_body_query=body_query,
+        record_type=record.rec_type,
+        refers_to_uri=record.refers_to_target_uri if record.rec_type == "revisit" else None,
+        refers_to_date=_timestamp(refers_date) if record.rec_type == "revisit" and refers_date else None,
+    )
+
+
+def write_index(entries: list[CdxjEntry], path: Path) -> None:
+    """Write entries to ``path`` (sorted bytewise), atomically."""
+    lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
+    try:
+        atomic_write_text(path, "".join(line + "\n" for line in lines))
+    except OSError as e:
+        raise ArchiveError(f"{path}: cannot write the index ({e.strerror})") from None
+
+
+def read_index(path: Path) -> list[CdxjEntry]:
+    """Read a CDXJ index; a corrupt line raises :class:`ArchiveError` naming file and line."""
+    path = Path(path)
+    try:
+        text = path.read_text("utf-8")
+    except FileNotFoundError:
+        raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArchiveError(f"{path}: cannot read the index ({e})") from None
+    entries = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            entries.append(CdxjEntry.from_line(line))
+        except (ValueError, KeyError, TypeError):
+            raise ArchiveError(
+                f"{path}: line {number} is not a valid CDXJ line; rebuild with `ego2web-replay snapshot index`"
+            ) from None
+    return entries

@@ -1,0 +1,272 @@
+"""Compression units of a WARC file: one zstd frame, gzip member or plain record each.
+
+A record-per-unit archive keeps record offsets usable: the offset of a record is
+the offset of its unit, its length the unit's compressed size. This module
+splits a file into units without understanding WARC beyond the record header of
+an uncompressed file, and says exactly where an incomplete tail begins.
+
+Three layouts are read, detected from the first bytes (not the file name):
+
+* ``.warc.zst`` (IIPC warc-zstd): one zstd frame per record, optionally a
+  leading dictionary in a skippable frame with magic ``0x184D2A5D``;
+* ``.warc.gz``: one gzip member per record;
+* ``.warc``: plain records, each ``header CRLF block CRLF CRLF``.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Literal
+
+import zstandard
+
+from ..errors import ArchiveError
+
+__all__ = ["Unit", "Truncated", "detect_format", "iter_units", "read_unit", "Format"]
+
+Format = Literal["zst", "gz", "none", "empty"]
+
+ZSTD_MAGIC = 0xFD2FB528
+DICT_MAGIC = 0x184D2A5D
+SKIPPABLE_MIN, SKIPPABLE_MAX = 0x184D2A50, 0x184D2A5F
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One compression unit: where it lies in the file and its uncompressed bytes."""
+
+    offset: int
+    length: int
+    data: bytes
+
+
+class Truncated(Exception):  # noqa: N818 - a signal, not an error shown to users
+    """The file ends inside the unit that starts at ``offset``."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
+
+
+def detect_format(head: bytes) -> Format:
+    """Tell the layout from the first bytes of a file."""
+    if not head:
+        return "empty"
+    if len(head) >= 4:
+        magic = int.from_bytes(head[:4], "little")
+        if magic == ZSTD_MAGIC or SKIPPABLE_MIN <= magic <= SKIPPABLE_MAX:
+            return "zst"
+    if head[:2] == b"\x1f\x8b":
+        return "gz"
+    return "none"
+
+
+def iter_units(fh: BinaryIO, path: Path) -> Iterator[Unit]:
+    """Yield the units of an open file; raise :class:`Truncated` at an incomplete tail.
+
+    Corrupt data raises :class:`ArchiveError` naming ``path`` and the byte offset.
+    """
+    head = fh.read(4)
+    fh.seek(0)
+    fmt = detect_format(head)
+    if fmt == "zst":
+        yield from _zstd_units(fh, path)
+    elif fmt == "gz":
+        yield from _gzip_units(fh, path)
+    elif fmt == "none":
+        yield from _plain_units(fh, path)
+
+
+def read_unit(fh: BinaryIO, path: Path, offset: int) -> Unit:
+    """Read the single unit starting at ``offset`` (random access)."""
+    fh.seek(0)
+    head = fh.read(4)
+    fmt = detect_format(head)
+    dictionary = None
+    if fmt == "zst" and int.from_bytes(head, "little") == DICT_MAGIC and offset > 0:
+        dictionary = _read_skippable_dict(fh, path)
+    fh.seek(offset)
+    try:
+        if fmt == "zst":
+            units = _zstd_units(fh, path, start=offset, dictionary=dictionary)
+        elif fmt == "gz":
+            units = _gzip_units(fh, path, start=offset)
+        elif fmt == "none":
+            units = _plain_units(fh, path, start=offset)
+        else:
+            raise ArchiveError(f"{path}: the archive is empty; there is no record at byte {offset}")
+        return next(iter(units))
+    except StopIteration:
+        raise ArchiveError(f"{path}: no record at byte {offset} (past the end of the archive)") from None
+    except Truncated:
+        raise ArchiveError(f"{path}: the record at byte {offset} is cut off at the end of the file") from None
+
+
+# -- zstd --------------------------------------------------------------------
+
+
+def _read_exact(fh: BinaryIO, n: int, unit_offset: int) -> bytes:
+    data = fh.read(n)
+    if len(data) < n:
+        raise Truncated(unit_offset)
+    return data
+
+
+def _load_dict(content: bytes, path: Path) -> zstandard.ZstdCompressionDict:
+    try:
+        if int.from_bytes(content[:4], "little") == ZSTD_MAGIC:  # the dictionary itself may be compressed
+            content = zstandard.ZstdDecompressor().decompressobj().decompress(content)
+        return zstandard.ZstdCompressionDict(content)
+    except zstandard.ZstdError as e:
+        raise ArchiveError(f"{path}: the zstd dictionary frame at byte 0 is corrupt ({e})") from None
+
+
+def _read_skippable_dict(fh: BinaryIO, path: Path) -> zstandard.ZstdCompressionDict:
+    fh.seek(4)
+    size = int.from_bytes(_read_exact(fh, 4, 0), "little")
+    return _load_dict(_read_exact(fh, size, 0), path)
+
+
+def _zstd_units(
+    fh: BinaryIO,
+    path: Path,
+    start: int = 0,
+    dictionary: zstandard.ZstdCompressionDict | None = None,
+) -> Iterator[Unit]:
+    offset = start
+    dctx = zstandard.ZstdDecompressor(dict_data=dictionary) if dictionary else zstandard.ZstdDecompressor()
+    while True:
+        head = fh.read(4)
+        if not head:
+            return
+        if len(head) < 4:
+            raise Truncated(offset)
+        magic = int.from_bytes(head, "little")
+        if SKIPPABLE_MIN <= magic <= SKIPPABLE_MAX:
+            size = int.from_bytes(_read_exact(fh, 4, offset), "little")
+            content = _read_exact(fh, size, offset)
+            if magic == DICT_MAGIC:
+                dctx = zstandard.ZstdDecompressor(dict_data=_load_dict(content, path))
+            offset += 8 + size
+            continue
+        if magic != ZSTD_MAGIC:
+            raise ArchiveError(f"{path}: corrupt archive: no zstd frame at byte {offset}")
+        frame = bytearray(head)
+        frame += _frame_rest(fh, offset, path)
+        try:
+            data = dctx.decompressobj().decompress(bytes(frame))
+        except zstandard.ZstdError as e:
+            raise ArchiveError(f"{path}: corrupt zstd frame at byte {offset} ({e})") from None
+        yield Unit(offset, len(frame), data)
+        offset += len(frame)
+
+
+def _frame_rest(fh: BinaryIO, offset: int, path: Path) -> bytes:
+    """Read a zstd frame after its magic: header, blocks and optional checksum."""
+    out = bytearray(_read_exact(fh, 1, offset))
+    descriptor = out[0]
+    fcs_flag, single_segment = descriptor >> 6, (descriptor >> 5) & 1
+    checksum, dict_flag = (descriptor >> 2) & 1, descriptor & 3
+    if descriptor & 0x08:
+        raise ArchiveError(f"{path}: corrupt zstd frame header at byte {offset}")
+    header_rest = (0 if single_segment else 1) + (0, 1, 2, 4)[dict_flag]
+    header_rest += (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    out += _read_exact(fh, header_rest, offset)
+    while True:
+        block_header = _read_exact(fh, 3, offset)
+        out += block_header
+        value = int.from_bytes(block_header, "little")
+        last, block_type, size = value & 1, (value >> 1) & 3, value >> 3
+        if block_type == 3:
+            raise ArchiveError(f"{path}: corrupt zstd block in the frame at byte {offset}")
+        out += _read_exact(fh, 1 if block_type == 1 else size, offset)
+        if last:
+            break
+    if checksum:
+        out += _read_exact(fh, 4, offset)
+    return bytes(out)
+
+
+# -- gzip --------------------------------------------------------------------
+
+
+def _gzip_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
+    offset = start
+    buf = b""
+    while True:
+        if not buf:
+            buf = fh.read(_CHUNK)
+            if not buf:
+                return
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        parts: list[bytes] = []
+        consumed = 0
+        while True:
+            try:
+                parts.append(d.decompress(buf))
+            except zlib.error as e:
+                raise ArchiveError(f"{path}: corrupt gzip member at byte {offset} ({e})") from None
+            if d.eof:
+                rest = d.unused_data
+                consumed += len(buf) - len(rest)
+                buf = rest
+                break
+            consumed += len(buf)
+            buf = fh.read(_CHUNK)
+            if not buf:
+                raise Truncated(offset)
+        yield Unit(offset, consumed, b"".join(parts))
+        offset += consumed
+
+
+# -- plain WARC --------------------------------------------------------------
+
+
+def _plain_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
+    offset = start
+    pending = b""
+    while True:
+        # skip blank lines between records
+        line = pending or fh.readline()
+        pending = b""
+        while line and not line.strip():
+            offset += len(line)
+            line = fh.readline()
+        if not line:
+            return
+        if not line.startswith(b"WARC/"):
+            raise ArchiveError(f"{path}: corrupt archive: no WARC record at byte {offset}")
+        parts = [line]
+        length: int | None = None
+        while True:
+            line = fh.readline()
+            if not line.endswith(b"\n"):
+                raise Truncated(offset)
+            parts.append(line)
+            if not line.strip():
+                break
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                try:
+                    length = int(value.strip())
+                except ValueError:
+                    raise ArchiveError(f"{path}: bad Content-Length in the record at byte {offset}") from None
+        if length is None:
+            raise ArchiveError(f"{path}: the record at byte {offset} has no Content-Length")
+        parts.append(_read_exact(fh, length, offset))
+        # consume the record's closing CRLF CRLF (tolerate LF-only or missing at EOF)
+        tail = b""
+        while True:
+            line = fh.readline()
+            if line and not line.strip():
+                tail += line
+                continue
+            pending = line
+            break
+        data = b"".join(parts) + tail
+        yield Unit(offset, len(data), data)
+        offset += len(data)

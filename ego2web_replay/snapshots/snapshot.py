@@ -1,0 +1,371 @@
+"""A snapshot folder as a unit: ``snapshots/<task-id>/<snapshot-id>/``.
+
+The folder holds ``archive.warc.zst`` (or ``.warc.gz``), ``index.cdxj``,
+``manifest.json`` (written atomically, last) and ``screenshots/``. A folder
+without a manifest is a recording that did not finish.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from .. import __version__
+from ..errors import ArchiveError, SnapshotError
+from ..models import FileDigest, SnapshotManifest, save_model
+from .cdxj import CdxjEntry, build_index, read_index, surt_key, write_index
+from .reader import ArchiveRecord, iter_records, read_record
+from .warc import ArchiveWriter, Compression, naive_utc
+
+__all__ = [
+    "Snapshot",
+    "SnapshotWriter",
+    "SnapshotInfo",
+    "list_snapshots",
+    "latest_snapshot",
+    "tool_versions",
+    "file_digest",
+    "ARCHIVE_NAMES",
+    "MANIFEST",
+]
+
+MANIFEST = "manifest.json"
+INDEX = "index.cdxj"
+ARCHIVE_NAMES = {"zst": "archive.warc.zst", "gz": "archive.warc.gz", "none": "archive.warc"}
+_SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def tool_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Versions for the manifest: python, warcio, zstandard, this package (+ ``extra``)."""
+    tools = {"python": platform.python_version(), "ego2web-replay": __version__}
+    for dist in ("warcio", "zstandard"):
+        try:
+            tools[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            tools[dist] = "unknown"
+    tools.update(extra or {})
+    return tools
+
+
+def file_digest(path: Path, root: Path) -> FileDigest:
+    """sha256 and size of a file, with its path relative to ``root``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return FileDigest(path=path.relative_to(root).as_posix(), sha256=h.hexdigest(), size=path.stat().st_size)
+
+
+def find_archive(folder: Path) -> Path | None:
+    """The archive file of a snapshot folder, whatever its compression."""
+    for name in ARCHIVE_NAMES.values():
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def load_manifest(folder: Path) -> SnapshotManifest:
+    """Read ``manifest.json``; :class:`SnapshotError` if missing or invalid."""
+    path = folder / MANIFEST
+    try:
+        return SnapshotManifest.model_validate(json.loads(path.read_text("utf-8")))
+    except FileNotFoundError:
+        if not folder.exists():
+            raise SnapshotError(f"{folder}: no such snapshot folder") from None
+        hint = " (the recording did not finish?)" if find_archive(folder) else ""
+        raise SnapshotError(
+            f"{folder}: not a snapshot, {MANIFEST} is missing{hint}; "
+            "`ego2web-replay snapshot verify` tells what is there"
+        ) from None
+    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as e:
+        raise SnapshotError(f"{path}: not a valid snapshot manifest ({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise SnapshotError(f"{path}: cannot read the manifest ({e.strerror})") from None
+
+
+class Snapshot:
+    """An opened snapshot folder: manifest, index entries and records."""
+
+    def __init__(self, path: Path, manifest: SnapshotManifest) -> None:
+        self.path = Path(path)
+        self.manifest = manifest
+        self.archive_path = self.path / manifest.archive
+        self.index_path = self.path / manifest.index
+        self._entries: list[CdxjEntry] | None = None
+
+    @classmethod
+    def open(cls, path: Path) -> Snapshot:
+        """Open a snapshot folder; :class:`SnapshotError` if it is not one."""
+        path = Path(path)
+        if path.is_file() and path.name == MANIFEST:
+            path = path.parent
+        manifest = load_manifest(path)
+        snap = cls(path, manifest)
+        if not snap.archive_path.is_file():
+            raise SnapshotError(f"{path}: the archive {manifest.archive} is missing")
+        return snap
+
+    def entries(self) -> list[CdxjEntry]:
+        """The index entries (read once, sorted)."""
+        if self._entries is None:
+            self._entries = read_index(self.index_path)
+        return self._entries
+
+    def record(self, entry: CdxjEntry) -> ArchiveRecord:
+        """The record an index entry points at."""
+        return read_record(self.archive_path, entry.offset, entry.length)
+
+    def records(self) -> list[ArchiveRecord]:
+        """Every record of the archive, in file order (small snapshots, tests)."""
+        return list(iter_records(self.archive_path))
+
+    def find_original(self, entry: CdxjEntry) -> CdxjEntry | None:
+        """The capture a revisit entry refers to, or ``None`` if it is not in this snapshot.
+
+        Looks first at ``WARC-Refers-To-Target-URI`` / ``-Date`` (URL-agnostic
+        revisits), then at earlier captures of the same URL with the same
+        payload digest, then at any capture with that digest.
+        """
+        candidates = [e for e in self.entries() if e.record_type != "revisit" and e.digest == entry.digest]
+        if entry.refers_to_uri:
+            key = surt_key(entry.refers_to_uri)
+            same = [e for e in candidates if e.surt == key or e.url == entry.refers_to_uri]
+            exact = [e for e in same if e.timestamp == entry.refers_to_date]
+            if exact or same:
+                return (exact or same)[0]
+        same_url = [e for e in candidates if e.surt == entry.surt]
+        if same_url:
+            earlier = [e for e in same_url if e.timestamp <= entry.timestamp]
+            return earlier[-1] if earlier else same_url[0]
+        return candidates[0] if candidates else None
+
+    def resolve(self, entry: CdxjEntry) -> ArchiveRecord:
+        """The record to serve for an entry; a revisit is resolved to its original.
+
+        For a revisit, the result carries the original's payload, and the
+        revisit's own HTTP status and headers when it has them (else the
+        original's); its ``url`` and ``date`` stay the revisit's.
+        """
+        record = self.record(entry)
+        if record.rec_type != "revisit":
+            return record
+        original_entry = self.find_original(entry)
+        if original_entry is None:
+            raise ArchiveError(
+                f"{self.path}: the revisit of {entry.url} at {entry.timestamp} refers to a capture "
+                f"(digest {entry.digest}) that is not in this snapshot"
+            )
+        original = self.record(original_entry)
+        if record.http_headers is not None:
+            return replace(record, payload=original.payload, block=original.block, chunked=original.chunked)
+        return replace(
+            record,
+            payload=original.payload,
+            block=original.block,
+            chunked=original.chunked,
+            http_protocol=original.http_protocol,
+            http_status=original.http_status,
+            http_reason=original.http_reason,
+            http_headers=original.http_headers,
+            http_head_length=original.http_head_length,
+        )
+
+
+def _snapshot_id(now: datetime) -> str:
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def _check_id(kind: str, value: str) -> str:
+    if not _SAFE_ID.match(value):
+        raise SnapshotError(f"invalid {kind} {value!r}: use letters, digits, '.', '_' and '-' only")
+    return value
+
+
+class SnapshotWriter:
+    """Create a snapshot folder and write its archive; :meth:`finalize` writes index and manifest."""
+
+    def __init__(
+        self,
+        root: Path,
+        task_id: str,
+        *,
+        compression: Compression = "zst",
+        source: str = "record",
+        start_url: str | None = None,
+        snapshot_id: str | None = None,
+        settings: dict[str, Any] | None = None,
+        tools: dict[str, str] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        id_factory: Callable[[], str] | None = None,
+    ) -> None:
+        self._clock = clock or (lambda: datetime.now(UTC).replace(tzinfo=None))
+        self.created_at = naive_utc(self._clock())
+        task_dir = Path(root) / _check_id("task id", task_id)
+        base = _check_id("snapshot id", snapshot_id) if snapshot_id else _snapshot_id(self.created_at)
+        try:
+            task_dir.mkdir(parents=True, exist_ok=True)
+            self.path, self.snapshot_id = self._claim(task_dir, base, exact=snapshot_id is not None)
+            (self.path / "screenshots").mkdir()
+        except OSError as e:
+            raise SnapshotError(f"cannot create a snapshot folder under {task_dir} ({e.strerror}); "
+                                "check that the snapshots folder is writable") from None
+        self.task_id = task_id
+        self.source = source
+        self.start_url = start_url
+        self.settings = {"compression": compression, **(settings or {})}
+        self.tools = tool_versions(tools)
+        self.pages: list[str] = []
+        self.screenshots: list[str] = []
+        self.notes: list[str] = []
+        self.writer = ArchiveWriter(
+            self.path / ARCHIVE_NAMES[compression],
+            compression=compression,
+            warcinfo={
+                "software": f"ego2web-replay/{__version__}",
+                "format": "WARC File Format 1.1",
+                "description": f"task {task_id}, snapshot {self.snapshot_id} ({source})",
+            },
+            clock=clock,
+            id_factory=id_factory,
+        )
+
+    @staticmethod
+    def _claim(task_dir: Path, base: str, exact: bool) -> tuple[Path, str]:
+        for n in range(1, 1000):
+            sid = base if n == 1 else f"{base}-{n}"
+            try:
+                (task_dir / sid).mkdir()
+                return task_dir / sid, sid
+            except FileExistsError:
+                if exact:
+                    raise SnapshotError(f"{task_dir / sid}: a snapshot with this id already exists") from None
+        raise SnapshotError(f"{task_dir}: too many snapshots with id {base}")
+
+    def add_page(self, url: str) -> None:
+        """Note a main-document URL visited (in order)."""
+        self.pages.append(url)
+        if self.start_url is None:
+            self.start_url = url
+
+    def add_screenshot(self, rel_path: str) -> None:
+        """Note a screenshot saved under the snapshot folder (path relative to it)."""
+        self.screenshots.append(Path(rel_path).as_posix())
+
+    def add_note(self, note: str) -> None:
+        self.notes.append(note)
+
+    def finalize(self) -> SnapshotManifest:
+        """Close the archive, build the index, hash every file and write the manifest atomically."""
+        self.writer.close()
+        archive = self.writer.path
+        entries = build_index(archive)
+        write_index(entries, self.path / INDEX)
+        counts: Counter[str] = Counter()
+        payload_bytes = 0
+        for record in iter_records(archive):
+            counts[record.rec_type] += 1
+            if record.rec_type in ("response", "resource"):
+                payload_bytes += len(record.payload)
+        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path)]
+        for shot in sorted((self.path / "screenshots").rglob("*")):
+            if shot.is_file():
+                files.append(file_digest(shot, self.path))
+        manifest = SnapshotManifest(
+            task_id=self.task_id,
+            snapshot_id=self.snapshot_id,
+            created_at=self.created_at.replace(tzinfo=UTC),
+            finished_at=naive_utc(self._clock()).replace(tzinfo=UTC),
+            source=self.source,  # type: ignore[arg-type]
+            start_url=self.start_url,
+            pages=self.pages,
+            archive=archive.name,
+            index=INDEX,
+            records=dict(sorted(counts.items())),
+            exchanges=counts["response"] + counts["revisit"],
+            payload_bytes=payload_bytes,
+            archive_bytes=archive.stat().st_size,
+            files=files,
+            tools=self.tools,
+            settings=self.settings,
+            screenshots=self.screenshots,
+            notes=self.notes,
+        )
+        try:
+            save_model(self.path / MANIFEST, manifest)
+        except OSError as e:
+            raise SnapshotError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+        return manifest
+
+    def __enter__(self) -> SnapshotWriter:
+        return self
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.finalize()
+        else:  # leave the folder without a manifest: verify reports the unfinished recording
+            self.writer.close()
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """A snapshot folder found under the snapshots root (``manifest`` is None if unfinished)."""
+
+    path: Path
+    task_id: str
+    snapshot_id: str
+    manifest: SnapshotManifest | None
+
+    @property
+    def complete(self) -> bool:
+        return self.manifest is not None
+
+
+def list_snapshots(root: Path) -> list[SnapshotInfo]:
+    """Every snapshot folder under ``root``: tasks in name order, newest snapshot first."""
+    root = Path(root)
+    if not root.exists():
+        raise SnapshotError(f"{root}: snapshots folder not found")
+    found: list[SnapshotInfo] = []
+    for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        infos = []
+        for snap_dir in (p for p in task_dir.iterdir() if p.is_dir()):
+            if not (snap_dir / MANIFEST).exists() and find_archive(snap_dir) is None:
+                continue
+            try:
+                manifest: SnapshotManifest | None = load_manifest(snap_dir)
+            except SnapshotError:
+                manifest = None
+            infos.append(SnapshotInfo(snap_dir, task_dir.name, snap_dir.name, manifest))
+        infos.sort(key=_newest_key, reverse=True)
+        found.extend(infos)
+    return found
+
+
+def _newest_key(info: SnapshotInfo) -> tuple[str, int, str]:
+    base, _, suffix = info.snapshot_id.partition("-")
+    created = info.manifest.created_at.strftime("%Y%m%dT%H%M%S.%f") if info.manifest else base
+    return created, int(suffix) if suffix.isdigit() else 0, info.snapshot_id
+
+
+def latest_snapshot(root: Path, task_id: str) -> Path:
+    """The newest complete snapshot of a task; :class:`SnapshotError` if there is none."""
+    task_dir = Path(root) / task_id
+    if task_dir.is_dir():
+        for info in list_snapshots(Path(root)):
+            if info.task_id == task_id and info.complete:
+                return info.path
+    raise SnapshotError(
+        f"no snapshot of task {task_id!r} under {root}; record one with `ego2web-replay record` "
+        "or import a WARC with `ego2web-replay snapshot import`"
+    )

@@ -1,0 +1,299 @@
+"""Writing WARC 1.1 archives record by record (``.warc.zst``, ``.warc.gz`` or ``.warc``).
+
+Each record is serialised with warcio into memory, compressed on its own (one
+zstd frame with content size and checksum, or one gzip member) and appended,
+then flushed and fsynced, so a killed writer leaves every earlier record whole.
+Record ids and the clock are injectable, so the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import http
+import io
+import os
+import threading
+import uuid
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+from urllib.parse import urlsplit
+
+import zstandard
+from warcio.recordbuilder import RecordBuilder
+from warcio.statusandheaders import StatusAndHeaders
+from warcio.timeutils import datetime_to_iso_date
+from warcio.warcwriter import WARCWriter
+
+from ..errors import ArchiveError
+
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "reason_phrase"]
+
+Compression = Literal["zst", "gz", "none"]
+
+
+@dataclass(frozen=True)
+class RecordLocation:
+    """Where a written record lies: its compressed span in the archive file."""
+
+    record_id: str
+    record_type: str
+    url: str
+    offset: int
+    length: int
+    payload_digest: str | None
+
+
+def naive_utc(value: datetime) -> datetime:
+    """A naive UTC datetime (warcio writes an invalid WARC-Date for aware ones)."""
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def reason_phrase(status: int) -> str:
+    """The standard reason phrase of an HTTP status code ('' if unknown)."""
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
+
+
+def _default_clock() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _default_id() -> str:
+    return f"<urn:uuid:{uuid.uuid4()}>"
+
+
+def _drop_pseudo(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return [(k, v) for k, v in headers if not k.startswith(":")]
+
+
+def _fix_length(headers: list[tuple[str, str]], body: bytes, keep_length: bool) -> list[tuple[str, str]]:
+    """Drop Transfer-Encoding (the body is stored de-chunked) and make Content-Length true."""
+    out: list[tuple[str, str]] = []
+    seen_length = False
+    for name, value in headers:
+        lower = name.lower()
+        if lower == "transfer-encoding":
+            continue
+        if lower == "content-length":
+            if seen_length:
+                continue
+            seen_length = True
+            if not keep_length:
+                value = str(len(body))
+        out.append((name, value))
+    if not seen_length and (body or not keep_length):
+        out.append(("Content-Length", str(len(body))))
+    return out
+
+
+class ArchiveWriter:
+    """Append WARC records to ``path``, one compression unit per record.
+
+    The warcinfo record is written first when the file is new or empty. The
+    writer is a context manager; :meth:`close` closes the file.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        compression: Compression = "zst",
+        warcinfo: dict[str, str] | None = None,
+        clock: Callable[[], datetime] | None = None,
+        id_factory: Callable[[], str] | None = None,
+        zstd_level: int = 3,
+    ) -> None:
+        self.path = Path(path)
+        self.compression: Compression = compression
+        self._clock = clock or _default_clock
+        self._new_id = id_factory or _default_id
+        self._lock = threading.RLock()
+        self._builder = RecordBuilder(warc_version="WARC/1.1")
+        if compression == "zst":
+            self._zstd = zstandard.ZstdCompressor(level=zstd_level, write_checksum=True, write_content_size=True)
+        elif compression not in ("gz", "none"):
+            raise ArchiveError(f"unknown archive compression {compression!r}; use zst, gz or none")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "ab")  # noqa: SIM115 - owned by the writer, closed in close()
+            self._fh.seek(0, os.SEEK_END)
+        except OSError as e:
+            raise ArchiveError(f"{self.path}: cannot open the archive for writing ({e.strerror})") from None
+        self.records_written = 0
+        if self._fh.tell() == 0:
+            fields = {"software": "ego2web-replay", "format": "WARC File Format 1.1"}
+            fields.update(warcinfo or {})
+            payload = "".join(f"{k}: {v}\r\n" for k, v in fields.items() if v).encode("utf-8")
+            self.write_record(
+                "warcinfo",
+                "",
+                payload=payload,
+                content_type="application/warc-fields",
+                warc_headers=[("WARC-Filename", self.path.name)],
+            )
+
+    # -- public API ------------------------------------------------------------
+
+    def write_exchange(
+        self,
+        *,
+        url: str,
+        method: str,
+        request_headers: list[tuple[str, str]],
+        request_body: bytes,
+        status: int,
+        reason: str,
+        response_headers: list[tuple[str, str]],
+        response_body: bytes,
+        http_version: str = "HTTP/1.1",
+        ip: str | None = None,
+        date: datetime | None = None,
+    ) -> list[RecordLocation]:
+        """Write a response record and its request record; return ``[response, request]``.
+
+        ``response_body`` is the wire payload (content-encoded bodies stay
+        encoded, chunking already removed). HTTP/2 and HTTP/3 exchanges are
+        written as HTTP/1.1 with the standard reason phrase and a Host header.
+        """
+        when = naive_utc(date) if date is not None else self._clock()
+        if not http_version.upper().startswith("HTTP/1") or not reason:
+            reason = reason_phrase(status) or reason
+        statusline = f"{status} {reason}" if reason else str(status)
+        keep_length = method.upper() == "HEAD" or status in (204, 304) or 100 <= status < 200
+        resp_headers = _fix_length(_drop_pseudo(response_headers), response_body, keep_length)
+        response_http = StatusAndHeaders(statusline, resp_headers, protocol="HTTP/1.1")
+
+        parts = urlsplit(url)
+        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        authority = next((v for k, v in request_headers if k.lower() == ":authority"), None)
+        req_headers = _drop_pseudo(request_headers)
+        if not any(k.lower() == "host" for k, _ in req_headers):
+            req_headers.insert(0, ("Host", authority or parts.netloc))
+        req_headers = _fix_length(req_headers, request_body, keep_length=not request_body)
+        request_http = StatusAndHeaders(f"{target} HTTP/1.1", req_headers, protocol=method.upper())
+
+        extra = [("WARC-IP-Address", ip)] if ip else []
+        with self._lock:
+            resp_id = self._new_id()
+            response = self.write_record(
+                "response", url, payload=response_body, http_headers=response_http,
+                warc_headers=extra, record_id=resp_id, date=when,
+            )
+            request = self.write_record(
+                "request", url, payload=request_body, http_headers=request_http,
+                warc_headers=[("WARC-Concurrent-To", resp_id)], date=when,
+            )
+        return [response, request]
+
+    def write_record(
+        self,
+        record_type: str,
+        url: str,
+        *,
+        payload: bytes = b"",
+        http_headers: StatusAndHeaders | None = None,
+        content_type: str | None = None,
+        warc_headers: list[tuple[str, str]] | None = None,
+        record_id: str | None = None,
+        date: datetime | None = None,
+    ) -> RecordLocation:
+        """Write one record of any type (warcinfo, response, request, resource, metadata, revisit).
+
+        For a revisit, pass ``WARC-Refers-To-Target-URI``, ``WARC-Refers-To-Date``
+        and ``WARC-Payload-Digest`` (the original's) in ``warc_headers`` and the
+        revisit's HTTP head as ``http_headers``.
+        """
+        with self._lock:
+            record_id = record_id or self._new_id()
+            when = naive_utc(date) if date is not None else self._clock()
+            fields: dict[str, str] = {"WARC-Type": record_type, "WARC-Record-ID": record_id}
+            fields["WARC-Date"] = datetime_to_iso_date(when, use_micros=True)
+            if url:
+                fields["WARC-Target-URI"] = url
+            for name, value in warc_headers or []:
+                fields[name] = value
+            if record_type == "revisit" and "WARC-Profile" not in fields:
+                fields["WARC-Profile"] = RecordBuilder.REVISIT_PROFILE_1_1
+            record = self._builder.create_warc_record(
+                url,
+                record_type,
+                payload=io.BytesIO(payload),
+                length=len(payload),
+                warc_content_type=content_type or "",
+                warc_headers_dict=fields,
+                http_headers=http_headers,
+            )
+            buf = io.BytesIO()
+            WARCWriter(buf, gzip=False, warc_version="WARC/1.1").write_record(record)
+            digest = record.rec_headers.get_header("WARC-Payload-Digest")
+            return self._append(buf.getvalue(), record_type, record_id, url, digest)
+
+    def write_raw(
+        self, data: bytes, *, record_type: str, record_id: str, url: str, payload_digest: str | None
+    ) -> RecordLocation:
+        """Append an already serialised record (``WARC/1.x`` header to closing CRLF CRLF) unchanged."""
+        with self._lock:
+            return self._append(data, record_type, record_id, url, payload_digest)
+
+    def flush(self) -> None:
+        """Flush and fsync (every record is already synced when written)."""
+        with self._lock:
+            self._sync()
+
+    def close(self) -> None:
+        """Close the archive file."""
+        with self._lock:
+            if not self._fh.closed:
+                self._fh.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._fh.closed
+
+    def __enter__(self) -> ArchiveWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------
+
+    def _compress(self, data: bytes) -> bytes:
+        if self.compression == "zst":
+            return self._zstd.compress(data)
+        if self.compression == "gz":
+            gz = zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+            return gz.compress(data) + gz.flush()
+        return data
+
+    def _sync(self) -> None:
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def _append(
+        self, data: bytes, record_type: str, record_id: str, url: str, digest: str | None
+    ) -> RecordLocation:
+        if self._fh.closed:
+            raise ArchiveError(f"{self.path}: the archive writer is closed; open a new one to append")
+        blob = self._compress(data)
+        offset = self._fh.tell()
+        try:
+            self._fh.write(blob)
+            self._sync()
+        except OSError as e:
+            try:  # leave no partial record behind
+                self._fh.truncate(offset)
+            except OSError:
+                pass
+            raise ArchiveError(
+                f"{self.path}: cannot write to the archive ({e.strerror}); the recording stops here"
+            ) from None
+        self.records_written += 1
+        return RecordLocation(record_id, record_type, url, offset, len(blob), digest)
