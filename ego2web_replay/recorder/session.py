@@ -130,7 +130,7 @@ class LiveRecording:
         try:
             self.proxy.start()
         except BaseException:
-            self.writer.abort()
+            self.writer.writer.close()
             raise
         return self
 
@@ -146,14 +146,14 @@ class LiveRecording:
         self.proxy.stop()
         if self.recorder.failed:
             self.error = self.recorder.failed
-            self.writer.abort()
+            self.writer.writer.close()
             return
         try:
             self.manifest = self.writer.finalize()
             self.ok = True
         except Exception as e:  # noqa: BLE001
             self.error = f"cannot finalize the snapshot: {e}"
-            self.writer.abort()
+            self.writer.writer.close()
 
 
 def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca: ProjectCA | None = None,
@@ -180,7 +180,7 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
             with BrowserSession(proxy_url=proxy.url, spki=ca.spki, headless=not opts.interactive) as browser:
                 context = browser.new_context()
                 page = context.new_page()
-                page.on("framenavigated", lambda f: sw.add_page(f.url) if f == page.main_frame else None)
+                page.on("framenavigated", lambda f: sw.add_page(f.url) if f == page.main_frame and f.url.startswith("http") else None)
                 if opts.interactive:
                     page.goto(task.start_url, wait_until="load")
                     page.wait_for_event("close", timeout=0)
@@ -194,10 +194,10 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
         result.ok = True
     except Ego2WebError as e:
         result.error = str(e)
-        sw.abort()
+        sw.writer.close()
     except Exception as e:  # noqa: BLE001 - a failing task is reported and the others go on
         result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        sw.abort()
+        sw.writer.close()
     result.exchanges = recorder.exchanges
     result.blocked = dict(guard.counts)
     return result

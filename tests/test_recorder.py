@@ -1,0 +1,162 @@
+"""Recording a task against the local test site (HTTP and HTTPS) captures every exchange exactly."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+
+from ego2web_replay.actions import Action
+from ego2web_replay.recorder.addon import REDACTED, redact_headers
+from ego2web_replay.recorder.session import RecordOptions, record_task
+from ego2web_replay.snapshots.reader import iter_records
+from ego2web_replay.snapshots.snapshot import Snapshot
+from ego2web_replay.snapshots.verify import verify_snapshot
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.site import BIG_SIZE
+
+pytestmark = pytest.mark.slow
+
+
+def _task(base: str, task_id: str) -> Task:
+    return Task(id=task_id, instruction="Find snack 42's calories", start_url=base + "/",
+                reference_actions=[
+                    Action(kind="goto", url=base + "/"),
+                    Action(kind="wait", selector="body[data-ready='1']"),
+                    Action(kind="click", selector="#product-link"),
+                    Action(kind="answer", answer="150 kcal"),
+                ])
+
+
+def _wire_by_path(site):
+    time.sleep(0.3)  # the last responses are logged by the site's threads
+    return Counter((e.method, e.path.split("?")[0], e.status, e.sha256) for e in site.wire)
+
+
+@pytest.fixture(scope="module", params=["https", "http"])
+def recorded(request, site, ca, tmp_path_factory):
+    base = site.https_url if request.param == "https" else site.http_url
+    root = tmp_path_factory.mktemp(f"snap-{request.param}")
+    site.clear_log()
+    opts = RecordOptions(guard="loopback", upstream_ca=site.tls.ca_cert, compression="zst")
+    result = record_task(_task(base, f"T-{request.param}"), root, opts, ca=ca)
+    return result, _wire_by_path(site), base
+
+
+def test_every_exchange_captured_with_wire_bytes(recorded):
+    result, wire, base = recorded
+    assert result.ok, result.error
+    snap = Snapshot.open(result.snapshot)
+    import hashlib
+
+    archived = Counter()
+    for rec in iter_records(snap.archive_path):
+        if rec.rec_type == "response":
+            path = rec.url[len(base):].split("?")[0] or "/"
+            archived[(rec.http_header("X-Orig-Method") or "GET", path, rec.http_status,
+                      hashlib.sha256(rec.payload).hexdigest())] += 1
+    # compare by path/status/body (the request method is checked through the request records below)
+    strip = lambda c: Counter({(k[1], k[2], k[3]): v for k, v in c.items()})  # noqa: E731
+    assert strip(archived) == strip(wire)
+    assert result.manifest.exchanges == sum(wire.values())
+    paths = {k[1] for k in wire}
+    for p in ("/", "/static/style.css", "/static/app.js", "/static/logo.png", "/static/font.ttf", "/api/price",
+              "/api/cart", "/static/data.json", "/chunked", "/big.bin", "/old-product", "/product/42", "/missing",
+              "/api/broken"):
+        assert p in paths, p
+
+
+def test_records_linked_and_bodies_as_on_the_wire(recorded):
+    result, _, base = recorded
+    snap = Snapshot.open(result.snapshot)
+    records = list(iter_records(snap.archive_path))
+    assert records[0].rec_type == "warcinfo"
+    by_id = {r.record_id: r for r in records}
+    responses = [r for r in records if r.rec_type == "response"]
+    requests = [r for r in records if r.rec_type == "request"]
+    assert len(requests) == len(responses)
+    for req in requests:
+        assert req.concurrent_to and req.concurrent_to[0] in by_id
+        assert by_id[req.concurrent_to[0]].url == req.url
+    for r in responses:
+        assert r.payload_digest and r.block_digest and r.ip == "127.0.0.1"
+        assert r.date and r.date.endswith("Z") and "+00:00" not in r.date
+        assert r.http_header("Transfer-Encoding") is None
+        assert int(r.http_header("Content-Length")) == len(r.payload)
+    gz = next(r for r in responses if r.url.endswith("/static/data.json"))
+    assert gz.http_header("Content-Encoding") == "gzip" and gz.payload[:2] == b"\x1f\x8b"
+    chunked = next(r for r in responses if r.url.endswith("/chunked"))
+    assert chunked.payload == b"chunk-" * 700
+    big = next(r for r in responses if r.url.endswith("/big.bin"))
+    assert len(big.payload) == BIG_SIZE
+    redirect = next(r for r in responses if r.url.endswith("/old-product"))
+    assert redirect.http_status == 302 and redirect.http_header("Location") == "/product/42"
+    product = next(r for r in responses if r.url.endswith("/product/42"))
+    assert "session=abc123" in product.http_header("Set-Cookie")
+    post = next(r for r in requests if r.url.endswith("/api/cart"))
+    assert post.http_method == "POST" and b'"ts":' in post.payload
+    # the browser sent the session cookie back; the archive keeps only a redacted value
+    later = [r for r in requests if r.http_header("Cookie")]
+    assert all(r.http_header("Cookie") == REDACTED for r in later)
+
+
+def test_snapshot_verifies_and_index_resolves(recorded):
+    result, _, _ = recorded
+    report = verify_snapshot(result.snapshot)
+    assert report.ok, report.problems
+    snap = Snapshot.open(result.snapshot)
+    for e in snap.entries():
+        rec = snap.record(e)
+        assert rec.url == e.url
+    assert result.manifest.pages[-1].endswith("/product/42")
+    assert len(result.manifest.screenshots) >= 3
+    assert "chromium" in result.manifest.tools and "mitmproxy" in result.manifest.tools
+    assert result.blocked.get("not-allowed", 0) == 0
+
+
+def test_redact_headers():
+    h = [("Authorization", "Bearer x"), ("cookie", "a=b"), ("Accept", "*/*"), ("Proxy-Authorization", "Basic y")]
+    assert redact_headers(h) == [("Authorization", REDACTED), ("cookie", REDACTED), ("Accept", "*/*"),
+                                 ("Proxy-Authorization", REDACTED)]
+
+
+def test_gz_format_passes_warcio_check(site, ca, tmp_path):
+    opts = RecordOptions(guard="loopback", upstream_ca=site.tls.ca_cert, compression="gz")
+    task = Task(id="Tgz", instruction="x", start_url=site.http_url + "/product/42")
+    result = record_task(task, tmp_path, opts, ca=ca)
+    assert result.ok, result.error
+    archive = result.snapshot / "archive.warc.gz"
+    out = subprocess.run([sys.executable, "-m", "warcio.cli", "check", "-v", str(archive)], capture_output=True,
+                         text=True)
+    if "No module named" in out.stderr:
+        out = subprocess.run([str(__import__("pathlib").Path(sys.executable).with_name("warcio")), "check", "-v",
+                              str(archive)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "digest pass" in out.stdout
+
+
+def test_failed_write_stops_recording(site, ca, tmp_path):
+    """A writer that fails makes the recording fail loudly; nothing passes unrecorded."""
+    import urllib.error
+    import urllib.request
+
+    from ego2web_replay.guard import UpstreamGuard
+    from ego2web_replay.proxy import ProxyServer
+    from ego2web_replay.recorder.addon import Recorder
+
+    class Broken:
+        def write_exchange(self, **kw):
+            raise OSError(28, "No space left on device")
+
+    rec = Recorder(Broken())
+    with ProxyServer([UpstreamGuard(), rec], ca=ca, options={"guard_mode": "loopback"}) as proxy:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy.url}))
+        with pytest.raises(Exception):
+            opener.open(site.http_url + "/product/42", timeout=10).read()
+        with pytest.raises(urllib.error.HTTPError) as e:
+            opener.open(site.http_url + "/", timeout=10)
+        assert e.value.code == 502
+    assert rec.failed and "No space left" in rec.failed and rec.exchanges == 0
