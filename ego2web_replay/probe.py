@@ -1,0 +1,240 @@
+"""Drift probes: re-visit a snapshot's recorded pages live and say what changed.
+
+For each snapshot, the main documents (the manifest's pages and every archived
+HTML response) and the JSON resources the task needed are fetched again
+through the recording proxy, so the probe itself is archived as a snapshot
+(``source="probe"``). Per URL: status then and now, whether the payload digest
+is equal, and how similar the visible text is; each URL is ``unchanged``,
+``changed``, ``gone`` (404/410 or unreachable), ``blocked`` (a CAPTCHA or an
+access-denied page) or ``error``. A task is as bad as its worst main document:
+blocked > gone > changed > unchanged.
+"""
+
+from __future__ import annotations
+
+import difflib
+import gzip
+import hashlib
+import re
+import ssl
+import urllib.error
+import urllib.request
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+from .errors import SnapshotError
+
+__all__ = ["UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
+
+BLOCK_PATTERNS = re.compile(
+    r"captcha|verify you are (a )?human|are you a robot|unusual traffic|access denied|request blocked|"
+    r"attention required|bot detection|please enable cookies", re.I)
+_SEVERITY = {"unchanged": 0, "error": 0, "changed": 1, "gone": 2, "blocked": 3}
+
+
+class _Text(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self._skip = 0
+
+    def handle_starttag(self, tag: str, attrs: Any) -> None:
+        if tag in ("script", "style", "noscript", "template"):
+            self._skip += 1
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in ("script", "style", "noscript", "template") and self._skip:
+            self._skip -= 1
+
+    def handle_data(self, data: str) -> None:
+        if not self._skip and data.strip():
+            self.parts.append(data.strip())
+
+
+def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
+    """Undo Content-Encoding (gzip, deflate, br where available)."""
+    enc = next((v for k, v in headers if k.lower() == "content-encoding"), "").strip().lower()
+    try:
+        if enc in ("gzip", "x-gzip"):
+            return gzip.decompress(body)
+        if enc == "deflate":
+            try:
+                return zlib.decompress(body)
+            except zlib.error:
+                return zlib.decompress(body, -zlib.MAX_WBITS)
+        if enc == "br":
+            import brotli  # type: ignore[import-not-found]
+
+            return bytes(brotli.decompress(body))
+    except Exception:  # noqa: BLE001 - undecodable bodies compare as bytes
+        return body
+    return body
+
+
+def visible_text(body: bytes, content_type: str | None) -> str:
+    """The text a reader sees (HTML stripped of markup and scripts); other text as is."""
+    text = body.decode("utf-8", errors="replace")
+    if content_type and "html" in content_type.lower():
+        p = _Text()
+        p.feed(text)
+        return " ".join(p.parts)
+    return text
+
+
+def detect_block(status: int | None, text: str) -> bool:
+    """A CAPTCHA wall or an access-denied page."""
+    return status in (401, 403, 429) or bool(BLOCK_PATTERNS.search(text[:20000]))
+
+
+@dataclass
+class UrlProbe:
+    url: str
+    status_then: int | None
+    status_now: int | None
+    digest_equal: bool | None
+    text_similarity: float | None
+    url_status: str
+    main_document: bool
+    error: str | None = None
+
+
+def _classify(then_status: int | None, now_status: int | None, same_digest: bool, similarity: float | None,
+              text_now: str) -> str:
+    if now_status is None:
+        return "gone"
+    if detect_block(now_status, text_now) and not (then_status == now_status and same_digest):
+        return "blocked"
+    if now_status in (404, 410) and then_status not in (404, 410):
+        return "gone"
+    if same_digest or (then_status == now_status and similarity is not None and similarity >= 0.999):
+        return "unchanged"
+    return "changed"
+
+
+def task_status_of(probes: Sequence[UrlProbe]) -> str:
+    """Worst status among the main documents (all URLs when there are none)."""
+    mains = [p for p in probes if p.main_document] or list(probes)
+    worst = "unchanged"
+    for p in mains:
+        if _SEVERITY.get(p.url_status, 0) > _SEVERITY[worst]:
+            worst = p.url_status
+    return worst
+
+
+def _fetch(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> tuple[int | None, list[tuple[str, str]], bytes, str | None]:
+    req = urllib.request.Request(url, headers={"User-Agent": "ego2web-replay drift probe", "Accept-Encoding": "gzip"})
+    try:
+        with opener.open(req, timeout=timeout) as resp:
+            return resp.status, list(resp.headers.items()), resp.read(), None
+    except urllib.error.HTTPError as e:
+        return e.code, list(e.headers.items()), e.read(), None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        reason = getattr(e, "reason", e)
+        return None, [], b"", f"unreachable: {reason}"
+
+
+def _targets(snap: Any) -> list[tuple[Any, bool]]:
+    pages = set(snap.manifest.pages)
+    out: list[tuple[Any, bool]] = []
+    seen: set[str] = set()
+    for e in snap.entries():
+        if e.record_type != "response" or (e.method or "GET").upper() != "GET" or e.url in seen:
+            continue
+        mime = (e.mime or "").lower()
+        main = e.url in pages or ("html" in mime and (e.status or 0) < 300)
+        if main or "json" in mime:
+            seen.add(e.url)
+            out.append((e, main))
+    return out
+
+
+def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: float = 15.0,
+                   progress: Callable[[str], None] | None = None) -> list[UrlProbe]:
+    """Probe one snapshot's pages through an already running (recording) proxy."""
+    from .snapshots.snapshot import Snapshot
+
+    snap = Snapshot.open(snapshot)
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy_url, "https": proxy_url}),
+                                         urllib.request.HTTPSHandler(context=ctx),
+                                         _NoRedirect())
+    results = []
+    for entry, main in _targets(snap):
+        if progress:
+            progress(entry.url)
+        try:
+            then = snap.resolve(entry)
+            then_body = decode_body(then.payload, then.http_headers or [])
+        except Exception as e:  # noqa: BLE001 - an unreadable capture is that URL's error only
+            results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, f"archive: {e}"))
+            continue
+        status, headers, body, err = _fetch(opener, entry.url, timeout)
+        marker = next((v for k, v in headers if k.lower() == "x-ego2web-replay"), "")
+        if marker.startswith("blocked"):
+            err = f"not probed: the upstream guard refused this host ({marker})"
+            results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))
+            continue
+        if status in (502, 504) and b"mitmproxy" in body.lower():
+            err = "unreachable: " + visible_text(body, "text/html")[:200]
+        if err:
+            results.append(UrlProbe(entry.url, entry.status, None, None, None, "gone", main, err))
+            continue
+        now_body = decode_body(body, headers)
+        same = hashlib.sha256(now_body).digest() == hashlib.sha256(then_body).digest()
+        ctype = next((v for k, v in headers if k.lower() == "content-type"), entry.mime)
+        t_then, t_now = visible_text(then_body, entry.mime), visible_text(now_body, ctype)
+        sim = 1.0 if same else round(difflib.SequenceMatcher(None, t_then, t_now, autojunk=False).ratio(), 4)
+        results.append(UrlProbe(entry.url, entry.status, status, same, sim,
+                                _classify(entry.status, status, same, sim, t_now), main))
+    return results
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str = "open",
+                    upstream_ca: Path | None = None, db: Path | None = None, timeout: float = 15.0,
+                    on_task: Callable[[str, str, list[UrlProbe]], None] | None = None) -> tuple[str, list[Any]]:
+    """Probe several snapshots; archive each probe; record rows in ``db`` when given.
+
+    Returns the probe id and the :class:`~ego2web_replay.tracking.drift.ProbeResult` rows.
+    """
+    from .recorder.session import LiveRecording, RecordOptions
+    from .snapshots.snapshot import Snapshot
+    from .tasks import Task
+    from .tracking.drift import ProbeResult
+
+    probe_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
+    rows: list[ProbeResult] = []
+    for path in snapshots:
+        try:
+            snap = Snapshot.open(path)
+        except SnapshotError as e:
+            raise SnapshotError(f"cannot probe {path}: {e}") from None
+        m = snap.manifest
+        task = Task(id=m.task_id, instruction="drift probe", start_url=m.start_url or "http://invalid/")
+        opts = RecordOptions(guard=guard, upstream_ca=upstream_ca, source="probe", screenshots=False)
+        with LiveRecording(task, archive_root, opts) as live:
+            probes = probe_snapshot(path, proxy_url=live.proxy_url, ca_file=live.ca.cert_path, timeout=timeout)
+        status = task_status_of(probes)
+        at = datetime.now(UTC)
+        for p in probes:
+            rows.append(ProbeResult(probe_id=probe_id, probed_at=at, task_id=m.task_id, snapshot_id=m.snapshot_id,
+                                    url=p.url, status_then=p.status_then, status_now=p.status_now,
+                                    digest_equal=p.digest_equal, text_similarity=p.text_similarity,
+                                    url_status=p.url_status, task_status=status, error=p.error))  # type: ignore[arg-type]
+        if on_task:
+            on_task(m.task_id, status, probes)
+    if db is not None:
+        from .tracking.drift import record_probe
+
+        record_probe(db, rows)
+    return probe_id, rows
