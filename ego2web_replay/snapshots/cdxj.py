@@ -24,7 +24,7 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
-from .reader import ArchiveRecord, iter_records, sha1_digest
+from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
 __all__ = ["CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
 
@@ -308,7 +308,7 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
         timestamp=_timestamp(record.date),
         url=url,
         mime=_mime(record),
-        digest=digest.split(":", 1)[-1],
+        digest=normalize_digest(digest),
         offset=record.offset,
         length=record.length,
         filename=filename,

@@ -35,6 +35,7 @@ __all__ = [
     "parse_record",
     "digest_problems",
     "sha1_digest",
+    "normalize_digest",
 ]
 
 _WARC_PARSER = StatusAndHeadersParser(["WARC/1.1", "WARC/1.0", "WARC/0.17", "WARC/0.18"], verify=True)
@@ -45,6 +46,29 @@ _HTTP_RECORD_TYPES = ("response", "request", "revisit")
 def sha1_digest(data: bytes) -> str:
     """The standard WARC digest of ``data``: ``sha1:`` + base32."""
     return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
+
+
+def normalize_digest(value: str | None) -> str:
+    """A digest as the index keeps it: no ``sha1:`` prefix, sha1 in base32 (hex/base64 converted)."""
+    if not value:
+        return ""
+    alg, sep, text = value.partition(":")
+    if not sep:
+        alg, text = "sha1", value
+    text = text.strip()
+    if alg.strip().lower() not in ("sha1", "sha-1"):
+        return value.strip()
+    raw: bytes | None = None
+    try:
+        if len(text) == 40:
+            raw = bytes.fromhex(text)
+        elif len(text) in (27, 28):
+            raw = base64.b64decode(text + "=" * (28 - len(text)), altchars=b"-_" if "-" in text or "_" in text else None)
+    except ValueError:
+        raw = None
+    if raw is not None and len(raw) == 20:
+        return base64.b32encode(raw).decode("ascii")
+    return text.upper() if len(text) == 32 else text
 
 
 class WarcHeaders:
