@@ -146,7 +146,8 @@ def _multipart(content_type: str, body: bytes) -> str:
         name = part.get_param("name", header="content-disposition")
         if name is None:
             continue
-        data = part.get_payload(decode=True) or b""
+        raw = part.get_payload(decode=True)
+        data = raw if isinstance(raw, bytes) else b""
         if part.get_filename():
             values.append((str(name), data))
         else:
