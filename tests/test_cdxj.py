@@ -15,7 +15,7 @@ from ego2web_replay.snapshots.cdxj import (
     request_body_query,
     write_index,
 )
-from ego2web_replay.snapshots.reader import read_record, sha1_digest
+from ego2web_replay.snapshots.reader import normalize_digest, read_record, sha1_digest
 from ego2web_replay.snapshots.warc import ArchiveWriter
 
 CORPUS = Path("/work/shared/corpus/warc")
@@ -116,3 +116,12 @@ def test_read_index_errors(tmp_path):
         read_index(bad)
     with pytest.raises(ArchiveError, match="index not found"):
         read_index(tmp_path / "missing.cdxj")
+
+
+def test_digests_are_normalized_to_base32_sha1():
+    (entry,) = build_index(CORPUS / "pywb/example2.warc.gz")  # warcprox stores sha1 as hex
+    assert entry.digest == "G7HRM7BGOKSKMSXZAHMUQTTV53QOFSMK"
+    assert normalize_digest("sha1:2jmj7l5rSw0yVb/vlWAYkK/YBwk=") == "3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+    assert normalize_digest("sha1:2jmj7l5rSw0yVb_vlWAYkK_YBwk=") == "3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+    assert normalize_digest("sha1:3i42h3s6nnfq2msvx7xzkyaysc x5qbyj".replace(" ", "")) == "3I42H3S6NNFQ2MSVX7XZKYAYSCX5QBYJ"
+    assert normalize_digest("sha256:abc") == "sha256:abc" and normalize_digest(None) == ""

@@ -24,7 +24,7 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
-from .reader import ArchiveRecord, iter_records, sha1_digest
+from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
 __all__ = ["CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
 
@@ -146,7 +146,8 @@ def _multipart(content_type: str, body: bytes) -> str:
         name = part.get_param("name", header="content-disposition")
         if name is None:
             continue
-        data = part.get_payload(decode=True) or b""
+        raw = part.get_payload(decode=True)
+        data = raw if isinstance(raw, bytes) else b""
         if part.get_filename():
             values.append((str(name), data))
         else:
@@ -308,7 +309,7 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
         timestamp=_timestamp(record.date),
         url=url,
         mime=_mime(record),
-        digest=digest.split(":", 1)[-1],
+        digest=normalize_digest(digest),
         offset=record.offset,
         length=record.length,
         filename=filename,

@@ -11,8 +11,6 @@ killed recorder.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -21,6 +19,7 @@ from pathlib import Path
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
 from ..errors import ArchiveError
+from .digests import digest_problems, normalize_digest, sha1_digest
 from .framing import Truncated, Unit, iter_units, read_unit
 
 __all__ = [
@@ -35,16 +34,12 @@ __all__ = [
     "parse_record",
     "digest_problems",
     "sha1_digest",
+    "normalize_digest",
 ]
 
 _WARC_PARSER = StatusAndHeadersParser(["WARC/1.1", "WARC/1.0", "WARC/0.17", "WARC/0.18"], verify=True)
 _HTTP_PARSER = StatusAndHeadersParser([], verify=False)
 _HTTP_RECORD_TYPES = ("response", "request", "revisit")
-
-
-def sha1_digest(data: bytes) -> str:
-    """The standard WARC digest of ``data``: ``sha1:`` + base32."""
-    return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode("ascii")
 
 
 class WarcHeaders:
@@ -286,46 +281,6 @@ def _parse_http(record: ArchiveRecord) -> None:
         decoded = _dechunk(stored)
         if decoded is not None:
             record.payload, record.chunked = decoded, True
-
-
-def _check(expected: str | None, candidates: list[bytes]) -> bool | None:
-    """Compare a ``alg:value`` digest with the candidates; None if it cannot be checked."""
-    if not expected or ":" not in expected:
-        return None
-    alg, _, value = expected.partition(":")
-    alg = alg.strip().lower().replace("-", "")
-    if alg not in ("sha1", "sha256", "md5", "sha512"):
-        return None
-    value = value.strip()
-    for data in candidates:
-        digest = hashlib.new(alg, data).digest()
-        forms = {
-            base64.b32encode(digest).decode("ascii"),
-            digest.hex(),
-            base64.b64encode(digest).decode("ascii"),
-            base64.urlsafe_b64encode(digest).decode("ascii"),
-        }
-        if value in forms or value.upper() in forms or value.lower() in forms:
-            return True
-    return False
-
-
-def digest_problems(record: ArchiveRecord, path: Path | None = None) -> list[str]:
-    """Recompute the block and payload digests of a record; describe each mismatch."""
-    where = f"{path}: " if path else ""
-    where += f"{record.rec_type} record at byte {record.offset} ({record.url or record.record_id})"
-    problems = []
-    if _check(record.block_digest, [record.block]) is False:
-        problems.append(f"{where}: WARC-Block-Digest does not match the stored block")
-    if record.rec_type != "revisit":
-        candidates = [record.stored_payload]
-        if record.chunked:
-            candidates.append(record.payload)
-        if record.http_headers is None:
-            candidates.append(record.block)
-        if _check(record.payload_digest, candidates) is False:
-            problems.append(f"{where}: WARC-Payload-Digest does not match the stored payload")
-    return problems
 
 
 class RecordStream(Iterator[ArchiveRecord]):

@@ -168,7 +168,13 @@ class Snapshot:
             )
         original = self.record(original_entry)
         if record.http_headers is not None:
-            return replace(record, payload=original.payload, block=original.block, chunked=original.chunked)
+            return replace(
+                record,
+                payload=original.payload,
+                block=original.block,
+                chunked=original.chunked,
+                http_head_length=original.http_head_length,
+            )
         return replace(
             record,
             payload=original.payload,

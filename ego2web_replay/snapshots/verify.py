@@ -16,7 +16,7 @@ from pathlib import Path
 from ..errors import ArchiveError, SnapshotError
 from ..models import SnapshotManifest, save_model
 from .cdxj import CdxjEntry, build_index, read_index, write_index
-from .reader import scan_archive
+from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
 
 __all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot"]
@@ -89,7 +89,7 @@ def verify_snapshot(path: Path) -> VerifyReport:
             report.problems.append(f"{where}: no whole record starts there")
         elif info.length != entry.length or info.url != entry.url:
             report.problems.append(f"{where}: the record there is {info.rec_type} {info.url} ({info.length} bytes)")
-        elif info.payload_digest and info.payload_digest.split(":", 1)[-1] != entry.digest:
+        elif info.payload_digest and normalize_digest(info.payload_digest) != entry.digest:
             report.problems.append(f"{where}: digest differs from the record's")
     indexed = {e.offset for e in entries}
     unindexed = [i for i in scan.records if i.rec_type in ("response", "revisit", "resource") and i.url
