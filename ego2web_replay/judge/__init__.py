@@ -1,0 +1,1 @@
+"""Judges: turn an episode (trajectory, screenshots, answer) into a Verdict."""

@@ -1,0 +1,179 @@
+"""Archived pages for judges that check cited URLs: never the live web.
+
+A :class:`PageSource` answers ``get_text(url)`` with the visible text of the
+archived page, or None when the page is not archived. :class:`SnapshotPages`
+reads snapshot folders (the live run's own ``snapshot/`` and the frozen
+snapshot a trajectory names) through ``ego2web_replay.snapshots``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import re
+import zlib
+from collections.abc import Iterable, Mapping
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urldefrag
+
+from ..errors import JudgeError
+
+__all__ = ["PageSource", "DictPages", "SnapshotPages", "ChainPages", "html_to_text", "normalize_url"]
+
+
+@runtime_checkable
+class PageSource(Protocol):
+    def get_text(self, url: str) -> str | None:
+        """Visible text of the archived page at ``url``; None if not archived."""
+        ...
+
+
+def normalize_url(url: str) -> str:
+    """Drop the fragment and a trailing slash, lower-case scheme and host."""
+    url, _ = urldefrag(url.strip())
+    m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://([^/?#]*)(.*)$", url)
+    if m:
+        url = f"{m.group(1).lower()}://{m.group(2).lower()}{m.group(3)}"
+    return url[:-1] if url.endswith("/") else url
+
+
+class _Text(HTMLParser):
+    _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
+    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
+              "header", "footer", "td", "th", "title", "ul", "ol", "table"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.skip = 0
+        self.title: list[str] = []
+        self.in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "title":
+            self.in_title = True
+        elif tag in self._SKIP:
+            self.skip += 1
+        if tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self.in_title = False
+        elif tag in self._SKIP and self.skip:
+            self.skip -= 1
+        if tag in self._BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self.in_title:
+            self.title.append(data)
+        elif not self.skip:
+            self.parts.append(data)
+
+
+def html_to_text(html: str) -> str:
+    """The visible text of an HTML document (title first), whitespace collapsed per line."""
+    parser = _Text()
+    parser.feed(html)
+    parser.close()
+    lines = [" ".join(line.split()) for line in ("".join(parser.title) + "\n" + "".join(parser.parts)).splitlines()]
+    return "\n".join(line for line in lines if line)
+
+
+class DictPages:
+    """Pages from a mapping of URL to text or HTML (HTML is converted to text)."""
+
+    def __init__(self, pages: Mapping[str, str]) -> None:
+        self.pages = {normalize_url(u): t for u, t in pages.items()}
+
+    def get_text(self, url: str) -> str | None:
+        text = self.pages.get(normalize_url(url))
+        if text is None:
+            return None
+        return html_to_text(text) if "<" in text and ">" in text else text
+
+
+class ChainPages:
+    """The first source that has the page wins."""
+
+    def __init__(self, sources: Iterable[PageSource]) -> None:
+        self.sources = list(sources)
+
+    def get_text(self, url: str) -> str | None:
+        for source in self.sources:
+            text = source.get_text(url)
+            if text is not None:
+                return text
+        return None
+
+
+def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
+    h = {k.lower(): v for k, v in headers}
+    for enc in reversed([e.strip().lower() for e in h.get("content-encoding", "").split(",") if e.strip()]):
+        if enc in ("gzip", "x-gzip"):
+            payload = gzip.decompress(payload)
+        elif enc == "deflate":
+            try:
+                payload = zlib.decompress(payload)
+            except zlib.error:
+                payload = zlib.decompress(payload, -zlib.MAX_WBITS)
+        elif enc == "br":
+            import brotli
+
+            payload = brotli.decompress(payload)
+        elif enc == "zstd":
+            import zstandard
+
+            payload = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+    m = re.search(r"charset=([\w.-]+)", h.get("content-type", ""), re.I)
+    charset = m.group(1) if m else "utf-8"
+    try:
+        return payload.decode(charset, errors="replace")
+    except LookupError:
+        return payload.decode("utf-8", errors="replace")
+
+
+class SnapshotPages:
+    """Archived HTML and text pages of snapshot folders, by URL."""
+
+    def __init__(self, snapshot_dirs: Iterable[str | Path]) -> None:
+        self.dirs = [Path(d) for d in snapshot_dirs]
+        self._entries: dict[str, tuple[Any, Any]] | None = None
+        self._texts: dict[str, str | None] = {}
+
+    def _load(self) -> dict[str, tuple[Any, Any]]:
+        if self._entries is not None:
+            return self._entries
+        try:
+            from ..snapshots.snapshot import Snapshot  # type: ignore[import-not-found]
+        except ImportError:
+            raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
+        entries: dict[str, tuple[Any, Any]] = {}
+        for d in self.dirs:
+            if not d.is_dir():
+                raise JudgeError(f"{d}: snapshot folder not found; the episode's archived pages are missing")
+            snap = Snapshot.open(d)
+            for entry in snap.entries():
+                mime = (getattr(entry, "mime", "") or "").lower()
+                status = int(getattr(entry, "status", 0) or 0)
+                if not ("html" in mime or mime.startswith("text/")) or not 200 <= status < 300:
+                    continue
+                entries.setdefault(normalize_url(entry.url), (snap, entry))
+        self._entries = entries
+        return entries
+
+    def get_text(self, url: str) -> str | None:
+        key = normalize_url(url)
+        if key in self._texts:
+            return self._texts[key]
+        found = self._load().get(key)
+        text = None
+        if found is not None:
+            snap, entry = found
+            record = snap.resolve(entry)
+            body = _decode_body(record.payload, list(record.http_headers))
+            text = html_to_text(body) if "html" in (entry.mime or "").lower() else body
+        self._texts[key] = text
+        return text

@@ -1,0 +1,321 @@
+"""Rubric trees (Mind2Web 2 style), written as data per task, and their evaluation.
+
+A rubric is a tree of nodes. A node is either a leaf with a ``check`` or has
+``children`` evaluated ``parallel`` (all of them, independently) or
+``sequential`` (in order; after the first child that does not pass, the rest
+are skipped, and so are their LLM calls). A node's score:
+
+- a leaf scores 1 when its check passes, else 0;
+- a parent scores 0 when any *critical* child does not pass; otherwise the
+  mean of its non-critical children's scores (1 when it has none);
+- a node *passes* when its score is 1; a skipped node scores 0.
+
+The episode succeeds when the root passes; the root's score is the partial
+completion. Leaf checks are deterministic (text or URL matches against the
+answer, the visited URLs or the archived pages) or ``llm_claim`` (a claim
+verified by the judge model against the answer and the archived text of the
+pages the answer cites). Cited URLs are looked up in the episode's archived
+pages only, never on the live web.
+
+Check types: ``answer_contains`` (text), ``answer_regex`` (pattern),
+``url_visited`` (pattern), ``final_url`` (pattern), ``page_contains`` (text,
+optional url: else any visited page), ``cited_url`` (optional pattern and
+text: some URL cited in the answer is archived, matches and contains the
+text), ``llm_claim`` (claim, optional url).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import JudgeError
+from .client import ChatResult, LLMClient, Message
+from .pages import PageSource
+from .prompts import ClaimCheck, PromptSet, parse_claim
+from .rule import normalize_text
+
+__all__ = ["RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult", "RubricContext",
+           "load_rubric", "evaluate_rubric", "cited_urls"]
+
+CheckType = Literal["answer_contains", "answer_regex", "url_visited", "final_url", "page_contains",
+                    "cited_url", "llm_claim"]
+_NEEDS = {"answer_contains": "text", "answer_regex": "pattern", "url_visited": "pattern",
+          "final_url": "pattern", "page_contains": "text", "llm_claim": "claim"}
+
+
+class RubricCheck(BaseModel):
+    """What a leaf checks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: CheckType
+    text: str | None = Field(default=None, description="Text to find (normalised, case-insensitive).")
+    pattern: str | None = Field(default=None, description="Regex to search for.")
+    url: str | None = Field(default=None, description="page_contains/llm_claim: the archived page to use.")
+    claim: str | None = Field(default=None, description="llm_claim: the claim to verify.")
+
+    @model_validator(mode="after")
+    def _fields(self) -> RubricCheck:
+        need = _NEEDS.get(self.type)
+        if need and not getattr(self, need):
+            raise ValueError(f"a {self.type} check needs {need!r}")
+        if self.pattern:
+            try:
+                re.compile(self.pattern)
+            except re.error as e:
+                raise ValueError(f"bad pattern {self.pattern!r}: {e}") from None
+        return self
+
+
+class RubricNode(BaseModel):
+    """A node of the tree: a leaf with ``check`` or a parent with ``children``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    description: str = ""
+    critical: bool = False
+    strategy: Literal["parallel", "sequential"] = "parallel"
+    check: RubricCheck | None = None
+    children: list[RubricNode] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _shape(self) -> RubricNode:
+        if (self.check is None) == (not self.children):
+            raise ValueError(f"node {self.id!r} needs either 'check' or 'children' (not both)")
+        return self
+
+    def walk(self) -> list[RubricNode]:
+        return [self] + [n for c in self.children for n in c.walk()]
+
+    def llm_leaves(self) -> int:
+        return sum(1 for n in self.walk() if n.check is not None and n.check.type == "llm_claim")
+
+
+class Rubric(BaseModel):
+    version: int = 1
+    root: RubricNode
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_root(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "root" not in data and "id" in data:
+            return {"root": data}
+        return data
+
+    @model_validator(mode="after")
+    def _unique(self) -> Rubric:
+        seen: set[str] = set()
+        for n in self.root.walk():
+            if n.id in seen:
+                raise ValueError(f"node id {n.id!r} is used twice")
+            seen.add(n.id)
+        return self
+
+
+def load_rubric(value: dict[str, Any] | str | Path, base: Path | None = None) -> Rubric:
+    """A rubric from a dict, or a JSON/YAML file (relative to ``base``)."""
+    where = "inline rubric"
+    data: Any = value
+    if isinstance(value, str | Path):
+        p = Path(value)
+        p = p if p.is_absolute() or base is None else base / p
+        where = str(p)
+        try:
+            text = p.read_text("utf-8")
+        except FileNotFoundError:
+            raise JudgeError(f"{p}: rubric file not found") from None
+        try:
+            data = json.loads(text) if p.suffix == ".json" else yaml.safe_load(text)
+        except (json.JSONDecodeError, yaml.YAMLError) as e:
+            raise JudgeError(f"{p}: rubric is not valid {'JSON' if p.suffix == '.json' else 'YAML'} "
+                             f"({str(e).splitlines()[0]})") from None
+    try:
+        return Rubric.model_validate(data)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = ".".join(str(x) for x in first["loc"])
+        raise JudgeError(f"{where}: bad rubric at {loc or '(root)'}: {first['msg']}") from None
+
+
+class NodeResult(BaseModel):
+    id: str
+    description: str = ""
+    critical: bool = False
+    status: Literal["passed", "failed", "partial", "skipped"]
+    score: float
+    detail: str = ""
+    children: list[NodeResult] = Field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    def walk(self, depth: int = 0) -> list[tuple[int, NodeResult]]:
+        return [(depth, self)] + [x for c in self.children for x in c.walk(depth + 1)]
+
+
+class RubricResult(BaseModel):
+    root: NodeResult
+    llm_calls: int = Field(description="LLM-verified claims evaluated.")
+    skipped_llm_calls: int = Field(description="LLM-verified claims skipped by sequential gates.")
+    skipped_nodes: int
+
+    @property
+    def score(self) -> float:
+        return self.root.score
+
+    @property
+    def success(self) -> bool:
+        return self.root.passed
+
+
+_URL = re.compile(r"https?://[^\s<>\"'\])]+")
+
+
+def cited_urls(answer: str) -> list[str]:
+    """URLs in the answer, in order, without trailing punctuation, deduplicated."""
+    out: list[str] = []
+    for u in _URL.findall(answer or ""):
+        u = u.rstrip(".,;:!?")
+        if u not in out:
+            out.append(u)
+    return out
+
+
+class RubricContext:
+    """What the leaves look at: the answer, the URLs visited, archived pages and an optional LLM."""
+
+    def __init__(self, answer: str | None, visited: list[str], pages: PageSource,
+                 client: LLMClient | None = None, prompts: PromptSet | None = None,
+                 page_chars: int = 6000) -> None:
+        self.answer = answer or ""
+        self.visited = visited
+        self.pages = pages
+        self.client = client
+        self.prompts = prompts
+        self.page_chars = page_chars
+        self.results: dict[str, ChatResult[ClaimCheck]] = {}
+
+    def contains(self, text: str, needle: str) -> bool:
+        return normalize_text(needle) in normalize_text(text)
+
+
+def _leaf(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
+    c = node.check
+    assert c is not None
+    if c.type == "answer_contains":
+        ok = ctx.contains(ctx.answer, c.text or "")
+        return ok, "found in answer" if ok else "not in answer"
+    if c.type == "answer_regex":
+        ok = re.search(c.pattern or "", ctx.answer, re.I) is not None
+        return ok, "answer matches" if ok else "answer does not match"
+    if c.type == "url_visited":
+        hit = next((u for u in ctx.visited if re.search(c.pattern or "", u)), None)
+        return hit is not None, f"visited {hit}" if hit else "no visited URL matches"
+    if c.type == "final_url":
+        final = ctx.visited[-1] if ctx.visited else ""
+        ok = bool(final) and re.search(c.pattern or "", final) is not None
+        return ok, f"final URL {final or '(none)'}" + ("" if ok else " does not match")
+    if c.type == "page_contains":
+        urls = [c.url] if c.url else ctx.visited
+        archived = 0
+        for u in urls:
+            text = ctx.pages.get_text(u)
+            if text is None:
+                continue
+            archived += 1
+            if ctx.contains(text, c.text or ""):
+                return True, f"found on archived {u}"
+        return False, "page not archived" if not archived else f"not found on {archived} archived page(s)"
+    if c.type == "cited_url":
+        cited = cited_urls(ctx.answer)
+        if not cited:
+            return False, "the answer cites no URL"
+        notes = []
+        for u in cited:
+            if c.pattern and not re.search(c.pattern, u):
+                continue
+            text = ctx.pages.get_text(u)
+            if text is None:
+                notes.append(f"{u} not archived")
+                continue
+            if c.text and not ctx.contains(text, c.text):
+                notes.append(f"{u} lacks the text")
+                continue
+            return True, f"cited {u} is archived" + (" and holds the text" if c.text else "")
+        return False, "; ".join(notes) or "no cited URL matches"
+    return _claim(node, ctx)
+
+
+def _claim(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
+    c = node.check
+    assert c is not None and c.claim
+    if ctx.client is None or ctx.prompts is None:
+        raise JudgeError("the rubric has LLM-verified claims but no judge endpoint is configured: "
+                         "pass --base-url/--model (or set OPENAI_BASE_URL)")
+    urls = [c.url] if c.url else cited_urls(ctx.answer)
+    pages = []
+    for u in urls:
+        text = ctx.pages.get_text(u)
+        pages.append(f"--- {u} ---\n" + (text[: ctx.page_chars] if text is not None else "(not archived)"))
+    system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)",
+                                      pages="\n".join(pages) or "(none cited)")
+    result = ctx.client.chat([Message("system", [system]), Message("user", [user])], parse_claim,
+                             stage=f"claim:{node.id}")
+    ctx.results[node.id] = result
+    return result.parsed.supported, result.parsed.reason or ("supported" if result.parsed.supported else "unsupported")
+
+
+def _skipped(node: RubricNode) -> NodeResult:
+    return NodeResult(id=node.id, description=node.description, critical=node.critical, status="skipped",
+                      score=0.0, detail="skipped: an earlier step of the sequence failed",
+                      children=[_skipped(c) for c in node.children])
+
+
+def _evaluate(node: RubricNode, ctx: RubricContext) -> NodeResult:
+    if node.check is not None:
+        ok, detail = _leaf(node, ctx)
+        return NodeResult(id=node.id, description=node.description, critical=node.critical,
+                          status="passed" if ok else "failed", score=1.0 if ok else 0.0, detail=detail)
+    results: list[NodeResult]
+    if node.strategy == "sequential":
+        results = []
+        for i, child in enumerate(node.children):
+            r = _evaluate(child, ctx)
+            results.append(r)
+            if not r.passed:
+                results.extend(_skipped(c) for c in node.children[i + 1:])
+                break
+    elif len(node.children) > 1 and node.llm_leaves() and ctx.client is not None:
+        with ThreadPoolExecutor(max_workers=len(node.children)) as pool:
+            results = list(pool.map(lambda c: _evaluate(c, ctx), node.children))
+    else:
+        results = [_evaluate(c, ctx) for c in node.children]
+    failed_critical = [r.id for r in results if r.critical and not r.passed]
+    others = [r.score for r in results if not r.critical]
+    if failed_critical:
+        score, detail = 0.0, f"critical child failed: {', '.join(failed_critical)}"
+    else:
+        score = sum(others) / len(others) if others else 1.0
+        detail = f"mean of {len(others)} non-critical children" if others else "all critical children passed"
+    status = "passed" if score >= 1.0 - 1e-9 else ("partial" if score > 0 else "failed")
+    return NodeResult(id=node.id, description=node.description, critical=node.critical, status=status,
+                      score=round(score, 6), detail=detail, children=results)
+
+
+def evaluate_rubric(rubric: Rubric, ctx: RubricContext) -> RubricResult:
+    """Score an episode against a rubric. Raises JudgeError if a claim needs a missing endpoint."""
+    root = _evaluate(rubric.root, ctx)
+    by_id = {n.id: n for n in rubric.root.walk()}
+    skipped = [r for _, r in root.walk() if r.status == "skipped"]
+    skipped_llm = sum(1 for r in skipped if (n := by_id[r.id]).check is not None and n.check.type == "llm_claim")
+    return RubricResult(root=root, llm_calls=len(ctx.results), skipped_llm_calls=skipped_llm,
+                        skipped_nodes=len(skipped))

@@ -1,0 +1,142 @@
+"""Judge every episode of a run folder and write the verdicts next to the episodes.
+
+Tasks come from ``--tasks FILE`` or from ``suite_path`` in ``<run>/run.json``.
+LLM calls are cached in ``<run>/judge-cache/`` so re-judging is free and
+reproducible. An error in one episode (a missing file, an unreadable video,
+a reply that cannot be parsed) is recorded in that episode's verdict and the
+others go on; an unreachable endpoint stops the run with one line.
+"""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from ..errors import Ego2WebError, JudgeError
+from ..models import Mode, Verdict
+from ..tasks import Task, TaskSuite, load_tasks
+from .client import EndpointError
+from .registry import Judge, make_judge
+from .verdicts import error_verdict, write_verdict
+
+__all__ = ["judge_run", "find_episodes", "load_run_tasks", "summarize", "prepare_task"]
+
+MODES: tuple[Mode, ...] = ("live", "frozen")
+
+
+def find_episodes(run_dir: Path) -> list[Path]:
+    """Episode folders ``<run>/episodes/<task>/<live|frozen>``, sorted."""
+    root = Path(run_dir) / "episodes"
+    if not root.is_dir():
+        raise JudgeError(f"{run_dir}: no episodes/ folder; is this a run folder (runs/<run-id>)?")
+    found = sorted(d for d in root.glob("*/*") if d.is_dir() and d.name in MODES)
+    if not found:
+        raise JudgeError(f"{root}: no episodes to judge (expected episodes/<task-id>/<live|frozen>/)")
+    return found
+
+
+def load_run_tasks(run_dir: Path, tasks: str | Path | TaskSuite | None) -> TaskSuite:
+    """The task suite of a run: given, or named by ``suite_path`` in ``run.json``."""
+    if isinstance(tasks, TaskSuite):
+        return tasks
+    if tasks is not None:
+        return load_tasks(tasks)
+    manifest = Path(run_dir) / "run.json"
+    try:
+        data = json.loads(manifest.read_text("utf-8"))
+    except FileNotFoundError:
+        raise JudgeError(f"{manifest}: not found; pass --tasks FILE to say which tasks the run used") from None
+    except (json.JSONDecodeError, OSError) as e:
+        raise JudgeError(f"{manifest}: unreadable ({e}); pass --tasks FILE") from None
+    suite = data.get("suite_path") if isinstance(data, dict) else None
+    if not suite:
+        raise JudgeError(f"{manifest}: has no suite_path; pass --tasks FILE")
+    return load_tasks(suite)
+
+
+def prepare_task(task: Task, base: Path | None) -> Task:
+    """Resolve the task's video and rubric file paths against the suite's folder."""
+    update: dict[str, Any] = {}
+    video = task.video_path(base)
+    if video is not None:
+        update["video"] = str(video)
+    if isinstance(task.rubric, str) and base is not None and not Path(task.rubric).is_absolute():
+        update["rubric"] = str(base / task.rubric)
+    return task.model_copy(update=update) if update else task
+
+
+def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
+    task_id, mode = episode.parent.name, episode.name
+    try:
+        task = prepare_task(suite.get(task_id), suite.base_dir)
+        verdict = judge.judge(episode, task)
+    except EndpointError:
+        raise
+    except Ego2WebError as e:
+        verdict = error_verdict(judge.spec, task_id, mode, str(e))  # type: ignore[arg-type]
+    except Exception as e:  # an unexpected failure in one episode must not lose the others
+        verdict = error_verdict(judge.spec, task_id, mode, f"{type(e).__name__}: {e}")  # type: ignore[arg-type]
+    write_verdict(episode, verdict)
+    return verdict
+
+
+def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskSuite | None = None,
+              model: str | None = None, base_url: str | None = None, workers: int = 4,
+              progress: bool = True, settings: dict[str, Any] | None = None,
+              cache_dir: str | Path | None = None, task_ids: list[str] | None = None) -> list[Verdict]:
+    """Judge every episode of ``run_dir`` with ``judge_name``; return the verdicts in episode order.
+
+    Each verdict is written to ``<episode>/verdicts/<judge>.json``.
+    """
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise JudgeError(f"{run}: run folder not found")
+    episodes = find_episodes(run)
+    if task_ids:
+        episodes = [e for e in episodes if e.parent.name in set(task_ids)]
+        if not episodes:
+            raise JudgeError(f"{run}: no episodes for task ids {', '.join(task_ids)}")
+    suite = load_run_tasks(run, tasks)
+    opts = dict(settings or {})
+    opts.setdefault("cache_dir", Path(cache_dir) if cache_dir else run / "judge-cache")
+    opts.setdefault("concurrency", max(1, workers))
+    judge = make_judge(judge_name, model=model, base_url=base_url, **opts)
+    results: dict[Path, Verdict] = {}
+    console = Console(stderr=True)
+    columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
+        job = bar.add_task("judge", total=len(episodes))
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            futures = {pool.submit(_judge_one, judge, ep, suite): ep for ep in episodes}
+            try:
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    bar.advance(job)
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
+    return [results[e] for e in episodes]
+
+
+def summarize(verdicts: list[Verdict]) -> dict[str, dict[str, Any]]:
+    """Per mode (and ``all``): episodes, successes, success rate, mean score, errors."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in (*MODES, "all"):
+        vs = [v for v in verdicts if key == "all" or v.mode == key]
+        if not vs:
+            continue
+        judged = [v for v in vs if v.error is None]
+        wins = sum(v.success for v in judged)
+        out[key] = {"episodes": len(vs), "judged": len(judged), "success": wins,
+                    "success_rate": wins / len(judged) if judged else None,
+                    "mean_score": sum(v.score for v in judged) / len(judged) if judged else None,
+                    "errors": len(vs) - len(judged),
+                    "prompt_tokens": sum(v.prompt_tokens for v in vs),
+                    "completion_tokens": sum(v.completion_tokens for v in vs)}
+    return out

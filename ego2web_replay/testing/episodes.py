@@ -1,0 +1,68 @@
+"""Builders for judge tests: a small generated video and hand-made episodes on disk."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ..actions import Action
+from ..judge.keyframes import png_bytes
+from ..models import AgentSpec, Mode, Step, Trajectory, episode_dir, save_model
+
+__all__ = ["COLOURS", "make_video", "make_episode", "solid_png"]
+
+COLOURS: list[tuple[int, int, int]] = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0),
+                                       (255, 0, 255), (0, 255, 255), (255, 255, 255), (0, 0, 0)]
+
+
+def make_video(path: Path, seconds: int = 4, fps: int = 10, size: int = 64,
+               colours: Sequence[tuple[int, int, int]] = COLOURS) -> Path:
+    """Write a video whose frames are one solid colour per second (``colours[s]``)."""
+    import av
+
+    codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
+    with av.open(str(path), "w") as out:
+        stream = out.add_stream(codec, rate=fps)
+        stream.width = stream.height = size
+        stream.pix_fmt = "yuv420p"
+        for i in range(seconds * fps):
+            arr = np.full((size, size, 3), colours[(i // fps) % len(colours)], dtype=np.uint8)
+            frame = av.VideoFrame.from_ndarray(arr, format="rgb24")
+            for packet in stream.encode(frame):
+                out.mux(packet)
+        for packet in stream.encode():
+            out.mux(packet)
+    return path
+
+
+def solid_png(colour: tuple[int, int, int], size: int = 16) -> bytes:
+    """A small PNG of one colour."""
+    return png_bytes(np.full((size, size, 3), colour, dtype=np.uint8))
+
+
+def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: str | None = None,
+                 urls: Sequence[str] = ("http://shop.test/",), titles: Sequence[str] | None = None,
+                 agent: str = "scripted", model: str | None = None, screenshots: bool = True,
+                 snapshot_path: str | None = None) -> Path:
+    """Write ``trajectory.json`` and one distinct screenshot per step; return the episode folder."""
+    ep = episode_dir(run_dir, task_id, mode)
+    steps = []
+    for i, url in enumerate(urls, 1):
+        shot = None
+        if screenshots:
+            shot = f"screenshots/step-{i:03d}.png"
+            (ep / "screenshots").mkdir(parents=True, exist_ok=True)
+            (ep / shot).write_bytes(solid_png(COLOURS[i % len(COLOURS)], size=8 + i))
+        steps.append(Step(index=i, action=Action(kind="goto", url=url), url=url,
+                          title=titles[i - 1] if titles else f"Page {i}", screenshot=shot))
+    if answer is not None:
+        steps.append(Step(index=len(steps) + 1, action=Action(kind="answer", answer=answer),
+                          url=urls[-1] if urls else None))
+    traj = Trajectory(task_id=task_id, mode=mode, instruction=f"instruction of {task_id}",
+                      agent=AgentSpec(name=agent, model=model), steps=steps, answer=answer,
+                      end_reason="answered" if answer is not None else "stopped",
+                      snapshot_path=snapshot_path)
+    save_model(ep / "trajectory.json", traj)
+    return ep

@@ -1,0 +1,162 @@
+"""Rubric trees: critical gates, averaging, sequential skips (and their skipped LLM calls), leaves."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ego2web_replay.errors import JudgeError
+from ego2web_replay.judge.client import LLMClient, LLMConfig
+from ego2web_replay.judge.pages import DictPages
+from ego2web_replay.judge.prompts import load_prompts
+from ego2web_replay.judge.registry import make_judge
+from ego2web_replay.judge.rubric import RubricContext, cited_urls, evaluate_rubric, load_rubric
+from ego2web_replay.judge.run import judge_run
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.episodes import make_episode
+from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+ANSWER = "The cheapest is the Acme X1 at $199, see https://shop.test/x1. Reviews: https://rev.test/x1."
+PAGES = DictPages({"https://shop.test/x1": "<h1>Acme X1</h1><p>Price: $199</p>",
+                   "https://shop.test/": "<p>Welcome</p>"})
+
+
+def leaf(id, ok=True, critical=False, **check):
+    check = check or {"type": "answer_contains", "text": "Acme X1" if ok else "Zeta 9"}
+    return {"id": id, "critical": critical, "check": check}
+
+
+def claim(id, text="X1 costs $199"):
+    return {"id": id, "check": {"type": "llm_claim", "claim": text}}
+
+
+def ctx(client=None, visited=("https://shop.test/", "https://shop.test/x1")):
+    return RubricContext(ANSWER, list(visited), PAGES, client, load_prompts("rubric") if client else None)
+
+
+def test_failed_critical_child_zeroes_parent():
+    r = load_rubric({"id": "root", "children": [leaf("a", critical=True), leaf("b", ok=False, critical=True),
+                                                 leaf("c")]})
+    res = evaluate_rubric(r, ctx())
+    assert res.score == 0.0 and not res.success and "critical child failed: b" in res.root.detail
+    assert [c.status for c in res.root.children] == ["passed", "failed", "passed"]
+
+
+def test_non_critical_children_are_averaged_and_critical_pass_gates_only():
+    r = load_rubric({"id": "root", "children": [
+        leaf("a", critical=True),
+        leaf("b"), leaf("c", ok=False),
+        {"id": "sub", "children": [leaf("d"), leaf("e", ok=False), leaf("f", ok=False)]},
+    ]})
+    res = evaluate_rubric(r, ctx())
+    # b=1, c=0, sub=1/3 -> (1 + 0 + 1/3) / 3
+    assert res.score == pytest.approx(4 / 9, abs=1e-6) and res.root.status == "partial" and not res.success
+    only_critical = load_rubric({"id": "root", "children": [leaf("a", critical=True)]})
+    assert evaluate_rubric(only_critical, ctx()).success
+
+
+def test_partial_critical_child_fails_its_parent():
+    r = load_rubric({"id": "root", "children": [
+        {"id": "sub", "critical": True, "children": [leaf("d"), leaf("e", ok=False)]}, leaf("b")]})
+    res = evaluate_rubric(r, ctx())
+    assert res.root.children[0].score == 0.5 and res.score == 0.0
+
+
+def test_sequential_failure_skips_the_rest_and_their_llm_calls():
+    r = load_rubric({"id": "root", "strategy": "sequential", "children": [
+        leaf("s1"), leaf("s2", ok=False), claim("s3"),
+        {"id": "s4", "children": [claim("s4a"), claim("s4b"), leaf("s4c")]},
+    ]})
+    with FakeOpenAIServer([]) as srv:
+        client = LLMClient(LLMConfig(model="m", base_url=srv.base_url, backoff_s=0.01))
+        res = evaluate_rubric(r, ctx(client))
+        assert srv.requests == []
+    assert [c.status for c in res.root.children] == ["passed", "failed", "skipped", "skipped"]
+    assert [c.status for c in res.root.children[3].children] == ["skipped"] * 3
+    assert res.skipped_llm_calls == 3 and res.llm_calls == 0 and res.skipped_nodes == 5
+    assert res.score == 0.25
+
+
+def test_llm_claims_use_archived_cited_pages_in_parallel():
+    r = load_rubric({"id": "root", "children": [claim("price"), claim("rating", "X1 is rated 5 stars"),
+                                                 leaf("cite", type="cited_url", pattern="shop\\.test",
+                                                      text="$199")]})
+
+    def answer(body):
+        user = body["messages"][1]["content"]
+        assert "--- https://shop.test/x1 ---\nAcme X1\nPrice: $199" in user
+        assert "--- https://rev.test/x1 ---\n(not archived)" in user
+        ok = "costs $199" in user
+        return f"Reason: checked.\nVerdict: {'supported' if ok else 'unsupported'}"
+
+    with FakeOpenAIServer(answer) as srv:
+        client = LLMClient(LLMConfig(model="m", base_url=srv.base_url))
+        res = evaluate_rubric(r, ctx(client))
+        assert len(srv.requests) == 2
+    assert [c.status for c in res.root.children] == ["passed", "failed", "passed"]
+    assert res.llm_calls == 2 and res.score == pytest.approx(2 / 3, abs=1e-6)
+
+
+def test_deterministic_leaves():
+    checks = {
+        "re": ({"type": "answer_regex", "pattern": r"\$\d+"}, True),
+        "visited": ({"type": "url_visited", "pattern": "/x1$"}, True),
+        "final": ({"type": "final_url", "pattern": "/cart$"}, False),
+        "page": ({"type": "page_contains", "url": "https://shop.test/x1", "text": "price: $199"}, True),
+        "page_any": ({"type": "page_contains", "text": "Acme X1"}, True),
+        "page_missing": ({"type": "page_contains", "url": "https://rev.test/x1", "text": "x"}, False),
+        "cite_missing": ({"type": "cited_url", "pattern": "rev\\.test"}, False),
+    }
+    for name, (check, expect) in checks.items():
+        res = evaluate_rubric(load_rubric({"id": name, "check": check}), ctx())
+        assert res.success is expect, (name, res.root.detail)
+    res = evaluate_rubric(load_rubric({"id": "c", "check": {"type": "cited_url", "pattern": "rev"}}), ctx())
+    assert "https://rev.test/x1 not archived" in res.root.detail
+    assert cited_urls(ANSWER) == ["https://shop.test/x1", "https://rev.test/x1"]
+
+
+def test_claim_without_endpoint_is_an_error():
+    with pytest.raises(JudgeError, match="no judge endpoint is configured"):
+        evaluate_rubric(load_rubric({"id": "root", "children": [claim("c")]}), ctx())
+
+
+def test_rubric_files_and_bad_rubrics(tmp_path):
+    y = tmp_path / "r.yaml"
+    y.write_text("root:\n  id: root\n  children:\n    - id: a\n      check: {type: answer_contains, text: X1}\n")
+    assert load_rubric(y).root.children[0].id == "a"
+    assert load_rubric("r.yaml", base=tmp_path).root.id == "root"
+    with pytest.raises(JudgeError, match="rubric file not found"):
+        load_rubric(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(JudgeError, match="not valid JSON"):
+        load_rubric(tmp_path / "bad.json")
+    with pytest.raises(JudgeError, match="needs 'text'"):
+        load_rubric({"id": "a", "check": {"type": "answer_contains"}})
+    with pytest.raises(JudgeError, match="either 'check' or 'children'"):
+        load_rubric({"id": "a"})
+    with pytest.raises(JudgeError, match="used twice"):
+        load_rubric({"id": "a", "children": [leaf("b"), leaf("b")]})
+
+
+def test_rubric_judge_over_a_run(tmp_path):
+    (tmp_path / "rubric.json").write_text(json.dumps({"id": "root", "children": [
+        leaf("name", critical=True), leaf("price", type="answer_contains", text="$199"),
+        leaf("cart", type="url_visited", pattern="/cart")]}))
+    suite = tmp_path / "tasks.json"
+    suite.write_text(json.dumps([{"id": "T1", "instruction": "x", "start_url": "http://shop.test/",
+                                  "rubric": "rubric.json"}, {"id": "T2", "instruction": "y",
+                                                             "start_url": "http://shop.test/"}]))
+    run = tmp_path / "run"
+    make_episode(run, "T1", "live", answer=ANSWER, urls=["https://shop.test/x1"])
+    make_episode(run, "T2", "live", answer="x")
+    v1, v2 = judge_run(run, "rubric", tasks=suite, progress=False)
+    assert v1.score == 0.5 and not v1.success and v1.error is None
+    summary = v1.checks[-1]
+    assert summary["kind"] == "rubric_summary" and summary["skipped_llm_calls"] == 0
+    assert "failed checks: cart" in v1.thoughts
+    assert "has no rubric" in v2.error
+    assert (run / "episodes/T1/live/verdicts/rubric.json").is_file()
+    assert make_judge("rubric", pages=PAGES).judge(run / "episodes/T1/live", Task(
+        id="T1", instruction="x", start_url="http://a/",
+        rubric={"id": "p", "check": {"type": "page_contains", "url": "https://shop.test/x1", "text": "$199"}})).success
