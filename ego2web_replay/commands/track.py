@@ -39,4 +39,40 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
     )
 
 
-COMMANDS = [ingest_command]
+@click.command("compare")
+@db_option
+@click.option("--agent", "agents", multiple=True, help="Only this agent (name or name:model); repeatable.")
+@click.option("--judge", "judges", multiple=True, help="Only this judge (verdict file name); repeatable.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the comparison as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Also write per-category rows as CSV here.")
+@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Bootstrap resamples for the confidence interval.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Confidence level of the interval.")
+def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_path: Path | None,
+                    csv_path: Path | None, iterations: int, seed: int, level: float) -> None:
+    """Compare live and frozen success per agent and judge, paired by task.
+
+    Uses the most recent run per (agent, judge, task, mode). Shows rates per
+    category, the paired table, McNemar's exact test, a bootstrap interval of
+    the difference, frozen miss rates, and each flip with its drift status.
+    """
+    from rich.console import Console
+
+    from ..tracking.compare import compare, write_csv, write_json
+    from ..tracking.tables import comparison_tables
+
+    result = compare(db_path, agents=agents, judges=judges, iterations=iterations, seed=seed, level=level)
+    console = Console(width=160)
+    for table in comparison_tables(result):
+        console.print(table)
+    if json_path:
+        write_json(result, json_path)
+        click.echo(f"wrote {json_path}")
+    if csv_path:
+        write_csv(result, csv_path)
+        click.echo(f"wrote {csv_path}")
+
+
+COMMANDS = [ingest_command, compare_command]
