@@ -75,4 +75,24 @@ def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, .
         click.echo(f"wrote {csv_path}")
 
 
-COMMANDS = [ingest_command, compare_command]
+@click.command("report")
+@db_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("report"),
+              show_default=True, help="Folder to write the static HTML report into.")
+@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Bootstrap resamples for the confidence intervals.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
+def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> None:
+    """Write a static HTML report (opens from disk, no server, no network).
+
+    It holds the comparison tables, a live-vs-frozen chart per agent, the drift
+    timeline, and a page per episode with screenshots, actions, answer, replay
+    misses, video keyframes and every judge's verdict.
+    """
+    from ..tracking.report import build_report
+
+    summary = build_report(db_path, out_dir, iterations=iterations, seed=seed)
+    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images)")
+
+
+COMMANDS = [ingest_command, compare_command, report_command]
