@@ -1,0 +1,98 @@
+"""``ingest``, ``compare`` and ``report``: the tracking database and what is read from it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..config import DEFAULT_DB
+
+__all__ = ["COMMANDS", "db_option"]
+
+
+def db_option(f):  # type: ignore[no-untyped-def]
+    """The shared ``--db`` option."""
+    return click.option(
+        "--db", "db_path", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+        help="The tracking DuckDB file.",
+    )(f)
+
+
+@click.command("ingest")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@db_option
+def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
+    """Load snapshot folders, run folders, or roots holding them into the database.
+
+    Re-ingesting replaces rows and never duplicates them; the files stay the
+    source of truth, so the database can always be rebuilt this way.
+    """
+    from ..tracking.ingest import ingest
+
+    summary = ingest(db_path, paths)
+    for w in summary.warnings:
+        click.secho(f"warning: {w}", fg="yellow", err=True)
+    click.echo(
+        f"{db_path}: {summary.snapshots} snapshots ({summary.resources} resources), {summary.runs} runs, "
+        f"{summary.episodes} episodes, {summary.verdicts} verdicts"
+    )
+
+
+@click.command("compare")
+@db_option
+@click.option("--agent", "agents", multiple=True, help="Only this agent (name or name:model); repeatable.")
+@click.option("--judge", "judges", multiple=True, help="Only this judge (verdict file name); repeatable.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the comparison as JSON here.")
+@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Also write per-category rows as CSV here.")
+@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Bootstrap resamples for the confidence interval.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
+@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+              show_default=True, help="Confidence level of the interval.")
+def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_path: Path | None,
+                    csv_path: Path | None, iterations: int, seed: int, level: float) -> None:
+    """Compare live and frozen success per agent and judge, paired by task.
+
+    Uses the most recent run per (agent, judge, task, mode). Shows rates per
+    category, the paired table, McNemar's exact test, a bootstrap interval of
+    the difference, frozen miss rates, and each flip with its drift status.
+    """
+    from rich.console import Console
+
+    from ..tracking.compare import compare, write_csv, write_json
+    from ..tracking.tables import comparison_tables
+
+    result = compare(db_path, agents=agents, judges=judges, iterations=iterations, seed=seed, level=level)
+    console = Console(width=160)
+    for table in comparison_tables(result):
+        console.print(table)
+    if json_path:
+        write_json(result, json_path)
+        click.echo(f"wrote {json_path}")
+    if csv_path:
+        write_csv(result, csv_path)
+        click.echo(f"wrote {csv_path}")
+
+
+@click.command("report")
+@db_option
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("report"),
+              show_default=True, help="Folder to write the static HTML report into.")
+@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
+              help="Bootstrap resamples for the confidence intervals.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
+def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> None:
+    """Write a static HTML report (opens from disk, no server, no network).
+
+    It holds the comparison tables, a live-vs-frozen chart per agent, the drift
+    timeline, and a page per episode with screenshots, actions, answer, replay
+    misses, video keyframes and every judge's verdict.
+    """
+    from ..tracking.report import build_report
+
+    summary = build_report(db_path, out_dir, iterations=iterations, seed=seed)
+    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images)")
+
+
+COMMANDS = [ingest_command, compare_command, report_command]

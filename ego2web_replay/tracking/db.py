@@ -1,0 +1,180 @@
+"""Opening the tracking database safely from many processes at once.
+
+DuckDB lets one process at a time open a database file for writing, and a
+process that tries while another holds it fails at once with a lock error.
+Our strategy, which every reader and writer here follows:
+
+1. **A file lock around every use.** Before opening ``<db>``, a process takes
+   ``fcntl.flock`` on the side file ``<db>.lock``: exclusive to write, shared
+   to read. Waiters queue on the lock (polled, with a timeout), so concurrent
+   ``record``/``run``/``judge``/``ingest`` commands take turns instead of
+   failing.
+2. **Short connections.** A connection is opened per write (one transaction:
+   rows of one episode, one snapshot or one run), committed and closed, so
+   the lock is held for milliseconds.
+3. **Retry with backoff** when DuckDB itself still reports a conflicting lock
+   (a process outside this protocol, such as a ``duckdb`` shell, holds the
+   file); after the timeout the error says who holds it.
+
+A transaction that fails is rolled back, so an interrupted command leaves no
+half-written rows.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+
+from ..config import DEFAULT_DB
+from ..errors import TrackingError
+from .schema import CURRENT_VERSION, migrate, schema_version
+
+__all__ = ["DEFAULT_DB", "LOCK_TIMEOUT_S", "write_connection", "read_connection", "lock_path"]
+
+LOCK_TIMEOUT_S = 120.0
+_POLL_S = 0.02
+
+
+def lock_path(db_path: str | os.PathLike[str]) -> Path:
+    """The side file whose ``flock`` serialises access to ``db_path``."""
+    p = Path(db_path)
+    return p.with_name(p.name + ".lock")
+
+
+@contextmanager
+def _file_lock(db_path: Path, exclusive: bool, timeout: float) -> Iterator[None]:
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
+    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, mode)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                    raise
+                if time.monotonic() > deadline:
+                    raise TrackingError(
+                        f"{db_path}: database busy for {timeout:.0f}s (another command is writing); try again"
+                    ) from None
+                time.sleep(_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
+def _is_lock_conflict(e: duckdb.Error) -> bool:
+    text = str(e)
+    return "Could not set lock" in text or "Conflicting lock" in text
+
+
+def _connect(db_path: Path, read_only: bool, timeout: float) -> duckdb.DuckDBPyConnection:
+    delay = 0.02
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return duckdb.connect(str(db_path), read_only=read_only)
+        except duckdb.Error as e:
+            if _is_lock_conflict(e) and time.monotonic() < deadline:
+                time.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            first = str(e).splitlines()[0] if str(e) else type(e).__name__
+            if _is_lock_conflict(e):
+                raise TrackingError(f"{db_path}: locked by another program ({first})") from None
+            raise TrackingError(
+                f"{db_path}: not a readable DuckDB database ({first}); move it away and rebuild it with "
+                "`ego2web-replay ingest`"
+            ) from None
+
+
+def _require_file(db_path: Path) -> None:
+    if not db_path.exists():
+        raise TrackingError(
+            f"{db_path}: no tracking database here; build one with `ego2web-replay ingest SNAPSHOTS RUNS --db {db_path}`"
+        )
+    if db_path.is_dir():
+        raise TrackingError(f"{db_path}: is a folder, not a DuckDB database file")
+
+
+@contextmanager
+def write_connection(
+    db_path: str | os.PathLike[str] = DEFAULT_DB, *, timeout: float = LOCK_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """One write transaction: lock, open (creating and migrating), ``BEGIN``; commit on
+    success, roll back on any exception; then close and unlock."""
+    path = Path(db_path)
+    if path.is_dir():
+        raise TrackingError(f"{path}: is a folder, not a DuckDB database file")
+    with _file_lock(path, exclusive=True, timeout=timeout):
+        con = _connect(path, read_only=False, timeout=timeout)
+        try:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                migrate(con)
+                yield con
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+        except duckdb.Error as e:
+            raise TrackingError(f"{path}: database write failed ({str(e).splitlines()[0]})") from None
+        finally:
+            con.close()
+
+
+def _checked_version(con: duckdb.DuckDBPyConnection, path: Path) -> int:
+    try:
+        version = schema_version(con)
+    except duckdb.Error as e:
+        raise TrackingError(f"{path}: not a tracking database ({str(e).splitlines()[0]})") from None
+    tables = con.execute("SELECT count(*) FROM information_schema.tables").fetchone()
+    if version == 0 and tables and tables[0]:
+        raise TrackingError(
+            f"{path}: a DuckDB file but not a tracking database; choose another --db or build one with "
+            "`ego2web-replay ingest`"
+        )
+    if version > CURRENT_VERSION:
+        raise TrackingError(
+            f"{path}: schema version {version} is newer than this program's {CURRENT_VERSION}; "
+            "upgrade ego2web-replay"
+        )
+    return version
+
+
+@contextmanager
+def read_connection(
+    db_path: str | os.PathLike[str] = DEFAULT_DB, *, timeout: float = LOCK_TIMEOUT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to an existing tracking database, held under a shared lock.
+
+    A database of an older schema version is migrated first (under the write lock).
+    """
+    path = Path(db_path)
+    _require_file(path)
+    with _file_lock(path, exclusive=False, timeout=timeout):
+        con = _connect(path, read_only=True, timeout=timeout)
+        try:
+            version = _checked_version(con, path)
+        finally:
+            con.close()
+    if version < CURRENT_VERSION:
+        with write_connection(path, timeout=timeout):
+            pass
+    with _file_lock(path, exclusive=False, timeout=timeout):
+        con = _connect(path, read_only=True, timeout=timeout)
+        try:
+            yield con
+        except duckdb.Error as e:
+            raise TrackingError(f"{path}: database read failed ({str(e).splitlines()[0]})") from None
+        finally:
+            con.close()

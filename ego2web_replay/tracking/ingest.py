@@ -1,0 +1,356 @@
+"""Loading snapshot and run folders into the tracking database.
+
+The files stay the source of truth: every row here can be rebuilt from them.
+Each ``record_*`` function is one transaction (all its rows or none) and is
+idempotent: it deletes the rows it owns by key and inserts them again, so
+re-ingesting replaces and never duplicates. ``record``, ``run`` and ``judge``
+call them as they go; :func:`ingest` walks any mix of snapshot roots,
+snapshot folders, run roots and run folders.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import Ego2WebError, TrackingError
+from ..models import AgentSpec, SnapshotManifest, Trajectory, Verdict, load_trajectory
+from ..tasks import load_tasks
+from .db import write_connection
+
+__all__ = [
+    "SourceFileError",
+    "RunManifest",
+    "CdxjRecord",
+    "IngestSummary",
+    "agent_label",
+    "parse_cdxj",
+    "read_run_manifest",
+    "record_snapshot",
+    "record_run",
+    "record_episode",
+    "record_verdict",
+    "ingest",
+]
+
+PathLike = str | os.PathLike[str]
+
+
+class SourceFileError(TrackingError):
+    """A snapshot or run file to ingest is missing or malformed (the database is fine)."""
+
+
+class RunManifest(BaseModel):
+    """``run.json`` of a run folder (fields the tracker reads; others are kept aside)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    run_id: str
+    started_at: datetime | None = None
+    suite_path: str | None = None
+    suite_sha256: str | None = None
+    agent: AgentSpec | None = None
+    modes: list[str] = Field(default_factory=list)
+    versions: dict[str, Any] = Field(default_factory=dict)
+    machine: dict[str, Any] = Field(default_factory=dict)
+    git_commit: str | None = None
+
+
+class CdxjRecord(BaseModel):
+    """One line of a CDXJ index: ``<surt> <14-digit timestamp> {json}``."""
+
+    surt: str
+    timestamp: datetime
+    url: str
+    method: str = "GET"
+    status: int | None = None
+    mime: str | None = None
+    digest: str | None = None
+    length: int | None = None
+
+
+class IngestSummary(BaseModel):
+    """What :func:`ingest` loaded."""
+
+    snapshots: int = 0
+    resources: int = 0
+    runs: int = 0
+    episodes: int = 0
+    verdicts: int = 0
+    warnings: list[str] = Field(default_factory=list)
+
+
+def agent_label(spec: AgentSpec) -> str:
+    """The name agents are compared under: ``name`` or ``name:model``."""
+    return f"{spec.name}:{spec.model}" if spec.model else spec.name
+
+
+def _naive(ts: datetime | None) -> datetime | None:
+    if ts is None or ts.tzinfo is None:
+        return ts
+    return ts.astimezone(UTC).replace(tzinfo=None)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+# -- parsing -----------------------------------------------------------------------------
+
+
+def parse_cdxj(path: PathLike) -> Iterator[CdxjRecord]:
+    """Read a CDXJ index; a malformed line raises :class:`TrackingError` naming it."""
+    p = Path(path)
+    try:
+        text = p.read_text("utf-8")
+    except FileNotFoundError:
+        raise SourceFileError(f"{p}: CDXJ index not found") from None
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip() or line.startswith("!"):
+            continue
+        try:
+            surt, ts, blob = line.split(" ", 2)
+            fields = json.loads(blob)
+            yield CdxjRecord(
+                surt=surt,
+                timestamp=datetime.strptime(ts[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
+                url=fields["url"],
+                method=str(fields.get("method") or "GET").upper(),
+                status=int(fields["status"]) if str(fields.get("status", "")).isdigit() else None,
+                mime=fields.get("mime"),
+                digest=fields.get("digest"),
+                length=int(fields["length"]) if fields.get("length") is not None else None,
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise SourceFileError(f"{p}: line {n}: not a CDXJ line ({type(e).__name__}: {e})") from None
+
+
+def _read_json_model[M: BaseModel](path: Path, model: type[M], what: str) -> M:
+    try:
+        return model.model_validate(json.loads(path.read_text("utf-8")))
+    except FileNotFoundError:
+        raise SourceFileError(f"{path}: {what} not found") from None
+    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as e:
+        raise SourceFileError(f"{path}: not a valid {what} ({str(e).splitlines()[0]})") from None
+
+
+def read_run_manifest(run_dir: PathLike) -> RunManifest:
+    """``run.json`` of a run folder, or a minimal manifest named after the folder."""
+    d = Path(run_dir)
+    if (d / "run.json").exists():
+        return _read_json_model(d / "run.json", RunManifest, "run manifest")
+    return RunManifest(run_id=d.resolve().name)
+
+
+@lru_cache(maxsize=32)
+def _suite_categories(path: str, mtime: float) -> dict[str, str]:
+    return {t.id: t.category for t in load_tasks(path)}
+
+
+def _categories(run: RunManifest, run_dir: Path) -> dict[str, str]:
+    """Task id → category from the run's suite file; empty when it cannot be loaded."""
+    if not run.suite_path:
+        return {}
+    for candidate in (Path(run.suite_path), run_dir / run.suite_path, run_dir.parent / run.suite_path):
+        if candidate.is_file():
+            try:
+                return _suite_categories(str(candidate.resolve()), candidate.stat().st_mtime)
+            except Ego2WebError:
+                return {}
+    return {}
+
+
+# -- row writers (inside a transaction) --------------------------------------------------
+
+
+def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
+    m = _read_json_model(snapshot_dir / "manifest.json", SnapshotManifest, "snapshot manifest")
+    records = list(parse_cdxj(snapshot_dir / m.index)) if (snapshot_dir / m.index).exists() else []
+    key = [m.task_id, m.snapshot_id]
+    con.execute("DELETE FROM snapshots WHERE task_id = ? AND snapshot_id = ?", key)
+    con.execute("DELETE FROM resources WHERE task_id = ? AND snapshot_id = ?", key)
+    con.execute(
+        "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [m.task_id, m.snapshot_id, str(snapshot_dir.resolve()), _naive(m.created_at), _naive(m.finished_at),
+         m.source, m.start_url, json.dumps(m.pages), m.archive, m.exchanges, m.payload_bytes,
+         m.archive_bytes, _now()],
+    )
+    if records:
+        con.executemany(
+            "INSERT INTO resources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [[m.task_id, m.snapshot_id, r.url, r.surt, r.timestamp, r.method, r.status, r.mime, r.digest,
+              r.length] for r in records],
+        )
+    return len(records)
+
+
+def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest, run_dir: Path,
+                   agent: AgentSpec | None) -> None:
+    spec = run.agent or agent
+    con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])
+    con.execute(
+        "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [run.run_id, _naive(run.started_at), run.suite_path, run.suite_sha256,
+         agent_label(spec) if spec else None, spec.model_dump_json() if spec else None,
+         json.dumps(run.modes), json.dumps(run.versions), json.dumps(run.machine), run.git_commit,
+         str(run_dir.resolve()), _now()],
+    )
+
+
+def _write_verdict(con: duckdb.DuckDBPyConnection, run_id: str, verdict: Verdict, judge: str,
+                   path: Path | None) -> None:
+    key = [run_id, verdict.task_id, verdict.mode, judge]
+    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ? AND judge = ?", key)
+    con.execute(
+        "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        [*key, verdict.judge.name, verdict.judge.model, verdict.judge.model_dump_json(), verdict.success,
+         verdict.score, verdict.thoughts, verdict.error, _naive(verdict.judged_at),
+         str(path.resolve()) if path else None, _now()],
+    )
+
+
+def _write_episode(con: duckdb.DuckDBPyConnection, run_id: str, traj: Trajectory, category: str,
+                   episode_dir: Path, warnings: list[str]) -> int:
+    """The episode row and every verdict file beside it; returns the verdicts written."""
+    key = [run_id, traj.task_id, traj.mode]
+    con.execute("DELETE FROM episodes WHERE run_id = ? AND task_id = ? AND mode = ?", key)
+    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ?", key)
+    r = traj.replay
+    con.execute(
+        """INSERT INTO episodes (run_id, task_id, mode, category, agent, snapshot_id, steps, end_reason,
+               answer, error, started_at, finished_at, replay_exact, replay_canonical, replay_fuzzy,
+               replay_miss, path, ingested_at, replay_blocked, replay_live, missed_urls)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        [*key, category, agent_label(traj.agent), traj.snapshot_id, len(traj.steps), traj.end_reason,
+         traj.answer, traj.error, _naive(traj.started_at), _naive(traj.finished_at),
+         r.exact if r else None, r.canonical if r else None, r.fuzzy if r else None, r.miss if r else None,
+         str(episode_dir.resolve()), _now(), r.blocked if r else None, r.live if r else None,
+         json.dumps(r.missed_urls if r else [])],
+    )
+    written = 0
+    for vfile in sorted((episode_dir / "verdicts").glob("*.json")):
+        try:
+            verdict = _read_json_model(vfile, Verdict, "verdict")
+        except SourceFileError as e:
+            warnings.append(str(e))
+            continue
+        _write_verdict(con, run_id, verdict, vfile.stem, vfile)
+        written += 1
+    return written
+
+
+def _episode_dirs(run_dir: Path) -> list[Path]:
+    return sorted(p.parent for p in (run_dir / "episodes").glob("*/*/trajectory.json"))
+
+
+# -- public, one transaction each ---------------------------------------------------------
+
+
+def record_snapshot(db_path: PathLike, snapshot_dir: PathLike) -> int:
+    """Load one snapshot folder (manifest + CDXJ resources); returns the resources written."""
+    d = Path(snapshot_dir)
+    with write_connection(db_path) as con:
+        return _write_snapshot(con, d)
+
+
+def record_episode(db_path: PathLike, run_dir: PathLike, episode_dir: PathLike) -> int:
+    """Load one episode (its trajectory and verdicts) and its run's row; returns verdicts written."""
+    rd, ed = Path(run_dir), Path(episode_dir)
+    run = read_run_manifest(rd)
+    try:
+        traj = load_trajectory(ed)
+    except Ego2WebError as e:
+        raise SourceFileError(str(e)) from None
+    category = _categories(run, rd).get(traj.task_id, "unknown")
+    with write_connection(db_path) as con:
+        _write_run_row(con, run, rd, traj.agent)
+        return _write_episode(con, run.run_id, traj, category, ed, [])
+
+
+def record_verdict(db_path: PathLike, episode_dir: PathLike, verdict: Verdict, judge: str | None = None) -> None:
+    """Store one verdict of the episode in ``episode_dir`` (``<run>/episodes/<task>/<mode>``).
+
+    ``judge`` is the name it is compared under (the verdict file's stem); default
+    the judge spec's name.
+    """
+    ed = Path(episode_dir)
+    run = read_run_manifest(ed.resolve().parents[2])
+    with write_connection(db_path) as con:
+        _write_verdict(con, run.run_id, verdict, judge or verdict.judge.name, None)
+
+
+def record_run(db_path: PathLike, run_dir: PathLike, warnings: list[str] | None = None) -> IngestSummary:
+    """Load a whole run folder (run row, every episode and verdict) in one transaction."""
+    rd = Path(run_dir)
+    run = read_run_manifest(rd)
+    summary = IngestSummary(runs=1)
+    warn = summary.warnings
+    trajectories: list[tuple[Path, Trajectory]] = []
+    for ed in _episode_dirs(rd):
+        try:
+            trajectories.append((ed, load_trajectory(ed)))
+        except Ego2WebError as e:
+            warn.append(str(e))
+    categories = _categories(run, rd)
+    with write_connection(db_path) as con:
+        _write_run_row(con, run, rd, trajectories[0][1].agent if trajectories else None)
+        con.execute("DELETE FROM episodes WHERE run_id = ?", [run.run_id])
+        con.execute("DELETE FROM verdicts WHERE run_id = ?", [run.run_id])
+        for ed, traj in trajectories:
+            summary.verdicts += _write_episode(con, run.run_id, traj, categories.get(traj.task_id, "unknown"),
+                                               ed, warn)
+            summary.episodes += 1
+    if warnings is not None:
+        warnings.extend(warn)
+    return summary
+
+
+def _classify(path: Path) -> Iterator[tuple[str, Path]]:
+    """Yield ("snapshot" | "run", folder) for everything ingestible under ``path``."""
+    if (path / "manifest.json").is_file():
+        yield "snapshot", path
+    elif (path / "run.json").is_file() or (path / "episodes").is_dir():
+        yield "run", path
+    else:
+        for child in sorted(p for p in path.iterdir() if p.is_dir()):
+            if (child / "run.json").is_file() or (child / "episodes").is_dir():
+                yield "run", child
+            else:  # a snapshot root: <task-id>/<snapshot-id>/manifest.json
+                for snap in sorted(child.glob("*/manifest.json")):
+                    yield "snapshot", snap.parent
+                if (child / "manifest.json").is_file():
+                    yield "snapshot", child
+
+
+def ingest(db_path: PathLike, paths: Iterable[PathLike]) -> IngestSummary:
+    """Load snapshot roots/folders and run roots/folders; each folder is its own transaction."""
+    summary = IngestSummary()
+    for raw in paths:
+        p = Path(raw)
+        if not p.is_dir():
+            raise TrackingError(f"{p}: no such folder; give snapshot or run folders (or their roots)")
+        found = list(_classify(p))
+        if not found:
+            summary.warnings.append(f"{p}: no snapshot or run folders found")
+        for kind, folder in found:
+            try:
+                if kind == "snapshot":
+                    summary.resources += record_snapshot(db_path, folder)
+                    summary.snapshots += 1
+                else:
+                    part = record_run(db_path, folder)
+                    summary.runs += 1
+                    summary.episodes += part.episodes
+                    summary.verdicts += part.verdicts
+                    summary.warnings.extend(part.warnings)
+            except SourceFileError as e:
+                summary.warnings.append(str(e))
+    return summary

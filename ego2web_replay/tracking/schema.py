@@ -1,0 +1,180 @@
+"""The tracking database's schema, as an ordered list of migrations.
+
+Each migration is a version number, a description and SQL statements. The
+table ``schema_migrations(version, applied_at, description)`` records which
+ones a database has had; :func:`migrate` applies the missing ones in order,
+inside the caller's transaction, so a database is never left half-migrated.
+Never edit a released migration: append a new one.
+
+Tables hold no primary-key constraints: every writer replaces its rows by
+deleting them by key and inserting them again in one transaction, which keeps
+re-ingestion idempotent without DuckDB's index bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import duckdb
+
+__all__ = ["Migration", "MIGRATIONS", "CURRENT_VERSION", "schema_version", "migrate"]
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One step of the schema: applied once, in version order."""
+
+    version: int
+    description: str
+    statements: tuple[str, ...]
+
+
+_V1 = (
+    """CREATE TABLE snapshots (
+        task_id VARCHAR NOT NULL,
+        snapshot_id VARCHAR NOT NULL,
+        path VARCHAR,
+        created_at TIMESTAMP,
+        finished_at TIMESTAMP,
+        source VARCHAR,
+        start_url VARCHAR,
+        pages VARCHAR,            -- JSON list of main-document URLs
+        archive VARCHAR,
+        exchanges INTEGER,
+        payload_bytes BIGINT,
+        archive_bytes BIGINT,
+        ingested_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE resources (
+        task_id VARCHAR NOT NULL,
+        snapshot_id VARCHAR NOT NULL,
+        url VARCHAR NOT NULL,
+        surt VARCHAR,
+        captured_at TIMESTAMP,
+        method VARCHAR,
+        status INTEGER,
+        mime VARCHAR,
+        digest VARCHAR,
+        size BIGINT
+    )""",
+    """CREATE TABLE runs (
+        run_id VARCHAR NOT NULL,
+        started_at TIMESTAMP,
+        suite_path VARCHAR,
+        suite_sha256 VARCHAR,
+        agent VARCHAR,            -- label: name or name:model
+        agent_spec VARCHAR,       -- JSON AgentSpec
+        modes VARCHAR,            -- JSON list
+        versions VARCHAR,         -- JSON object
+        machine VARCHAR,          -- JSON object
+        git_commit VARCHAR,
+        path VARCHAR,
+        ingested_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE episodes (
+        run_id VARCHAR NOT NULL,
+        task_id VARCHAR NOT NULL,
+        mode VARCHAR NOT NULL,
+        category VARCHAR,
+        agent VARCHAR,
+        snapshot_id VARCHAR,
+        steps INTEGER,
+        end_reason VARCHAR,
+        answer VARCHAR,
+        error VARCHAR,
+        started_at TIMESTAMP,
+        finished_at TIMESTAMP,
+        replay_exact INTEGER,
+        replay_canonical INTEGER,
+        replay_fuzzy INTEGER,
+        replay_miss INTEGER,
+        path VARCHAR,
+        ingested_at TIMESTAMP NOT NULL
+    )""",
+    """CREATE TABLE verdicts (
+        run_id VARCHAR NOT NULL,
+        task_id VARCHAR NOT NULL,
+        mode VARCHAR NOT NULL,
+        judge VARCHAR NOT NULL,   -- verdict file stem, e.g. ego2web
+        judge_kind VARCHAR,       -- JudgeSpec.name
+        judge_model VARCHAR,
+        judge_spec VARCHAR,       -- JSON JudgeSpec
+        success BOOLEAN,
+        score DOUBLE,
+        thoughts VARCHAR,
+        error VARCHAR,
+        judged_at TIMESTAMP,
+        path VARCHAR,
+        ingested_at TIMESTAMP NOT NULL
+    )""",
+)
+
+_V2 = (
+    """CREATE TABLE probes (
+        probe_id VARCHAR NOT NULL,
+        probed_at TIMESTAMP NOT NULL,
+        task_id VARCHAR NOT NULL,
+        snapshot_id VARCHAR,
+        url VARCHAR NOT NULL,
+        host VARCHAR,
+        status_then INTEGER,
+        status_now INTEGER,
+        digest_equal BOOLEAN,
+        text_similarity DOUBLE,
+        url_status VARCHAR NOT NULL,   -- unchanged / changed / gone / blocked / error
+        task_status VARCHAR,           -- the task's feasibility at this probe
+        error VARCHAR
+    )""",
+)
+
+_V3 = (
+    "ALTER TABLE episodes ADD COLUMN replay_blocked INTEGER DEFAULT 0",
+    "ALTER TABLE episodes ADD COLUMN replay_live INTEGER DEFAULT 0",
+    "ALTER TABLE episodes ADD COLUMN missed_urls VARCHAR DEFAULT '[]'",
+)
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
+    Migration(2, "drift probes", _V2),
+    Migration(3, "episode blocked/live counts and missed URLs", _V3),
+)
+CURRENT_VERSION = MIGRATIONS[-1].version
+
+_LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
+    version INTEGER NOT NULL,
+    applied_at TIMESTAMP NOT NULL,
+    description VARCHAR NOT NULL
+)"""
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    """The highest migration applied to the database (0 for an empty one)."""
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchone()
+    if not exists or not exists[0]:
+        return 0
+    row = con.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> list[int]:
+    """Apply every migration above the database's version, up to ``target``.
+
+    Runs inside the caller's transaction. Returns the versions applied.
+    """
+    target = CURRENT_VERSION if target is None else target
+    con.execute(_LEDGER)
+    have = schema_version(con)
+    applied: list[int] = []
+    for m in MIGRATIONS:
+        if have < m.version <= target:
+            for sql in m.statements:
+                con.execute(sql)
+            con.execute(
+                "INSERT INTO schema_migrations VALUES (?, ?, ?)",
+                [m.version, datetime.now(UTC).replace(tzinfo=None), m.description],
+            )
+            applied.append(m.version)
+    return applied

@@ -1,0 +1,85 @@
+"""Rich tables of comparisons and drift series, for the terminal."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from .compare import Comparison
+from .drift import DriftSeries
+
+__all__ = ["pct", "comparison_tables", "drift_tables"]
+
+
+def pct(x: float | None) -> str:
+    """A share as a percentage, or '–' when undefined."""
+    return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def comparison_tables(comp: Comparison) -> list[Table]:
+    """A summary table of every agent × judge, then per group its categories, flagged episodes and flips."""
+    if not comp.groups:
+        empty = Table(title="live vs frozen")
+        empty.add_column("no episodes with verdicts in the database")
+        return [empty]
+    summary = Table(title=f"live vs frozen ({comp.selection})")
+    for col in ("agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
+                "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"):
+        summary.add_column(col, justify="left" if col in ("agent", "judge") else "right")
+    tables = [summary]
+    for g in comp.groups:
+        ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
+        summary.add_row(g.agent, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
+                        ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
+                        str(g.counts.frozen_only), str(g.counts.neither),
+                        "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
+                        pct(g.frozen_miss_rate), str(g.flagged_episodes))
+        cats = Table(title=f"{g.agent} · {g.judge}: by category")
+        for col in ("category", "n", "live", "frozen"):
+            cats.add_column(col, justify="left" if col == "category" else "right")
+        for c in g.categories:
+            cats.add_row(c.category, str(c.n), pct(c.live_rate), pct(c.frozen_rate))
+        tables.append(cats)
+        flagged = [e for e in g.frozen_episodes if e.flagged]
+        if flagged:
+            t = Table(title=f"{g.agent} · {g.judge}: frozen episodes with replay misses")
+            for col in ("task", "run", "success", "score", "misses", "miss rate"):
+                t.add_column(col)
+            for e in flagged:
+                t.add_row(e.task_id, e.run_id, "yes" if e.success else "no", f"{e.score:.2f}", str(e.misses),
+                          pct(e.miss_rate))
+            tables.append(t)
+        if g.flips:
+            t = Table(title=f"{g.agent} · {g.judge}: live/frozen flips")
+            for col in ("task", "category", "success in", "drift probe", "probed at", "frozen misses"):
+                t.add_column(col)
+            for f in g.flips:
+                t.add_row(f.task_id, f.category, f.direction, f.drift_status,
+                          f.probed_at.strftime("%Y-%m-%d %H:%M") if f.probed_at else "–", str(f.frozen_misses))
+            tables.append(t)
+    return tables
+
+
+def drift_tables(series: DriftSeries) -> list[Table]:
+    """One table per scope (overall, site, task): fraction changed since capture at each probe."""
+    if not series.points:
+        empty = Table(title="drift")
+        empty.add_column("no drift probes in the database; run `ego2web-replay drift probe`")
+        return [empty]
+    tables = []
+    for scope, title in (("overall", "overall"), ("site", "per site"), ("task", "per task")):
+        t = Table(title=f"drift since capture: {title}")
+        cols = ["site" if scope == "site" else "task" if scope == "task" else "scope", "probed at", "probe",
+                "urls", "changed", "gone", "blocked", "errors", "fraction changed"]
+        if scope == "task":
+            cols.append("task status")
+        for col in cols:
+            t.add_column(col)
+        for key, points in series.series(scope).items():
+            for p in points:
+                row = [key, p.probed_at.strftime("%Y-%m-%d %H:%M"), p.probe_id, str(p.urls), str(p.changed),
+                       str(p.gone), str(p.blocked), str(p.errors), pct(p.fraction_changed)]
+                if scope == "task":
+                    row.append(p.task_status or "–")
+                t.add_row(*row)
+        tables.append(t)
+    return tables

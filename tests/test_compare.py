@@ -1,0 +1,123 @@
+"""compare: paired live/frozen statistics from a database built from real run folders."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.cli import main
+from ego2web_replay.errors import TrackingError
+from ego2web_replay.models import AgentSpec
+from ego2web_replay.testing.tracking import T0, EpisodeSpec, make_run, make_suite
+from ego2web_replay.tracking.compare import compare, csv_text
+from ego2web_replay.tracking.drift import ProbeResult, record_probe
+from ego2web_replay.tracking.ingest import ingest
+
+# task: (category, live success, frozen success)
+OUTCOMES = {
+    "t1": ("shopping", True, True), "t2": ("shopping", True, False), "t3": ("shopping", True, False),
+    "t4": ("shopping", False, False), "t5": ("knowledge", True, True), "t6": ("knowledge", False, True),
+    "t7": ("knowledge", True, False), "t8": ("knowledge", True, True),
+}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    suite = make_suite(tmp_path / "suite.json", {t: c for t, (c, _, _) in OUTCOMES.items()} | {"t9": "shopping"})
+    runs = tmp_path / "runs"
+    a = AgentSpec(name="openai", model="gpt-x")
+    # an older run with other outcomes: must be ignored in favour of the newest
+    make_run(runs, "old", a, [EpisodeSpec("t1", m, {"rule": False}) for m in ("live", "frozen")],
+             suite=suite, started_at=T0 - timedelta(days=3))
+    eps = []
+    for t, (_, lv, fz) in OUTCOMES.items():
+        eps.append(EpisodeSpec(t, "live", {"rule": lv, "ego2web": lv}))
+        eps.append(EpisodeSpec(t, "frozen", {"rule": fz, "ego2web": True}, miss=3 if t == "t2" else 0))
+    eps.append(EpisodeSpec("t9", "live", {"rule": True}))  # unpaired
+    make_run(runs, "new", a, eps, suite=suite)
+    make_run(runs, "b", AgentSpec(name="scripted"), [EpisodeSpec("t1", m, {"rule": True}) for m in ("live", "frozen")],
+             suite=suite)
+    path = tmp_path / "c.duckdb"
+    ingest(path, [runs])
+    at = datetime(2026, 2, 1, tzinfo=UTC)
+    rows = [
+        ProbeResult(probe_id="p0", probed_at=at - timedelta(days=5), task_id="t2", url="https://t2.example/",
+                    url_status="unchanged", task_status="unchanged"),
+        ProbeResult(probe_id="p1", probed_at=at, task_id="t2", url="https://t2.example/", url_status="changed",
+                    task_status="changed"),
+        ProbeResult(probe_id="p1", probed_at=at, task_id="t3", url="https://t3.example/", url_status="gone"),
+        ProbeResult(probe_id="p1", probed_at=at, task_id="t3", url="https://t3.example/a", url_status="unchanged"),
+        ProbeResult(probe_id="p1", probed_at=at, task_id="t6", url="https://t6.example/", url_status="unchanged",
+                    task_status="unchanged"),
+    ]
+    record_probe(path, rows)
+    return path
+
+
+def test_compare_against_hand_computed_values(db: Path) -> None:
+    result = compare(db, iterations=500, seed=1)
+    assert [(g.agent, g.judge) for g in result.groups] == [
+        ("openai:gpt-x", "ego2web"), ("openai:gpt-x", "rule"), ("scripted", "rule")]
+    g = result.groups[1]
+    assert g.paired == 8 and g.live_unpaired == 1 and g.frozen_unpaired == 0
+    assert (g.counts.both, g.counts.live_only, g.counts.frozen_only, g.counts.neither) == (3, 3, 1, 1)
+    assert g.live_rate == 0.75 and g.frozen_rate == 0.5 and g.difference == 0.25
+    assert g.mcnemar_p == pytest.approx(0.625)  # 2 * (C(4,0) + C(4,1)) / 16
+    assert g.ci_low is not None and g.ci_high is not None and g.ci_low <= 0.25 <= g.ci_high
+    cats = {c.category: (c.n, c.live_rate, c.frozen_rate) for c in g.categories}
+    assert cats == {"shopping": (4, 0.75, 0.25), "knowledge": (4, 0.75, 0.75), "overall": (8, 0.75, 0.5)}
+    # frozen scores with their misses: t2 missed 3 of 16 requests
+    flagged = [e for e in g.frozen_episodes if e.flagged]
+    assert [(e.task_id, e.misses, e.requests) for e in flagged] == [("t2", 3, 16)]
+    assert flagged[0].miss_rate == pytest.approx(3 / 16) and len(flagged[0].missed_urls) == 3
+    assert g.frozen_miss_rate == pytest.approx(3 / (16 + 7 * 13))
+    assert g.frozen_mean_score == 0.5 and g.flagged_episodes == 1
+    flips = {f.task_id: (f.direction, f.drift_status) for f in g.flips}
+    assert flips == {"t2": ("live only", "changed"), "t3": ("live only", "gone"),
+                     "t6": ("frozen only", "unchanged"), "t7": ("live only", "not probed")}
+    # the newest run wins over the older one for t1
+    assert all(e.run_id == "new" for e in g.frozen_episodes)
+    # bootstrap interval is stable under the fixed seed
+    again = compare(db, iterations=500, seed=1).groups[1]
+    assert (again.ci_low, again.ci_high) == (g.ci_low, g.ci_high)
+
+
+def test_filters_and_unknown_names(db: Path) -> None:
+    result = compare(db, agents=["scripted"], judges=["rule"], iterations=50)
+    assert [(g.agent, g.judge, g.counts.both) for g in result.groups] == [("scripted", "rule", 1)]
+    with pytest.raises(TrackingError, match=r"unknown agent 'nobody'; known agents: openai:gpt-x, scripted"):
+        compare(db, agents=["nobody"])
+    with pytest.raises(TrackingError, match=r"unknown judge 'x'; known judges: ego2web, rule"):
+        compare(db, judges=["x"])
+
+
+def test_csv_rows(db: Path) -> None:
+    rows = list(csv.DictReader(csv_text(compare(db, agents=["openai:gpt-x"], judges=["rule"], iterations=50))
+                               .splitlines()))
+    assert [r["category"] for r in rows] == ["knowledge", "shopping", "overall"]
+    overall = rows[-1]
+    assert (overall["both"], overall["live_only"], overall["frozen_only"], overall["neither"]) == ("3", "3", "1", "1")
+    assert float(overall["mcnemar_p"]) == pytest.approx(0.625)
+    assert rows[1]["difference"] == "0.5" and rows[1]["mcnemar_p"] == ""
+
+
+def test_compare_cli(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_json, out_csv = tmp_path / "c.json", tmp_path / "c.csv"
+    code = main(["compare", "--db", str(db), "--judge", "rule", "--json", str(out_json), "--csv", str(out_csv),
+                 "--iterations", "100"])
+    text = capsys.readouterr().out
+    assert code == 0
+    assert "live vs frozen" in text and "live/frozen flips" in text and "not probed" in text
+    data = json.loads(out_json.read_text())
+    assert data["groups"][0]["counts"] == {"both": 3, "live_only": 3, "frozen_only": 1, "neither": 1}
+    assert out_csv.read_text().startswith("agent,judge,category")
+    assert main(["compare", "--db", str(db), "--agent", "ghost"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown agent 'ghost'" in err and err.count("\n") == 1
+    assert main(["compare", "--db", str(tmp_path / "missing.duckdb")]) == 1
+    err = capsys.readouterr().err
+    assert "ingest" in err and err.count("\n") == 1
