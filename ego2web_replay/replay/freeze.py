@@ -22,14 +22,14 @@ touches the archive.
 from __future__ import annotations
 
 import base64
-import gzip
 import hashlib
 import json
 import re
-import zlib
 from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
+
+from .httputil import decode_body
 
 __all__ = ["freeze_script", "inject_into_html", "script_hash", "parse_warc_timestamp"]
 
@@ -82,35 +82,6 @@ def _header(headers: list[tuple[str, str]], name: str) -> str | None:
         if key.lower() == name:
             return value
     return None
-
-
-def _decode_body(body: bytes, encoding_header: str | None) -> bytes | None:
-    """The identity body, or None when an encoding is unknown or the body is corrupt."""
-    if not encoding_header:
-        return body
-    codings = [c.strip().lower() for c in encoding_header.split(",") if c.strip()]
-    try:
-        for coding in reversed(codings):
-            if coding in ("gzip", "x-gzip"):
-                body = gzip.decompress(body)
-            elif coding == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)
-            elif coding == "br":
-                import brotli
-
-                body = brotli.decompress(body)
-            elif coding == "zstd":
-                import zstandard
-
-                body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
-            elif coding != "identity":
-                return None
-    except Exception:  # noqa: BLE001 - any decoder failure means "serve the bytes as archived"
-        return None
-    return body
 
 
 def _is_html(content_type: str | None, body: bytes) -> bool:
@@ -182,7 +153,7 @@ def inject_into_html(
     """Archived HTML with ``script`` inlined as its first script, ready to serve.
 
     ``body`` is the archived payload as stored (gzip/deflate/br/zstd encodings
-    are decoded; unknown ones or corrupt bodies are served unchanged). The
+    are decoded by :func:`~.httputil.decode_body`; unknown ones or corrupt bodies are served unchanged). The
     result is identity-encoded with a correct Content-Length; a
     Content-Security-Policy that restricts scripts gets the script's sha256
     hash added. Non-HTML responses and empty bodies come back unchanged.
@@ -194,7 +165,7 @@ def inject_into_html(
     content_type = _header(headers, "content-type")
     if content_type and not _is_html(content_type, b""):
         return body, headers
-    plain = _decode_body(body, _header(headers, "content-encoding"))
+    plain = decode_body(body, _header(headers, "content-encoding"))
     if plain is None or not _is_html(content_type, plain):
         return body, headers
     tag = f"<script>{script}</script>"
