@@ -100,9 +100,14 @@ def test_unknown_judge_and_missing_run_and_missing_files(run, tmp_path, capsys):
                  "--no-progress"]) == 0
     capsys.readouterr()
     (run / "episodes/T2/frozen/trajectory.json").unlink()
+    make_episode(run, "T9", "live", answer="x")
     assert main(["judge", str(run), "--judge", "rule", "--tasks", str(tmp_path / "tasks.jsonl"),
                  "--no-progress"]) == 0
-    assert "trajectory.json missing" in capsys.readouterr().out.replace("\n", "")
+    assert "frozen: 1/1 success (100.0%), 1 error(s)" in capsys.readouterr().out
+    t2 = json.loads((run / "episodes/T2/frozen/verdicts/rule.json").read_text())
+    assert "trajectory.json missing" in t2["error"] and t2["success"] is False
+    t9 = json.loads((run / "episodes/T9/live/verdicts/rule.json").read_text())
+    assert "no task with id 'T9'" in t9["error"]
 
 
 def test_malformed_labels(run, tmp_path, capsys):

@@ -175,13 +175,13 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
     pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     episodes: list[dict[str, Any]] = []
     ties = unmatched = missing = errors = 0
-    for (task_id, mode, agent), vs in votes.items():
+    for (task_id, mode, wanted), vs in votes.items():
         count = Counter(vs)
         if count[True] == count[False]:
             ties += 1
             continue
         human = count[True] > count[False]
-        found = [e for e in index.get((task_id, mode), []) if agent is None or agent in (e[1], e[2])]
+        found = [e for e in index.get((task_id, mode), []) if wanted is None or wanted in (e[1], e[2])]
         if not found:
             unmatched += 1
             continue

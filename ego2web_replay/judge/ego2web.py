@@ -79,7 +79,7 @@ class PipelineJudge:
 
         with ThreadPoolExecutor(max_workers=max(1, min(len(shots), self.client.config.concurrency))) as pool:
             results = list(pool.map(score, shots))  # in step order, whatever order they finish in
-        scored = []
+        scored: list[dict[str, Any]] = []
         for shot, result in results:
             parsed = log.add(result)
             scored.append({"kind": "screenshot_relevance", "screenshot": shot.rel, "step": shot.step,
