@@ -125,6 +125,14 @@ def test_exact_duplicates_are_sequenced_too():
     assert [index.match("GET", "https://e.com/s").capture.ref for _ in range(3)] == ["a", "b", "b"]
 
 
+def test_sequence_skips_captures_served_by_another_stage():
+    index = MatchIndex([cap("https://e.com/poll?_=1712345678901", ref=1), cap("https://e.com/poll?_=1712345679901", ref=2)], RULES)
+    assert index.match("GET", "https://e.com/poll?_=1712345678901").outcome == "exact"
+    second = index.match("GET", "https://e.com/poll?_=1719999999999")
+    assert second.outcome == "canonical" and second.capture.ref == 2
+    assert index.match("GET", "https://e.com/poll?_=1719999999999").capture.ref == 2
+
+
 def test_head_falls_back_to_get():
     index = MatchIndex([cap("https://e.com/file.pdf")], RULES)
     result = index.match("HEAD", "https://e.com/file.pdf")

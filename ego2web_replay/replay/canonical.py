@@ -23,7 +23,7 @@ import json
 import re
 from email.message import Message
 from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, quote, unquote_plus
+from urllib.parse import parse_qsl, quote, unquote_plus, urlencode
 
 from .rules import (
     PARAM_CALLBACK,
@@ -239,16 +239,12 @@ def _multipart_fields(body: bytes, msg: Message) -> list[tuple[str, str]] | None
             if colon:
                 part[key.strip()] = value.strip()
         name = part.get_param("name", header="content-disposition")
-        filename = part.get_param("filename", header="content-disposition")
         if not isinstance(name, str):
             continue
-        if isinstance(filename, str):
-            fields.append((name, f"{filename}:sha256:{hashlib.sha256(content).hexdigest()[:16]}"))
-        else:
-            try:
-                fields.append((name, content.decode("utf-8")))
-            except UnicodeDecodeError:
-                fields.append((name, "sha256:" + hashlib.sha256(content).hexdigest()[:16]))
+        try:
+            fields.append((name, content.decode("utf-8")))
+        except UnicodeDecodeError:
+            fields.append((name, "sha256:" + hashlib.sha256(content).hexdigest()))
     return fields
 
 
@@ -256,7 +252,8 @@ def body_fields(content_type: str | None, body: bytes) -> tuple[list[tuple[str, 
     """A body as (name, value) fields; ``True`` in second place when it is opaque.
 
     Form bodies give their fields, JSON its leaves (pywb naming: the leaf key,
-    repeated keys numbered ``key.2_``), multipart its fields (files hashed); any
+    repeated keys numbered ``key.2_``), multipart its fields (a part that is
+    not UTF-8 text, such as an image, as ``sha256:<hex>``); any
     other body gives one ``__wb_post_data`` field holding its base64 and the flag.
     """
     media, msg = _media_type(content_type)
@@ -285,8 +282,11 @@ def post_query(method: str, content_type: str | None, body: bytes | None) -> str
     """The pywb/cdxj-indexer query for a request body: ``__wb_method=post&...``.
 
     Form bodies are appended as they are (already a query), JSON as its leaf
-    ``key=value`` fields, multipart as its fields, anything else as
-    ``__wb_post_data=<base64>``. GET and HEAD give ``""``.
+    ``key=value`` fields and multipart as its fields (both form-encoded),
+    anything else as ``__wb_post_data=<base64>``. GET and HEAD give ``""``.
+    Appended to the URL's query and SURT-canonicalised, this gives the keys
+    pywb and cdxj-indexer write for POST captures. JSON booleans and null are
+    written ``true``/``false``/``null``.
     """
     method = method.upper()
     if method in ("GET", "HEAD"):
@@ -300,7 +300,7 @@ def post_query(method: str, content_type: str | None, body: bytes | None) -> str
     fields, opaque = body_fields(content_type, body)
     if opaque:
         return f"{head}&__wb_post_data={fields[0][1]}"
-    return head + "".join(f"&{_q(k)}={_q(v)}" for k, v in fields)
+    return f"{head}&{urlencode(fields)}" if fields else head
 
 
 def canonical_url(url: str, rules: MatchRules) -> str:

@@ -50,8 +50,9 @@ How a request is matched, in plain words:
 4. **miss**: nothing matched; the replay proxy answers with a synthetic miss.
 
 When several captures share an exact or canonical key (a page polling the
-same URL), the ``sequence`` policy serves them in recorded order and then keeps
-serving the last; ``first`` always serves the first and ``last`` the last.
+same URL), the ``sequence`` policy serves them in recorded order, skipping
+captures this replay already served by another stage, and then keeps serving
+the last; ``first`` always serves the first and ``last`` the last.
 A HEAD request with no archived HEAD is matched against the GET captures.
 """
 
@@ -160,7 +161,15 @@ def _no_gc() -> Iterator[None]:
 class _Entry:
     position: int
     capture: Capture
-    values: dict[str, frozenset[str]]
+    pairs: list[tuple[str, str]]
+    _values: dict[str, frozenset[str]] | None = None
+
+    @property
+    def values(self) -> dict[str, frozenset[str]]:
+        """Values per name, computed on first fuzzy use (a benign race: same result)."""
+        if self._values is None:
+            self._values = _value_sets(self.pairs)
+        return self._values
 
 
 @dataclass(slots=True)
@@ -241,7 +250,7 @@ class MatchIndex:
                         c = self.captures[position]
                         canon = canonicalize(c.method, c.url, c.body, c.content_type, rules)
                         canonical.setdefault(canon.key, []).append(position)
-                        groups.setdefault(canon.group, []).append(_Entry(position, c, _value_sets(canon.pairs)))
+                        groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
                 tables = _HostTables(canonical, groups)
                 self._tables[host] = tables
         return tables
@@ -278,24 +287,39 @@ class ReplaySession:
             raise ValueError(f"unknown sequence policy {policy!r}; use sequence, first or last")
         self.index = index
         self.policy: SequencePolicy = policy
-        self._served: dict[tuple[str, Any], int] = {}
+        self._cursor: dict[tuple[str, Any], int] = {}
+        self._used: set[int] = set()
         self._last_position = 0
         self._lock = threading.Lock()
 
     def reset(self) -> None:
         """Forget everything served so far."""
         with self._lock:
-            self._served.clear()
+            self._cursor.clear()
+            self._used.clear()
             self._last_position = 0
 
     def _pick(self, stage: str, key: Any, positions: list[int]) -> int:
+        """The capture to serve among ``positions`` (recorded order); call with the lock held.
+
+        ``sequence`` serves the first capture of the key this session has not
+        served yet (whichever stage served it), and the last once all were.
+        """
         if self.policy == "first":
-            return positions[0]
-        if self.policy == "last":
-            return positions[-1]
-        count = self._served.get((stage, key), 0)
-        self._served[(stage, key)] = count + 1
-        return positions[min(count, len(positions) - 1)]
+            position = positions[0]
+        elif self.policy == "last":
+            position = positions[-1]
+        else:
+            slot = (stage, key)
+            cursor = self._cursor.get(slot, 0)
+            last = len(positions) - 1
+            while cursor < last and positions[cursor] in self._used:
+                cursor += 1
+            self._cursor[slot] = cursor
+            position = positions[cursor]
+        self._used.add(position)
+        self._last_position = position
+        return position
 
     def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
         """Match one request: exact, then canonical, then fuzzy, else a miss."""
@@ -314,7 +338,6 @@ class ReplaySession:
         if positions:
             with self._lock:
                 position = self._pick("exact", exact, positions)
-                self._last_position = position
             return MatchResult("exact", index.captures[position], 1.0, _exact_key_text(exact))
         canon: CanonicalRequest = canonicalize(method, url, body, content_type, index.rules)
         host = url_host(url)
@@ -323,7 +346,6 @@ class ReplaySession:
         if positions:
             with self._lock:
                 position = self._pick("canonical", canon.key, positions)
-                self._last_position = position
             return MatchResult("canonical", index.captures[position], 1.0, canon.key)
         entries = tables.groups.get(canon.group)
         if entries:
@@ -336,6 +358,7 @@ class ReplaySession:
                 with self._lock:
                     anchor = self._last_position
                     best = min(tied, key=lambda e: (abs(e.position - anchor), e.position))
+                    self._used.add(best.position)
                     self._last_position = best.position
                 return MatchResult("fuzzy", best.capture, round(best_score, 6), canon.group)
         return MatchResult("miss", None, None, canon.key)
