@@ -146,6 +146,17 @@ def test_csp_gets_the_script_hash():
     assert csp("script-src-elem 'self'; script-src 'self'") == f"script-src-elem 'self' {source}; script-src 'self' {source}"
 
 
+def test_meta_csp_gets_the_script_hash():
+    source = script_hash(SCRIPT)
+    page = (b"<html><head><meta http-equiv='Content-Security-Policy' content='script-src &#39;self&#39;'>"
+            b"<meta charset=utf-8></head></html>")
+    out, _ = inject_into_html(page, [("Content-Type", "text/html")], SCRIPT)
+    expected_meta = f'<meta http-equiv=\'Content-Security-Policy\' content="script-src &#x27;self&#x27; {source.replace(chr(39), "&#x27;")}">'
+    assert out.startswith(b"<html><head>" + expected_meta.encode())
+    unrelated = b"<html><head><meta name=description content='security-first'></head></html>"
+    assert inject_into_html(unrelated, [("Content-Type", "text/html")], SCRIPT)[0].startswith(unrelated[:12] + b"<script>")
+
+
 # ---- real Chromium ------------------------------------------------------------
 
 
@@ -154,6 +165,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     pages: dict[str, tuple[bytes, list[tuple[str, str]]]] = {}
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+        if self.path not in self.pages:
+            self.send_error(404)
+            return
         body, headers = self.pages[self.path]
         self.send_response(200)
         for name, value in headers:
@@ -172,9 +186,14 @@ def site() -> Iterator[str]:
     archived_headers = [("Content-Type", "text/html; charset=utf-8"), ("Content-Encoding", "gzip"),
                         ("Content-Length", str(len(archived))), *csp]
     injected, injected_headers = inject_into_html(archived, archived_headers, freeze_script(CAPTURE, seed=7))
+    meta_page = PAGE.replace(b"<head>", b"<head><meta http-equiv=\"Content-Security-Policy\" content=\"script-src 'nonce-abc'\">")
+    meta_injected, meta_headers = inject_into_html(meta_page, [("Content-Type", "text/html")], freeze_script(CAPTURE, seed=7))
     _Handler.pages = {
+        "/meta-csp": (meta_injected, meta_headers),
         "/plain": (PAGE, [("Content-Type", "text/html"), ("Content-Length", str(len(PAGE)))]),
         "/injected": (injected, injected_headers),
+        # the same bytes with the archived CSP left as it was: the browser must block the script
+        "/csp-unpatched": (injected, [h for h in injected_headers if h[0] != "Content-Security-Policy"] + csp),
     }
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -209,7 +228,8 @@ def _render(browser, url: str, init_script: str | None = None) -> dict:
             context.add_init_script(init_script)
         page = context.new_page()
         page.goto(url)
-        page.wait_for_function("document.getElementById('out').textContent !== 'waiting'", timeout=10_000)
+        # a locator, not wait_for_function: that evaluates a string, which a strict CSP forbids
+        page.locator("#out", has_not_text="waiting").wait_for(timeout=10_000)
         return json.loads(page.inner_text("#out"))
     finally:
         context.close()
@@ -233,6 +253,8 @@ def test_chromium_injected_html_renders_identically(browser, site):
     two = _render(browser, site + "/injected")
     assert one == two
     _check_frozen(one)
+    # a <meta> CSP ahead of the injected script lets it run too (its hash was added)
+    assert _render(browser, site + "/meta-csp") == one
 
 
 @pytest.mark.slow
@@ -257,3 +279,5 @@ def test_chromium_without_freeze_differs(browser, site):
     two = _render(browser, site + "/plain")
     assert one["first"]["rnd"] != two["first"]["rnd"]
     assert one["first"]["now"] != CAPTURE_MS
+    # and without the CSP hash the injected script is blocked
+    assert _render(browser, site + "/csp-unpatched")["first"]["now"] != CAPTURE_MS

@@ -173,6 +173,9 @@ def test_describe_key_and_stage_text():
     text = describe_key("GET", "https://www.e.com/p?b=1&a=2&utm_source=x")
     assert "canonical key: GET https://(com,e,www,)/p?a=2&b=1" in text
     assert "fuzzy group:   GET https://(com,e,www,)/p" in text
+    assert "dropped:       utm_source" in text
+    post = describe_key("POST", "https://e.com/f", b"a=1&nonce=2", "application/x-www-form-urlencoded")
+    assert "fuzzy fields:  body:a=1" in post
     for stage in ("exact", "canonical", "fuzzy", "miss", "sequence"):
         assert stage in MATCH_STAGES
 

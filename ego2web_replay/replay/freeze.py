@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import json
 import re
 from datetime import UTC, datetime
@@ -147,6 +148,28 @@ def _allow_hash(policy: str, source: str) -> str:
     return "; ".join(out)
 
 
+_META_CSP = re.compile(
+    rb"<meta\b(?=[^>]*\bhttp-equiv\s*=\s*[\"']?content-security-policy\b)[^>]*>", re.IGNORECASE
+)
+_CONTENT_ATTR = re.compile(rb"""\bcontent\s*=\s*(?:"([^"]*)"|'([^']*)')""", re.IGNORECASE)
+
+
+def _allow_in_meta_csp(page: bytes, source: str) -> bytes:
+    """Add the script hash to every ``<meta http-equiv="Content-Security-Policy">``."""
+
+    def fix(tag: re.Match[bytes]) -> bytes:
+        attr = _CONTENT_ATTR.search(tag.group(0))
+        if attr is None:
+            return tag.group(0)
+        raw = attr.group(1) if attr.group(1) is not None else attr.group(2)
+        policy = _allow_hash(html.unescape(raw.decode("utf-8", errors="replace")), source)
+        new_attr = b'content="' + html.escape(policy, quote=True).encode("utf-8") + b'"'
+        text = tag.group(0)
+        return text[: attr.start()] + new_attr + text[attr.end() :]
+
+    return _META_CSP.sub(fix, page) if b"ecurity-" in page or b"ECURITY-" in page else page
+
+
 def inject_into_html(
     body: bytes, headers: list[tuple[str, str]], script: str
 ) -> tuple[bytes, list[tuple[str, str]]]:
@@ -155,8 +178,8 @@ def inject_into_html(
     ``body`` is the archived payload as stored (gzip/deflate/br/zstd encodings
     are decoded by :func:`~.httputil.decode_body`; unknown ones or corrupt bodies are served unchanged). The
     result is identity-encoded with a correct Content-Length; a
-    Content-Security-Policy that restricts scripts gets the script's sha256
-    hash added. Non-HTML responses and empty bodies come back unchanged.
+    Content-Security-Policy (header or ``<meta http-equiv>``) that restricts
+    scripts gets the script's sha256 hash added. Non-HTML responses and empty bodies come back unchanged.
     """
     if not body:
         return body, headers
@@ -168,16 +191,17 @@ def inject_into_html(
     plain = decode_body(body, _header(headers, "content-encoding"))
     if plain is None or not _is_html(content_type, plain):
         return body, headers
-    tag = f"<script>{script}</script>"
+    tag = f"<script>{script}</script>".encode()
+    source = script_hash(script)
     wide = _wide_charset(content_type, plain)
     if wide:
-        utf8 = plain.decode(wide).encode("utf-8")
+        utf8 = _allow_in_meta_csp(plain.decode(wide).encode("utf-8"), source)
         at = _insertion_point(utf8)
-        new_body = (utf8[:at] + tag.encode("utf-8") + utf8[at:]).decode("utf-8").encode(wide)
+        new_body = (utf8[:at] + tag + utf8[at:]).decode("utf-8").encode(wide)
     else:
-        at = _insertion_point(plain)
-        new_body = plain[:at] + tag.encode("utf-8") + plain[at:]
-    source = script_hash(script)
+        page = _allow_in_meta_csp(plain, source)
+        at = _insertion_point(page)
+        new_body = page[:at] + tag + page[at:]
     new_headers: list[tuple[str, str]] = []
     for name, value in headers:
         lname = name.lower()

@@ -265,7 +265,7 @@ def decode_body(body: bytes, content_encoding: str | None) -> bytes | None:
                 except zlib.error:
                     body = zlib.decompress(body, -zlib.MAX_WBITS)
             elif coding == "br":
-                import brotli
+                import brotli  # type: ignore[import-untyped]
 
                 body = brotli.decompress(body)
             elif coding == "zstd":

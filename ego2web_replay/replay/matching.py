@@ -14,8 +14,9 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
+from urllib.parse import unquote_plus
 
-from .canonical import CanonicalRequest, canonicalize, match_key, post_query, url_host
+from .canonical import BODY_PREFIX, CanonicalRequest, canonicalize, match_key, post_query, url_host
 from .rules import MatchRules, default_rules
 
 __all__ = [
@@ -136,11 +137,15 @@ def describe_key(method: str, url: str, body: bytes | None = None, content_type:
     """A few lines explaining how this request is matched (for ``--explain`` output and docs)."""
     rules = rules or default_rules()
     canon = canonicalize(method, url, body, content_type, rules)
+    raw_names = [part.partition("=")[0] for part in url.partition("?")[2].partition("#")[0].split("&") if part]
+    kept = {unquote_plus(name) for name, _ in canon.pairs}
+    dropped = [name for name in raw_names if unquote_plus(name) not in kept]
     lines = [
         f"exact key:     {_exact_key_text(_exact_key(method, url, body))}",
         f"canonical key: {canon.key}",
+        "dropped:       " + (", ".join(dropped) or "(nothing)") + " (volatile query parameters)",
         f"fuzzy group:   {canon.group}",
-        "fuzzy fields:  " + (", ".join(f"{k}={v}" for k, v in canon.pairs) or "(none)"),
+        "fuzzy fields:  " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
     ]
     return "\n".join(lines)
 
