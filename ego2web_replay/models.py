@@ -120,6 +120,8 @@ class Trajectory(BaseModel):
     started_at: datetime | None = None
     finished_at: datetime | None = None
     replay: ReplayStats | None = Field(default=None, description="Replay counts (frozen mode).")
+    final_page_text: str | None = Field(default=None, description="Visible text of the page when the episode ended "
+                                        "(as rendered, after scripts ran).")
     extra: dict[str, Any] = Field(default_factory=dict, description="Agent-specific data (exit code, stderr ...).")
 
     @property

@@ -91,6 +91,18 @@ class _ErrorCollector(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the connection tasks still open when the proxy stops, so none is destroyed pending."""
+    pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    for t in pending:
+        t.cancel()
+    if pending:
+        try:
+            loop.run_until_complete(asyncio.wait(pending, timeout=2))
+        except Exception:  # noqa: BLE001 - best effort at shutdown
+            pass
+
+
 class ProxyServer:
     """A mitmproxy master with our addons, on ``host:port`` (port 0: ephemeral).
 
@@ -161,6 +173,7 @@ class ProxyServer:
             self._started.set()
         finally:
             logging.getLogger().removeHandler(collector)
+            _cancel_pending(loop)
             loop.close()
 
     async def _main(self, collector: _ErrorCollector) -> None:

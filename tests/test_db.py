@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import duckdb
@@ -146,11 +147,14 @@ def test_failed_transaction_leaves_no_rows(tmp_path: Path, data: tuple[Path, Pat
 
 
 _WRITER = textwrap.dedent("""
-    import sys
+    import sys, time
     from pathlib import Path
     from ego2web_replay.tracking.ingest import record_episode, record_verdict
     from ego2web_replay.models import JudgeSpec, Verdict
     db, run = Path(sys.argv[1]), Path(sys.argv[2])
+    (db.parent / f"ready-{run.name}").touch()
+    while not (db.parent / "go").exists():  # start together
+        time.sleep(0.01)
     for ed in sorted((run / "episodes").glob("*/*")):
         record_episode(db, run, ed)
         record_verdict(db, ed, Verdict(task_id=ed.parent.name, mode=ed.name, judge=JudgeSpec(name="extra"),
@@ -167,6 +171,10 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), str(run)], env=env, cwd=REPO,
                               stderr=subprocess.PIPE, text=True) for run in (run_a, run_b)]
+    deadline = time.monotonic() + 60
+    while not all((tmp_path / f"ready-{r}").exists() for r in ("ra", "rb")) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    (tmp_path / "go").touch()
     for p in procs:
         _, err = p.communicate(timeout=120)
         assert p.returncode == 0, err
@@ -175,6 +183,10 @@ def test_two_processes_writing_at_once_lose_nothing(tmp_path: Path) -> None:
             ("ra", n), ("rb", n)]
         assert con.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 4 * n
         assert con.execute("SELECT count(*) FROM runs").fetchone()[0] == 2
+        spans = dict((r[0], (r[1], r[2])) for r in con.execute(
+            "SELECT run_id, min(ingested_at), max(ingested_at) FROM episodes GROUP BY 1").fetchall())
+    # the two writers really ran at the same time: their write periods overlap
+    assert spans["ra"][0] < spans["rb"][1] and spans["rb"][0] < spans["ra"][1]
 
 
 def test_missing_and_corrupt_database_are_one_line_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,8 +36,15 @@ def test_webvoyager_sends_answer_and_last_k_screenshots_only(tmp_path):
 def test_webjudge_filters_screenshots_but_sends_no_video(tmp_path):
     make_video(tmp_path / "clip.mp4", seconds=1)
     ep = make_episode(tmp_path, "T1", answer="ok", urls=["http://shop.test/a", "http://shop.test/b"])
-    replies = ["Key Points:\n1. blue kettle", "Summary: a.\nScore: 1", "Summary: b.\nScore: 5",
-               "Thoughts: fine.\nStatus: failure"]
+
+    def replies(body):  # screenshot calls run in parallel: answer by content, not by order
+        system, user = body["messages"][0]["content"], str(body["messages"][1]["content"])
+        if "Key Points:" in system:
+            return "Key Points:\n1. blue kettle"
+        if "Score:" in system:
+            return "Summary: a.\nScore: 1" if "step 1 " in user else "Summary: b.\nScore: 5"
+        return "Thoughts: fine.\nStatus: failure"
+
     task = TASK.model_copy(update={"video": str(tmp_path / "clip.mp4")})
     with FakeOpenAIServer(replies) as srv:
         v = make_judge("webjudge", model="m", base_url=srv.base_url).judge(ep, task)

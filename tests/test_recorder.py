@@ -154,7 +154,7 @@ def test_failed_write_stops_recording(site, ca, tmp_path):
     rec = Recorder(Broken())
     with ProxyServer([UpstreamGuard(), rec], ca=ca, options={"guard_mode": "loopback"}) as proxy:
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy.url}))
-        with pytest.raises(Exception):
+        with pytest.raises(OSError):
             opener.open(site.http_url + "/product/42", timeout=10).read()
         with pytest.raises(urllib.error.HTTPError) as e:
             opener.open(site.http_url + "/", timeout=10)

@@ -10,7 +10,13 @@ import pytest
 
 from ego2web_replay.cli import main
 from ego2web_replay.models import AgentSpec
-from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_snapshot, make_suite
+from ego2web_replay.testing.tracking import (
+    EpisodeSpec,
+    make_run,
+    make_snapshot,
+    make_suite,
+    tiny_png,
+)
 from ego2web_replay.tracking.drift import ProbeResult, record_probe
 from ego2web_replay.tracking.ingest import ingest
 from ego2web_replay.tracking.report import build_report, episode_page_path
@@ -22,7 +28,12 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
-    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "knowledge", "t3": "shopping"})
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "knowledge", "t3": "shopping"},
+                       videos={"t2": "clips/t2.mp4"})
+    frames = tmp_path / "clips" / "t2.mp4.keyframes"  # the judge's keyframe cache beside the video
+    frames.mkdir(parents=True)
+    for i in range(2):
+        (frames / f"kf-{i:03d}.png").write_bytes(tiny_png((0, 0, 200)))
     make_snapshot(tmp_path / "snapshots", "t1", "s1", [("https://shop.example/", 200, "sha1:A")])
     runs = tmp_path / "runs"
     make_run(runs, "run-a", AgentSpec(name="openai", model="gpt-x"), [
@@ -51,7 +62,9 @@ def test_report_files(db: Path, tmp_path: Path) -> None:
     out = tmp_path / "report"
     summary = build_report(db, out, iterations=200)
     assert summary.episode_pages == 8
-    assert summary.assets == 2 * (2 + 2) + 6  # t1/run-a: 2 screenshots + 2 keyframes per mode; 6 others: 1 each
+    # t1/run-a: 2 screenshots + 2 episode keyframes per mode; 6 others: 1 screenshot each;
+    # t2/run-a: 2 video keyframes per mode
+    assert summary.assets == 2 * (2 + 2) + 6 + 2 * 2
     index = (out / "index.html").read_text()
     assert 'class="chart-bars"' in index and 'class="chart-lines"' in index
     page = out / episode_page_path("run-a", "t1", "frozen")
@@ -61,6 +74,8 @@ def test_report_files(db: Path, tmp_path: Path) -> None:
     assert "step 1 thought" in html and "goto url=" in html
     assert (page.parent / "t1-frozen_files" / "step-001.png").is_file()
     assert (page.parent / "t1-frozen_files" / "frame-01.png").is_file()
+    t2 = (out / episode_page_path("run-a", "t2", "live")).read_text()
+    assert 't2-live_files/kf-000.png' in t2 and 't2-live_files/kf-001.png' in t2
     for f in out.rglob("*.html"):
         for ref in re.findall(r'(?:src|href)="([^"]*)"', f.read_text()):
             assert not re.match(r"^[a-z]+:", ref), (f, ref)  # only relative links

@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 
 from ..errors import Ego2WebError, JudgeError
-from ..models import load_trajectory
+from ..models import load_trajectory, save_model
 from .run import find_episodes
 from .verdicts import read_verdict
 
@@ -152,8 +152,11 @@ class AgreementReport(BaseModel):
 
 
 def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str = "ego2web",
-              bootstrap: int = 1000, seed: int = 0) -> AgreementReport:
-    """Compare the stored verdicts of ``judge`` in ``run_dirs`` with human labels."""
+              bootstrap: int = 1000, seed: int = 0, out: str | Path | None = None) -> AgreementReport:
+    """Compare the stored verdicts of ``judge`` in ``run_dirs`` with human labels.
+
+    The report is also written as JSON to ``out`` when given.
+    """
     labels = load_labels(labels_path)
     index: dict[tuple[str, str], list[tuple[Path, str, str]]] = defaultdict(list)
     for run in map(Path, run_dirs):
@@ -172,13 +175,13 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
     pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     episodes: list[dict[str, Any]] = []
     ties = unmatched = missing = errors = 0
-    for (task_id, mode, agent), vs in votes.items():
+    for (task_id, mode, wanted), vs in votes.items():
         count = Counter(vs)
         if count[True] == count[False]:
             ties += 1
             continue
         human = count[True] > count[False]
-        found = [e for e in index.get((task_id, mode), []) if agent is None or agent in (e[1], e[2])]
+        found = [e for e in index.get((task_id, mode), []) if wanted is None or wanted in (e[1], e[2])]
         if not found:
             unmatched += 1
             continue
@@ -201,11 +204,14 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
                          f"({unmatched} unmatched, {missing} not judged, {errors} judge errors, {ties} ties); "
                          f"run 'ego2web-replay judge RUN --judge {judge}' first")
     everything = [p for ps in pairs.values() for p in ps]
-    return AgreementReport(
+    report = AgreementReport(
         judge=judge, runs=[str(r) for r in run_dirs], labels=str(labels_path),
         overall=compute_stats(everything, bootstrap=bootstrap, seed=seed),
         per_agent={a: compute_stats(ps, bootstrap=bootstrap, seed=seed) for a, ps in sorted(pairs.items())},
         episodes=episodes, ties=ties, unmatched_labels=unmatched, missing_verdicts=missing, judge_errors=errors)
+    if out is not None:
+        save_model(Path(out), report)
+    return report
 
 
 def _fmt(value: float | None, ci: list[float] | None) -> str:

@@ -11,16 +11,23 @@ baseline is the same pipeline with its own prompts and no video.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..models import JudgeSpec, Verdict
 from ..tasks import Task
-from .client import Image, LLMClient, Message
+from .client import ChatResult, Image, LLMClient, Message
 from .episode import Shot, load_episode
 from .keyframes import Keyframe, extract_keyframes
-from .prompts import PromptSet, parse_final, parse_key_points, parse_screenshot_score
+from .prompts import (
+    PromptSet,
+    ScreenshotScore,
+    parse_final,
+    parse_key_points,
+    parse_screenshot_score,
+)
 from .verdicts import CallLog
 
 __all__ = ["PipelineJudge"]
@@ -62,14 +69,19 @@ class PipelineJudge:
 
     def score_screenshots(self, task: Task, points: list[str], shots: list[Shot],
                           log: CallLog) -> list[dict[str, Any]]:
-        scored = []
-        for shot in shots:
+        def score(shot: Shot) -> tuple[Shot, ChatResult[ScreenshotScore]]:
             system, user = self.prompts.render("screenshot", instruction=task.instruction,
                                                key_points=_numbered(points), step=shot.step,
                                                url=shot.url or "unknown")
             msg = Message("user", [user, Image.from_path(shot.path, label=shot.rel)])
-            parsed = log.add(self.client.chat([Message("system", [system]), msg],
-                                              parse_screenshot_score, stage=f"screenshot:{shot.rel}"))
+            return shot, self.client.chat([Message("system", [system]), msg], parse_screenshot_score,
+                                          stage=f"screenshot:{shot.rel}")
+
+        with ThreadPoolExecutor(max_workers=max(1, min(len(shots), self.client.config.concurrency))) as pool:
+            results = list(pool.map(score, shots))  # in step order, whatever order they finish in
+        scored: list[dict[str, Any]] = []
+        for shot, result in results:
+            parsed = log.add(result)
             scored.append({"kind": "screenshot_relevance", "screenshot": shot.rel, "step": shot.step,
                            "score": parsed.score, "summary": parsed.summary, "kept": False})
         eligible = [s for s in scored if s["score"] >= self.settings["threshold"]]

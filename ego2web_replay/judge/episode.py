@@ -54,7 +54,9 @@ class Episode:
             dirs.append(own)
         if self.trajectory.snapshot_path:
             p = Path(self.trajectory.snapshot_path)
-            dirs.append(p if p.is_absolute() else (self.dir / p))
+            if not p.is_absolute() and not p.is_dir():
+                p = self.dir / p  # relative to the working folder, else to the episode
+            dirs.append(p)
         return dirs
 
 

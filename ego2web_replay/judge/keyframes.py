@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import threading
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -29,6 +30,8 @@ from ..tasks import TimeRange
 __all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir", "png_bytes"]
 
 INDEX_VERSION = 1
+_LOCKS: dict[str, threading.Lock] = {}
+_LOCKS_GUARD = threading.Lock()
 Method = Literal["even", "scene"]
 
 
@@ -77,9 +80,18 @@ def extract_keyframes(video: str | Path, ranges: Sequence[TimeRange], *, per_ran
                       cache_dir: Path | None = None) -> list[Keyframe]:
     """Keyframes of ``video`` for ``ranges`` (the whole video when empty), cached on disk.
 
+    Thread-safe: episodes of one task judged at once decode the video once.
     Raises :class:`KeyframeError` (one line) for a missing or unreadable video.
     """
     path = Path(video)
+    with _LOCKS_GUARD:
+        lock = _LOCKS.setdefault(str(path.resolve()), threading.Lock())
+    with lock:
+        return _extract(path, ranges, per_range, method, max_side, cache_dir)
+
+
+def _extract(path: Path, ranges: Sequence[TimeRange], per_range: int, method: Method, max_side: int,
+             cache_dir: Path | None) -> list[Keyframe]:
     if not path.is_file():
         raise KeyframeError(f"{path}: video not found; fix the task's 'video' path or remove it")
     if method not in ("even", "scene"):

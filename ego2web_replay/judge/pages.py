@@ -120,7 +120,7 @@ def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
             except zlib.error:
                 payload = zlib.decompress(payload, -zlib.MAX_WBITS)
         elif enc == "br":
-            import brotli
+            import brotli  # type: ignore[import-untyped,unused-ignore]
 
             payload = brotli.decompress(payload)
         elif enc == "zstd":
@@ -147,7 +147,7 @@ class SnapshotPages:
         if self._entries is not None:
             return self._entries
         try:
-            from ..snapshots.snapshot import Snapshot  # type: ignore[import-not-found]
+            from ..snapshots.snapshot import Snapshot  # type: ignore[import-not-found,import-untyped,unused-ignore]
         except ImportError:
             raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
         entries: dict[str, tuple[Any, Any]] = {}

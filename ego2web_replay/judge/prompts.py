@@ -119,7 +119,7 @@ def parse_final(text: str) -> FinalJudgment:
     statuses = re.findall(r"status\s*:\s*\"?'?\s*(success|failure|not\s+success|fail|failed)\b", body, re.I)
     if not statuses:
         raise ReplyFormatError("no 'Status: success' or 'Status: failure' line")
-    status = "success" if statuses[-1].lower() == "success" else "failure"
+    status: Literal["success", "failure"] = "success" if statuses[-1].lower() == "success" else "failure"
     m = re.search(r"thoughts\s*:\s*(.+?)(?=\n\s*status\s*:|\Z)", body, re.I | re.S)
     thoughts = (m.group(1) if m else re.split(r"status\s*:", body, flags=re.I)[0]).strip()
     return FinalJudgment(thoughts=thoughts, status=status)

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
+import yaml  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import JudgeError
@@ -306,7 +306,8 @@ def _evaluate(node: RubricNode, ctx: RubricContext) -> NodeResult:
     else:
         score = sum(others) / len(others) if others else 1.0
         detail = f"mean of {len(others)} non-critical children" if others else "all critical children passed"
-    status = "passed" if score >= 1.0 - 1e-9 else ("partial" if score > 0 else "failed")
+    status: Literal["passed", "partial", "failed"] = \
+        "passed" if score >= 1.0 - 1e-9 else ("partial" if score > 0 else "failed")
     return NodeResult(id=node.id, description=node.description, critical=node.critical, status=status,
                       score=round(score, 6), detail=detail, children=results)
 

@@ -5,8 +5,9 @@ Checks, each only when the task defines it:
 - ``expected_answer``: the answer contains the expected answer (case, spacing
   and punctuation ignored), or holds every number the expected answer holds;
 - ``answer_pattern``: each regex of ``answer_patterns`` is found in the answer;
-- ``must_match``: each cue is found in the answer or on the final page (its
-  URL, its title and, when archived, its visible text);
+- ``must_match``: each cue is found on the final page: its URL, its title and
+  its visible text as rendered when the episode ended (recorded by the runner);
+  for trajectories without that text, the archived page's text or the answer;
 - ``url_pattern``: each regex of ``url_patterns`` is found in the final URL.
 
 The verdict is a success when every check passes; its thoughts name the
@@ -104,8 +105,13 @@ class RuleJudge:
             checks.append({"kind": "answer_pattern", "pattern": pattern, "passed": ok,
                            "detail": "found in answer" if ok else "not found in answer"})
         if task.must_match:
-            page, note = self._page_text(episode, final_url)
-            haystack = normalize_text(" ".join([answer, title, final_url or "", page]))
+            if traj.final_page_text is not None:
+                # the page as the agent saw it rendered: cues describe the result on the web page
+                page, note = traj.final_page_text, None
+                haystack = normalize_text(" ".join([title, final_url or "", page]))
+            else:
+                page, note = self._page_text(episode, final_url)
+                haystack = normalize_text(" ".join([answer, title, final_url or "", page]))
             for cue in task.must_match:
                 ok = normalize_text(cue) in haystack
                 detail = "found" if ok else "not found in the answer or on the final page"

@@ -94,6 +94,10 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
     Each verdict is written to ``<episode>/verdicts/<judge>.json``.
     """
     run = Path(run_dir)
+    opts = dict(settings or {})
+    opts.setdefault("cache_dir", Path(cache_dir) if cache_dir else run / "judge-cache")
+    opts.setdefault("concurrency", max(1, workers))
+    judge = make_judge(judge_name, model=model, base_url=base_url, **opts)
     if not run.is_dir():
         raise JudgeError(f"{run}: run folder not found")
     episodes = find_episodes(run)
@@ -102,10 +106,6 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
         if not episodes:
             raise JudgeError(f"{run}: no episodes for task ids {', '.join(task_ids)}")
     suite = load_run_tasks(run, tasks)
-    opts = dict(settings or {})
-    opts.setdefault("cache_dir", Path(cache_dir) if cache_dir else run / "judge-cache")
-    opts.setdefault("concurrency", max(1, workers))
-    judge = make_judge(judge_name, model=model, base_url=base_url, **opts)
     results: dict[Path, Verdict] = {}
     console = Console(stderr=True)
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())

@@ -24,10 +24,12 @@ from .httputil import (
     apply_range,
     clean_response_headers,
     conditional,
+    decode_body,
     miss_response,
     not_modified_response,
     preflight_response,
     reason_phrase,
+    rewrite_jsonp,
 )
 from .matching import MatchIndex, ReplaySession
 
@@ -50,6 +52,22 @@ def inject_allowed(headers: Sequence[tuple[str, str]]) -> bool:
     """Only HTML documents get the determinism script."""
     ctype = (_header(headers, "content-type") or "").split(";")[0].strip().lower()
     return ctype in ("text/html", "application/xhtml+xml")
+
+
+def _rename_jsonp(body: bytes, headers: list[tuple[str, str]], archived_url: str,
+                  request_url: str) -> tuple[bytes, list[tuple[str, str]]]:
+    """Serve a JSONP body under the callback name the page asked for now."""
+    if "callback=" not in request_url.lower() and "jsonp=" not in request_url.lower() and "cb=" not in request_url.lower():
+        return body, headers
+    encoding = _header(headers, "content-encoding")
+    plain = decode_body(body, encoding) if encoding else body
+    if plain is None:
+        return body, headers
+    renamed = rewrite_jsonp(plain, archived_url, request_url)
+    if renamed == plain:
+        return body, headers
+    kept = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
+    return renamed, kept + [("Content-Length", str(len(renamed)))]
 
 
 def _set_header(headers: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -157,6 +175,8 @@ class Replayer:
                 from .freeze import inject_into_html
 
                 rbody, headers = inject_into_html(rbody, headers, self.freeze_script)
+            elif status == 200 and result.outcome != "exact" and result.capture.url != url:
+                rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._serve(flow, status, reason, headers, rbody, method)
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score)

@@ -142,6 +142,13 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
     traj.error = f"step budget of {req.max_steps} exhausted without an answer"
 
 
+def _page_text(page: Any, limit: int = 100_000) -> str | None:
+    try:
+        return str(page.inner_text("body", timeout=5000))[:limit]
+    except Exception:  # noqa: BLE001 - no page, no text
+        return None
+
+
 def _title(page: Any) -> str:
     try:
         return str(page.title())
@@ -194,7 +201,10 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
                 context = browser.new_context(init_scripts=init_scripts)
                 page = context.new_page()
-                _step_loop(req, agent, page, out, traj)
+                try:
+                    _step_loop(req, agent, page, out, traj)
+                finally:
+                    traj.final_page_text = _page_text(page)
                 context.close()
             if live is not None:
                 live.pages_from(traj)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ def make_video(path: Path, seconds: int = 4, fps: int = 10, size: int = 64,
 
     codec = "libx264" if "libx264" in av.codecs_available else "mpeg4"
     with av.open(str(path), "w") as out:
-        stream = out.add_stream(codec, rate=fps)
+        stream: Any = out.add_stream(codec, rate=fps)
         stream.width = stream.height = size
         stream.pix_fmt = "yuv420p"
         for i in range(seconds * fps):

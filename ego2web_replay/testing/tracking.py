@@ -44,9 +44,10 @@ def tiny_png(rgb: tuple[int, int, int] = (200, 30, 30), size: int = 4) -> bytes:
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
-def make_suite(path: Path, tasks: dict[str, str]) -> Path:
-    """A JSON suite of tasks ``{task_id: category}``."""
-    items = [{"id": tid, "instruction": f"Do {tid}", "category": cat, "start_url": f"https://{tid}.example/"}
+def make_suite(path: Path, tasks: dict[str, str], videos: dict[str, str] | None = None) -> Path:
+    """A JSON suite of tasks ``{task_id: category}``, with ``videos`` ``{task_id: relative path}``."""
+    items = [{"id": tid, "instruction": f"Do {tid}", "category": cat, "start_url": f"https://{tid}.example/",
+              **({"video": videos[tid]} if videos and tid in videos else {})}
              for tid, cat in tasks.items()]
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(items, indent=1), "utf-8")

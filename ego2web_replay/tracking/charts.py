@@ -7,7 +7,7 @@ as a tooltip), so the report needs no JavaScript charting library.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from html import escape
 
@@ -72,7 +72,7 @@ def bar_chart(groups: Sequence[tuple[str, Sequence[float | None]]], series: Sequ
     return "\n".join(parts)
 
 
-def line_chart(lines: dict[str, Sequence[tuple[datetime, float | None]]], *, title: str,
+def line_chart(lines: Mapping[str, Sequence[tuple[datetime, float | None]]], *, title: str,
                css_class: str = "chart-lines") -> str:
     """Lines of shares in [0, 1] over time; ``lines`` maps a name to ``(time, value)`` points."""
     x0, y0, width, height = 56.0, 36.0, 560.0, 220.0

@@ -6,9 +6,9 @@ Our strategy, which every reader and writer here follows:
 
 1. **A file lock around every use.** Before opening ``<db>``, a process takes
    ``fcntl.flock`` on the side file ``<db>.lock``: exclusive to write, shared
-   to read. Waiters queue on the lock (polled, with a timeout), so concurrent
-   ``record``/``run``/``judge``/``ingest`` commands take turns instead of
-   failing.
+   to read. Waiters queue on the lock (polled, with a timeout) behind a
+   turnstile lock ``<db>.lock.queue``, so concurrent ``record``/``run``/
+   ``judge``/``ingest`` commands take turns instead of failing or starving.
 2. **Short connections.** A connection is opened per write (one transaction:
    rows of one episode, one snapshot or one run), committed and closed, so
    the lock is held for milliseconds.
@@ -39,7 +39,7 @@ from .schema import CURRENT_VERSION, migrate, schema_version
 __all__ = ["DEFAULT_DB", "LOCK_TIMEOUT_S", "write_connection", "read_connection", "lock_path"]
 
 LOCK_TIMEOUT_S = 120.0
-_POLL_S = 0.02
+_POLL_S = 0.005
 
 
 def lock_path(db_path: str | os.PathLike[str]) -> Path:
@@ -48,28 +48,45 @@ def lock_path(db_path: str | os.PathLike[str]) -> Path:
     return p.with_name(p.name + ".lock")
 
 
+def _acquire(fd: int, mode: int, deadline: float, db_path: Path, timeout: float) -> None:
+    while True:
+        try:
+            fcntl.flock(fd, mode | fcntl.LOCK_NB)
+            return
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
+                raise
+            if time.monotonic() > deadline:
+                raise TrackingError(
+                    f"{db_path}: database busy for {timeout:.0f}s (another command is writing); try again"
+                ) from None
+            time.sleep(_POLL_S)
+
+
 @contextmanager
 def _file_lock(db_path: Path, exclusive: bool, timeout: float) -> Iterator[None]:
+    """Hold ``<db>.lock`` (exclusive or shared) for the body.
+
+    To be fair, a process first takes the turnstile ``<db>.lock.queue`` and keeps
+    it until it holds the main lock: a writer that has just released the main
+    lock cannot take it straight back while another process is waiting, so
+    bulk writers alternate instead of starving each other.
+    """
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path(db_path), os.O_RDWR | os.O_CREAT, 0o644)
-    mode = (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB
+    main = lock_path(db_path)
+    lock_fd = os.open(main, os.O_RDWR | os.O_CREAT, 0o644)
+    queue_fd = os.open(main.with_name(main.name + ".queue"), os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + timeout
     try:
-        while True:
-            try:
-                fcntl.flock(fd, mode)
-                break
-            except OSError as e:
-                if e.errno not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES):
-                    raise
-                if time.monotonic() > deadline:
-                    raise TrackingError(
-                        f"{db_path}: database busy for {timeout:.0f}s (another command is writing); try again"
-                    ) from None
-                time.sleep(_POLL_S)
+        _acquire(queue_fd, fcntl.LOCK_EX, deadline, db_path, timeout)
+        try:
+            _acquire(lock_fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH, deadline, db_path, timeout)
+        finally:
+            fcntl.flock(queue_fd, fcntl.LOCK_UN)
         yield
     finally:
-        os.close(fd)  # closing the descriptor releases the lock
+        os.close(queue_fd)
+        os.close(lock_fd)  # closing the descriptor releases the lock
 
 
 def _is_lock_conflict(e: duckdb.Error) -> bool:

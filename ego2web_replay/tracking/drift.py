@@ -32,8 +32,9 @@ __all__ = [
 ]
 
 UrlStatus = Literal["unchanged", "changed", "gone", "blocked", "error"]
+Scope = Literal["overall", "site", "task"]
 CHANGED_STATUSES = ("changed", "gone", "blocked")
-_SEVERITY = {"unchanged": 0, "error": 1, "changed": 2, "gone": 3, "blocked": 4}
+_SEVERITY = {"unchanged": 0, "changed": 1, "gone": 2, "blocked": 3}
 
 
 class ProbeResult(BaseModel):
@@ -72,7 +73,7 @@ class TaskProbe(BaseModel):
 class DriftPoint(BaseModel):
     """What fraction of a scope's URLs had changed since capture at one probe."""
 
-    scope: Literal["overall", "site", "task"]
+    scope: Scope
     key: str = Field(description="'all', a host, or a task id.")
     probe_id: str
     probed_at: datetime
@@ -105,9 +106,10 @@ def _naive(ts: datetime) -> datetime:
 
 
 def _task_status(statuses: Iterable[str]) -> str:
-    """A task's status from its URLs': the most severe (blocked > gone > changed > error > unchanged)."""
-    worst = max(statuses, key=lambda s: _SEVERITY.get(s, 1), default="error")
-    return worst
+    """A task's status from its URLs': the most severe probed one (blocked > gone > changed >
+    unchanged), ignoring failed probes; ``error`` only when every probe failed."""
+    probed = [s for s in statuses if s != "error"]
+    return max(probed, key=lambda s: _SEVERITY.get(s, 0)) if probed else "error"
 
 
 def record_probe(db_path: str | os.PathLike[str], rows: Iterable[ProbeResult]) -> int:
@@ -158,9 +160,10 @@ def drift_timeseries(db_path: str | os.PathLike[str]) -> DriftSeries:
     """Fraction of URLs changed since capture, per probe, for every task, every site and overall."""
     with read_connection(db_path) as con:
         rows = _probe_rows(con)
-    groups: dict[tuple[str, str, str], dict] = {}
+    groups: dict[tuple[Scope, str, str], dict] = {}
     for probe_id, at, task_id, host, url_status, task_status in rows:
-        for scope, key in (("overall", "all"), ("site", host or ""), ("task", task_id)):
+        scopes: tuple[tuple[Scope, str], ...] = (("overall", "all"), ("site", host or ""), ("task", task_id))
+        for scope, key in scopes:
             g = groups.setdefault((scope, key, probe_id), {"at": at, "statuses": [], "task_status": None})
             g["statuses"].append(url_status)
             if scope == "task" and task_status:

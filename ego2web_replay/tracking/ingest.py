@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import Ego2WebError, TrackingError
 from ..models import AgentSpec, SnapshotManifest, Trajectory, Verdict, load_trajectory
-from ..tasks import load_tasks
+from ..tasks import TaskSuite, load_tasks
 from .db import write_connection
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "agent_label",
     "parse_cdxj",
     "read_run_manifest",
+    "run_suite",
     "record_snapshot",
     "record_run",
     "record_episode",
@@ -151,21 +152,29 @@ def read_run_manifest(run_dir: PathLike) -> RunManifest:
 
 
 @lru_cache(maxsize=32)
-def _suite_categories(path: str, mtime: float) -> dict[str, str]:
-    return {t.id: t.category for t in load_tasks(path)}
+def _load_suite(path: str, mtime: float) -> TaskSuite | None:
+    try:
+        return load_tasks(path)
+    except Ego2WebError:
+        return None
+
+
+def run_suite(run: RunManifest, run_dir: PathLike) -> TaskSuite | None:
+    """The run's task suite (``suite_path``, as given or relative to the run folder or its
+    parent), or None when it cannot be found or loaded."""
+    if not run.suite_path:
+        return None
+    rd = Path(run_dir)
+    for candidate in (Path(run.suite_path), rd / run.suite_path, rd.parent / run.suite_path):
+        if candidate.is_file():
+            return _load_suite(str(candidate.resolve()), candidate.stat().st_mtime)
+    return None
 
 
 def _categories(run: RunManifest, run_dir: Path) -> dict[str, str]:
     """Task id → category from the run's suite file; empty when it cannot be loaded."""
-    if not run.suite_path:
-        return {}
-    for candidate in (Path(run.suite_path), run_dir / run.suite_path, run_dir.parent / run.suite_path):
-        if candidate.is_file():
-            try:
-                return _suite_categories(str(candidate.resolve()), candidate.stat().st_mtime)
-            except Ego2WebError:
-                return {}
-    return {}
+    suite = run_suite(run, run_dir)
+    return {t.id: t.category for t in suite} if suite else {}
 
 
 # -- row writers (inside a transaction) --------------------------------------------------

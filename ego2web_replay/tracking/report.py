@@ -7,6 +7,10 @@ Layout::
     <out>/episodes/<run>/<task>-<mode>.html      one page per episode
     <out>/episodes/<run>/<task>-<mode>_files/    its screenshots and video keyframes (copied)
 
+Video keyframes are the images in the episode's ``keyframes/`` folder and in
+the judge's keyframe cache beside the task's video (``<video>.keyframes/``,
+the video found through the run's suite file).
+
 Charts are inline SVG (:mod:`.charts`); pages carry a Content-Security-Policy
 that forbids scripts and any non-local resource.
 """
@@ -32,6 +36,7 @@ from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
+from .ingest import read_run_manifest, run_suite
 from .tables import pct
 
 __all__ = ["ReportSummary", "build_report", "episode_page_path"]
@@ -44,6 +49,8 @@ SELECT e.run_id, e.task_id, e.mode, coalesce(e.category, 'unknown'), e.agent, e.
 FROM episodes e LEFT JOIN runs r USING (run_id)
 ORDER BY r.started_at DESC NULLS LAST, e.run_id, e.task_id, e.mode
 """
+_RUNS = "SELECT run_id, path FROM runs WHERE path IS NOT NULL"
+_MAX_KEYFRAMES = 24
 _VERDICTS = """SELECT run_id, task_id, mode, judge, judge_model, success, score, thoughts, error, path
 FROM verdicts ORDER BY judge"""
 
@@ -204,7 +211,30 @@ def _verdict_html(row: tuple) -> str:
     return "\n".join(parts)
 
 
-def _episode_body(e: tuple, verdicts: list[tuple], page: Path) -> tuple[str, int]:
+def _video_keyframe_dirs(runs: list[tuple[str, str]]) -> dict[tuple[str, str], Path]:
+    """(run, task) → the keyframe cache beside the task's video, where the suite names a video."""
+    out: dict[tuple[str, str], Path] = {}
+    for run_id, path in runs:
+        try:
+            suite = run_suite(read_run_manifest(path), path)
+        except Ego2WebError:
+            continue
+        for task in suite or []:
+            video = task.video_path(suite.base_dir if suite else None)
+            if video is not None:
+                out[(run_id, task.id)] = video.with_name(video.name + ".keyframes")
+    return out
+
+
+def _keyframes(ep_dir: Path | None, video_frames: Path | None) -> list[Path]:
+    found: list[Path] = []
+    for folder in (ep_dir / "keyframes" if ep_dir else None, video_frames):
+        if folder is not None and folder.is_dir():
+            found += sorted(p for p in folder.rglob("*") if p.suffix.lower() in _IMAGE_SUFFIXES and p.is_file())
+    return found[:_MAX_KEYFRAMES]
+
+
+def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Path | None) -> tuple[str, int]:
     run_id, task_id, mode, category, agent = e[0], e[1], e[2], e[3], e[4]
     ep_dir = Path(e[15]) if e[15] else None
     files_dir = page.with_name(page.stem + "_files")
@@ -249,8 +279,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path) -> tuple[str, int
             steps.append([str(s.index), "".join(info), shot])
         parts.append(f'<div class="steps">{_table(["#", "action", "screenshot"], steps)}</div>' if steps
                      else '<p class="note">No actions.</p>')
-    frames = sorted(p for p in (ep_dir / "keyframes").glob("*") if p.is_file()) if ep_dir else []
-    imgs = [(_copy_asset(f, files_dir, copied), f.name) for f in frames]
+    imgs = [(_copy_asset(f, files_dir, copied), f.name) for f in _keyframes(ep_dir, video_frames)]
     parts.append("<h2>Video keyframes</h2>")
     parts.append('<div class="keyframes">' + "".join(f'<img src="{escape(src)}" alt="{escape(name)}" title="{escape(name)}"> '
                                                      for src, name in imgs if src) + "</div>"
@@ -271,6 +300,8 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     with read_connection(db_path) as con:
         episodes = con.execute(_EPISODES).fetchall()
         verdict_rows = con.execute(_VERDICTS).fetchall()
+        runs = con.execute(_RUNS).fetchall()
+    video_frames = _video_keyframe_dirs(runs)
     verdicts: dict[tuple[str, str, str], list[tuple]] = defaultdict(list)
     for v in verdict_rows:
         verdicts[(v[0], v[1], v[2])].append(v)
@@ -285,7 +316,7 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         page.parent.mkdir(parents=True, exist_ok=True)
         if (files := page.with_name(page.stem + "_files")).exists():
             shutil.rmtree(files)
-        body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2]), []), page)
+        body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2]), []), page, video_frames.get((e[0], e[1])))
         assets += n
         page.write_text(_page(f"{e[1]} · {e[2]} · {e[0]}", body, "../../", generated), "utf-8")
     index = out / "index.html"

@@ -150,12 +150,10 @@ _LEDGER = """CREATE TABLE IF NOT EXISTS schema_migrations (
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     """The highest migration applied to the database (0 for an empty one)."""
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
-    ).fetchone()
-    if not exists or not exists[0]:
+    try:
+        row = con.execute("SELECT max(version) FROM schema_migrations").fetchone()
+    except duckdb.CatalogException:
         return 0
-    row = con.execute("SELECT max(version) FROM schema_migrations").fetchone()
     return int(row[0]) if row and row[0] is not None else 0
 
 

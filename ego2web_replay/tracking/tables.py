@@ -24,7 +24,8 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     summary = Table(title=f"live vs frozen ({comp.selection})")
     for col in ("agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                 "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"):
-        summary.add_column(col, justify="left" if col in ("agent", "judge") else "right")
+        summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
+                           no_wrap=col in ("agent", "judge") or col.endswith("CI"))
     tables = [summary]
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"

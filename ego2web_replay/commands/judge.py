@@ -1,0 +1,135 @@
+"""``ego2web-replay judge``: judge a run's episodes, and measure a judge's agreement with humans."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ..judge.agreement import agreement, agreement_table
+from ..judge.registry import JUDGES
+from ..judge.run import judge_run, summarize
+
+__all__ = ["COMMANDS", "DefaultGroup"]
+
+
+class DefaultGroup(click.Group):
+    """A group that runs ``default_command`` when the first argument is not a subcommand,
+    so ``judge RUN --judge rule`` means ``judge run RUN --judge rule``."""
+
+    def __init__(self, *args: Any, default_command: str = "run", **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.default_command = default_command
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [self.default_command, *args]
+        return super().parse_args(ctx, args)
+
+
+@click.group("judge", cls=DefaultGroup, default_command="run")
+def judge() -> None:
+    """Judge the episodes of a run, or compare a judge with human labels.
+
+    \b
+    ego2web-replay judge runs/RUN --judge ego2web --model gpt-4o [--base-url URL]
+    ego2web-replay judge runs/RUN --judge webjudge|webvoyager|rule|rubric
+    ego2web-replay judge agreement runs/RUN --human labels.csv
+
+    `judge RUN ...` is short for `judge run RUN ...`.
+    """
+
+
+@judge.command("run")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--judge", "judge_name", default="ego2web", show_default=True,
+              help=f"Which judge: {', '.join(JUDGES)}.")
+@click.option("--model", help="Judge model (default: $EGO2WEB_JUDGE_MODEL).")
+@click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
+                                 "(default: $OPENAI_BASE_URL). The key is read from $OPENAI_API_KEY.")
+@click.option("--tasks", type=click.Path(path_type=Path),
+              help="Task file of the run (default: suite_path in <run>/run.json).")
+@click.option("--task", "task_ids", multiple=True, help="Judge only this task id (repeatable).")
+@click.option("--workers", default=4, show_default=True, help="Episodes judged at once (and LLM calls in flight).")
+@click.option("--threshold", type=click.IntRange(1, 5),
+              help="ego2web/webjudge: keep screenshots scored at least this (default 3).")
+@click.option("--max-screenshots", type=click.IntRange(0), help="ego2web/webjudge: most screenshots kept (default 8).")
+@click.option("--keyframes", "keyframes_per_range", type=click.IntRange(1),
+              help="ego2web: keyframes per evidence range (default 3).")
+@click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
+              help="ego2web: sample keyframes evenly or at scene changes (default even).")
+@click.option("--last-k", type=click.IntRange(0), help="webvoyager: last screenshots shown (default 3).")
+@click.option("--prompt-version", help="Packaged prompt version, e.g. v1.")
+@click.option("--prompts-dir", type=click.Path(path_type=Path, file_okay=False),
+              help="A folder of custom prompt files instead of the packaged ones.")
+@click.option("--max-retries", type=click.IntRange(0),
+              help="LLM judges: retries on 429, 5xx, timeouts and refused connections (default 4).")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True),
+              help="LLM judges: seconds to wait for one reply (default 120).")
+@click.option("--cache-dir", type=click.Path(path_type=Path),
+              help="LLM call cache (default: <run>/judge-cache).")
+@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
+def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
+            task_ids: tuple[str, ...], workers: int, no_progress: bool, cache_dir: Path | None,
+            **options: Any) -> None:
+    """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
+
+    LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
+    endpoint; every call is cached so re-judging is free and reproducible.
+    The rule judge is offline; the rubric judge needs an endpoint only for
+    LLM-verified claims.
+    """
+    settings = {k: v for k, v in options.items() if v is not None}
+    verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
+                         progress=not no_progress, settings=settings, cache_dir=cache_dir,
+                         task_ids=list(task_ids) or None)
+    console = Console()
+    table = Table(title=f"{judge_name} verdicts: {run_dir}")
+    for col in ("task", "mode", "success", "score", "tokens", "error"):
+        table.add_column(col)
+    for v in verdicts:
+        table.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",
+                      str(v.prompt_tokens + v.completion_tokens), v.error or "")
+    console.print(table)
+    for mode, s in summarize(verdicts).items():
+        rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
+        click.echo(f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
+                   f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+
+
+@judge.command("agreement")
+@click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--human", "labels", required=True, type=click.Path(path_type=Path),
+              help="Labels CSV with header task_id,mode,label[,annotator,agent].")
+@click.option("--judge", "judge_name", default="ego2web", show_default=True, help="Whose verdicts to compare.")
+@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
+              help="Bootstrap resamples for the confidence intervals (0: none).")
+@click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap.")
+@click.option("--out", type=click.Path(path_type=Path),
+              help="Where to write the JSON report (default: <first run>/agreement-<judge>.json).")
+def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, bootstrap: int, seed: int,
+                  out: Path | None) -> None:
+    """Compare a judge's stored verdicts in RUN_DIRS with human labels.
+
+    \b
+    The labels CSV has a header and one row per label:
+      task_id,mode,label[,annotator,agent]
+    label is success/failure (or 1/0); mode is live or frozen; with several
+    annotators per episode the majority counts (ties are left out); agent
+    (agent name, name/model, or run folder name) picks the episode when
+    several runs hold the same task. Reports per agent and overall: agreement,
+    Cohen's kappa, confusion matrix, false-positive and false-negative rates
+    with bootstrap confidence intervals.
+    """
+    target = out or run_dirs[0] / f"agreement-{judge_name}.json"
+    report = agreement(list(run_dirs), labels, judge=judge_name, bootstrap=bootstrap, seed=seed, out=target)
+    Console().print(agreement_table(report))
+    click.echo(f"left out: {report.ties} tie(s), {report.unmatched_labels} unmatched label(s), "
+               f"{report.missing_verdicts} not judged, {report.judge_errors} judge error(s)")
+    click.echo(f"report: {target}")
+
+
+COMMANDS = [judge]

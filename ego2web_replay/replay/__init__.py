@@ -1,0 +1,29 @@
+"""Hermetic replay: request matching, determinism (clock/random freeze), HTTP helpers.
+
+* :mod:`.matching`: which archived capture answers a request (exact, canonical,
+  fuzzy, miss) and in which order repeated requests are served;
+* :mod:`.canonical`: the one documented match key (:func:`match_key`) and the
+  pywb POST convention (:func:`post_query`);
+* :mod:`.rules`: volatile parameters and fields per host (``rules.yaml``);
+* :mod:`.freeze`: the page-clock and randomness freeze script and its HTML injection;
+* :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses.
+"""
+
+from __future__ import annotations
+
+from .canonical import match_key, post_query
+from .matching import MATCH_STAGES, Capture, MatchIndex, MatchResult, ReplaySession, describe_key
+from .rules import MatchRules, load_rules
+
+__all__ = [
+    "MATCH_STAGES",
+    "Capture",
+    "MatchIndex",
+    "MatchResult",
+    "MatchRules",
+    "ReplaySession",
+    "describe_key",
+    "load_rules",
+    "match_key",
+    "post_query",
+]

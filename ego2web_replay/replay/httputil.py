@@ -1,0 +1,311 @@
+"""HTTP details of serving archived responses: pure functions the replay proxy calls.
+
+Headers are lists of ``(name, value)`` pairs (order and duplicates kept, names
+compared case-insensitively); request headers may also be any mapping. A
+response is ``(status, reason, headers, body)``.
+
+* :func:`clean_response_headers` drops hop-by-hop headers;
+* :func:`apply_range` answers ``Range`` requests from a stored 200;
+* :func:`conditional` / :func:`not_modified_response` answer revalidations with 304;
+* :func:`preflight_response` answers CORS preflights nobody archived;
+* :func:`miss_response` is the synthetic answer to a request nothing matched;
+* :func:`rewrite_jsonp` renames a JSONP callback to the one the page asked for;
+* :func:`decode_body` undoes ``Content-Encoding``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import html
+import re
+import zlib
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+from urllib.parse import parse_qsl, urlsplit
+
+__all__ = [
+    "HOP_BY_HOP",
+    "MISS_HEADER",
+    "Headers",
+    "Response",
+    "apply_range",
+    "clean_response_headers",
+    "conditional",
+    "decode_body",
+    "get_header",
+    "miss_response",
+    "not_modified_response",
+    "preflight_response",
+    "reason_phrase",
+    "rewrite_jsonp",
+]
+
+Headers = list[tuple[str, str]]
+Response = tuple[int, str, Headers, bytes]
+RequestHeaders = Mapping[str, str] | Iterable[tuple[str, str]]
+
+HOP_BY_HOP = frozenset(
+    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
+     "te", "trailer", "transfer-encoding", "upgrade"}
+)
+MISS_HEADER = "X-Ego2Web-Replay"
+
+
+def get_header(headers: RequestHeaders, name: str) -> str | None:
+    """The first value of header ``name`` (case-insensitive), or None."""
+    name = name.lower()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for key, value in pairs:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def reason_phrase(status: int) -> str:
+    """The standard reason phrase of ``status`` (HTTP/2 responses carry none)."""
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return {1: "Informational", 2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}.get(
+            status // 100, "Unknown"
+        )
+
+
+def clean_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
+    """``headers`` without hop-by-hop ones (RFC 9110 §7.6.1), order and duplicates kept.
+
+    Drops Connection, Keep-Alive, Transfer-Encoding, TE, Trailer, Upgrade,
+    every ``Proxy-*`` header and any header the Connection header names.
+    """
+    headers = list(headers)
+    named: set[str] = set()
+    for key, value in headers:
+        if key.lower() == "connection":
+            named.update(token.strip().lower() for token in value.split(",") if token.strip())
+    return [
+        (key, value)
+        for key, value in headers
+        if (lk := key.lower()) not in HOP_BY_HOP and not lk.startswith("proxy-") and lk not in named
+    ]
+
+
+def _replace(headers: Headers, drop: set[str], add: Headers) -> Headers:
+    return [(k, v) for k, v in headers if k.lower() not in drop] + add
+
+
+_RANGE = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
+
+
+def apply_range(
+    status: int, headers: Headers, body: bytes, range_header: str | None, if_range: str | None = None
+) -> tuple[int, Headers, bytes]:
+    """Serve a ``Range`` request from a stored full response.
+
+    A single range (``bytes=0-99``, open ``bytes=100-``, suffix ``bytes=-100``)
+    of a 200 gives a 206 with Content-Range; a range starting past the end gives
+    416 with ``Content-Range: bytes */N``. Multi-range requests, malformed
+    headers, non-200 statuses and an ``If-Range`` that does not match the
+    ETag or Last-Modified get the full response unchanged (RFC 9110 allows a
+    server to ignore Range). Slicing applies to the stored (possibly encoded) bytes.
+    """
+    if status != 200 or not range_header:
+        return status, headers, body
+    unit, _, spec = range_header.partition("=")
+    if unit.strip().lower() != "bytes" or "," in spec:
+        return status, headers, body
+    if if_range is not None and if_range.strip() not in (
+        (get_header(headers, "etag") or "\0").strip(),
+        (get_header(headers, "last-modified") or "\0").strip(),
+    ):
+        return status, headers, body
+    m = _RANGE.fullmatch(spec)
+    if m is None or (not m.group(1) and not m.group(2)):
+        return status, headers, body
+    size = len(body)
+    if m.group(1):
+        first = int(m.group(1))
+        last = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
+        if m.group(2) and int(m.group(2)) < first:
+            return status, headers, body  # invalid, ignored
+    else:
+        suffix = int(m.group(2))
+        first, last = max(size - suffix, 0), size - 1
+        if suffix == 0:
+            first = size
+    if first >= size:
+        out = _replace(headers, {"content-length", "content-range"},
+                       [("Content-Range", f"bytes */{size}"), ("Content-Length", "0")])
+        return 416, out, b""
+    part = body[first : last + 1]
+    out = _replace(headers, {"content-length", "content-range"},
+                   [("Content-Range", f"bytes {first}-{last}/{size}"), ("Content-Length", str(len(part)))])
+    return 206, out, part
+
+
+def _etags(value: str) -> list[str]:
+    return re.findall(r'(?:W/)?"[^"]*"|\*', value)
+
+
+def _weak_equal(a: str, b: str) -> bool:
+    return a.removeprefix("W/") == b.removeprefix("W/")
+
+
+def _http_date(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+
+
+def conditional(request_headers: RequestHeaders, status: int, headers: Headers) -> bool:
+    """True when the request's validators say the client's copy is current (answer 304).
+
+    If-None-Match is compared with the archived ETag (weak comparison, ``*``
+    matches any); only without If-None-Match is If-Modified-Since compared with
+    Last-Modified (not modified when Last-Modified <= If-Modified-Since). Only
+    200 responses are ever answered with 304.
+    """
+    if status != 200:
+        return False
+    inm = get_header(request_headers, "if-none-match")
+    if inm is not None:
+        etag = get_header(headers, "etag")
+        tags = _etags(inm)
+        if "*" in tags:
+            return True
+        return etag is not None and any(_weak_equal(t, etag.strip()) for t in tags)
+    since = _http_date(get_header(request_headers, "if-modified-since"))
+    modified = _http_date(get_header(headers, "last-modified"))
+    if since is None or modified is None:
+        return False
+    try:
+        return modified <= since
+    except TypeError:  # naive vs aware
+        return False
+
+
+_KEEP_ON_304 = {"cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"}
+
+
+def not_modified_response(headers: Headers) -> Response:
+    """A 304 carrying only the validator and caching headers of the archived response."""
+    kept = [(k, v) for k, v in headers if k.lower() in _KEEP_ON_304]
+    return 304, reason_phrase(304), kept, b""
+
+
+def preflight_response(request_headers: RequestHeaders, archived: Response | None = None) -> Response:
+    """The answer to an OPTIONS request: the archived one if any, else a permissive CORS preflight.
+
+    The synthetic answer is a 204 echoing Origin, the requested method and
+    headers, allowing credentials (and a private-network request when asked),
+    so that frozen pages make the same follow-up requests as live ones.
+    """
+    if archived is not None:
+        return archived
+    origin = get_header(request_headers, "origin")
+    method = get_header(request_headers, "access-control-request-method")
+    wanted = get_header(request_headers, "access-control-request-headers")
+    headers: Headers = [
+        ("Access-Control-Allow-Origin", origin or "*"),
+        ("Access-Control-Allow-Methods", method or "GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS"),
+    ]
+    if wanted:
+        headers.append(("Access-Control-Allow-Headers", wanted))
+    if origin:
+        headers.append(("Access-Control-Allow-Credentials", "true"))
+    if (get_header(request_headers, "access-control-request-private-network") or "").lower() == "true":
+        headers.append(("Access-Control-Allow-Private-Network", "true"))
+    headers += [("Access-Control-Max-Age", "600"), ("Vary", "Origin"), ("Content-Length", "0"),
+                (MISS_HEADER, "preflight")]
+    return 204, reason_phrase(204), headers, b""
+
+
+def miss_response(url: str, method: str = "GET", status: int = 404) -> Response:
+    """The synthetic answer to a request nothing in the snapshot matched.
+
+    Carries ``X-Ego2Web-Replay: miss`` and ``Cache-Control: no-store`` (a
+    browser must not cache the miss), and a short HTML page naming the request.
+    """
+    text = (
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Not in snapshot</title></head>"
+        f"<body><h1>Not in snapshot</h1><p>ego2web-replay has no archived response for "
+        f"<code>{html.escape(method.upper())} {html.escape(url)}</code>. The replay is hermetic, "
+        "so nothing was fetched from the live web.</p></body></html>\n"
+    )
+    body = text.encode("utf-8")
+    headers: Headers = [
+        ("Content-Type", "text/html; charset=utf-8"),
+        ("Content-Length", str(len(body))),
+        ("Cache-Control", "no-store"),
+        ("Access-Control-Allow-Origin", "*"),
+        (MISS_HEADER, "miss"),
+    ]
+    return status, reason_phrase(status), headers, body
+
+
+def decode_body(body: bytes, content_encoding: str | None) -> bytes | None:
+    """``body`` with its Content-Encoding undone (gzip, deflate, br, zstd, identity).
+
+    Returns None when an encoding is unknown or the body does not decode.
+    """
+    if not content_encoding:
+        return body
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    try:
+        for coding in reversed(codings):
+            if coding in ("gzip", "x-gzip"):
+                body = gzip.decompress(body)
+            elif coding == "deflate":
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error:
+                    body = zlib.decompress(body, -zlib.MAX_WBITS)
+            elif coding == "br":
+                import brotli  # type: ignore[import-untyped]
+
+                body = brotli.decompress(body)
+            elif coding == "zstd":
+                import zstandard
+
+                body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+            elif coding != "identity":
+                return None
+    except Exception:  # noqa: BLE001 - any decoder failure means "cannot decode"
+        return None
+    return body
+
+
+_CALLBACK_NAMES = ("callback", "jsonp", "jsoncallback", "jsonpcallback")
+_JS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+
+
+def _callback(url: str, names: tuple[str, ...]) -> tuple[str, str] | None:
+    for key, value in parse_qsl(urlsplit(url).query, keep_blank_values=True):
+        if key.lower() in names and _JS_NAME.fullmatch(value):
+            return key.lower(), value
+    return None
+
+
+def rewrite_jsonp(body: bytes, archived_url: str, request_url: str,
+                  names: tuple[str, ...] = _CALLBACK_NAMES) -> bytes:
+    """Rename the JSONP callback in an archived (identity-encoded) body.
+
+    Matching ignores callback values, so a replayed page may ask for
+    ``callback=jQuery_2`` and be served the body recorded for ``jQuery_1``;
+    this renames the call at the head of the body (after whitespace or a
+    ``/**/`` comment) so the page's own function runs. Bodies that do not start
+    with a call of the archived name come back unchanged.
+    """
+    old = _callback(archived_url, names)
+    new = _callback(request_url, names)
+    if old is None or new is None or old[0] != new[0] or old[1] == new[1]:
+        return body
+    m = re.match(rb"(\s*(?:/\*\*/)?\s*(?:typeof\s+[\w$.]+\s*===?\s*['\"]function['\"]\s*&&\s*)?)" +
+                 re.escape(old[1].encode()) + rb"(\s*\()", body)
+    if m is None:
+        return body
+    return m.group(1) + new[1].encode() + m.group(2) + body[m.end():]

@@ -1,0 +1,369 @@
+"""Request matching for hermetic replay: which archived response answers a request.
+
+:class:`MatchIndex` holds the captures of a snapshot; :class:`ReplaySession`
+keeps what one replay has served. The stages, in the words the docs use, are
+:data:`MATCH_STAGES` (appended below).
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import unquote_plus
+
+from .canonical import BODY_PREFIX, CanonicalRequest, canonicalize, match_key, post_query, url_host
+from .rules import MatchRules, default_rules
+
+__all__ = [
+    "Capture",
+    "MatchResult",
+    "MatchIndex",
+    "ReplaySession",
+    "SequencePolicy",
+    "MATCH_STAGES",
+    "describe_key",
+    "similarity",
+    "match_key",
+    "post_query",
+]
+
+MATCH_STAGES = """\
+How a request is matched, in plain words:
+
+1. **exact**: an archived request with the same method, the very same URL and
+   the same body bytes.
+2. **canonical**: an archived request with the same match key
+   (:func:`match_key`): the URL in canonical SURT form with its query sorted
+   and volatile parameters (cache-busters, session ids, tracking tags, epoch
+   times, JSONP callback values) dropped, and the body read as fields with
+   volatile fields (timestamps, nonces, request ids) ignored.
+3. **fuzzy**: among archived requests with the same method, scheme, host and
+   path, the one whose query parameters and body fields are most alike
+   (Jaccard similarity over name=value pairs; a name present on both sides
+   with a different value earns half credit), if that similarity reaches the
+   host's threshold (0.5 by default). Ties go to the capture closest in
+   recorded order to the capture served last.
+4. **miss**: nothing matched; the replay proxy answers with a synthetic miss.
+
+When several captures share an exact or canonical key (a page polling the
+same URL), the ``sequence`` policy serves them in recorded order, skipping
+captures this replay already served by another stage, and then keeps serving
+the last; ``first`` always serves the first and ``last`` the last.
+A HEAD request with no archived HEAD is matched against the GET captures.
+"""
+
+if __doc__:
+    __doc__ += "\n" + MATCH_STAGES
+
+SequencePolicy = Literal["sequence", "first", "last"]
+Outcome = Literal["exact", "canonical", "fuzzy", "miss"]
+
+
+@dataclass(frozen=True, slots=True)
+class Capture:
+    """One archived request/response pair, as the matcher sees it.
+
+    ``body`` and ``content_type`` are those of the archived REQUEST (for POST
+    matching); ``timestamp`` is the capture's 14-digit WARC time; ``ref`` is
+    opaque to the matcher (the caller keeps its index entry there).
+    """
+
+    url: str
+    method: str = "GET"
+    body: bytes | None = None
+    content_type: str | None = None
+    timestamp: str = ""
+    ref: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class MatchResult:
+    """How a request was matched: the stage, the capture served, its score and key."""
+
+    outcome: Outcome
+    capture: Capture | None
+    score: float | None
+    key: str
+
+
+def _exact_key(method: str, url: str, body: bytes | None) -> tuple[str, str, bytes]:
+    return (method.upper(), url, body or b"")
+
+
+def _exact_key_text(key: tuple[str, str, bytes]) -> str:
+    method, url, body = key
+    text = f"{method} {url}"
+    return f"{text} body=sha256:{hashlib.sha256(body).hexdigest()}" if body else text
+
+
+def _value_sets(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    sets: dict[str, set[str]] = {}
+    for k, v in pairs:
+        sets.setdefault(k, set()).add(v)
+    return {k: frozenset(v) for k, v in sets.items()}
+
+
+def _score(va: dict[str, frozenset[str]], vb: dict[str, frozenset[str]]) -> float:
+    if len(va) > len(vb):
+        va, vb = vb, va
+    common = 0
+    credit = 0.0
+    for name, x in va.items():
+        y = vb.get(name)
+        if y is not None:
+            common += 1
+            credit += 1.0 if x == y else 0.5 + 0.5 * len(x & y) / len(x | y)
+    names = len(va) + len(vb) - common
+    return credit / names if names else 1.0
+
+
+def similarity(a: Iterable[tuple[str, str]], b: Iterable[tuple[str, str]]) -> float:
+    """Jaccard similarity of two sets of name=value pairs with partial credit.
+
+    Every name on either side counts once in the denominator; a name on both
+    sides earns 1 when its values agree and ``0.5 + 0.5 * jaccard(values)``
+    (at least 0.5, below 1) when they differ. Two empty sets score 1.
+    """
+    return _score(_value_sets(a), _value_sets(b))
+
+
+def describe_key(method: str, url: str, body: bytes | None = None, content_type: str | None = None,
+                 rules: MatchRules | None = None) -> str:
+    """A few lines explaining how this request is matched (for ``--explain`` output and docs)."""
+    rules = rules or default_rules()
+    canon = canonicalize(method, url, body, content_type, rules)
+    raw_names = [part.partition("=")[0] for part in url.partition("?")[2].partition("#")[0].split("&") if part]
+    kept = {unquote_plus(name) for name, _ in canon.pairs}
+    dropped = [name for name in raw_names if unquote_plus(name) not in kept]
+    lines = [
+        f"exact key:     {_exact_key_text(_exact_key(method, url, body))}",
+        f"canonical key: {canon.key}",
+        "dropped:       " + (", ".join(dropped) or "(nothing)") + " (volatile query parameters)",
+        f"fuzzy group:   {canon.group}",
+        "fuzzy fields:  " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
+    ]
+    return "\n".join(lines)
+
+
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    """Pause the cyclic GC while building big tables (it only creates acyclic objects)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+@dataclass(slots=True)
+class _Entry:
+    position: int
+    capture: Capture
+    pairs: list[tuple[str, str]]
+    _values: dict[str, frozenset[str]] | None = None
+
+    @property
+    def values(self) -> dict[str, frozenset[str]]:
+        """Values per name, computed on first fuzzy use (a benign race: same result)."""
+        if self._values is None:
+            self._values = _value_sets(self.pairs)
+        return self._values
+
+
+@dataclass(slots=True)
+class _HostTables:
+    canonical: dict[str, list[int]]
+    groups: dict[str, list[_Entry]]
+
+
+class MatchIndex:
+    """A lookup of captures by exact key, canonical key and fuzzy group.
+
+    Captures are taken in recorded order (the order given). Building indexes
+    exact keys and hosts only; a host's canonical keys and fuzzy groups are
+    computed the first time a request to that host is not an exact match
+    (:meth:`prepare` computes them all up front). :meth:`match` uses the
+    index's own default :class:`ReplaySession`; :meth:`session` makes another.
+    """
+
+    def __init__(
+        self,
+        captures: Iterable[Capture],
+        rules: MatchRules | None = None,
+        policy: SequencePolicy = "sequence",
+        fuzzy_threshold: float | None = None,
+    ) -> None:
+        self.captures: list[Capture] = list(captures)
+        self.rules = rules or default_rules()
+        self.policy: SequencePolicy = policy
+        self.fuzzy_threshold = fuzzy_threshold
+        self.exact: dict[tuple[str, str, bytes], list[int]] = {}
+        self._by_host: dict[str, list[int]] = {}
+        self._tables: dict[str, _HostTables] = {}
+        self._build_lock = threading.Lock()
+        methods: set[str] = set()
+        with _no_gc():
+            self._index_exact(methods)
+        self.methods = frozenset(methods)
+        self._default = ReplaySession(self, policy)
+
+    def _index_exact(self, methods: set[str]) -> None:
+        exact, by_host = self.exact, self._by_host
+        for position, capture in enumerate(self.captures):
+            method = capture.method.upper()
+            methods.add(method)
+            key = (method, capture.url, capture.body or b"")
+            hit = exact.get(key)
+            if hit is None:
+                exact[key] = [position]
+            else:
+                hit.append(position)
+            host = url_host(capture.url)
+            bucket = by_host.get(host)
+            if bucket is None:
+                by_host[host] = [position]
+            else:
+                bucket.append(position)
+
+    def __len__(self) -> int:
+        return len(self.captures)
+
+    def hosts(self) -> list[str]:
+        """The hosts that have captures."""
+        return sorted(self._by_host)
+
+    def tables(self, host: str) -> _HostTables:
+        """Canonical keys and fuzzy groups of one host's captures (built once, thread-safe)."""
+        tables = self._tables.get(host)
+        if tables is not None:
+            return tables
+        with self._build_lock:
+            tables = self._tables.get(host)
+            if tables is None:
+                canonical: dict[str, list[int]] = {}
+                groups: dict[str, list[_Entry]] = {}
+                rules = self.rules
+                with _no_gc():
+                    for position in self._by_host.get(host, ()):
+                        c = self.captures[position]
+                        canon = canonicalize(c.method, c.url, c.body, c.content_type, rules)
+                        canonical.setdefault(canon.key, []).append(position)
+                        groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
+                tables = _HostTables(canonical, groups)
+                self._tables[host] = tables
+        return tables
+
+    def prepare(self) -> None:
+        """Compute every host's canonical keys and fuzzy groups now."""
+        for host in self._by_host:
+            self.tables(host)
+
+    def session(self, policy: SequencePolicy | None = None) -> ReplaySession:
+        """A fresh replay session over this index (its own sequencing state)."""
+        return ReplaySession(self, policy or self.policy)
+
+    def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
+        """Match a request in the index's default session (see :class:`ReplaySession`)."""
+        return self._default.match(method, url, body, content_type)
+
+    def reset(self) -> None:
+        """Forget what the default session has served (start a new replay)."""
+        self._default.reset()
+
+    def threshold_for(self, host: str) -> float:
+        """The fuzzy threshold for ``host`` (the index's override, else the rules')."""
+        if self.fuzzy_threshold is not None:
+            return self.fuzzy_threshold
+        return self.rules.for_host(host).fuzzy_threshold
+
+
+class ReplaySession:
+    """Sequencing state of one replay over a :class:`MatchIndex`; thread-safe."""
+
+    def __init__(self, index: MatchIndex, policy: SequencePolicy = "sequence") -> None:
+        if policy not in ("sequence", "first", "last"):
+            raise ValueError(f"unknown sequence policy {policy!r}; use sequence, first or last")
+        self.index = index
+        self.policy: SequencePolicy = policy
+        self._cursor: dict[tuple[str, Any], int] = {}
+        self._used: set[int] = set()
+        self._last_position = 0
+        self._lock = threading.Lock()
+
+    def reset(self) -> None:
+        """Forget everything served so far."""
+        with self._lock:
+            self._cursor.clear()
+            self._used.clear()
+            self._last_position = 0
+
+    def _pick(self, stage: str, key: Any, positions: list[int]) -> int:
+        """The capture to serve among ``positions`` (recorded order); call with the lock held.
+
+        ``sequence`` serves the first capture of the key this session has not
+        served yet (whichever stage served it), and the last once all were.
+        """
+        if self.policy == "first":
+            position = positions[0]
+        elif self.policy == "last":
+            position = positions[-1]
+        else:
+            slot = (stage, key)
+            cursor = self._cursor.get(slot, 0)
+            last = len(positions) - 1
+            while cursor < last and positions[cursor] in self._used:
+                cursor += 1
+            self._cursor[slot] = cursor
+            position = positions[cursor]
+        self._used.add(position)
+        self._last_position = position
+        return position
+
+    def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
+        """Match one request: exact, then canonical, then fuzzy, else a miss."""
+        method = method.upper()
+        result = self._match(method, url, body, content_type)
+        if result.outcome == "miss" and method == "HEAD" and "HEAD" not in self.index.methods:
+            fallback = self._match("GET", url, None, None)
+            if fallback.outcome != "miss":
+                return fallback
+        return result
+
+    def _match(self, method: str, url: str, body: bytes | None, content_type: str | None) -> MatchResult:
+        index = self.index
+        exact = _exact_key(method, url, body)
+        positions = index.exact.get(exact)
+        if positions:
+            with self._lock:
+                position = self._pick("exact", exact, positions)
+            return MatchResult("exact", index.captures[position], 1.0, _exact_key_text(exact))
+        canon: CanonicalRequest = canonicalize(method, url, body, content_type, index.rules)
+        host = url_host(url)
+        tables = index.tables(host)
+        positions = tables.canonical.get(canon.key)
+        if positions:
+            with self._lock:
+                position = self._pick("canonical", canon.key, positions)
+            return MatchResult("canonical", index.captures[position], 1.0, canon.key)
+        entries = tables.groups.get(canon.group)
+        if entries:
+            threshold = index.threshold_for(host)
+            mine = _value_sets(canon.pairs)
+            scored = [(_score(mine, e.values), e) for e in entries]
+            best_score = max(score for score, _ in scored)
+            if best_score >= threshold:
+                tied = [e for score, e in scored if score == best_score]
+                with self._lock:
+                    anchor = self._last_position
+                    best = min(tied, key=lambda e: (abs(e.position - anchor), e.position))
+                    self._used.add(best.position)
+                    self._last_position = best.position
+                return MatchResult("fuzzy", best.capture, round(best_score, 6), canon.group)
+        return MatchResult("miss", None, None, canon.key)

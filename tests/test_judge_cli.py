@@ -1,0 +1,124 @@
+"""The `judge` command line: default subcommand, judges end to end, agreement, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from ego2web_replay.cli import main
+from ego2web_replay.testing.episodes import make_episode
+from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+
+@pytest.fixture(autouse=True)
+def no_endpoint(monkeypatch):
+    for var in ("OPENAI_BASE_URL", "OPENAI_API_KEY", "EGO2WEB_JUDGE_MODEL"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture
+def run(tmp_path):
+    suite = tmp_path / "tasks.jsonl"
+    suite.write_text(json.dumps({"id": "T1", "instruction": "Price of the kettle?", "start_url": "http://s.test/",
+                                 "expected_answer": "$20"}) + "\n"
+                     + json.dumps({"id": "T2", "instruction": "x", "start_url": "http://s.test/",
+                                   "url_patterns": ["/cart$"]}) + "\n")
+    run = tmp_path / "runs" / "r1"
+    make_episode(run, "T1", "frozen", answer="It costs $20", urls=["http://s.test/k"])
+    make_episode(run, "T2", "frozen", answer="done", urls=["http://s.test/k"])
+    (run / "run.json").write_text(json.dumps({"suite_path": str(suite)}))
+    return run
+
+
+def _err(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0, err
+    return err
+
+
+def test_rule_judge_as_written_in_the_issue(run, capsys):
+    assert main(["judge", str(run), "--judge", "rule", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "frozen: 1/2 success (50.0%), 0 error(s)" in out
+    assert json.loads((run / "episodes/T1/frozen/verdicts/rule.json").read_text())["success"] is True
+
+
+def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
+    def answer(body):
+        system = body["messages"][0]["content"]
+        if "key points" in system and "Key Points:" in system:
+            return "Key Points:\n1. the kettle price"
+        if "Score:" in system:
+            return "Summary: kettle page.\nScore: 4"
+        return "Thoughts: fine.\nStatus: success"
+
+    with FakeOpenAIServer(answer) as srv:
+        code = main(["judge", str(run), "--judge", "ego2web", "--model", "gpt-4o", "--base-url", srv.base_url,
+                     "--threshold", "4", "--no-progress"])
+        assert code == 0, capsys.readouterr().err
+        assert len(srv.requests) == 6
+    assert "frozen: 2/2 success" in capsys.readouterr().out
+    v = json.loads((run / "episodes/T2/frozen/verdicts/ego2web.json").read_text())
+    assert v["judge"]["settings"]["threshold"] == 4 and v["judge"]["model"] == "gpt-4o"
+    labels = tmp_path / "labels.csv"
+    labels.write_text("task_id,mode,label\nT1,frozen,success\nT2,frozen,failure\n")
+    assert main(["judge", "agreement", str(run), "--human", str(labels), "--bootstrap", "100"]) == 0
+    out = capsys.readouterr().out
+    assert "overall" in out and "0.500" in out
+    report = json.loads((run / "agreement-ego2web.json").read_text())
+    assert report["overall"]["fp"] == 1 and report["overall"]["tp"] == 1
+
+
+def test_no_endpoint_suggests_the_rule_judge(run, capsys):
+    assert main(["judge", str(run), "--judge", "ego2web", "--model", "gpt-4o"]) == 1
+    err = _err(capsys)
+    assert err.startswith("error: no judge endpoint configured") and "--judge rule" in err
+
+
+def test_unreachable_endpoint(run, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    assert main(["judge", str(run), "--judge", "webvoyager", "--model", "m", "--base-url",
+                 f"http://127.0.0.1:{port}/v1", "--max-retries", "0", "--no-progress"]) == 1
+    err = _err(capsys)
+    assert "unreachable" in err and f"127.0.0.1:{port}" in err
+    assert not (run / "episodes/T1/frozen/verdicts/webvoyager.json").exists()
+
+
+def test_unknown_judge_and_missing_run_and_missing_files(run, tmp_path, capsys):
+    assert main(["judge", str(run), "--judge", "gpt"]) == 1
+    assert "unknown judge 'gpt'; known judges: ego2web, webjudge, webvoyager, rule, rubric" in _err(capsys)
+    assert main(["judge", str(tmp_path / "nope"), "--judge", "rule"]) == 1
+    assert "run folder not found" in _err(capsys)
+    (run / "run.json").unlink()
+    assert main(["judge", str(run), "--judge", "rule"]) == 1
+    assert "pass --tasks FILE" in _err(capsys)
+    assert main(["judge", "run", str(run), "--judge", "rule", "--tasks", str(tmp_path / "tasks.jsonl"),
+                 "--no-progress"]) == 0
+    capsys.readouterr()
+    (run / "episodes/T2/frozen/trajectory.json").unlink()
+    make_episode(run, "T9", "live", answer="x")
+    assert main(["judge", str(run), "--judge", "rule", "--tasks", str(tmp_path / "tasks.jsonl"),
+                 "--no-progress"]) == 0
+    assert "frozen: 1/1 success (100.0%), 1 error(s)" in capsys.readouterr().out
+    t2 = json.loads((run / "episodes/T2/frozen/verdicts/rule.json").read_text())
+    assert "trajectory.json missing" in t2["error"] and t2["success"] is False
+    t9 = json.loads((run / "episodes/T9/live/verdicts/rule.json").read_text())
+    assert "no task with id 'T9'" in t9["error"]
+
+
+def test_malformed_labels(run, tmp_path, capsys):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("task_id,label\nT1,success\n")
+    assert main(["judge", "agreement", str(run), "--human", str(labels)]) == 1
+    assert "missing column(s) mode" in _err(capsys)
+
+
+def test_help(capsys):
+    for args in (["judge", "--help"], ["judge", "run", "--help"], ["judge", "agreement", "--help"]):
+        assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "task_id,mode,label" in out and "--base-url" in out
