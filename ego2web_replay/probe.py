@@ -30,7 +30,7 @@ from typing import Any
 
 from .errors import SnapshotError
 
-__all__ = ["UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
+__all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
 
 BLOCK_PATTERNS = re.compile(
     r"captcha|verify you are (a )?human|are you a robot|unusual traffic|access denied|request blocked|"
@@ -238,3 +238,27 @@ def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str
 
         record_probe(db, rows)
     return probe_id, rows
+
+
+def snapshots_to_probe(paths: Sequence[Path], task_ids: Sequence[str] = ()) -> list[Path]:
+    """Snapshot folders named directly, plus the newest complete snapshot of each task under a root."""
+    from .snapshots.snapshot import list_snapshots
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "manifest.json").is_file():
+            out.append(p)
+            continue
+        if not p.is_dir():
+            raise SnapshotError(f"{p}: not a snapshot folder or a snapshots root")
+        newest: dict[str, Path] = {}
+        for info in list_snapshots(p):
+            if info.complete and info.task_id not in newest and (info.manifest is None or info.manifest.source in ("record", "import")):
+                newest[info.task_id] = info.path
+        out.extend(newest.values())
+    if task_ids:
+        wanted = set(task_ids)
+        out = [p for p in out if p.parent.name in wanted]
+    if not out:
+        raise SnapshotError(f"no snapshots to probe in {', '.join(map(str, paths))}")
+    return out
