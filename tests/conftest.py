@@ -53,3 +53,10 @@ def chromium(ca):
 def loopback_options(site):
     """mitmproxy options every test proxy uses: loopback-only guard, trust the site's test CA."""
     return {"guard_mode": "loopback", "ssl_verify_upstream_trusted_ca": str(site.tls.ca_cert)}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start Chromium or the proxy against the site are 'slow' (deselect with -m 'not slow')."""
+    for item in items:
+        if {"chromium", "site", "recorded"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
