@@ -13,14 +13,12 @@ blocked > gone > changed > unchanged.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
 import re
 import ssl
 import urllib.error
 import urllib.request
 import uuid
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -58,23 +56,12 @@ class _Text(HTMLParser):
 
 
 def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
-    """Undo Content-Encoding (gzip, deflate, br where available)."""
-    enc = next((v for k, v in headers if k.lower() == "content-encoding"), "").strip().lower()
-    try:
-        if enc in ("gzip", "x-gzip"):
-            return gzip.decompress(body)
-        if enc == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-        if enc == "br":
-            import brotli  # type: ignore[import-not-found]
+    """Undo Content-Encoding; a body that cannot be decoded is compared as stored."""
+    from .replay.httputil import decode_body as undo
 
-            return bytes(brotli.decompress(body))
-    except Exception:  # noqa: BLE001 - undecodable bodies compare as bytes
-        return body
-    return body
+    enc = next((v for k, v in headers if k.lower() == "content-encoding"), None)
+    decoded = undo(body, enc)
+    return body if decoded is None else decoded
 
 
 def visible_text(body: bytes, content_type: str | None) -> str:
