@@ -167,7 +167,8 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
             err = f"not probed: the upstream guard refused this host ({marker})"
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))
             continue
-        if status in (502, 504) and b"mitmproxy" in body.lower():
+        server = next((v for k, v in headers if k.lower() == "server"), "")
+        if status in (502, 504) and server.startswith("mitmproxy"):  # the proxy's own "cannot connect" page
             err = "unreachable: " + visible_text(body, "text/html")[:200]
         if err:
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "gone", main, err))
