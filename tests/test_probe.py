@@ -10,7 +10,13 @@ import pytest
 
 from ego2web_replay.demo.site import DemoSite
 from ego2web_replay.errors import SnapshotError
-from ego2web_replay.probe import detect_block, probe_snapshots, snapshots_to_probe, task_status_of, visible_text
+from ego2web_replay.probe import (
+    detect_block,
+    probe_snapshots,
+    snapshots_to_probe,
+    task_status_of,
+    visible_text,
+)
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.tracking.drift import drift_timeseries
 
