@@ -54,7 +54,7 @@ class Action(BaseModel):
 
     def describe(self) -> str:
         """A short human-readable form, e.g. ``click text='Add to cart'``."""
-        parts = [self.kind]
+        parts: list[str] = [self.kind]
         for name in ("url", "selector", "text", "value", "key", "answer"):
             v = getattr(self, name)
             if v is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -25,6 +26,8 @@ __all__ = [
     "CHROMIUM_FLAGS",
     "chromium_executable",
     "chromium_version",
+    "acquire_playwright",
+    "release_playwright",
     "BrowserSession",
     "browser_session",
     "perform_action",
@@ -47,6 +50,36 @@ CHROMIUM_FLAGS: tuple[str, ...] = (
     "--font-render-hinting=none",
     "--hide-scrollbars",
 )
+
+
+_local = threading.local()
+
+
+def acquire_playwright() -> Any:
+    """This thread's sync Playwright driver, started on first use and shared after.
+
+    A thread can run only one sync Playwright at a time, so every browser session
+    of a thread (a test suite's shared browser, a recording, a replay) shares one;
+    :func:`release_playwright` stops it when the last user lets go.
+    """
+    from playwright.sync_api import sync_playwright
+
+    if getattr(_local, "users", 0) == 0:
+        _local.pw = sync_playwright().start()
+        _local.users = 0
+    _local.users += 1
+    return _local.pw
+
+
+def release_playwright() -> None:
+    """Let go of :func:`acquire_playwright`'s driver; the last release stops it."""
+    users = getattr(_local, "users", 0)
+    if users <= 0:
+        return
+    _local.users = users - 1
+    if _local.users == 0:
+        pw, _local.pw = _local.pw, None
+        pw.stop()
 
 
 def chromium_executable() -> str:
@@ -75,12 +108,15 @@ class BrowserSession:
     """A running Playwright + Chromium; make pages with :meth:`new_context`.
 
     ``proxy_url`` routes every request (loopback included) through our proxy;
-    ``spki`` is the CA pin to trust.
+    ``spki`` is the CA pin to trust. ``playwright`` reuses a running sync Playwright
+    (one thread can run only one).
     """
 
     def __init__(self, *, proxy_url: str | None = None, spki: str | None = None, headless: bool = True,
-                 extra_args: Sequence[str] = (), per_context_proxy: bool = False) -> None:
+                 extra_args: Sequence[str] = (), per_context_proxy: bool = False,
+                 playwright: Any = None) -> None:
         self.proxy_url = proxy_url
+        self._shared_pw = playwright
         self.per_context_proxy = per_context_proxy
         self.spki = spki
         self.headless = headless
@@ -90,7 +126,6 @@ class BrowserSession:
 
     def start(self) -> BrowserSession:
         from playwright.sync_api import Error as PlaywrightError
-        from playwright.sync_api import sync_playwright
 
         args = list(CHROMIUM_FLAGS) + self.extra_args
         if self.spki:
@@ -101,11 +136,13 @@ class BrowserSession:
         elif self.proxy_url:
             # Playwright adds <-loopback> to the bypass list, so loopback goes through the proxy too.
             kwargs["proxy"] = {"server": self.proxy_url}
-        self._pw = sync_playwright().start()
+        pw = self._shared_pw or acquire_playwright()
+        self._pw = None if self._shared_pw else pw
         try:
-            self.browser = self._pw.chromium.launch(**kwargs)
+            self.browser = pw.chromium.launch(**kwargs)
         except PlaywrightError as e:
-            self._pw.stop()
+            if self._pw is not None:
+                release_playwright()
             self._pw = None
             raise BrowserError(f"Chromium did not start: {str(e).splitlines()[0]}") from None
         return self
@@ -128,7 +165,7 @@ class BrowserSession:
         finally:
             self.browser = None
             if self._pw is not None:
-                self._pw.stop()
+                release_playwright()
                 self._pw = None
 
     def __enter__(self) -> BrowserSession:

@@ -13,14 +13,12 @@ blocked > gone > changed > unchanged.
 from __future__ import annotations
 
 import difflib
-import gzip
 import hashlib
 import re
 import ssl
 import urllib.error
 import urllib.request
 import uuid
-import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,7 +28,7 @@ from typing import Any
 
 from .errors import SnapshotError
 
-__all__ = ["UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
+__all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
 
 BLOCK_PATTERNS = re.compile(
     r"captcha|verify you are (a )?human|are you a robot|unusual traffic|access denied|request blocked|"
@@ -58,23 +56,12 @@ class _Text(HTMLParser):
 
 
 def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
-    """Undo Content-Encoding (gzip, deflate, br where available)."""
-    enc = next((v for k, v in headers if k.lower() == "content-encoding"), "").strip().lower()
-    try:
-        if enc in ("gzip", "x-gzip"):
-            return gzip.decompress(body)
-        if enc == "deflate":
-            try:
-                return zlib.decompress(body)
-            except zlib.error:
-                return zlib.decompress(body, -zlib.MAX_WBITS)
-        if enc == "br":
-            import brotli  # type: ignore[import-not-found]
+    """Undo Content-Encoding; a body that cannot be decoded is compared as stored."""
+    from .replay.httputil import decode_body as undo
 
-            return bytes(brotli.decompress(body))
-    except Exception:  # noqa: BLE001 - undecodable bodies compare as bytes
-        return body
-    return body
+    enc = next((v for k, v in headers if k.lower() == "content-encoding"), None)
+    decoded = undo(body, enc)
+    return body if decoded is None else decoded
 
 
 def visible_text(body: bytes, content_type: str | None) -> str:
@@ -180,7 +167,8 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
             err = f"not probed: the upstream guard refused this host ({marker})"
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))
             continue
-        if status in (502, 504) and b"mitmproxy" in body.lower():
+        server = next((v for k, v in headers if k.lower() == "server"), "")
+        if status in (502, 504) and server.startswith("mitmproxy"):  # the proxy's own "cannot connect" page
             err = "unreachable: " + visible_text(body, "text/html")[:200]
         if err:
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "gone", main, err))
@@ -238,3 +226,27 @@ def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str
 
         record_probe(db, rows)
     return probe_id, rows
+
+
+def snapshots_to_probe(paths: Sequence[Path], task_ids: Sequence[str] = ()) -> list[Path]:
+    """Snapshot folders named directly, plus the newest complete snapshot of each task under a root."""
+    from .snapshots.snapshot import list_snapshots
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (p / "manifest.json").is_file():
+            out.append(p)
+            continue
+        if not p.is_dir():
+            raise SnapshotError(f"{p}: not a snapshot folder or a snapshots root")
+        newest: dict[str, Path] = {}
+        for info in list_snapshots(p):
+            if info.complete and info.task_id not in newest and (info.manifest is None or info.manifest.source in ("record", "import")):
+                newest[info.task_id] = info.path
+        out.extend(newest.values())
+    if task_ids:
+        wanted = set(task_ids)
+        out = [p for p in out if p.parent.name in wanted]
+    if not out:
+        raise SnapshotError(f"no snapshots to probe in {', '.join(map(str, paths))}")
+    return out

@@ -94,6 +94,7 @@ class _ErrorCollector(logging.Handler):
 def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel the connection tasks still open when the proxy stops, so none is destroyed pending."""
     pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+    loop.set_exception_handler(lambda _loop, _context: None)  # cancellations of open connections are expected
     for t in pending:
         t.cancel()
     if pending:

@@ -40,11 +40,21 @@ def site(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def chromium(ca):
+def playwright():
+    """The session's one Playwright driver (a second sync Playwright in one thread would clash)."""
+    from ego2web_replay.browser import acquire_playwright, release_playwright
+
+    pw = acquire_playwright()
+    yield pw
+    release_playwright()
+
+
+@pytest.fixture(scope="session")
+def chromium(ca, playwright):
     """One Chromium for the session; each test gives its context its own proxy."""
     from ego2web_replay.browser import BrowserSession
 
-    b = BrowserSession(spki=ca.spki, per_context_proxy=True).start()
+    b = BrowserSession(spki=ca.spki, per_context_proxy=True, playwright=playwright).start()
     yield b
     b.close()
 
@@ -53,3 +63,10 @@ def chromium(ca):
 def loopback_options(site):
     """mitmproxy options every test proxy uses: loopback-only guard, trust the site's test CA."""
     return {"guard_mode": "loopback", "ssl_verify_upstream_trusted_ca": str(site.tls.ca_cert)}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests that start Chromium or the proxy against the site are 'slow' (deselect with -m 'not slow')."""
+    for item in items:
+        if {"chromium", "site", "recorded"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)

@@ -204,12 +204,11 @@ def site() -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
+def browser(playwright) -> Iterator[object]:
     if not CHROMIUM.exists():
         pytest.skip("Debian chromium is not installed at /usr/lib/chromium/chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
+    p = playwright
+    if True:  # one Playwright per test session (conftest): a second would clash with its event loop
         browser = p.chromium.launch(
             executable_path=str(CHROMIUM),
             args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

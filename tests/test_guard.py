@@ -1,44 +1,13 @@
 from __future__ import annotations
 
-import threading
 import urllib.error
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from ego2web_replay.guard import UpstreamGuard, host_matches, is_loopback_host
 from ego2web_replay.proxy import ProxyServer
-
-
-class Canary:
-    """A loopback server that counts the connections made to it."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        canary = self
-
-        class H(BaseHTTPRequestHandler):
-            def setup(self) -> None:
-                canary.connections += 1
-                super().setup()
-
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.send_header("Content-Length", "2")
-                self.end_headers()
-                self.wfile.write(b"ok")
-
-            def log_message(self, *a):  # noqa: ANN002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+from ego2web_replay.testing.canary import Canary
 
 
 @pytest.fixture()

@@ -5,11 +5,9 @@ from __future__ import annotations
 import re
 import socket
 import ssl
-import threading
 import urllib.error
 import urllib.request
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.canary import Canary
 from ego2web_replay.testing.site import TestSite
 
 pytestmark = pytest.mark.slow
@@ -106,29 +105,6 @@ def test_determinism_clock_and_randomness(recorded, chromium, ca):
     assert 0 <= rnd < 1 and len(values.split(",")) == 4
 
 
-class Canary:
-    def __init__(self) -> None:
-        self.connections = 0
-        outer = self
-
-        class H(BaseHTTPRequestHandler):
-            def setup(self) -> None:
-                outer.connections += 1
-                super().setup()
-
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *a):  # noqa: ANN002
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-
 def _crafted_snapshot(root: Path, pages: dict[str, tuple[int, str, bytes]]) -> Path:
     sw = SnapshotWriter(root, "crafted")
     for url, (status, ctype, body) in pages.items():
@@ -155,7 +131,7 @@ def test_hermetic_no_connection_to_canary_and_misses_counted(chromium, ca, tmp_p
         assert page.inner_text("h1") == "shop"
         ctx.close()
     stats = replay.stats()
-    canary.server.shutdown()
+    canary.close()
     assert canary.connections == 0
     missed = " ".join(stats.missed_urls)
     assert f"127.0.0.1:{canary.port}/pixel.png" in missed and "unknown-host.invalid/x.js" in missed

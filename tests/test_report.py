@@ -85,13 +85,12 @@ def test_report_files(db: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium not installed")
-def test_report_opens_in_chromium_from_file_url(db: Path, tmp_path: Path) -> None:
-    from playwright.sync_api import sync_playwright
-
+def test_report_opens_in_chromium_from_file_url(db: Path, tmp_path: Path, playwright) -> None:
     out = tmp_path / "report"
     build_report(db, out, iterations=200)
     requests: list[str] = []
-    with sync_playwright() as p:
+    p = playwright  # the session's one Playwright (conftest)
+    if True:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
         try:
             page = browser.new_page()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import click
 
@@ -28,7 +29,7 @@ from ..errors import RecordingError
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
 @click.option("--db", type=click.Path(path_type=Path), default=None,
               help="Also register each snapshot in this tracking database.")
-def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: str, guard: str,
+def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                interactive: bool, db: Path | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
@@ -52,9 +53,10 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             progress.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
-                                 upstream_ca=upstream_ca, keep_credentials=keep_credentials, interactive=interactive)
+                                 upstream_ca=upstream_ca, keep_credentials=keep_credentials,
+                                 interactive=interactive)
             r = record_task(task, root, opts, ca=ca)
-            if r.ok and r.manifest is not None:
+            if r.ok and r.manifest is not None and r.snapshot is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
                                        f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
                 if db is not None:

@@ -159,8 +159,8 @@ class DemoSite:
             return 200, html_t, _page("Encyclopedia", f"<h1>Encyclopedia</h1>{form}{links}"), {}
         if path == "/wiki/search":
             q = (query.get("q") or [""])[0].strip().lower()
-            hits = [(k, v) for k, v in WIKI.items() if q and (q in v[0].lower() or q in v[1].lower())]
-            items = "".join(f'<li><a href="/wiki/{k}">{html.escape(v[0])}</a></li>' for k, v in hits)
+            found = [(k, v) for k, v in WIKI.items() if q and (q in v[0].lower() or q in v[1].lower())]
+            items = "".join(f'<li><a href="/wiki/{k}">{html.escape(v[0])}</a></li>' for k, v in found)
             return 200, html_t, _page("Search", f"<h1>Search results</h1><ul id='results'>{items}</ul>"), {}
         if path.startswith("/wiki/"):
             key = path[len("/wiki/"):]

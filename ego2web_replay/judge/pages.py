@@ -8,9 +8,7 @@ snapshot a trajectory names) through ``ego2web_replay.snapshots``.
 
 from __future__ import annotations
 
-import gzip
 import re
-import zlib
 from collections.abc import Iterable, Mapping
 from html.parser import HTMLParser
 from pathlib import Path
@@ -110,29 +108,18 @@ class ChainPages:
 
 
 def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
+    from ..replay.httputil import decode_body
+
     h = {k.lower(): v for k, v in headers}
-    for enc in reversed([e.strip().lower() for e in h.get("content-encoding", "").split(",") if e.strip()]):
-        if enc in ("gzip", "x-gzip"):
-            payload = gzip.decompress(payload)
-        elif enc == "deflate":
-            try:
-                payload = zlib.decompress(payload)
-            except zlib.error:
-                payload = zlib.decompress(payload, -zlib.MAX_WBITS)
-        elif enc == "br":
-            import brotli  # type: ignore[import-untyped,unused-ignore]
-
-            payload = brotli.decompress(payload)
-        elif enc == "zstd":
-            import zstandard
-
-            payload = zstandard.ZstdDecompressor().decompressobj().decompress(payload)
+    decoded = decode_body(payload, h.get("content-encoding"))
+    if decoded is None:
+        raise JudgeError(f"archived page body: cannot undo Content-Encoding {h.get('content-encoding')!r}")
     m = re.search(r"charset=([\w.-]+)", h.get("content-type", ""), re.I)
     charset = m.group(1) if m else "utf-8"
     try:
-        return payload.decode(charset, errors="replace")
+        return decoded.decode(charset, errors="replace")
     except LookupError:
-        return payload.decode("utf-8", errors="replace")
+        return decoded.decode("utf-8", errors="replace")
 
 
 class SnapshotPages:

@@ -88,10 +88,12 @@ def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
 def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskSuite | None = None,
               model: str | None = None, base_url: str | None = None, workers: int = 4,
               progress: bool = True, settings: dict[str, Any] | None = None,
-              cache_dir: str | Path | None = None, task_ids: list[str] | None = None) -> list[Verdict]:
+              cache_dir: str | Path | None = None, task_ids: list[str] | None = None,
+              db: str | Path | None = None) -> list[Verdict]:
     """Judge every episode of ``run_dir`` with ``judge_name``; return the verdicts in episode order.
 
-    Each verdict is written to ``<episode>/verdicts/<judge>.json``.
+    Each verdict is written to ``<episode>/verdicts/<judge>.json`` and, with ``db``, recorded in
+    the tracking database as it is made.
     """
     run = Path(run_dir)
     opts = dict(settings or {})
@@ -115,7 +117,11 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             futures = {pool.submit(_judge_one, judge, ep, suite): ep for ep in episodes}
             try:
                 for fut in as_completed(futures):
-                    results[futures[fut]] = fut.result()
+                    results[futures[fut]] = verdict = fut.result()
+                    if db is not None:
+                        from ..tracking.ingest import record_verdict
+
+                        record_verdict(db, futures[fut], verdict, judge=judge_name)
                     bar.advance(job)
             except BaseException:
                 for f in futures:

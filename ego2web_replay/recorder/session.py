@@ -13,7 +13,7 @@ import platform
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from .. import __version__
 from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
@@ -54,7 +54,7 @@ def tool_versions() -> dict[str, str]:
 class RecordOptions:
     """How to record. ``guard`` is the upstream policy (tests use ``loopback``)."""
 
-    compression: str = "zst"
+    compression: Literal["zst", "gz", "none"] = "zst"
     guard: str = "open"
     allow: Sequence[str] = ()
     deny: Sequence[str] = ()

@@ -6,7 +6,9 @@
   pywb POST convention (:func:`post_query`);
 * :mod:`.rules`: volatile parameters and fields per host (``rules.yaml``);
 * :mod:`.freeze`: the page-clock and randomness freeze script and its HTML injection;
-* :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses.
+* :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses;
+* :mod:`.addon`: the mitmproxy replay addon;
+* :mod:`.session`: :class:`Replay`, the Python API (and what ``serve`` runs).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 from .canonical import match_key, post_query
 from .matching import MATCH_STAGES, Capture, MatchIndex, MatchResult, ReplaySession, describe_key
 from .rules import MatchRules, load_rules
+from .session import Replay, replay_addons
 
 __all__ = [
     "MATCH_STAGES",
@@ -21,7 +24,9 @@ __all__ = [
     "MatchIndex",
     "MatchResult",
     "MatchRules",
+    "Replay",
     "ReplaySession",
+    "replay_addons",
     "describe_key",
     "load_rules",
     "match_key",

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote_plus
 
 from .canonical import BODY_PREFIX, CanonicalRequest, canonicalize, match_key, post_query, url_host
@@ -64,13 +64,13 @@ SequencePolicy = Literal["sequence", "first", "last"]
 Outcome = Literal["exact", "canonical", "fuzzy", "miss"]
 
 
-@dataclass(frozen=True, slots=True)
-class Capture:
+class Capture(NamedTuple):
     """One archived request/response pair, as the matcher sees it.
 
     ``body`` and ``content_type`` are those of the archived REQUEST (for POST
     matching); ``timestamp`` is the capture's 14-digit WARC time; ``ref`` is
-    opaque to the matcher (the caller keeps its index entry there).
+    opaque to the matcher (the caller keeps its index entry there). A named
+    tuple, so that 100k captures are built in a fraction of a second.
     """
 
     url: str

@@ -1,0 +1,56 @@
+"""``ego2web-replay demo``: the whole story on a bundled demo site, offline, in a few minutes."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import click
+
+
+@click.command("demo")
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Empty folder for everything the demo makes (default: a new temporary folder).")
+@click.option("--workers", type=click.IntRange(1, 8), default=2, show_default=True,
+              help="Episodes run at once.")
+@click.option("--task", "task_ids", multiple=True, help="Only this demo task (repeatable); default all six.")
+@click.option("--base-url", default=None, help="OpenAI-compatible judge endpoint (default $OPENAI_BASE_URL); "
+                                               "without one the offline rule judge is used.")
+@click.option("--model", default=None, help="Judge model (default $EGO2WEB_JUDGE_MODEL).")
+def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url: str | None,
+             model: str | None) -> None:
+    """Record a bundled demo site, run an agent live and frozen, let the site drift, run again,
+    judge, probe the drift, compare live against frozen and write an HTML report.
+
+    Needs no internet and no API key: everything runs on 127.0.0.1.
+    """
+    from rich.console import Console
+
+    from ..demo.run import run_demo
+    from ..tracking.tables import comparison_tables
+
+    out = out or Path(tempfile.mkdtemp(prefix="ego2web-demo-"))
+    console = Console(width=max(Console().width, 150))
+    result = run_demo(out, workers=workers, task_ids=list(task_ids) or None, base_url=base_url, model=model,
+                      say=lambda s: console.print(s, highlight=False))
+    for table in comparison_tables(result.comparison):
+        console.print(table)
+    groups = result.comparison.groups if result.comparison else []
+    for g in groups:
+        drifted = [f for f in g.flips if f.direction == "frozen only"]
+        attributed = [f for f in drifted if f.drift_status in ("changed", "gone", "blocked")]
+        console.print(f"[bold]{g.agent} / {g.judge}[/bold]: after drift, live {g.live_rate:.0%} vs frozen "
+                      f"{g.frozen_rate:.0%}; {len(drifted)} task(s) pass frozen but fail live, "
+                      f"{len(attributed)} of them on pages the probes found changed, gone or blocked.")
+    console.print(f"""
+finished in {result.seconds:.0f} s; everything is in {result.out}
+  task suite   {result.suite}
+  snapshots    {result.snapshots}
+  runs         {', '.join(str(r) for r in result.runs)}
+  database     {result.db}
+  report       {result.report / 'index.html'}  (open it in a browser; it works offline)
+Try:  ego2web-replay compare --db {result.db}
+      ego2web-replay serve {next(iter(sorted(result.snapshots.glob('*/*'))), result.snapshots)}""", highlight=False)
+
+
+COMMANDS = [demo_cmd]

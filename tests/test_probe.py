@@ -1,0 +1,95 @@
+"""Drift probes against the drifting demo site: per-URL statuses, task status, unreachable hosts."""
+
+from __future__ import annotations
+
+import socket
+from datetime import datetime
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+from ego2web_replay.demo.site import DemoSite
+from ego2web_replay.errors import SnapshotError
+from ego2web_replay.probe import (
+    detect_block,
+    probe_snapshots,
+    snapshots_to_probe,
+    task_status_of,
+    visible_text,
+)
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.tracking.drift import drift_timeseries
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _snapshot(root, site: DemoSite, extra_urls):
+    sw = SnapshotWriter(root, "drifty")
+    for path in ("/shop/item/4", "/wiki/Basil", "/videos/watch?v=pasta42", "/api/price/7", "/shop/item/3"):
+        u = urlsplit(path)
+        status, ctype, body, _ = site.route("GET", u.path, parse_qs(u.query), b"")
+        sw.writer.write_exchange(url=site.url + path, method="GET", request_headers=[], request_body=b"",
+                                 status=status, reason="", response_headers=[("Content-Type", ctype)],
+                                 response_body=body, date=datetime(2026, 1, 1))
+        if "html" in ctype:
+            sw.add_page(site.url + path)
+    for url in extra_urls:
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200,
+                                 reason="OK", response_headers=[("Content-Type", "text/html")],
+                                 response_body=b"<html><body>old page</body></html>", date=datetime(2026, 1, 1))
+        sw.add_page(url)
+    sw.finalize()
+    return sw.path
+
+
+def test_text_helpers():
+    assert visible_text(b"<html><script>x=1</script><p>Hello <b>you</b></p></html>", "text/html") == "Hello you"
+    assert detect_block(200, "Please verify you are human") and detect_block(429, "")
+    assert not detect_block(200, "A fine page")
+
+
+def test_probe_reports_each_url_and_never_crashes(tmp_path, data_home):
+    unreachable = f"http://127.0.0.1:{_closed_port()}/gone"
+    offsite = "http://offsite.example/page"
+    with DemoSite() as site:
+        snap = _snapshot(tmp_path / "snaps", site, [unreachable, offsite])
+        site.drift()
+        seen = {}
+        probe_id, rows = probe_snapshots([snap], archive_root=tmp_path / "probes", guard="loopback",
+                                         db=tmp_path / "t.duckdb", timeout=5,
+                                         on_task=lambda t, s, p: seen.update({t: s}))
+    by_url = {r.url.replace(site.url, ""): r for r in rows}
+    assert by_url["/shop/item/4"].url_status == "gone" and by_url["/shop/item/4"].status_now == 404
+    assert by_url["/wiki/Basil"].url_status == "unchanged" and by_url["/wiki/Basil"].digest_equal
+    assert by_url["/videos/watch?v=pasta42"].url_status == "blocked"
+    assert by_url["/api/price/7"].url_status == "changed" and by_url["/api/price/7"].text_similarity < 1
+    assert by_url["/shop/item/3"].url_status == "unchanged"
+    assert by_url[unreachable].url_status == "gone" and "unreachable" in by_url[unreachable].error
+    assert by_url[offsite].url_status == "error" and "guard" in by_url[offsite].error
+    assert seen == {"drifty": "blocked"} and all(r.task_status == "blocked" for r in rows)
+    # the probe is archived as a snapshot of its own
+    assert list((tmp_path / "probes" / "drifty").glob("*/manifest.json"))
+    series = drift_timeseries(tmp_path / "t.duckdb")
+    overall = series.series("overall")["all"]
+    assert len(overall) == 1 and overall[0].probe_id == probe_id and overall[0].errors == 1
+
+
+def test_task_status_is_the_worst_main_document():
+    from ego2web_replay.probe import UrlProbe
+
+    mk = lambda s, main=True: UrlProbe("u", 200, 200, None, None, s, main)  # noqa: E731
+    assert task_status_of([mk("unchanged"), mk("changed")]) == "changed"
+    assert task_status_of([mk("changed"), mk("gone", main=False)]) == "changed"
+    assert task_status_of([mk("gone"), mk("blocked")]) == "blocked"
+
+
+def test_snapshots_to_probe_errors(tmp_path):
+    with pytest.raises(SnapshotError):
+        snapshots_to_probe([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(SnapshotError, match="no snapshots"):
+        snapshots_to_probe([tmp_path / "empty"])
