@@ -48,7 +48,7 @@ def machine_info() -> dict[str, str]:
     info = {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"), "cpu": cpu,
             "cores": str(os.cpu_count()), "ram": f"{ram:.1f} GiB", "os": platform.platform(),
             "python": platform.python_version(),
-            "load average at start (1/5/15 min)": " / ".join(f"{x:.1f}" for x in os.getloadavg())}
+            "load average at start (1/5/15 min)": loadavg()}
     for dist in ("ego2web-replay", "mitmproxy", "playwright", "zstandard", "warcio"):
         try:
             info[dist] = metadata.version(dist)
@@ -69,8 +69,13 @@ def machine_info() -> dict[str, str]:
     return info
 
 
+def loadavg() -> str:
+    return " / ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
 def machine_lines(info: dict[str, str], extra: dict[str, str] | None = None) -> str:
-    items = {**info, **(extra or {})}
+    """Markdown list of ``info`` (taken at the start of a run) plus the load average now."""
+    items = {**info, **(extra or {}), "load average at end (1/5/15 min)": loadavg()}
     return "\n".join(f"- {k}: {v}" for k, v in items.items())
 
 

@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="client threads in the throughput test")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    info = machine_info()
     t_start = time.monotonic()
 
     site = RealisticSite(pages=1)
@@ -130,7 +131,6 @@ def main() -> None:
     print(text_table(size_header, size_rows))
     print(f"\nload-client errors: {errors}; took {time.monotonic() - t_start:.0f} s")
 
-    info = machine_info()
     body = f"""## Recorder (`benchmarks/bench_record.py`)
 
 One local page with {site.subresources_per_page()} subresources (6 CSS, 12 JS, 24 PNG, 2 fonts, 8 XHR),

@@ -137,9 +137,15 @@ def index_load(n: int) -> dict[str, float]:
                  "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
         timing.write_text(json.dumps(built))
         path = sw.path
+    from ego2web_replay.replay import session as replay_session
+
+    cache_of = getattr(replay_session, "_cache_file", None)  # the parsed-index cache, if this version has one
+    cache = cache_of(path / "index.cdxj") if cache_of else None
+    if cache is not None and cache.exists():
+        cache.unlink()
     opens = []
     captures = 0
-    for _ in range(3):
+    for _ in range(4):  # the first open parses the CDXJ (and writes the cache); the others may use the cache
         r = Replay([path], miss="404")
         t1 = time.perf_counter()
         r.open()
@@ -147,7 +153,8 @@ def index_load(n: int) -> dict[str, float]:
         captures = r.captures
     archive = next(path.glob("archive.warc*"))
     return {"records": n, "captures": captures, "write_s": built["write_s"], "finalize_s": built["finalize_s"],
-            "built": built["date"], "open_s": median(opens), "archive_mib": archive.stat().st_size / 2**20}
+            "built": built["date"], "cold_s": opens[0], "open_s": median(opens[1:]),
+            "cached": cache is not None and cache.exists(), "archive_mib": archive.stat().st_size / 2**20}
 
 
 def main() -> None:
@@ -161,6 +168,7 @@ def main() -> None:
     ap.add_argument("--index-records", type=int, default=100_000, help="records of the synthetic snapshot")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    info = machine_info()
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
     t_start = time.monotonic()
@@ -259,14 +267,16 @@ def main() -> None:
          "met" if rps[ours_name] >= rps[mitm_name] else "NOT met"],
         ["replayed page load (to last XHR) <= 1.2x static", f"{pd[ours_name] / pd[static_name]:.2f}x",
          "met" if pd[ours_name] <= 1.2 * pd[static_name] else "NOT met"],
-        [f"index load of {idx['records']:,} records < 1 s", f"{idx['open_s']:.2f} s",
+        [f"index load of {idx['records']:,} records < 1 s (first open)", f"{idx['cold_s']:.2f} s",
+         "met" if idx["cold_s"] < 1 else "NOT met"],
+        [f"index load of {idx['records']:,} records < 1 s (later opens)", f"{idx['open_s']:.2f} s",
          "met" if idx["open_s"] < 1 else "NOT met"],
     ]
     idx_rows = [[f"{idx['records']:,}", idx["captures"], f"{idx['archive_mib']:.1f} MiB", f"{idx['write_s']:.1f} s",
-                 f"{idx['finalize_s']:.1f} s", f"{idx['open_s']:.3f} s"]]
+                 f"{idx['finalize_s']:.1f} s", f"{idx['cold_s']:.3f} s", f"{idx['open_s']:.3f} s"]]
     idx_header = ["records", "captures", "archive", f"write (ArchiveWriter, built {idx['built']})",
-                  "finalize (index + manifest)",
-                  "Replay.open() (median of 3)"]
+                  "finalize (index + manifest)", "first Replay.open() (parses the CDXJ)",
+                  "later Replay.open() (median of 3" + (", index cache" if idx["cached"] else "") + ")"]
     total = sum(ours_stats.get(k, 0) for k in ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live"))
     stats_line = (f"our replay stats over the whole benchmark: {total} requests, "
                   f"exact {ours_stats.get('exact')}, miss {ours_stats.get('miss')}, "
@@ -280,7 +290,6 @@ def main() -> None:
     print(text_table(idx_header, idx_rows))
     print(f"\n{stats_line}\ntook {time.monotonic() - t_start:.0f} s")
 
-    info = machine_info()
     body = f"""## Replay (`benchmarks/bench_replay.py`)
 
 One snapshot of a local {args.pages}-page site ({len(records)} responses, {len(urls)} distinct 200 URLs,

@@ -63,6 +63,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=2, help="runs per worker count, interleaved (median reported)")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
+    info = machine_info()
     workers = [int(w) for w in args.workers.split(",")]
     t_start = time.monotonic()
 
@@ -105,7 +106,6 @@ def main() -> None:
     print(text_table(header, rows))
     print(f"\ntook {time.monotonic() - t_start:.0f} s")
 
-    info = machine_info()
     body = f"""## Runner (`benchmarks/bench_runner.py`)
 
 The scripted agent on the demo suite in frozen mode: the 6 demo tasks (×{args.copies} copies =
