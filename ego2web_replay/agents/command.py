@@ -87,8 +87,13 @@ class CommandAgent:
         traj.extra.update(extra)
         traj.finished_at = datetime.now(UTC)
         if proc.returncode != 0:
+            # the exit code comes first: "wrote no trajectory" alone would hide why
+            reason = f"the program exited with code {proc.returncode}"
+            last = _last_line(proc.stderr)
+            if last:
+                reason += f" ({last})"
             traj.end_reason = "agent_error"
-            traj.error = traj.error or f"the program exited with code {proc.returncode}"
+            traj.error = f"{reason}; {traj.error}" if traj.error else reason
         return traj
 
     def _read_output(self, task: Task, env: EpisodeEnv, base: Trajectory) -> Trajectory:
@@ -132,6 +137,11 @@ def _tail(data: bytes | str | None) -> str:
         return ""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
     return text[-STDERR_TAIL:]
+
+
+def _last_line(data: bytes | str | None, limit: int = 200) -> str:
+    lines = [line.strip() for line in _tail(data).splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def parse_command_spec(spec: str) -> list[str]:
