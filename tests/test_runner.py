@@ -96,10 +96,6 @@ def _command(demo, behaviour: str) -> str:
     return f"command:{sys.executable} {demo['program']} {behaviour}"
 
 
-def _urls(run_dir: Path, task_id: str, mode: str) -> list[str | None]:
-    return [s.url for s in load_trajectory(episode_dir(run_dir, task_id, mode)).steps]
-
-
 def _outcomes(run_dir: Path) -> dict[tuple[str, str], tuple[str, str | None, list[str | None]]]:
     out = {}
     for f in sorted(run_dir.glob("episodes/*/*/trajectory.json")):
