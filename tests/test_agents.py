@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import re
+import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from ego2web_replay.actions import Action
 from ego2web_replay.agents import CommandAgent, OpenAIAgent, ScriptedAgent, make_agent
-from ego2web_replay.agents.base import Observation
+from ego2web_replay.agents.base import EpisodeEnv, Observation
 from ego2web_replay.agents.browser_use import convert_browser_use_history
 from ego2web_replay.agents.openai_agent import MalformedReply, parse_action_reply
 from ego2web_replay.errors import AgentError
@@ -293,3 +296,58 @@ def test_openai_agent_episodes(tmp_path, ca):
     wiki_requests = [b for b in srv.requests if "Task: Find the mug" not in _texts(b)]
     assert len(wiki_requests) == 3
     assert "Your reply could not be used (no JSON object in the reply)" in wiki_requests[1]["messages"][-1]["content"]
+
+
+# -- the command agent's process handling --------------------------------------------------------------------------
+def _env(tmp_path, timeout_s: float) -> EpisodeEnv:
+    task_file = tmp_path / "task.json"
+    task_file.write_text('{"id": "t1"}', "utf-8")
+    return EpisodeEnv(proxy_url="http://127.0.0.1:9", ca_file=tmp_path / "ca.pem", spki="x", task_file=task_file,
+                      out_dir=tmp_path / "agent", mode="frozen", max_steps=5, timeout_s=timeout_s)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_pid(pidfile: Path) -> int:
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
+def test_command_agent_timeout_kills_the_whole_program(tmp_path):
+    pidfile = tmp_path / "pid"
+    # "; true" keeps the shell from exec-ing python, so python is a grandchild of the runner
+    script = tmp_path / "sleepy.py"
+    script.write_text(f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    program = f"{sys.executable} {script}; true"
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    t0 = time.monotonic()
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 1.5))
+    assert time.monotonic() - t0 < 10
+    assert traj.end_reason == "timeout" and traj.extra["exit_code"] is None
+    pid = _wait_pid(pidfile)
+    time.sleep(0.2)
+    assert not _alive(pid), "the agent program outlived its episode"
+
+
+def test_command_agent_background_children_do_not_hang_the_runner(tmp_path):
+    pidfile = tmp_path / "pid"
+    program = (f"sleep 60 & echo $! > {pidfile}; echo 'half done' >&2; "
+               'echo "  1874 " > "$EGO2WEB_OUT/answer.txt"')
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    t0 = time.monotonic()
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
+    assert time.monotonic() - t0 < 10
+    assert traj.end_reason == "answered" and traj.answer == "1874" and traj.extra["exit_code"] == 0
+    assert traj.extra["stderr"] == "half done\n"
+    assert [s.action.kind for s in traj.steps] == ["answer"]
+    time.sleep(0.2)
+    assert not _alive(_wait_pid(pidfile))
