@@ -331,8 +331,8 @@ def test_command_agent_timeout_kills_the_whole_program(tmp_path):
     task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
     t0 = time.monotonic()
     traj = CommandAgent(program).run_episode(task, _env(tmp_path, 1.5))
-    assert time.monotonic() - t0 < 10
-    assert traj.end_reason == "timeout" and traj.extra["exit_code"] is None
+    assert time.monotonic() - t0 < 20
+    assert traj.end_reason == "timeout" and traj.extra["exit_code"] is None, (traj.error, traj.extra)
     pid = _wait_pid(pidfile)
     time.sleep(0.2)
     assert not _alive(pid), "the agent program outlived its episode"
@@ -344,10 +344,12 @@ def test_command_agent_background_children_do_not_hang_the_runner(tmp_path):
                'echo "  1874 " > "$EGO2WEB_OUT/answer.txt"')
     task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
     t0 = time.monotonic()
-    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
-    assert time.monotonic() - t0 < 10
-    assert traj.end_reason == "answered" and traj.answer == "1874" and traj.extra["exit_code"] == 0
-    assert traj.extra["stderr"] == "half done\n"
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 45))
+    took = time.monotonic() - t0
+    assert took < 20, f"the runner waited {took:.1f} s for the program's background child"
+    assert traj.end_reason == "answered", (traj.error, traj.extra)
+    assert traj.answer == "1874" and traj.extra["exit_code"] == 0
+    assert "half done" in traj.extra["stderr"]
     assert [s.action.kind for s in traj.steps] == ["answer"]
     time.sleep(0.2)
     assert not _alive(_wait_pid(pidfile))
