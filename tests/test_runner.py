@@ -307,3 +307,18 @@ def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
     assert not list(run_dir.glob("episodes/*/*.partial"))
     m = load_run(run_dir)
     assert m.episodes == {"answered": 2} and m.finished_at is not None
+
+
+def test_resume_refuses_another_agent_or_nothing(demo, scripted_run, tmp_path):
+    from ego2web_replay.errors import Ego2WebError
+
+    run_dir, _ = scripted_run
+    with pytest.raises(Ego2WebError, match="was run with agent 'scripted', not 'command:"):
+        run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=run_dir.parent, resume=run_dir,
+                  settings=_settings(demo))
+    with pytest.raises(Ego2WebError, match="nothing to resume under"):
+        run_suite(demo["suite"], agent_name="scripted", out=tmp_path, resume=True, settings=_settings(demo))
+    # resuming a finished run redoes nothing
+    again, results = run_suite(demo["suite"], agent_name="scripted", out=run_dir.parent, resume=True,
+                               settings=_settings(demo, workers=2))
+    assert again == run_dir and results == []
