@@ -353,3 +353,18 @@ def test_command_agent_background_children_do_not_hang_the_runner(tmp_path):
     assert [s.action.kind for s in traj.steps] == ["answer"]
     time.sleep(0.2)
     assert not _alive(_wait_pid(pidfile))
+
+
+@pytest.mark.parametrize(("writes", "error"), [
+    ('{"steps": [{"index": 0, "action": {"kind": "goto"}}]}',
+     "the program wrote an invalid trajectory: steps.0.action: Value error, a goto action needs 'url'"),
+    ('[1, 2]', "the program wrote an unreadable trajectory: trajectory.json is not a JSON object"),
+    ('{"answer": ', "the program wrote an unreadable trajectory: Expecting value"),
+])
+def test_command_agent_bad_trajectories_are_clear_errors(tmp_path, writes, error):
+    (tmp_path / "traj.json").write_text(writes, "utf-8")
+    program = f'cp {tmp_path / "traj.json"} "$EGO2WEB_OUT/trajectory.json"'
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
+    assert traj.end_reason == "agent_error" and traj.extra["exit_code"] == 0
+    assert traj.error.startswith(error) and "\n" not in traj.error

@@ -33,6 +33,8 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import ValidationError
+
 from ..actions import Action
 from ..models import AgentSpec, Step, Trajectory
 from ..tasks import Task
@@ -123,6 +125,12 @@ class CommandAgent:
                 base.steps = [Step(index=0, action=Action(kind="answer", answer=base.answer))]
                 base.end_reason = "answered"
                 return base
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "(top level)"
+            base.end_reason = "agent_error"
+            base.error = f"the program wrote an invalid trajectory: {where}: {first['msg']}"
+            return base
         except (ValueError, json.JSONDecodeError) as e:
             base.end_reason = "agent_error"
             base.error = f"the program wrote an unreadable trajectory: {str(e).splitlines()[0]}"
