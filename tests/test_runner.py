@@ -322,3 +322,13 @@ def test_resume_refuses_another_agent_or_nothing(demo, scripted_run, tmp_path):
     again, results = run_suite(demo["suite"], agent_name="scripted", out=run_dir.parent, resume=True,
                                settings=_settings(demo, workers=2))
     assert again == run_dir and results == []
+
+
+def test_cli_run_with_no_snapshots_at_all_fails(demo, tmp_path, capsys):
+    code = main(["run", str(demo["suite_path"]), "--agent", _command(demo, "ours"), "--mode", "frozen",
+                 "--snapshots", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--run-id", "r"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.strip().startswith("error: every episode failed to set up; first error: no snapshot of task")
+    assert "run folder:" in captured.out
+    assert load_run(tmp_path / "runs" / "r").episodes == {"setup_error": 2}
