@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -49,7 +50,7 @@ def runs_show(run_dir: Path, as_json: bool) -> None:
     from ..runner.run import load_run
 
     m = load_run(run_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for traj_file in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
         t = load_trajectory(traj_file)
         rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
