@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..errors import ReplayError, SnapshotError
+from ..errors import ArchiveError, ReplayError, SnapshotError
 from ..guard import UpstreamGuard
 from ..models import ReplayStats, save_model
 from ..proxy import ProjectCA, ProxyServer, project_ca
@@ -200,7 +200,11 @@ class Replay:
     def _resolve(self, ref: tuple[int, Any]) -> tuple[int, str, list[tuple[str, str]], bytes]:
         n, entry = ref
         record = self.snapshots[n].resolve(entry)
-        if record.http_status is None:  # a resource record: no HTTP head of its own
+        if record.http_status is None:
+            if record.rec_type != "resource":  # e.g. an 'HTTPX/1.1' status line or an empty block
+                raise ArchiveError(f"the archived {record.rec_type} record of {entry.url} has no readable "
+                                   "HTTP status line")
+            # a resource record: no HTTP head of its own
             ctype = record.content_type or entry.mime or "application/octet-stream"
             return 200, "OK", [("Content-Type", ctype)], record.payload
         return record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload
