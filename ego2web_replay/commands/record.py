@@ -28,9 +28,11 @@ from ..errors import RecordingError
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
 @click.option("--db", type=click.Path(path_type=Path), default=None,
               help="Also register each snapshot in this tracking database.")
+@click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds each reference action may take before the task fails.")
 def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: str, guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
-               interactive: bool, db: Path | None) -> None:
+               interactive: bool, db: Path | None, action_timeout: float) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -52,7 +54,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             progress.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
-                                 upstream_ca=upstream_ca, keep_credentials=keep_credentials, interactive=interactive)
+                                 upstream_ca=upstream_ca, keep_credentials=keep_credentials, interactive=interactive,
+                                 action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
             if r.ok and r.manifest is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
