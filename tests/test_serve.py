@@ -43,7 +43,8 @@ def test_serve_prints_how_to_connect_and_the_stats(snap, tmp_path, capsys, ca):
     code = main(["serve", str(snap), "--port", "0", "--duration", "0.2", "--stats", str(stats)])
     out, err = capsys.readouterr()
     assert code == 0, err
-    assert "replay proxy   http://127.0.0.1:" in out and f"CA file        {ca.cert_path}" in out
+    port = int(out.split("replay proxy   http://127.0.0.1:")[1].split()[0])
+    assert port > 0 and f"CA file        {ca.cert_path}" in out
     assert f"CA SPKI pin    {ca.spki}" in out and "captures       1 from 1 snapshot(s)" in out
     assert "misses         answered with HTTP 404" in out
     assert "replay stats: 0 requests: exact 0, canonical 0, fuzzy 0, miss 0" in out
@@ -92,3 +93,13 @@ def test_bad_miss_policy(snap, capsys):
     _one_line_error(capsys, code, "miss policy", "sometimes")
     code = main(["serve", str(snap), "--port", "0", "--duration", "0", "--miss", "999"])
     _one_line_error(capsys, code, "999")
+
+
+def test_unwritable_stats_file_fails_before_serving(snap, tmp_path, capsys):
+    (tmp_path / "somefile").write_text("a regular file\n")
+    target = tmp_path / "somefile" / "stats.json"
+    code = main(["serve", str(snap), "--port", "0", "--duration", "0", "--stats", str(target)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "replay proxy" not in out
+    assert err.strip().startswith("error: cannot write the stats file") and str(target) in err
+    assert len(err.strip().splitlines()) == 1
