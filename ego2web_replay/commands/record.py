@@ -57,7 +57,7 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials, interactive=interactive,
                                  action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
-            if r.ok and r.manifest is not None:
+            if r.ok and r.manifest is not None and r.snapshot is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
                                        f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
                 if db is not None:
