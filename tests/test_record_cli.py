@@ -183,8 +183,10 @@ def test_sigkill_mid_recording_leaves_whole_records_and_verify_says_so(site, slo
                                                                       capsys):
     tasks = _write_tasks(tmp_path / "tasks.jsonl", [_task("slow", slow_site + "/")])
     root = tmp_path / "snapshots"
-    proc = subprocess.Popen([str(EXE), *_record_args(tasks, root, site)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL, env=cli_env(data_home), start_new_session=True)
+    log = tmp_path / "record.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([str(EXE), *_record_args(tasks, root, site)], stdout=sink, stderr=subprocess.STDOUT,
+                                env=cli_env(data_home), start_new_session=True)
     try:
         deadline, archive, seen = time.monotonic() + 60, None, 0
         while time.monotonic() < deadline and proc.poll() is None:
@@ -194,8 +196,8 @@ def test_sigkill_mid_recording_leaves_whole_records_and_verify_says_so(site, slo
             if archive is not None and (seen := _whole_records(archive)) >= 9:
                 break
             time.sleep(0.05)
-        assert proc.poll() is None, "the recording finished before it could be killed"
-        assert archive is not None and seen >= 9
+        assert proc.poll() is None, f"the recording ended before it could be killed: {log.read_text()}"
+        assert archive is not None and seen >= 9, log.read_text()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
