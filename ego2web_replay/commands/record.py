@@ -30,9 +30,11 @@ from ..errors import RecordingError
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Register each snapshot in this tracking database as it is recorded.")
 @click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds each reference action may take before the task fails.")
 def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
-               interactive: bool, db: Path | None, no_db: bool) -> None:
+               interactive: bool, db: Path | None, no_db: bool, action_timeout: float) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -55,7 +57,7 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
-                                 interactive=interactive)
+                                 interactive=interactive, action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
