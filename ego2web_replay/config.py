@@ -14,7 +14,8 @@ __all__ = ["data_dir", "DEFAULT_SNAPSHOTS", "DEFAULT_RUNS", "DEFAULT_DB"]
 
 DEFAULT_SNAPSHOTS = Path("snapshots")
 DEFAULT_RUNS = Path("runs")
-DEFAULT_DB = Path("ego2web.duckdb")
+#: The tracking database; ``$EGO2WEB_REPLAY_DB`` overrides the default in the working folder.
+DEFAULT_DB = Path(os.environ.get("EGO2WEB_REPLAY_DB") or "ego2web.duckdb")
 
 
 def data_dir() -> Path:

@@ -14,6 +14,7 @@ import pytest
 
 _HOME = Path(tempfile.mkdtemp(prefix="ego2web-test-home-"))
 os.environ["EGO2WEB_REPLAY_HOME"] = str(_HOME)
+os.environ["EGO2WEB_REPLAY_DB"] = str(_HOME / "default.duckdb")  # what CLI commands write by default
 os.environ.pop("OPENAI_BASE_URL", None)
 os.environ.pop("OPENAI_API_KEY", None)
 

@@ -26,10 +26,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
+import tempfile
 import time
 from datetime import UTC, datetime
 from typing import Any
+
+from pydantic import ValidationError
 
 from ..actions import Action
 from ..models import AgentSpec, Step, Trajectory
@@ -72,23 +76,26 @@ class CommandAgent:
         t0 = time.monotonic()
         base = Trajectory(task_id=task.id, instruction=task.instruction, mode=env.mode,  # type: ignore[arg-type]
                           agent=self.spec, started_at=started)
-        try:
-            proc = subprocess.run(self.program, shell=True, env=self.environment(env), cwd=os.getcwd(),
-                                  stdin=subprocess.DEVNULL, capture_output=True, timeout=env.timeout_s)
-        except subprocess.TimeoutExpired as e:
+        returncode, stderr = _run_program(self.program, self.environment(env), env.timeout_s)
+        if returncode is None:
             base.end_reason = "timeout"
             base.error = f"the program ran past the episode timeout ({env.timeout_s:g} s) and was killed"
-            base.extra = {"exit_code": None, "stderr": _tail(e.stderr)}
+            base.extra = {"exit_code": None, "stderr": _tail(stderr)}
             base.finished_at = datetime.now(UTC)
             return base
-        extra: dict[str, Any] = {"exit_code": proc.returncode, "stderr": _tail(proc.stderr),
+        extra: dict[str, Any] = {"exit_code": returncode, "stderr": _tail(stderr),
                                  "duration_s": round(time.monotonic() - t0, 3)}
         traj = self._read_output(task, env, base)
         traj.extra.update(extra)
         traj.finished_at = datetime.now(UTC)
-        if proc.returncode != 0:
+        if returncode != 0:
+            # the exit code comes first: "wrote no trajectory" alone would hide why
+            reason = f"the program exited with code {returncode}"
+            last = _last_line(stderr)
+            if last:
+                reason += f" ({last})"
             traj.end_reason = "agent_error"
-            traj.error = traj.error or f"the program exited with code {proc.returncode}"
+            traj.error = f"{reason}; {traj.error}" if traj.error else reason
         return traj
 
     def _read_output(self, task: Task, env: EpisodeEnv, base: Trajectory) -> Trajectory:
@@ -118,6 +125,12 @@ class CommandAgent:
                 base.steps = [Step(index=0, action=Action(kind="answer", answer=base.answer))]
                 base.end_reason = "answered"
                 return base
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(map(str, first["loc"])) or "(top level)"
+            base.end_reason = "agent_error"
+            base.error = f"the program wrote an invalid trajectory: {where}: {first['msg']}"
+            return base
         except (ValueError, json.JSONDecodeError) as e:
             base.end_reason = "agent_error"
             base.error = f"the program wrote an unreadable trajectory: {str(e).splitlines()[0]}"
@@ -127,11 +140,39 @@ class CommandAgent:
         return base
 
 
+def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:
+    """Run ``program`` through the shell in its own process group; ``(None, stderr)`` on timeout.
+
+    Output goes to temporary files, not pipes, so a background child that keeps
+    them open cannot hang the runner; whatever the program leaves running (or
+    is still running at the timeout) is killed with its whole process group.
+    """
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(program, shell=True, env=env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=err, start_new_session=True)
+        try:
+            code: int | None = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            code = None
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()
+        err.seek(0)
+        return code, err.read()
+
+
 def _tail(data: bytes | str | None) -> str:
     if not data:
         return ""
     text = data.decode("utf-8", errors="replace") if isinstance(data, bytes) else data
     return text[-STDERR_TAIL:]
+
+
+def _last_line(data: bytes | str | None, limit: int = 200) -> str:
+    lines = [line.strip() for line in _tail(data).splitlines() if line.strip()]
+    return lines[-1][:limit] if lines else ""
 
 
 def parse_command_spec(spec: str) -> list[str]:

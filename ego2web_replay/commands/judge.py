@@ -9,6 +9,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from ..config import DEFAULT_DB
 from ..judge.agreement import agreement, agreement_table
 from ..judge.registry import JUDGES
 from ..judge.run import judge_run, summarize
@@ -72,11 +73,12 @@ def judge() -> None:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")
 @click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
-@click.option("--db", "db_path", type=click.Path(path_type=Path), default=None,
-              help="Also record each verdict in this tracking database.")
+@click.option("--db", "db_path", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+              help="Record each verdict in this tracking database as it is made.")
+@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
 def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
             task_ids: tuple[str, ...], workers: int, no_progress: bool, cache_dir: Path | None,
-            db_path: Path | None, **options: Any) -> None:
+            db_path: Path | None, no_db: bool, **options: Any) -> None:
     """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
 
     LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
@@ -87,7 +89,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     settings = {k: v for k, v in options.items() if v is not None}
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=not no_progress, settings=settings, cache_dir=cache_dir,
-                         task_ids=list(task_ids) or None, db=db_path)
+                         task_ids=list(task_ids) or None, db=None if no_db else db_path)
     console = Console()
     table = Table(title=f"{judge_name} verdicts: {run_dir}")
     for col in ("task", "mode", "success", "score", "tokens", "error"):

@@ -7,7 +7,7 @@ from typing import Literal
 
 import click
 
-from ..config import DEFAULT_SNAPSHOTS
+from ..config import DEFAULT_DB, DEFAULT_SNAPSHOTS
 from ..errors import RecordingError
 
 
@@ -27,11 +27,14 @@ from ..errors import RecordingError
 @click.option("--keep-credentials", is_flag=True, help="Keep Authorization/Cookie values instead of redacting them.")
 @click.option("--interactive", is_flag=True,
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
-@click.option("--db", type=click.Path(path_type=Path), default=None,
-              help="Also register each snapshot in this tracking database.")
+@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+              help="Register each snapshot in this tracking database as it is recorded.")
+@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              help="Seconds each reference action may take before the task fails.")
 def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
-               interactive: bool, db: Path | None) -> None:
+               interactive: bool, db: Path | None, no_db: bool, action_timeout: float) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -54,12 +57,12 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
-                                 interactive=interactive)
+                                 interactive=interactive, action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
                                        f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
-                if db is not None:
+                if db is not None and not no_db:
                     from ..tracking.ingest import record_snapshot
 
                     record_snapshot(db, r.snapshot)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from ..config import DEFAULT_RUNS, DEFAULT_SNAPSHOTS
+from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
 
 
 @click.command("run")
@@ -39,11 +39,13 @@ from ..config import DEFAULT_RUNS, DEFAULT_SNAPSHOTS
               help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @click.option("--miss", "miss_policy", default="404", show_default=True,
               help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
-@click.option("--db", type=click.Path(path_type=Path), default=None, help="Also write episodes to this database.")
+@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
+              help="Write the run and each episode to this tracking database as they finish.")
+@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            miss_policy: str, db: Path | None) -> None:
+            miss_policy: str, db: Path | None, no_db: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -79,7 +81,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
-                               upstream_ca=upstream_ca, db=db, command=sys.argv, on_episode=on_episode,
+                               upstream_ca=upstream_ca, db=None if no_db else db, command=sys.argv, on_episode=on_episode,
                                on_start=on_start)
     click.echo(f"run folder: {run_dir}")
     if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,10 +32,24 @@ def runs_list(out: Path) -> None:
         return
     table = Table("run", "started", "agent", "modes", "tasks", "episodes")
     for d, m in runs:
-        eps = ", ".join(f"{k}={v}" for k, v in sorted(m.episodes.items())) or "(unfinished)"
+        counts = m.episodes or _count_end_reasons(d)
+        eps = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "(none yet)"
+        if m.finished_at is None:
+            eps += " (unfinished)"
         table.add_row(d.name, m.started_at.strftime("%Y-%m-%d %H:%M"), m.agent_name, "+".join(m.modes),
                       str(len(m.task_ids)), eps)
     Console().print(table)
+
+
+def _count_end_reasons(run_dir: Path) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for f in run_dir.glob("episodes/*/*/trajectory.json"):
+        try:
+            reason = json.loads(f.read_text("utf-8")).get("end_reason", "?")
+        except (OSError, ValueError):
+            reason = "unreadable"
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
 
 
 @runs_group.command("show")
@@ -49,7 +64,7 @@ def runs_show(run_dir: Path, as_json: bool) -> None:
     from ..runner.run import load_run
 
     m = load_run(run_dir)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for traj_file in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
         t = load_trajectory(traj_file)
         rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,

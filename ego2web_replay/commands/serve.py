@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import signal
+import tempfile
 import threading
 from pathlib import Path
 
 import click
+
+from ..errors import ReplayError
 
 
 def _connect_help(replay) -> str:  # noqa: ANN001
@@ -53,6 +56,8 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
     every miss is answered and counted."""
     from ..replay.session import Replay
 
+    if stats_file is not None:
+        _check_writable(stats_file)
     replay = Replay(list(snapshots), host=host, port=port, miss=miss, policy=policy, freeze=not no_freeze,
                     rules_files=rules_files)
     stop = threading.Event()
@@ -74,8 +79,22 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
     if len(s.missed_urls) > 20:
         click.echo(f"  ... and {len(s.missed_urls) - 20} more")
     if stats_file:
-        replay.write_stats(stats_file)
+        try:
+            replay.write_stats(stats_file)
+        except OSError as e:
+            raise ReplayError(f"cannot write the stats file {stats_file} ({e.strerror or e})") from None
         click.echo(f"stats written to {stats_file}")
+
+
+def _check_writable(path: Path) -> None:
+    """Fail before serving, not after, when the stats file cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".stats-probe-"):
+            pass
+    except OSError as e:
+        raise ReplayError(f"cannot write the stats file {path} ({e.strerror or e}); "
+                          "choose another --stats path") from None
 
 
 def _wait_forever(stop: threading.Event) -> None:

@@ -90,6 +90,14 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
         suite_path = write_demo_suite(out, site.url, task_ids)
         suite = load_tasks(suite_path)
         say(f"demo site   {site.url} (shop, encyclopedia, videos); {len(suite)} tasks in {suite_path}")
+        from ..judge.keyframes import extract_keyframes
+
+        frames = 0
+        for task in suite:
+            video = task.video_path(suite.base_dir)
+            if video is not None:
+                frames += len(extract_keyframes(video, task.evidence))
+        say(f"video       {len(suite)} generated clips, {frames} evidence keyframes (cached next to each clip)")
 
         say("1/6 record  every task through the recording proxy")
         opts = RecordOptions(guard="loopback")

@@ -38,6 +38,7 @@ __all__ = ["Replayer", "REPLAY_HEADER", "MAX_LOG"]
 log = logging.getLogger(__name__)
 REPLAY_HEADER = "X-Ego2Web-Replay"
 MAX_LOG = 100_000
+CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 
 
 def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
@@ -90,6 +91,8 @@ class Replayer:
         self.miss = miss
         self.freeze_script = freeze_script
         self._lock = threading.Lock()
+        self._cache: dict[Any, Any] = {}
+        self._cached_bytes = 0
         self.stats = ReplayStats(snapshots=list(snapshots))
 
     # -- bookkeeping -------------------------------------------------------
@@ -152,8 +155,9 @@ class Replayer:
             self._serve(flow, status, reason, headers, rbody, method)
             self._log(method, url, "miss", status)
             return
+        ref = result.capture.ref
         try:
-            status, reason, headers, rbody = self.resolve(result.capture.ref)
+            status, reason, headers, rbody = self._prepared(ref)
         except Exception as e:  # noqa: BLE001 - a bad record fails this request only
             log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
             flow.metadata["ego2web"] = "replayed"
@@ -162,8 +166,6 @@ class Replayer:
                 {"Content-Type": "text/plain", REPLAY_HEADER: "error", "Cache-Control": "no-store"})
             self._log(method, url, "miss", 502, matched=result.capture.url)
             return
-        headers = clean_response_headers(headers)
-        reason = reason or reason_phrase(status)
         if conditional(req_headers, status, headers):
             status, reason, headers, rbody = not_modified_response(headers)
         else:
@@ -171,15 +173,42 @@ class Replayer:
             if rng and status == 200:
                 status, headers, rbody = apply_range(status, headers, rbody, rng)
                 reason = reason_phrase(status)
-            elif self.freeze_script and status == 200 and method == "GET" and inject_allowed(headers):
-                from .freeze import inject_into_html
-
-                rbody, headers = inject_into_html(rbody, headers, self.freeze_script)
+            elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
+                rbody, headers = self._injected(ref, rbody, headers)
             elif status == 200 and result.outcome != "exact" and result.capture.url != url:
                 rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._serve(flow, status, reason, headers, rbody, method)
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score)
+
+    # -- archived responses, read once ----------------------------------------
+    def _remember(self, key: Any, value: Any, size: int) -> None:
+        with self._lock:
+            if self._cached_bytes + size > CACHE_BYTES:
+                self._cache.clear()
+                self._cached_bytes = 0
+            self._cache[key] = value
+            self._cached_bytes += size
+
+    def _prepared(self, ref: Any) -> tuple[int, str, list[tuple[str, str]], bytes]:
+        """The archived response for a capture, headers cleaned; kept in memory (bounded)."""
+        hit = self._cache.get(("r", ref))
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        status, reason, headers, body = self.resolve(ref)
+        value = (status, reason or reason_phrase(status), clean_response_headers(headers), body)
+        self._remember(("r", ref), value, len(body))
+        return value
+
+    def _injected(self, ref: Any, body: bytes, headers: list[tuple[str, str]]) -> tuple[bytes, list[tuple[str, str]]]:
+        hit = self._cache.get(("i", ref))
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        from .freeze import inject_into_html
+
+        value = inject_into_html(body, headers, self.freeze_script or "")
+        self._remember(("i", ref), value, len(value[0]))
+        return value
 
     @staticmethod
     def _serve(flow: Any, status: int, reason: str, headers: list[tuple[str, str]], body: bytes,

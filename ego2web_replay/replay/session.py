@@ -145,6 +145,18 @@ class _FormMatchIndex(MatchIndex):
         return inner
 
 
+def _capture_time(snapshot: Any, captures: Sequence[Capture]) -> dt.datetime:
+    """When the first snapshot's pages were captured: the recording's start, or for an imported
+    WARC (whose manifest dates the import) its earliest capture."""
+    if snapshot.manifest.source == "import" and captures:
+        first = min(c.timestamp for c in captures)
+        try:
+            return dt.datetime.strptime(first[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.UTC)
+        except ValueError:
+            pass
+    return snapshot.manifest.created_at
+
+
 def replay_addons(replayer: Replayer) -> list[Any]:
     """The replay proxy, in order: guard (browser background hosts), then the replayer."""
     return [UpstreamGuard(), replayer]
@@ -240,7 +252,7 @@ class Replay:
         index = _FormMatchIndex(captures, rules=rules, policy=self.policy,  # type: ignore[arg-type]
                                 fuzzy_threshold=self.fuzzy_threshold)
         self.captures = len(captures)
-        self.capture_time = self.snapshots[0].manifest.created_at
+        self.capture_time = _capture_time(self.snapshots[0], [c for c in captures if c.ref[0] == 0])
         if self.freeze:
             from .freeze import freeze_script
 
@@ -258,7 +270,11 @@ class Replay:
         n, line = ref
         entry = CdxjEntry.from_line(line)
         record = self.snapshots[n].resolve(entry)
-        if record.http_status is None:  # a resource record: no HTTP head of its own
+        if record.http_status is None:
+            if record.rec_type != "resource":  # e.g. an 'HTTPX/1.1' status line or an empty block
+                raise ArchiveError(f"the archived {record.rec_type} record of {entry.url} has no readable "
+                                   "HTTP status line")
+            # a resource record: no HTTP head of its own
             ctype = record.content_type or entry.mime or "application/octet-stream"
             return 200, "OK", [("Content-Type", ctype)], record.payload
         return record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload

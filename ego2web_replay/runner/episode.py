@@ -205,6 +205,9 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                     _step_loop(req, agent, page, out, traj)
                 finally:
                     traj.final_page_text = _page_text(page)
+                    usage = getattr(agent, "usage", None)
+                    if isinstance(usage, dict) and usage:
+                        traj.extra["usage"] = dict(usage)  # model calls and tokens (openai agent)
                 context.close()
             if live is not None:
                 live.pages_from(traj)

@@ -167,7 +167,10 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         manifest = load_run(run_dir)
         if manifest.suite_sha256 and manifest.suite_sha256 != suite.sha256:
             raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
-        settings = manifest.settings
+        if manifest.agent_name != agent_name:
+            raise Ego2WebError(f"{run_dir} was run with agent {manifest.agent_name!r}, not {agent_name!r}; not resuming")
+        # the run's own settings keep its episodes comparable; only the parallelism may change
+        settings = manifest.settings.model_copy(update={"workers": settings.workers})
     else:
         run_dir = out / (run_id or _new_run_id(agent_name))
         if (run_dir / "run.json").exists():

@@ -135,9 +135,12 @@ class Snapshot:
 
         Looks first at ``WARC-Refers-To-Target-URI`` / ``-Date`` (URL-agnostic
         revisits), then at earlier captures of the same URL with the same
-        payload digest, then at any capture with that digest.
+        payload digest, then at any capture with that digest; among equals, a
+        capture made with the revisit's method and with an HTTP status wins.
         """
         candidates = [e for e in self.entries() if e.record_type != "revisit" and e.digest == entry.digest]
+        # prefer captures made with the revisit's own method and with an HTTP status
+        candidates.sort(key=lambda e: (e.method != entry.method, e.status is None))
         if entry.refers_to_uri:
             key = surt_key(entry.refers_to_uri)
             same = [e for e in candidates if e.surt == key or e.url == entry.refers_to_uri]

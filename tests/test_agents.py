@@ -1,0 +1,370 @@
+"""Agents: make_agent, the browser-use history converter, and the openai agent against a local server."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.actions import Action
+from ego2web_replay.agents import CommandAgent, OpenAIAgent, ScriptedAgent, make_agent
+from ego2web_replay.agents.base import EpisodeEnv, Observation
+from ego2web_replay.agents.browser_use import convert_browser_use_history
+from ego2web_replay.agents.openai_agent import MalformedReply, parse_action_reply
+from ego2web_replay.errors import AgentError
+from ego2web_replay.models import episode_dir, load_trajectory
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.openai_server import FakeOpenAIServer, Reply
+from ego2web_replay.testing.site import png_bytes
+
+PNG = png_bytes(4, 4, (10, 200, 30))
+
+
+# -- make_agent ------------------------------------------------------------------------------------------
+def test_make_agent_builds_each_kind():
+    assert isinstance(make_agent("scripted"), ScriptedAgent)
+    cmd = make_agent("command:python agent.py --fast")
+    assert isinstance(cmd, CommandAgent) and cmd.spec.settings["program"] == "python agent.py --fast"
+    oa = make_agent("openai", model="m1", base_url="http://127.0.0.1:9/v1", backoff_s=0.01, http_retries=1,
+                    max_retries=0, input_modality="none", api_key=None)
+    assert isinstance(oa, OpenAIAgent)
+    assert (oa.model, oa.base_url, oa.backoff_s, oa.http_retries, oa.max_retries) == \
+        ("m1", "http://127.0.0.1:9/v1", 0.01, 1, 0)
+    assert oa.spec.input_modality == "none" and oa.spec.model == "m1" and oa.api_key == "EMPTY"
+
+
+@pytest.mark.parametrize(("name", "settings", "message"), [
+    ("nosuch", {}, "unknown agent 'nosuch'; known: scripted, command:<program>, openai"),
+    ("command:  ", {}, "command agent needs a program"),
+    ("openai", {"base_url": "http://127.0.0.1:9/v1"}, "the openai agent needs --model"),
+    ("openai", {"model": "m"}, "needs --base-url"),
+    ("no_such_module_xyz:factory", {}, "cannot load agent factory 'no_such_module_xyz:factory'"),
+    ("ego2web_replay.agents:no_such_factory", {}, "cannot load agent factory"),
+])
+def test_make_agent_rejects_bad_names(name, settings, message):
+    with pytest.raises(AgentError) as e:
+        make_agent(name, **settings)
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_scripted_agent_starts_at_the_start_url_then_stops():
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:1/a",
+                reference_actions=[Action(kind="click", text="Go"), Action(kind="answer", answer="42")])
+    agent = make_agent("scripted")
+    agent.start(task)
+    got = [agent.act(Observation(task=task, step=i, url="", title="", screenshot=None)).kind for i in range(5)]
+    assert got == ["goto", "click", "answer", "stop", "stop"]
+
+
+# -- browser-use history ------------------------------------------------------------------------------------
+def _browser_use_history(shot_b64: str, shot_file: str) -> dict:
+    """A realistic AgentHistoryList as browser-use's ``save_to_file`` writes it."""
+    return {"history": [
+        {"model_output": {"current_state": {"evaluation_previous_goal": "Unknown - just started",
+                                            "memory": "Need the mug's price.", "next_goal": "Open the shop"},
+                          "action": [{"go_to_url": {"url": "https://shop.example/"}}]},
+         "result": [{"is_done": False, "success": None, "extracted_content": "🔗  Navigated to https://shop.example/",
+                     "error": None, "include_in_memory": True}],
+         "state": {"tabs": [{"page_id": 0, "url": "about:blank", "title": ""}], "screenshot": shot_b64,
+                   "interacted_element": [None], "url": "about:blank", "title": ""},
+         "metadata": {"step_start_time": 1.0, "step_end_time": 2.5, "input_tokens": 1200, "step_number": 1}},
+        {"model_output": {"current_state": {"evaluation_previous_goal": "Success", "memory": "",
+                                            "next_goal": "Search for the mug"},
+                          "action": [{"input_text": {"index": 3, "text": "red mug"}},
+                                     {"send_keys": {"keys": "Enter"}}]},
+         "result": [{"is_done": False, "extracted_content": "⌨️  Input red mug into index 3", "error": None},
+                    {"is_done": False, "extracted_content": "⌨️  Sent keys: Enter", "error": None}],
+         "state": {"url": "https://shop.example/", "title": "Shop", "screenshot_path": shot_file,
+                   "interacted_element": [
+                       {"tag_name": "input", "xpath": "html/body/main/form/input", "highlight_index": 3,
+                        "attributes": {"id": "q", "name": "q"}, "css_selector": "html > body > main > form > input"},
+                       None]}},
+        {"model_output": {"current_state": {"next_goal": "Open the red mug"},
+                          "action": [{"click_element_by_index": {"index": 7}}, {"scroll_down": {"amount": None}},
+                                     {"extract_content": {"goal": "price"}}]},
+         "result": [{"is_done": False, "extracted_content": "🖱️  Clicked button with index 7"},
+                    {"is_done": False, "error": "scroll failed: page is not scrollable"},
+                    {"is_done": False, "extracted_content": "price: $12.99"}],
+         "state": {"url": "https://shop.example/search?q=red+mug", "title": "Search",
+                   "interacted_element": [{"tag_name": "a", "xpath": "/html/body/main/div[2]/a",
+                                           "highlight_index": 7}, None, None]}},
+        {"model_output": None,
+         "result": [{"is_done": False, "error": "Rate limit error; retrying", "include_in_memory": True}],
+         "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug", "interacted_element": []}},
+        {"model_output": {"current_state": {"next_goal": "Report"},
+                          "action": [{"go_back": {}}, {"done": {"text": "The mug costs $12.99", "success": True}}]},
+         "result": [{"is_done": False}, {"is_done": True, "success": True, "extracted_content": "The mug costs $12.99"}],
+         "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug",
+                   "interacted_element": [None, None]}},
+    ]}
+
+
+def test_browser_use_history_becomes_our_steps(tmp_path):
+    shot_file = tmp_path / "bu-shot.png"
+    shot_file.write_bytes(PNG)
+    data = _browser_use_history(base64.b64encode(PNG).decode(), str(shot_file))
+    out = tmp_path / "agent"
+    steps, answer = convert_browser_use_history(data, out)
+    assert answer == "The mug costs $12.99"
+    assert [s.index for s in steps] == list(range(len(steps)))
+    assert [s.action.describe() for s in steps] == [
+        "goto url='https://shop.example/'",
+        "type selector='xpath=/html/body/main/form/input' value='red mug'",
+        "press key='Enter'",
+        "click selector='xpath=/html/body/main/div[2]/a'",
+        "scroll dy=600",
+        "wait seconds=0.0",
+        "back",
+        "answer answer='The mug costs $12.99'",
+    ]
+    # the page state before each action, the model's goal as the thought, errors per action
+    assert steps[0].url == "about:blank" and steps[1].url == "https://shop.example/" and steps[1].title == "Shop"
+    assert steps[0].thought == "Open the shop"
+    assert steps[4].error == "scroll failed: page is not scrollable"
+    assert "'extract_content' has no counterpart" in steps[5].thought
+    # screenshots: base64 decoded into the output folder, a file path kept as is
+    assert steps[0].screenshot == "screenshots/step-000.png"
+    assert (out / steps[0].screenshot).read_bytes() == PNG
+    assert steps[1].screenshot == str(shot_file) and steps[3].screenshot is None
+
+
+def test_browser_use_history_answer_from_is_done_and_bare_lists(tmp_path):
+    items = [{"model_output": {"action": [{"go_to_url": {"url": "http://127.0.0.1:1/"}}]},
+              "result": [{"is_done": True, "extracted_content": "42"}], "state": {"url": "http://127.0.0.1:1/"}}]
+    steps, answer = convert_browser_use_history(items, tmp_path)
+    assert answer == "42" and len(steps) == 1 and steps[0].action.kind == "goto"
+
+
+@pytest.mark.parametrize("bad", [{"steps": []}, "history", {"history": ["not an item"]}])
+def test_browser_use_history_rejects_other_shapes(bad, tmp_path):
+    with pytest.raises(ValueError):
+        convert_browser_use_history(bad, tmp_path)
+
+
+# -- the openai agent, one step at a time ----------------------------------------------------------------------
+def test_parse_action_reply_forms():
+    action, thought = parse_action_reply('Sure!\n```json\n{"thought": "open it", "action": {"kind": "click", '
+                                         '"element": 5}}\n```')
+    assert action.selector == '[data-e2w-id="5"]' and thought == "open it"
+    action, thought = parse_action_reply('{"type": "answer", "answer": "$12.99"}')
+    assert action.kind == "answer" and action.answer == "$12.99" and thought is None
+    for bad, why in [("no json here", "no JSON object"), ("{oops}", "invalid JSON"),
+                     ('{"action": {"kind": "goto"}}', "needs 'url'"), ('{"action": {"kind": "fly"}}', "invalid action"),
+                     ('{"action": {"kind": "click", "element": "x"}}', "element number")]:
+        with pytest.raises(MalformedReply, match=why):
+            parse_action_reply(bad)
+
+
+def _obs(tmp_path) -> Observation:
+    shot = tmp_path / "shot.png"
+    shot.write_bytes(PNG)
+    task = Task(id="t1", instruction="Find the mug", start_url="http://127.0.0.1:1/")
+    return Observation(task=task, step=3, url="http://127.0.0.1:1/shop", title="Shop", screenshot=shot,
+                       elements=[{"id": 1, "tag": "a", "text": "Red Ceramic Mug", "href": "/shop/item/7"},
+                                 {"id": 2, "tag": "input", "type": "text", "text": "Search the shop"}],
+                       last_error="TimeoutError: element not found")
+
+
+def _agent(srv: FakeOpenAIServer, **kw) -> OpenAIAgent:
+    settings = {"model": "fake-model", "base_url": srv.base_url, "backoff_s": 0.01, "input_modality": "none"}
+    settings.update(kw)
+    agent = make_agent("openai", **settings)
+    assert isinstance(agent, OpenAIAgent)
+    return agent
+
+
+def test_openai_agent_retries_malformed_replies(tmp_path):
+    good = '{"thought": "the mug", "action": {"kind": "click", "element": 1}}'
+    with FakeOpenAIServer(["I would click the mug.", good]) as srv:
+        agent = _agent(srv)
+        action = agent.act(_obs(tmp_path))
+    assert action.selector == '[data-e2w-id="1"]' and agent.last_thought == "the mug"
+    assert len(srv.requests) == 2
+    first, second = srv.requests
+    assert first["model"] == "fake-model" and first["temperature"] == 0.0
+    parts = first["messages"][1]["content"]
+    text = "\n".join(p["text"] for p in parts if p["type"] == "text")
+    assert "Task: Find the mug" in text and "URL: http://127.0.0.1:1/shop" in text
+    assert "[1] a 'Red Ceramic Mug' -> /shop/item/7" in text and "[2] input(text) 'Search the shop'" in text
+    assert "Your last action failed: TimeoutError: element not found" in text
+    images = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+    assert images == ["data:image/png;base64," + base64.b64encode(PNG).decode()]
+    assert "no JSON object in the reply" in second["messages"][-1]["content"]
+    assert agent.usage["calls"] == 2 and agent.usage["completion_tokens"] > 0
+
+
+def test_openai_agent_gives_up_on_replies_that_stay_malformed(tmp_path):
+    with FakeOpenAIServer(["nope", "{bad json}", '{"action": {"kind": "goto"}}']) as srv:
+        agent = _agent(srv, max_retries=2)
+        with pytest.raises(MalformedReply, match="stayed malformed after 3 tries: invalid action"):
+            agent.act(_obs(tmp_path))
+    assert len(srv.requests) == 3 and srv.remaining == 0
+
+
+def test_openai_agent_backs_off_on_server_errors(tmp_path):
+    ok = '{"action": {"kind": "stop"}}'
+    with FakeOpenAIServer([Reply(status=500), Reply(status=429), ok]) as srv:
+        agent = _agent(srv, http_retries=3)
+        assert agent.act(_obs(tmp_path)).kind == "stop"
+    assert len(srv.requests) == 3
+    with FakeOpenAIServer([Reply(status=500)] * 3) as srv:
+        agent = _agent(srv, http_retries=2)
+        with pytest.raises(AgentError, match="failed after 3 attempts: InternalServerError"):
+            agent.act(_obs(tmp_path))
+    assert len(srv.requests) == 3
+    with FakeOpenAIServer([Reply(status=400, error="bad model")]) as srv:
+        with pytest.raises(AgentError, match="answered HTTP 400"):
+            _agent(srv).act(_obs(tmp_path))
+    assert len(srv.requests) == 1
+
+
+# -- the openai agent in real episodes ----------------------------------------------------------------------------
+MUG, WIKI = "shop-mug-price", "wiki-lighthouse-built"
+
+
+def _texts(body: dict) -> str:
+    return "\n".join(p["text"] for m in body["messages"] if isinstance(m["content"], list)
+                     for p in m["content"] if p["type"] == "text")
+
+
+@pytest.mark.slow
+def test_openai_agent_episodes(tmp_path, ca):
+    """Live episodes on the demo site: one task completed (through a 500), one whose replies stay malformed."""
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.runner.run import RunSettings, run_suite
+    from ego2web_replay.tasks import load_tasks
+
+    failed_once: list[bool] = []
+
+    def reply(body: dict):
+        text = _texts(body)
+        if "Task: Find the mug" not in text:
+            return "The lighthouse was built in 1874."  # never JSON
+        step = int(re.search(r"Step (\d+)\.", text).group(1))
+        if step == 0:
+            if not failed_once:
+                failed_once.append(True)
+                return Reply(status=500, error="overloaded")
+            return json.dumps({"thought": "open the shop", "action": {"kind": "goto", "url": f"{site.url}/shop"}})
+        if step == 1:
+            n = re.search(r"\[(\d+)\] a 'Red Ceramic Mug'", text).group(1)
+            return json.dumps({"thought": "the red mug", "action": {"kind": "click", "element": int(n)}})
+        return '{"thought": "price is shown", "action": {"kind": "answer", "answer": "$12.99"}}'
+
+    with DemoSite() as site, FakeOpenAIServer(reply) as srv:
+        suite = load_tasks(write_demo_suite(tmp_path / "suite", site.url, [MUG, WIKI]))
+        settings = RunSettings(mode="live", guard="loopback", timeout_s=60, max_steps=6)
+        agent_settings = {"model": "fake-model", "base_url": srv.base_url, "backoff_s": 0.01,
+                          "input_modality": "keyframes"}
+        run_dir, results = run_suite(suite, agent_name="openai", agent_settings=agent_settings,
+                                     out=tmp_path / "runs", settings=settings)
+    by = {r.task_id: r for r in results}
+    good = load_trajectory(episode_dir(run_dir, MUG, "live"))
+    assert good.end_reason == "answered" and good.answer == "$12.99", good.error
+    assert [s.action.kind for s in good.steps] == ["goto", "click", "answer"]
+    assert [s.url for s in good.steps] == [f"{site.url}/shop", f"{site.url}/shop/item/7", f"{site.url}/shop/item/7"]
+    assert [s.thought for s in good.steps] == ["open the shop", "the red mug", "price is shown"]
+    assert good.agent.name == "openai" and good.agent.model == "fake-model"
+    assert good.agent.input_modality == "keyframes"
+    assert "$12.99" in good.final_page_text
+    assert good.extra["usage"]["calls"] == 3
+
+    mug_requests = [b for b in srv.requests if "Task: Find the mug" in _texts(b)]
+    assert len(mug_requests) == 4  # step 0 twice (a 500 first), then steps 1 and 2
+    for i, body in enumerate(mug_requests):
+        parts = body["messages"][1]["content"]
+        assert any(p["type"] == "text" and p["text"].startswith("Keyframes from the video") for p in parts)
+        stamps = [p["text"] for p in parts if p["type"] == "text" and re.fullmatch(r"t=\d+\.\ds", p["text"])]
+        # the evidence range is 00:02-00:04
+        assert stamps and all(2.0 <= float(t[2:-1]) <= 4.0 for t in stamps)
+        images = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
+        assert all(u.startswith("data:image/png;base64,") for u in images)
+        # a keyframe per timestamp, then the screenshot from step 1 on (step 0 is a blank page)
+        assert len(images) == len(stamps) + (1 if i >= 2 else 0)
+    assert "a 'Red Ceramic Mug' -> /shop/item/7" in _texts(mug_requests[2])
+
+    bad = load_trajectory(episode_dir(run_dir, WIKI, "live"))
+    assert bad.end_reason == "agent_error" and bad.steps == [] and bad.answer is None
+    assert "agent failed at step 0: MalformedReply" in bad.error and "after 3 tries" in bad.error
+    assert by[MUG].ok and not by[WIKI].ok
+    wiki_requests = [b for b in srv.requests if "Task: Find the mug" not in _texts(b)]
+    assert len(wiki_requests) == 3
+    assert "Your reply could not be used (no JSON object in the reply)" in wiki_requests[1]["messages"][-1]["content"]
+
+
+# -- the command agent's process handling --------------------------------------------------------------------------
+def _env(tmp_path, timeout_s: float) -> EpisodeEnv:
+    task_file = tmp_path / "task.json"
+    task_file.write_text('{"id": "t1"}', "utf-8")
+    return EpisodeEnv(proxy_url="http://127.0.0.1:9", ca_file=tmp_path / "ca.pem", spki="x", task_file=task_file,
+                      out_dir=tmp_path / "agent", mode="frozen", max_steps=5, timeout_s=timeout_s)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/status").read_text().split("State:")[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _wait_pid(pidfile: Path) -> int:
+    deadline = time.monotonic() + 10
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    return int(pidfile.read_text())
+
+
+def test_command_agent_timeout_kills_the_whole_program(tmp_path):
+    pidfile = tmp_path / "pid"
+    # "; true" keeps the shell from exec-ing python, so python is a grandchild of the runner
+    script = tmp_path / "sleepy.py"
+    script.write_text(f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(60)\n")
+    program = f"{sys.executable} {script}; true"
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    t0 = time.monotonic()
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 1.5))
+    assert time.monotonic() - t0 < 20
+    assert traj.end_reason == "timeout" and traj.extra["exit_code"] is None, (traj.error, traj.extra)
+    pid = _wait_pid(pidfile)
+    time.sleep(0.2)
+    assert not _alive(pid), "the agent program outlived its episode"
+
+
+def test_command_agent_background_children_do_not_hang_the_runner(tmp_path):
+    pidfile = tmp_path / "pid"
+    program = (f"sleep 60 & echo $! > {pidfile}; echo 'half done' >&2; "
+               'echo "  1874 " > "$EGO2WEB_OUT/answer.txt"')
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    t0 = time.monotonic()
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 45))
+    took = time.monotonic() - t0
+    assert took < 20, f"the runner waited {took:.1f} s for the program's background child"
+    assert traj.end_reason == "answered", (traj.error, traj.extra)
+    assert traj.answer == "1874" and traj.extra["exit_code"] == 0
+    assert "half done" in traj.extra["stderr"]
+    assert [s.action.kind for s in traj.steps] == ["answer"]
+    time.sleep(0.2)
+    assert not _alive(_wait_pid(pidfile))
+
+
+@pytest.mark.parametrize(("writes", "error"), [
+    ('{"steps": [{"index": 0, "action": {"kind": "goto"}}]}',
+     "the program wrote an invalid trajectory: steps.0.action: Value error, a goto action needs 'url'"),
+    ('[1, 2]', "the program wrote an unreadable trajectory: trajectory.json is not a JSON object"),
+    ('{"answer": ', "the program wrote an unreadable trajectory: Expecting value"),
+])
+def test_command_agent_bad_trajectories_are_clear_errors(tmp_path, writes, error):
+    (tmp_path / "traj.json").write_text(writes, "utf-8")
+    program = f'cp {tmp_path / "traj.json"} "$EGO2WEB_OUT/trajectory.json"'
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
+    assert traj.end_reason == "agent_error" and traj.extra["exit_code"] == 0
+    assert traj.error.startswith(error) and "\n" not in traj.error

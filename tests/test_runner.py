@@ -1,0 +1,334 @@
+"""Runs on the demo site: scripted and command agents, live and frozen, budgets, workers, resume, bad inputs.
+
+One demo site, one suite and one recorded snapshot per task are shared by the
+whole module; every proxy runs its upstream guard in ``loopback`` mode.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.actions import Action
+from ego2web_replay.cli import main
+from ego2web_replay.models import AgentSpec, episode_dir, load_trajectory
+from ego2web_replay.runner.run import RunSettings, load_run, run_suite
+from ego2web_replay.tasks import load_tasks
+
+pytestmark = pytest.mark.slow
+
+TASKS = ["shop-mug-price", "wiki-lighthouse-built"]
+MUG, WIKI = TASKS  # only MUG is recorded; WIKI has no snapshot
+
+# A program agent using only an HTTP client: urllib picks the proxy up from
+# HTTP(S)_PROXY. It fetches the start page and answers the page's <title>.
+# argv[1]: "ours" (trajectory.json), "history" (browser-use history.json),
+# "slow" (ours, after a pause), "fail" (exits 3), "garbage" (unreadable JSON).
+AGENT_PROGRAM = r'''
+import json, os, re, sys, time, urllib.request
+mode = sys.argv[1]
+task = json.load(open(os.environ["EGO2WEB_TASK_FILE"]))
+out = os.environ["EGO2WEB_OUT"]
+os.makedirs(out, exist_ok=True)
+if mode == "fail":
+    sys.stderr.write("agent: cannot cope\n")
+    sys.exit(3)
+if mode == "garbage":
+    open(os.path.join(out, "trajectory.json"), "w").write("{not json")
+    sys.exit(0)
+if mode == "slow":
+    time.sleep(1.5)
+url = task["start_url"]
+with urllib.request.urlopen(url, timeout=20) as r:
+    page = r.read().decode()
+title = re.search(r"<title>(.*?)</title>", page).group(1)
+if mode == "history":
+    hist = {"history": [
+        {"model_output": {"current_state": {"next_goal": "open the start page"},
+                          "action": [{"go_to_url": {"url": url}}]},
+         "result": [{"is_done": False}], "state": {"url": url, "title": title}},
+        {"model_output": {"current_state": {"next_goal": "report"}, "action": [{"done": {"text": title}}]},
+         "result": [{"is_done": True, "extracted_content": title}], "state": {"url": url, "title": title}}]}
+    json.dump(hist, open(os.path.join(out, "history.json"), "w"))
+else:
+    steps = [{"index": 0, "action": {"kind": "goto", "url": url}, "url": url, "title": title},
+             {"index": 1, "action": {"kind": "answer", "answer": title}, "url": url, "title": title}]
+    json.dump({"steps": steps, "answer": title, "end_reason": "answered"},
+              open(os.path.join(out, "trajectory.json"), "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, ca):
+    """The demo site, its suite (two tasks with clips) and a recorded snapshot of the first task."""
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.recorder.session import RecordOptions, record_task
+
+    root = tmp_path_factory.mktemp("runner")
+    site = DemoSite().start()
+    suite_path = write_demo_suite(root / "suite", site.url, TASKS)
+    suite = load_tasks(suite_path)
+    snapshots = root / "snapshots"
+    r = record_task(suite.get(MUG), snapshots, RecordOptions(guard="loopback"), ca=ca)
+    assert r.ok, r.error
+    program = root / "agent.py"
+    program.write_text(AGENT_PROGRAM, "utf-8")
+    yield {"site": site, "suite": suite, "suite_path": suite_path, "snapshots": snapshots, "root": root,
+           "program": program}
+    site.stop()
+
+
+def _settings(demo, **kw) -> RunSettings:
+    base = {"mode": "both", "snapshots_root": str(demo["snapshots"]), "guard": "loopback", "timeout_s": 60,
+            "action_timeout_s": 10}
+    base.update(kw)
+    return RunSettings(**base)
+
+
+def _command(demo, behaviour: str) -> str:
+    return f"command:{sys.executable} {demo['program']} {behaviour}"
+
+
+def _outcomes(run_dir: Path) -> dict[tuple[str, str], tuple[str, str | None, list[str | None]]]:
+    out = {}
+    for f in sorted(run_dir.glob("episodes/*/*/trajectory.json")):
+        t = load_trajectory(f)
+        out[(t.task_id, t.mode)] = (t.end_reason, t.answer, [s.url for s in t.steps])
+    return out
+
+
+@pytest.fixture(scope="module")
+def scripted_run(demo, tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs-scripted")
+    run_dir, results = run_suite(demo["suite"], agent_name="scripted", out=out, task_ids=[MUG],
+                                 settings=_settings(demo))
+    return run_dir, results
+
+
+def test_scripted_live_and_frozen_agree(demo, scripted_run):
+    run_dir, results = scripted_run
+    assert [(r.task_id, r.mode) for r in results] == [(MUG, "live"), (MUG, "frozen")]
+    for task_id in [MUG]:
+        live = load_trajectory(episode_dir(run_dir, task_id, "live"))
+        frozen = load_trajectory(episode_dir(run_dir, task_id, "frozen"))
+        assert live.end_reason == frozen.end_reason == "answered", (live.error, frozen.error)
+        assert [s.url for s in live.steps] == [s.url for s in frozen.steps]
+        assert live.steps[-1].url.startswith(demo["site"].url)
+        assert live.answer == frozen.answer == demo["suite"].get(task_id).expected_answer
+        assert frozen.replay is not None and frozen.replay.miss == 0 and frozen.replay.exact > 0
+        assert live.replay is None
+        # the live episode is archived too; the frozen one replays the recorded snapshot
+        assert live.snapshot_path and (Path(live.snapshot_path) / "manifest.json").exists()
+        assert Path(frozen.snapshot_path).parent == demo["snapshots"] / task_id
+        assert (episode_dir(run_dir, task_id, "frozen") / "screenshots" / "step-000.png").exists()
+    m = load_run(run_dir)
+    assert m.episodes == {"answered": 2} and m.finished_at is not None
+    assert m.task_ids == [MUG] and m.modes == ["live", "frozen"] and m.suite_sha256 == demo["suite"].sha256
+    assert not list(run_dir.glob("episodes/*/*.partial"))
+
+
+def test_two_workers_give_the_same_results(demo, scripted_run, tmp_path):
+    one, _ = scripted_run
+    two, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path, task_ids=[MUG],
+                             settings=_settings(demo, workers=2))
+    assert len(results) == 2
+    assert _outcomes(two) == _outcomes(one)
+
+
+def test_step_budget_ends_the_episode(demo, tmp_path):
+    run_dir, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path, task_ids=["shop-mug-price"],
+                                 settings=_settings(demo, mode="frozen", max_steps=2))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert t.end_reason == r.end_reason == "step_budget"
+    assert len(t.steps) == 2 and t.answer is None
+    assert "step budget of 2" in t.error
+
+
+class SlowAgent:
+    """A step agent that thinks for 0.4 s per step and never answers."""
+
+    def __init__(self) -> None:
+        self.spec = AgentSpec(name="slow", input_modality="none")
+
+    def start(self, task) -> None:  # noqa: ANN001
+        self.task = task
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        time.sleep(0.4)
+        if obs.step == 0:
+            return Action(kind="goto", url=self.task.start_url)
+        return Action(kind="wait", seconds=0.05)
+
+
+def test_timeout_ends_the_episode(demo, tmp_path):
+    run_dir, results = run_suite(demo["suite"], agent_name=f"{__name__}:SlowAgent", out=tmp_path,
+                                 task_ids=[MUG],
+                                 settings=_settings(demo, mode="frozen", timeout_s=1.5, max_steps=30))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert t.end_reason == "timeout", t.error
+    assert "timeout (1.5 s)" in t.error
+    assert 1 <= len(t.steps) < 6
+    assert t.agent.name == "slow"
+
+
+def test_command_agent_times_out(demo, tmp_path):
+    slow = f"command:{sys.executable} -c 'import time; time.sleep(30)'"
+    _, results = run_suite(demo["suite"], agent_name=slow, out=tmp_path, task_ids=["shop-mug-price"],
+                           settings=_settings(demo, mode="frozen", timeout_s=1))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert t.end_reason == "timeout" and "timeout (1 s)" in t.error
+    assert t.extra["exit_code"] is None
+
+
+def test_command_agent_live_and_frozen(demo, tmp_path):
+    run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=tmp_path, task_ids=[MUG],
+                                 settings=_settings(demo))
+    assert len(results) == 2
+    for task_id in [MUG]:
+        live = load_trajectory(episode_dir(run_dir, task_id, "live"))
+        frozen = load_trajectory(episode_dir(run_dir, task_id, "frozen"))
+        assert live.end_reason == frozen.end_reason == "answered", (live.error, frozen.error, live.extra)
+        assert live.answer == frozen.answer == "Shop"
+        assert [s.url for s in live.steps] == [s.url for s in frozen.steps] == [demo["suite"].get(task_id).start_url] * 2
+        # the program's traffic went through the proxies: archived live, served from the snapshot frozen
+        assert frozen.replay.exact >= 1 and frozen.replay.miss == 0
+        assert live.snapshot_path and (Path(live.snapshot_path) / "manifest.json").exists()
+        assert live.extra["exit_code"] == 0 and live.agent.name == "command"
+        assert live.task_id == task_id and frozen.mode == "frozen"
+
+
+def test_command_agent_browser_use_history(demo, tmp_path):
+    run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "history"), out=tmp_path,
+                                 task_ids=["shop-mug-price"], settings=_settings(demo, mode="frozen"))
+    (r,) = results
+    t = load_trajectory(r.path)
+    start = demo["suite"].get("shop-mug-price").start_url
+    assert t.end_reason == "answered" and t.answer == "Shop"
+    assert [s.action.kind for s in t.steps] == ["goto", "answer"]
+    assert t.steps[0].action.url == start and t.steps[0].url == start and t.steps[0].title == "Shop"
+    assert t.steps[0].thought == "open the start page"
+    assert t.extra["format"] == "browser-use"
+    assert t.replay.exact >= 1 and t.replay.miss == 0
+
+
+def test_bad_command_agents_fail_alone(demo, tmp_path):
+    """A program that exits 3, one that writes garbage and a good one in one run: each episode on its own."""
+    program = tmp_path / "dispatch.sh"
+    py, agent = sys.executable, demo["program"]
+    program.write_text(
+        "#!/bin/sh\n"
+        'case "$EGO2WEB_MODE $(cat "$EGO2WEB_TASK_FILE")" in\n'
+        f'  live*{MUG}*) exec {py} {agent} fail ;;\n'
+        f'  live*) exec {py} {agent} garbage ;;\n'
+        f'  *) exec {py} {agent} ours ;;\n'
+        "esac\n")
+    program.chmod(0o755)
+    run_dir, results = run_suite(demo["suite"], agent_name=f"command:{program}", out=tmp_path / "runs",
+                                 task_ids=[MUG, WIKI], settings=_settings(demo, mode="both"))
+    by = {(r.task_id, r.mode): r for r in results}
+    assert len(by) == 4
+    failed = load_trajectory(by[(MUG, "live")].path)
+    assert failed.end_reason == "agent_error"
+    assert failed.error.startswith("the program exited with code 3 (agent: cannot cope)")
+    assert "\n" not in failed.error
+    assert failed.extra["exit_code"] == 3 and "agent: cannot cope" in failed.extra["stderr"]
+    garbage = load_trajectory(by[(WIKI, "live")].path)
+    assert garbage.end_reason == "agent_error"
+    assert garbage.error.startswith("the program wrote an unreadable trajectory:")
+    assert garbage.extra["exit_code"] == 0
+    good = by[(MUG, "frozen")]
+    assert good.ok and good.end_reason == "answered" and good.answer == "Shop"
+    assert by[(WIKI, "frozen")].end_reason == "setup_error"
+    assert load_run(run_dir).episodes == {"agent_error": 2, "answered": 1, "setup_error": 1}
+
+
+def test_missing_snapshot_is_a_setup_error_for_that_episode_only(demo, tmp_path):
+    run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=tmp_path,
+                                 settings=_settings(demo, mode="frozen"))
+    by = {r.task_id: r for r in results}
+    missing = load_trajectory(by[WIKI].path)
+    assert missing.end_reason == "setup_error"
+    assert f"no snapshot of task '{WIKI}'" in missing.error
+    assert "record one with `ego2web-replay record`" in missing.error
+    assert missing.steps == [] and missing.answer is None
+    assert by[MUG].ok and by[MUG].answer == "Shop"
+    assert load_run(run_dir).episodes == {"answered": 1, "setup_error": 1}
+
+
+def test_unknown_agent_is_a_one_line_error(demo, tmp_path, capsys):
+    code = main(["run", str(demo["suite_path"]), "--agent", "nosuch", "--out", str(tmp_path),
+                 "--snapshots", str(demo["snapshots"])])
+    err = capsys.readouterr().err.strip()
+    assert code == 1
+    assert err.startswith("error: unknown agent 'nosuch'") and "scripted" in err and "\n" not in err
+    assert not any(tmp_path.iterdir())
+
+
+def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
+    exe = Path(sys.executable).with_name("ego2web-replay")
+    out = tmp_path / "runs"
+    args = [str(exe), "run", str(demo["suite_path"]), "--agent", _command(demo, "slow"), "--mode", "both",
+            "--task", MUG, "--snapshots", str(demo["snapshots"]), "--out", str(out), "--run-id", "r1",
+            "--guard", "loopback"]
+    env = dict(os.environ, EGO2WEB_REPLAY_HOME=str(data_home))
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+    run_dir = out / "r1"
+    live, frozen = (episode_dir(run_dir, MUG, m) / "trajectory.json" for m in ("live", "frozen"))
+    deadline = time.monotonic() + 60
+    try:
+        while not live.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline, "no episode finished in 60 s"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the CLI and the agent program it started
+        proc.wait()
+    assert not frozen.exists(), "killed too late: both episodes finished"
+    before = (live.stat().st_mtime_ns, live.read_bytes())
+    assert load_run(run_dir).finished_at is None
+
+    r = subprocess.run(args + ["--resume"], env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "1 of 2 episodes already done" in r.stdout
+    assert (live.stat().st_mtime_ns, live.read_bytes()) == before
+    for f in (live, frozen):
+        t = load_trajectory(f)
+        assert t.end_reason == "answered" and t.answer == "Shop", t.error
+    assert not list(run_dir.glob("episodes/*/*.partial"))
+    m = load_run(run_dir)
+    assert m.episodes == {"answered": 2} and m.finished_at is not None
+
+
+def test_resume_refuses_another_agent_or_nothing(demo, scripted_run, tmp_path):
+    from ego2web_replay.errors import Ego2WebError
+
+    run_dir, _ = scripted_run
+    with pytest.raises(Ego2WebError, match="was run with agent 'scripted', not 'command:"):
+        run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=run_dir.parent, resume=run_dir,
+                  settings=_settings(demo))
+    with pytest.raises(Ego2WebError, match="nothing to resume under"):
+        run_suite(demo["suite"], agent_name="scripted", out=tmp_path, resume=True, settings=_settings(demo))
+    # resuming a finished run redoes nothing
+    again, results = run_suite(demo["suite"], agent_name="scripted", out=run_dir.parent, resume=True,
+                               settings=_settings(demo, workers=2))
+    assert again == run_dir and results == []
+
+
+def test_cli_run_with_no_snapshots_at_all_fails(demo, tmp_path, capsys):
+    code = main(["run", str(demo["suite_path"]), "--agent", _command(demo, "ours"), "--mode", "frozen",
+                 "--snapshots", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--run-id", "r"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert captured.err.strip().startswith("error: every episode failed to set up; first error: no snapshot of task")
+    assert "run folder:" in captured.out
+    assert load_run(tmp_path / "runs" / "r").episodes == {"setup_error": 2}

@@ -1,0 +1,105 @@
+"""``ego2web-replay serve``: connection help and stats, and one-line errors for bad inputs."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.cli import main
+from ego2web_replay.models import ReplayStats
+from ego2web_replay.snapshots import import_warc
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+CORPUS = Path("/work/shared/corpus/warc")
+
+
+@pytest.fixture()
+def snap(tmp_path) -> Path:
+    sw = SnapshotWriter(tmp_path / "snapshots", "t1")
+    sw.writer.write_exchange(url="https://shop.example/", method="GET", request_headers=[], request_body=b"",
+                             status=200, reason="OK", response_headers=[("Content-Type", "text/plain")],
+                             response_body=b"hello", date=datetime(2026, 1, 2, 3, 4, 5))
+    sw.finalize()
+    return sw.path
+
+
+def _one_line_error(capsys, code: int, *needles: str) -> str:
+    out, err = capsys.readouterr()
+    assert code != 0
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), err
+    assert "Traceback" not in out + err
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+def test_serve_prints_how_to_connect_and_the_stats(snap, tmp_path, capsys, ca):
+    stats = tmp_path / "stats.json"
+    code = main(["serve", str(snap), "--port", "0", "--duration", "0.2", "--stats", str(stats)])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    port = int(out.split("replay proxy   http://127.0.0.1:")[1].split()[0])
+    assert port > 0 and f"CA file        {ca.cert_path}" in out
+    assert f"CA SPKI pin    {ca.spki}" in out and "captures       1 from 1 snapshot(s)" in out
+    assert "misses         answered with HTTP 404" in out
+    assert "replay stats: 0 requests: exact 0, canonical 0, fuzzy 0, miss 0" in out
+    loaded = ReplayStats.model_validate_json(stats.read_text())
+    assert loaded.total == 0 and loaded.snapshots == [str(snap)]
+
+
+def test_unknown_snapshot_path(tmp_path, capsys):
+    code = main(["serve", str(tmp_path / "nope"), "--port", "0", "--duration", "0"])
+    _one_line_error(capsys, code, str(tmp_path / "nope"), "not found")
+
+
+def test_folder_that_is_not_a_snapshot(tmp_path, capsys):
+    (tmp_path / "plain").mkdir()
+    code = main(["serve", str(tmp_path / "plain"), "--port", "0", "--duration", "0"])
+    _one_line_error(capsys, code, "manifest.json is missing")
+
+
+def test_corrupt_index(snap, tmp_path, capsys):
+    bad = tmp_path / "bad"
+    shutil.copytree(snap, bad)
+    (bad / "index.cdxj").write_text("this is not a cdxj line\n")
+    code = main(["serve", str(bad), "--port", "0", "--duration", "0"])
+    line = _one_line_error(capsys, code)
+    assert "index" in line.lower()
+
+
+def test_empty_snapshot(tmp_path, capsys):
+    # a corpus file of request records only: imports fine, holds nothing to serve
+    empty = import_warc(CORPUS / "warcio/example-digest.warc", "digest", tmp_path)
+    code = main(["serve", str(empty.path), "--port", "0", "--duration", "0"])
+    _one_line_error(capsys, code, "nothing to replay", str(empty.path))
+
+
+def test_port_in_use(snap, capsys):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        code = main(["serve", str(snap), "--port", str(port), "--duration", "0"])
+    _one_line_error(capsys, code, f"port {port}", "in use")
+
+
+def test_bad_miss_policy(snap, capsys):
+    code = main(["serve", str(snap), "--port", "0", "--duration", "0", "--miss", "sometimes"])
+    _one_line_error(capsys, code, "miss policy", "sometimes")
+    code = main(["serve", str(snap), "--port", "0", "--duration", "0", "--miss", "999"])
+    _one_line_error(capsys, code, "999")
+
+
+def test_unwritable_stats_file_fails_before_serving(snap, tmp_path, capsys):
+    (tmp_path / "somefile").write_text("a regular file\n")
+    target = tmp_path / "somefile" / "stats.json"
+    code = main(["serve", str(snap), "--port", "0", "--duration", "0", "--stats", str(target)])
+    out, err = capsys.readouterr()
+    assert code == 1 and "replay proxy" not in out
+    assert err.strip().startswith("error: cannot write the stats file") and str(target) in err
+    assert len(err.strip().splitlines()) == 1
