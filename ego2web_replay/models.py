@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from .actions import Action
 from .atomic import atomic_write_text
@@ -71,8 +71,10 @@ class ReplayStats(BaseModel):
     missed_urls: list[str] = Field(default_factory=list)
     log: list[ReplayLogEntry] = Field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> int:
+        """Requests answered by the replay (guard-blocked background requests not included)."""
         return self.exact + self.canonical + self.fuzzy + self.miss + self.websocket + self.live
 
     @property

@@ -109,6 +109,7 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             raise JudgeError(f"{run}: no episodes for task ids {', '.join(task_ids)}")
     suite = load_run_tasks(run, tasks)
     results: dict[Path, Verdict] = {}
+    db_error: str | None = None
     console = Console(stderr=True)
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
@@ -118,10 +119,14 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             try:
                 for fut in as_completed(futures):
                     results[futures[fut]] = verdict = fut.result()
-                    if db is not None:
+                    if db is not None and db_error is None:
                         from ..tracking.ingest import record_verdict
 
-                        record_verdict(db, futures[fut], verdict, judge=judge_name)
+                        try:
+                            record_verdict(db, futures[fut], verdict, judge=judge_name)
+                        except Ego2WebError as e:  # the verdict files are written; the database is optional
+                            db_error = str(e)
+                            console.print(f"[yellow]warning:[/yellow] verdicts not recorded in {db}: {db_error}")
                     bar.advance(job)
             except BaseException:
                 for f in futures:

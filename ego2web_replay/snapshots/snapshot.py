@@ -201,6 +201,9 @@ def _check_id(kind: str, value: str) -> str:
     return value
 
 
+_SOURCES = ("record", "live-run", "probe", "import")
+
+
 class SnapshotWriter:
     """Create a snapshot folder and write its archive; :meth:`finalize` writes index and manifest."""
 
@@ -220,6 +223,8 @@ class SnapshotWriter:
     ) -> None:
         self._clock = clock or (lambda: datetime.now(UTC).replace(tzinfo=None))
         self.created_at = naive_utc(self._clock())
+        if source not in _SOURCES:
+            raise SnapshotError(f"unknown snapshot source {source!r}; use one of {', '.join(_SOURCES)}")
         task_dir = Path(root) / _check_id("task id", task_id)
         base = _check_id("snapshot id", snapshot_id) if snapshot_id else _snapshot_id(self.created_at)
         try:
