@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from ego2web_replay.errors import ArchiveError
-from ego2web_replay.replay.session import _cache_file, load_captures
+from ego2web_replay.replay.session import load_captures
+from ego2web_replay.snapshots.index_cache import cache_file
 
 
 class _Snap:
@@ -35,7 +36,7 @@ def test_cache_roundtrip_and_invalidation(tmp_path, data_home):
     index = tmp_path / "index.cdxj"
     _write_index(index, 3000, post_every=100)
     first = load_captures([_Snap(index)])
-    cache = _cache_file(index)
+    cache = cache_file(index)
     assert cache is not None and cache.is_file()
     second = load_captures([_Snap(index)])
     assert first == second and len(first) == 3001
@@ -57,3 +58,19 @@ def test_corrupt_line_names_file_and_line(tmp_path, data_home):
         fh.write("not a cdxj line\n")
     with pytest.raises(ArchiveError, match=r"index.cdxj: line 7 is not a valid CDXJ line"):
         load_captures([_Snap(index)])
+
+
+def test_finalize_warms_the_cache_of_a_large_index(tmp_path, data_home):
+    from datetime import datetime
+
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    sw = SnapshotWriter(tmp_path, "big", compression="none")
+    for i in range(2100):
+        sw.writer.write_exchange(url=f"http://big.example/{i}", method="GET", request_headers=[], request_body=b"",
+                                 status=200, reason="OK", response_headers=[("Content-Type", "text/plain")],
+                                 response_body=b"x", date=datetime(2026, 1, 1))
+    sw.finalize()
+    cache = cache_file(sw.path / "index.cdxj")
+    assert cache is not None and cache.is_file()
+    assert len(load_captures([_Snap(sw.path / "index.cdxj")])) == 2100

@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import json
-import pickle
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..atomic import atomic_write_bytes
-from ..config import data_dir
 from ..errors import ArchiveError, ReplayError, SnapshotError
 from ..guard import UpstreamGuard
 from ..models import ReplayStats, save_model
 from ..proxy import ProjectCA, ProxyServer, project_ca
+from ..snapshots.index_cache import index_rows
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
@@ -42,9 +39,6 @@ from .rules import load_rules
 __all__ = ["Replay", "replay_addons", "load_captures", "MISS_POLICIES"]
 
 MISS_POLICIES = "a status code (404, 410, 502, 504 ...) or 'live'"
-_INDEXED = ("response", "revisit", "resource")
-_CACHE_VERSION = 1
-_CACHE_MIN_ROWS = 2000  # small indexes parse faster than a cache file opens
 
 
 def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
@@ -60,65 +54,10 @@ def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
     form = "application/x-www-form-urlencoded"
     new = tuple.__new__  # Capture is a named tuple; building it this way is 3x faster for big indexes
     for n, snap in enumerate(snapshots):
-        for ts, _offset, url, method, body_query, line in _index_rows(Path(snap.index_path)):
+        for ts, _offset, url, method, body_query, line in index_rows(Path(snap.index_path)):
             body = body_query.encode("utf-8") if body_query else None
             caps.append(new(Capture, (url, method, body, form if body else None, ts, (n, line))))
     return caps
-
-
-def _cache_file(index: Path) -> Path | None:
-    try:
-        st = index.stat()
-    except OSError:
-        return None
-    key = hashlib.sha256(f"{index.resolve()}|{st.st_size}|{st.st_mtime_ns}|{_CACHE_VERSION}".encode()).hexdigest()
-    return data_dir() / "index-cache" / f"{key[:32]}.pickle"
-
-
-def _index_rows(path: Path) -> list[tuple[str, int, str, str, str | None, str]]:
-    """``(timestamp, offset, url, method, body query, line)`` of the servable entries, in recorded order.
-
-    Parsed once per index version and kept in the data folder's ``index-cache/`` (keyed by the
-    index's path, size and mtime), so a large index loads from a compact pickle afterwards.
-    """
-    cache = _cache_file(path)
-    if cache is not None and cache.is_file():
-        try:
-            with cache.open("rb") as fh:
-                rows = pickle.load(fh)
-            if isinstance(rows, list):
-                return rows
-        except Exception:  # noqa: BLE001 - a bad cache is rebuilt
-            pass
-    try:
-        lines = path.read_text("utf-8").splitlines()
-    except FileNotFoundError:
-        raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ArchiveError(f"{path}: cannot read the index ({e})") from None
-    rows = []
-    loads = json.loads
-    for number, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            _key, ts, blob = line.split(" ", 2)
-            d = loads(blob)
-            rtype = d.get("recordType") or ("revisit" if d.get("mime") == "warc/revisit" else "response")
-            row = (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise ArchiveError(f"{path}: line {number} is not a valid CDXJ line; rebuild it with "
-                               "`ego2web-replay snapshot index`") from None
-        if rtype in _INDEXED:
-            rows.append(row)
-    rows.sort(key=lambda r: (r[0], r[1]))
-    if cache is not None and len(rows) >= _CACHE_MIN_ROWS:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(cache, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            pass
-    return rows
 
 
 def request_body_form(method: str, content_type: str | None, body: bytes) -> tuple[bytes | None, str | None]:

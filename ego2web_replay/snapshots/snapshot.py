@@ -285,6 +285,10 @@ class SnapshotWriter:
         archive = self.writer.path
         entries = build_index(archive)
         write_index(entries, self.path / INDEX)
+        if len(entries) >= 2000:
+            from .index_cache import warm_cache
+
+            warm_cache(self.path / INDEX)
         counts: Counter[str] = Counter()
         payload_bytes = 0
         for record in iter_records(archive):

@@ -138,6 +138,10 @@ def reindex_snapshot(path: Path) -> int:
     index = folder / (manifest.index if manifest else INDEX)
     entries = build_index(archive)
     write_index(entries, index)
+    if len(entries) >= 2000:
+        from .index_cache import warm_cache
+
+        warm_cache(index)
     if manifest:
         fresh = file_digest(index, folder)
         files = [fresh if d.path == fresh.path else d for d in manifest.files]

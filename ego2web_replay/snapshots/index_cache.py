@@ -1,0 +1,91 @@
+"""A compact cache of a CDXJ index for replay: parse the index once, then load a pickle.
+
+Replay needs, for every servable entry, its recorded order, URL, method and
+POST body key, and the line itself (parsed fully only when served). Parsing
+a 100k-line index takes seconds; the rows are therefore kept in the data
+folder's ``index-cache/``, keyed by the index's path, size and mtime, and
+written when the index is built (``finalize``, ``snapshot index``, import) or
+on first replay. The cache is never the source of truth: a missing or stale
+one is rebuilt from the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import pickle
+from pathlib import Path
+
+from ..atomic import atomic_write_bytes
+from ..config import data_dir
+from ..errors import ArchiveError
+
+__all__ = ["IndexRow", "index_rows", "cache_file", "warm_cache", "SERVABLE"]
+
+IndexRow = tuple[str, int, str, str, "str | None", str]  # timestamp, offset, url, method, body query, line
+SERVABLE = ("response", "revisit", "resource")
+_CACHE_VERSION = 1
+_CACHE_MIN_ROWS = 2000  # small indexes parse faster than a cache file opens
+
+
+def cache_file(index: Path) -> Path | None:
+    try:
+        st = index.stat()
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{index.resolve()}|{st.st_size}|{st.st_mtime_ns}|{_CACHE_VERSION}".encode()).hexdigest()
+    return data_dir() / "index-cache" / f"{key[:32]}.pickle"
+
+
+def index_rows(path: Path) -> list[tuple[str, int, str, str, str | None, str]]:
+    """``(timestamp, offset, url, method, body query, line)`` of the servable entries, in recorded order.
+
+    Parsed once per index version and kept in the data folder's ``index-cache/`` (keyed by the
+    index's path, size and mtime), so a large index loads from a compact pickle afterwards.
+    """
+    cache = cache_file(path)
+    if cache is not None and cache.is_file():
+        try:
+            with cache.open("rb") as fh:
+                rows = pickle.load(fh)
+            if isinstance(rows, list):
+                return rows
+        except Exception:  # noqa: BLE001 - a bad cache is rebuilt
+            pass
+    try:
+        lines = path.read_text("utf-8").splitlines()
+    except FileNotFoundError:
+        raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArchiveError(f"{path}: cannot read the index ({e})") from None
+    rows = []
+    loads = json.loads
+    for number, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            _key, ts, blob = line.split(" ", 2)
+            d = loads(blob)
+            rtype = d.get("recordType") or ("revisit" if d.get("mime") == "warc/revisit" else "response")
+            row = (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise ArchiveError(f"{path}: line {number} is not a valid CDXJ line; rebuild it with "
+                               "`ego2web-replay snapshot index`") from None
+        if rtype in SERVABLE:
+            rows.append(row)
+    rows.sort(key=lambda r: (r[0], r[1]))
+    if cache is not None and len(rows) >= _CACHE_MIN_ROWS:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(cache, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            pass
+    return rows
+
+
+def warm_cache(index: Path) -> None:
+    """Build the cache of ``index`` now (large indexes only); never fails the caller."""
+    try:
+        index_rows(Path(index))
+    except (ArchiveError, OSError):
+        pass
