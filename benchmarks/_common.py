@@ -20,10 +20,12 @@ import subprocess
 import threading
 import time
 from collections.abc import Sequence
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from ego2web_replay.testing.httpd import LoopbackHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
@@ -163,7 +165,7 @@ def _png(rng: random.Random, w: int, h: int) -> bytes:
     return png_bytes(w, h, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
 
 
-class RealisticSite:
+class RealisticSite(LoopbackHTTPServer):
     """A multi-page site on 127.0.0.1: each page has ~50 subresources (CSS, JS, images, fonts, XHR).
 
     Page ``/p/<n>`` links 6 stylesheets, 12 scripts, 24 images, 2 web fonts (via CSS) and fires 8
@@ -172,7 +174,10 @@ class RealisticSite:
     runs serve the same bytes. ``/small/<i>`` are 1 KiB resources for throughput tests.
     """
 
+    thread_name = "realistic-site"
+
     def __init__(self, pages: int = 3, seed: int = 7) -> None:
+        super().__init__()
         self.pages = pages
         rng = random.Random(seed)
         self.files: dict[str, tuple[str, bytes]] = {}
@@ -199,8 +204,6 @@ class RealisticSite:
             self.files[f"/p/{n}"] = ("text/html; charset=utf-8", self._page(n, rng))
         for i in range(200):
             self.files[f"/small/{i}"] = ("text/plain", hashlib.sha256(str(i).encode()).hexdigest().encode() * 32)
-        self._server: ThreadingHTTPServer | None = None
-        self.port = 0
 
     @staticmethod
     def _font() -> bytes:
@@ -227,14 +230,10 @@ class RealisticSite:
     def page_urls(self) -> list[str]:
         return [f"{self.url}/p/{n}" for n in range(self.pages)]
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
     def subresources_per_page(self) -> int:
         return 6 + 12 + 24 + 2 + 8
 
-    def start(self) -> RealisticSite:
+    def make_handler(self) -> type[BaseHTTPRequestHandler]:
         files = self.files
 
         class Handler(BaseHTTPRequestHandler):
@@ -260,26 +259,7 @@ class RealisticSite:
                 self.end_headers()
                 self.wfile.write(body)
 
-        class Server(ThreadingHTTPServer):
-            daemon_threads = True
-            request_queue_size = 256
-
-        self._server = Server(("127.0.0.1", self.port), Handler)
-        self.port = self._server.server_address[1]
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> RealisticSite:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return Handler
 
 
 def serve_site_forever(port: int, pages: int) -> None:

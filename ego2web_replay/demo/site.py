@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import html
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..testing.httpd import LoopbackHTTPServer
 from ..testing.site import png_bytes
 
 __all__ = ["DemoSite", "PRODUCTS"]
@@ -71,15 +71,14 @@ def _page(title: str, body: str, *, script: bool = False) -> bytes:
             f'<a href="/videos">Videos</a></header><main>{body}</main></body></html>').encode()
 
 
-class DemoSite:
+class DemoSite(LoopbackHTTPServer):
     """The demo site; ``drifted`` selects the drifted version."""
 
+    thread_name = "demo-site"
+
     def __init__(self) -> None:
+        super().__init__()
         self.drifted = False
-        self.carts: dict[str, int] = {}
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self.url = ""
 
     def drift(self, on: bool = True) -> None:
         """Switch to (or back from) the drifted version of the site."""
@@ -191,7 +190,7 @@ class DemoSite:
         return 404, "text/plain", b"not found", {}
 
     # -- server ----------------------------------------------------------------
-    def start(self, port: int = 0) -> DemoSite:
+    def make_handler(self) -> type[BaseHTTPRequestHandler]:
         site = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -218,21 +217,4 @@ class DemoSite:
 
             do_GET = do_POST = do_HEAD = _do  # noqa: N815
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-        self._thread.start()
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> DemoSite:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return Handler

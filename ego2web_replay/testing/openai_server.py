@@ -23,8 +23,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from .httpd import LoopbackHTTPServer
 
 __all__ = ["Reply", "FakeOpenAIServer", "ReplySource"]
 
@@ -66,10 +68,13 @@ def _count_tokens(value: Any) -> int:
     return 0
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LoopbackHTTPServer):
     """A threaded OpenAI-compatible server bound to 127.0.0.1 on an ephemeral port."""
 
+    thread_name = "fake-openai"
+
     def __init__(self, replies: ReplySource | None = None, *, models: list[str] | None = None) -> None:
+        super().__init__()
         self._callable: Callable[[dict[str, Any]], Any] | None = None
         self._script: list[Any] = []
         if callable(replies):
@@ -80,8 +85,6 @@ class FakeOpenAIServer:
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # -- scripting -------------------------------------------------------------
     def add(self, *replies: str | Reply | dict[str, Any]) -> None:
@@ -105,35 +108,14 @@ class FakeOpenAIServer:
 
     # -- lifecycle ---------------------------------------------------------------
     @property
-    def port(self) -> int:
-        if self._server is None:
-            raise RuntimeError("server not started")
-        return self._server.server_address[1]
-
-    @property
     def base_url(self) -> str:
         """The ``/v1`` base URL to hand to an OpenAI client."""
+        if self._server is None:
+            raise RuntimeError("server not started")
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> FakeOpenAIServer:
-        handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), name="fake-openai", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def make_handler(self) -> type[BaseHTTPRequestHandler]:
+        return _make_handler(self)
 
     # -- answering ---------------------------------------------------------------
     def _completion(self, body: dict[str, Any]) -> tuple[int, dict[str, Any], dict[str, str], float]:
