@@ -342,7 +342,7 @@ def read_index(path: Path) -> list[CdxjEntry]:
         raise ArchiveError(f"{path}: cannot read the index ({e})") from None
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
+        if not line.strip() or line.startswith("!"):  # blank, or a header line (!meta, !OpenWayback ...)
             continue
         try:
             entries.append(CdxjEntry.from_line(line))

@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ..errors import Ego2WebError, TrackingError
+from ..errors import ArchiveError, Ego2WebError, TrackingError
 from ..models import AgentSpec, SnapshotManifest, Trajectory, Verdict, load_trajectory
 from ..tasks import TaskSuite, load_tasks
 from .db import write_connection
@@ -108,30 +108,25 @@ def _now() -> datetime:
 
 
 def parse_cdxj(path: PathLike) -> Iterator[CdxjRecord]:
-    """Read a CDXJ index; a malformed line raises :class:`TrackingError` naming it."""
-    p = Path(path)
+    """Read a CDXJ index (with the snapshot library's reader); a malformed line raises
+    :class:`TrackingError` naming it."""
+    from ..snapshots.cdxj import read_index
+
     try:
-        text = p.read_text("utf-8")
-    except FileNotFoundError:
-        raise SourceFileError(f"{p}: CDXJ index not found") from None
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip() or line.startswith("!"):
-            continue
-        try:
-            surt, ts, blob = line.split(" ", 2)
-            fields = json.loads(blob)
-            yield CdxjRecord(
-                surt=surt,
-                timestamp=datetime.strptime(ts[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
-                url=fields["url"],
-                method=str(fields.get("method") or "GET").upper(),
-                status=int(fields["status"]) if str(fields.get("status", "")).isdigit() else None,
-                mime=fields.get("mime"),
-                digest=fields.get("digest"),
-                length=int(fields["length"]) if fields.get("length") is not None else None,
-            )
-        except (ValueError, KeyError, TypeError) as e:
-            raise SourceFileError(f"{p}: line {n}: not a CDXJ line ({type(e).__name__}: {e})") from None
+        entries = read_index(Path(path))
+    except ArchiveError as e:
+        raise SourceFileError(str(e)) from None
+    for e in entries:
+        yield CdxjRecord(
+            surt=e.surt,
+            timestamp=datetime.strptime(e.timestamp[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
+            url=e.url,
+            method=(e.method or "GET").upper(),
+            status=e.status,
+            mime=e.mime,
+            digest=e.digest or None,
+            length=e.length,
+        )
 
 
 def _read_json_model[M: BaseModel](path: Path, model: type[M], what: str) -> M:
