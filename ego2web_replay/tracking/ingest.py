@@ -116,16 +116,16 @@ def parse_cdxj(path: PathLike) -> Iterator[CdxjRecord]:
         entries = read_index(Path(path))
     except ArchiveError as e:
         raise SourceFileError(str(e)) from None
-    for e in entries:
+    for entry in entries:
         yield CdxjRecord(
-            surt=e.surt,
-            timestamp=datetime.strptime(e.timestamp[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
-            url=e.url,
-            method=(e.method or "GET").upper(),
-            status=e.status,
-            mime=e.mime,
-            digest=e.digest or None,
-            length=e.length,
+            surt=entry.surt,
+            timestamp=datetime.strptime(entry.timestamp[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
+            url=entry.url,
+            method=(entry.method or "GET").upper(),
+            status=entry.status,
+            mime=entry.mime,
+            digest=entry.digest or None,
+            length=entry.length,
         )
 
 
