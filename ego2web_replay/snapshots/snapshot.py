@@ -170,25 +170,12 @@ class Snapshot:
                 f"(digest {entry.digest}) that is not in this snapshot"
             )
         original = self.record(original_entry)
-        if record.http_headers is not None:
-            return replace(
-                record,
-                payload=original.payload,
-                block=original.block,
-                chunked=original.chunked,
-                http_head_length=original.http_head_length,
-            )
-        return replace(
-            record,
-            payload=original.payload,
-            block=original.block,
-            chunked=original.chunked,
-            http_protocol=original.http_protocol,
-            http_status=original.http_status,
-            http_reason=original.http_reason,
-            http_headers=original.http_headers,
-            http_head_length=original.http_head_length,
-        )
+        body: dict[str, Any] = {"payload": original.payload, "block": original.block, "chunked": original.chunked,
+                "http_head_length": original.http_head_length}
+        if record.http_headers is not None:  # the revisit's own HTTP head is served
+            return replace(record, **body)
+        return replace(record, **body, http_protocol=original.http_protocol, http_status=original.http_status,
+                       http_reason=original.http_reason, http_headers=original.http_headers)
 
 
 def _snapshot_id(now: datetime) -> str:
