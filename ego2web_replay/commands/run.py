@@ -42,10 +42,13 @@ from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Write the run and each episode to this tracking database as they finish.")
 @click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@click.option("--keep-credentials", is_flag=True,
+              help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
+                   "trajectories instead of redacting them.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            miss_policy: str, db: Path | None, no_db: bool) -> None:
+            miss_policy: str, db: Path | None, no_db: bool, keep_credentials: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,7 +61,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, miss_policy=miss_policy)
+                           guard=guard, miss_policy=miss_policy, keep_credentials=keep_credentials)
     agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
     failures = []
     with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
