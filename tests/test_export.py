@@ -17,7 +17,13 @@ from pathlib import Path
 import pytest
 
 from ego2web_replay.cli import main
-from ego2web_replay.snapshots import Snapshot, SnapshotWriter, import_warc, iter_records, verify_snapshot
+from ego2web_replay.snapshots import (
+    Snapshot,
+    SnapshotWriter,
+    import_warc,
+    iter_records,
+    verify_snapshot,
+)
 from ego2web_replay.snapshots.export import export_snapshot
 
 BIN = Path(sys.executable).parent
