@@ -92,7 +92,7 @@ class CredentialSite:
     """A loopback site that sets and asks for credentials."""
 
     def __init__(self) -> None:
-        from ego2web_replay.testing.httpd import LoopbackHTTPServer
+        from ego2web_replay.httpd import LoopbackHTTPServer
 
         outer = self
 
@@ -195,7 +195,10 @@ def credential_run(tmp_path_factory, ca):
     record_snapshot(db, rec.snapshot)
     settings = RunSettings(mode="both", snapshots_root=str(snapshots), guard="loopback", timeout_s=60,
                            action_timeout_s=10)
-    run_dir, results = run_suite(TaskSuite(tasks=[task]), agent_name="scripted", out=runs, settings=settings, db=db)
+    run_dir, results = run_suite(TaskSuite(tasks=[task]), agent_name="scripted", out=runs, settings=settings)
+    from ego2web_replay.tracking.ingest import record_run
+
+    record_run(db, run_dir)  # episodes, resources of the live archive, replay stats
     yield {"root": root, "snapshot": rec.snapshot, "run_dir": run_dir, "results": results, "site": site}
     site.stop()
 
