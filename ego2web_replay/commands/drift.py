@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .track import db_option
+from ._options import db_option, guard_option, json_option, upstream_ca_option
+from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "drift_group"]
 
@@ -18,27 +19,24 @@ def drift_group() -> None:
 
 @drift_group.command("report")
 @db_option
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the time series as JSON here.")
-def drift_report_command(db_path: Path, json_path: Path | None) -> None:
+@json_option("the time series")
+def drift_report_command(db_path: Path, json_out: str | None) -> None:
     """Show, for every probe ever made, the share of recorded URLs changed since capture.
 
     Per task, per site and overall; a URL counts as changed when its probe found
     it changed, gone, or blocked (CAPTCHA / access denied); failed probes are
     counted apart and left out of the share.
     """
-    from rich.console import Console
-
-    from ..atomic import atomic_write_text
     from ..tracking.drift import drift_timeseries
     from ..tracking.tables import drift_tables
 
     series = drift_timeseries(db_path)
-    console = Console(width=160)
-    for table in drift_tables(series):
-        console.print(table)
-    if json_path:
-        atomic_write_text(json_path, series.model_dump_json(indent=2) + "\n")
-        click.echo(f"wrote {json_path}")
+    if not is_stdout(json_out):
+        out = console(min_width=160)
+        for table in drift_tables(series):
+            out.print(table)
+    if json_out:
+        emit_machine(json_out, series.model_dump_json(indent=2) + "\n")
 
 
 @drift_group.command("probe")
@@ -47,35 +45,31 @@ def drift_report_command(db_path: Path, json_path: Path | None) -> None:
 @click.option("--task", "task_ids", multiple=True, help="Probe only this task (repeatable).")
 @click.option("--archive", "archive_root", type=click.Path(path_type=Path), default=Path("probes"),
               show_default=True, help="Where the probes' own archives go (<archive>/<task>/<id>/).")
-@click.option("--guard", type=click.Choice(["open", "allowlist", "loopback"]), default="open", show_default=True,
-              help="Which upstream hosts may be contacted.")
-@click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Also trust this CA (PEM) for upstream HTTPS.")
+@guard_option()
+@upstream_ca_option()
 @click.option("--timeout", type=click.FloatRange(0.5), default=15.0, show_default=True,
               help="Seconds to wait for each URL.")
 def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[str, ...], archive_root: Path,
                         guard: str, upstream_ca: Path | None, timeout: float) -> None:
     """Re-visit the recorded pages of PATHS (a snapshots root, or snapshot folders) live, through
     the recording proxy (so each probe is archived too), and record per URL what changed."""
-    from rich.console import Console
-
     from ..probe import probe_snapshots, snapshots_to_probe
 
     targets = snapshots_to_probe(list(paths), task_ids)
-    console = Console()
+    out = console()
 
     def on_task(task_id: str, status: str, probes) -> None:  # noqa: ANN001
         colour = {"unchanged": "green", "changed": "yellow"}.get(status, "red")
-        console.print(f"[{colour}]{status:9}[/{colour}] {task_id}: {len(probes)} URL(s)")
+        out.print(f"[{colour}]{status:9}[/{colour}] {task_id}: {len(probes)} URL(s)")
         for p in probes:
             if p.url_status != "unchanged":
                 extra = f" ({p.error})" if p.error else (f" similarity {p.text_similarity:.2f}"
                                                          if p.text_similarity is not None else "")
-                console.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
+                out.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
 
     probe_id, rows = probe_snapshots(targets, archive_root=archive_root, guard=guard, upstream_ca=upstream_ca,
                                      db=db_path, timeout=timeout, on_task=on_task)
-    console.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
+    out.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
 
 
 COMMANDS = [drift_group]

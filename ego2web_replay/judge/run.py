@@ -110,7 +110,7 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
     suite = load_run_tasks(run, tasks)
     results: dict[Path, Verdict] = {}
     db_error: str | None = None
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a warning line is never folded
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
         job = bar.add_task("judge", total=len(episodes))
