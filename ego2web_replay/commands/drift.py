@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._options import db_option, guard_option, json_option, upstream_ca_option
+from ._options import db_option, db_options, guard_option, json_option, upstream_ca_option
 from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "drift_group"]
@@ -70,6 +70,43 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
     probe_id, rows = probe_snapshots(targets, archive_root=archive_root, guard=guard, upstream_ca=upstream_ca,
                                      db=db_path, timeout=timeout, on_task=on_task)
     out.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
+
+
+@drift_group.command("diff")
+@click.argument("run_dir", metavar="RUN", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--snapshots", "snapshots_root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="For tasks without a frozen episode, diff against their newest snapshot under this root.")
+@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@db_options("the pair diffs")
+@json_option("the diffs")
+@click.option("--all", "show_all", is_flag=True, help="Also list unchanged resources.")
+def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], db: Path | None,
+                       json_out: str | None, show_all: bool) -> None:
+    """Diff each live episode's own archive in RUN against the frozen snapshot, resource by resource.
+
+    Documents, fetch/XHR responses and images the agent's pages used are each
+    unchanged, changed (visible-text or JSON-field differences), gone (404/410
+    or a soft 404), new (not in the snapshot) or blocked (CAPTCHA or
+    access-denied interstitial); volatile content does not count.
+    """
+    from ..tracking.episode_diff import diff_run
+    from ..tracking.report_diff import diff_lines
+
+    result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids)
+    for line in result.skipped:
+        click.secho(f"skipped {line}", fg="yellow", err=True)
+    if not is_stdout(json_out):
+        for d in result.diffs:
+            for line in diff_lines(d, show_all=show_all):
+                click.echo(line)
+    if json_out:
+        body = ",\n".join(d.model_dump_json(indent=2) for d in result.diffs)
+        emit_machine(json_out, "[" + body + "]\n")
+    if db is not None and result.diffs:
+        from ..tracking.pairdiff_store import record_pair_diffs
+
+        record_pair_diffs(db, result.diffs)
+        click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db}", err=is_stdout(json_out))
 
 
 COMMANDS = [drift_group]
