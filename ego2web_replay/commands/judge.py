@@ -85,9 +85,19 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     from ..judge.run import judge_run, summarize
 
     settings = {k: v for k, v in options.items() if v is not None}
+    on_verdict = None
+    if db is not None:
+        from ..tracking.sink import TrackingSink
+
+        errors = console(stderr=True)
+        sink = TrackingSink(db, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
+
+        def on_verdict(episode: Path, verdict: Any) -> None:
+            sink.verdict_made(episode, verdict, judge=judge_name)
+
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=output().progress, settings=settings, cache_dir=cache_dir,
-                         task_ids=list(task_ids) or None, db=db)
+                         task_ids=list(task_ids) or None, on_verdict=on_verdict)
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
         rows.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",

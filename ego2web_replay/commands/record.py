@@ -53,6 +53,11 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     failures = 0
     with progress("record") as bars:
         bar = bars.add_task("", total=len(tasks))
+        sink = None
+        if db is not None:
+            from ..tracking.sink import TrackingSink
+
+            sink = TrackingSink(db, warn=lambda msg: bars.console.print(f"[yellow]warning:[/yellow] {msg}"))
         for task in tasks:
             bars.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
@@ -63,10 +68,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 say(bars, f"[green]ok[/green]   {task.id}: {r.snapshot} "
                           f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
-                if db is not None:
-                    from ..tracking.ingest import record_snapshot
-
-                    record_snapshot(db, r.snapshot)
+                if sink is not None:
+                    sink.snapshot_recorded(r.snapshot)
             else:
                 failures += 1
                 say(bars, f"[red]FAIL[/red] {task.id}: {r.error}")
