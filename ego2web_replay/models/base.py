@@ -9,7 +9,6 @@ models and models files.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,6 +17,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..atomic import atomic_write_text
 from ..errors import Ego2WebError
+from ..limits import read_json
 
 __all__ = ["FileModel", "read_model", "save_model", "describe_validation_error"]
 
@@ -69,14 +69,8 @@ def read_model[M: BaseModel](path: str | os.PathLike[str], model: type[M], what:
     format version) raises ``error`` with one line naming the file and the problem.
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        raise
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{p}: not a valid {what} (not JSON: {str(e).splitlines()[0]})") from None
-    except OSError as e:
-        raise error(f"{p}: cannot read the {what} ({e.strerror or e})") from None
+    # size, nesting and number limits; a missing file raises FileNotFoundError as before
+    data = read_json(p, f"{p}: the {what}", error, not_json=f"{p}: not a valid {what} (not JSON: {{detail}})")
     if isinstance(data, dict) and issubclass(model, FileModel):
         newer = newer_version(model, data)
         if newer is not None:

@@ -25,6 +25,7 @@ from email.message import Message
 from typing import Any, NamedTuple
 from urllib.parse import parse_qsl, quote, unquote_plus, urlencode
 
+from ..limits import depth_ok
 from .rules import (
     PARAM_CALLBACK,
     PARAM_DROP,
@@ -263,8 +264,8 @@ def body_fields(content_type: str | None, body: bytes) -> tuple[list[tuple[str, 
         return parse_qsl(text, keep_blank_values=True), False
     if media == "application/json" or media.endswith("+json") or media == "text/plain":
         try:
-            parsed = json.loads(body)
-        except ValueError:
+            parsed = json.loads(body) if depth_ok(body) else None  # _json_leaves recurses per level
+        except (ValueError, RecursionError):
             parsed = None
         else:
             if isinstance(parsed, dict | list):

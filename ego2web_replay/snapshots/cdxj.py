@@ -23,6 +23,7 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
+from ..limits import depth_ok
 from ..models.index import IndexEntry
 from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
@@ -64,6 +65,8 @@ def _flatten_json(body: bytes) -> str:
         elif name:
             add(name, node)
 
+    if not depth_ok(body):  # walk() recurses once per level
+        raise ValueError("JSON body nested too deep to index")
     try:
         walk(json.loads(body))
     except json.JSONDecodeError:
