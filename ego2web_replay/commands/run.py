@@ -15,7 +15,8 @@ from ._output import progress, say, warn
 @click.command("run")
 @click.argument("tasks_file", type=click.Path(path_type=Path))
 @click.option("--agent", "agent_name", required=True,
-              help="scripted | openai | 'command:<program>' | <module>:<factory>.")
+              help="scripted | openai | 'command:<program>' | an installed 'ego2web_replay.agents' "
+                   "entry point | <module>:<factory>.")
 @click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
               help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
                    "(the live run is archived too); both: live then frozen, paired per task.")
