@@ -69,7 +69,7 @@ class UnpackResult:
 def choose_snapshots(root: Path, tasks_file: Path | None = None) -> list[Path]:
     """The latest complete snapshot of each task under ``root`` (of each task of ``tasks_file`` if given)."""
     if tasks_file is not None:
-        from ..tasks import load_tasks
+        from ..models import load_tasks
 
         suite = load_tasks(tasks_file)
         missing, chosen = [], []
