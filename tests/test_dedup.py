@@ -156,8 +156,9 @@ def test_cli_suite_pack_unpack_dedup(suite_root, tmp_path, capsys):
     pack = tmp_path / "cli.pack"
     assert main(["suite", "pack", str(suite_root), "--out", str(pack), "--no-dictionary"]) == 0
     assert "packed 4 snapshots" in capsys.readouterr().out
-    assert main(["suite", "unpack", str(pack), "--snapshots", str(tmp_path / "u")]) == 0
-    assert "unpacked 4 snapshots" in capsys.readouterr().out
+    assert main(["suite", "unpack", str(pack), "--snapshots", str(tmp_path / "u"), "--json"]) == 0
+    unpacked = json.loads(capsys.readouterr().out)
+    assert len(unpacked["snapshots"]) == 4 and unpacked["files_checked"] > 8
     assert main(["suite", "dedup", str(suite_root), "--out", str(tmp_path / "d"), "--min-size", "16"]) == 0
     assert "16 revisits" in capsys.readouterr().out
     assert main(["suite", "unpack", str(tmp_path / "nope.pack"), "--snapshots", str(tmp_path / "x")]) == 1
