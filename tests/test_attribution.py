@@ -16,14 +16,14 @@ import pytest
 from ego2web_replay.demo.run import write_demo_suite
 from ego2web_replay.demo.site import DemoSite
 from ego2web_replay.judge.run import judge_run
-from ego2web_replay.probe import probe_snapshots
 from ego2web_replay.recorder.session import RecordOptions, record_task
 from ego2web_replay.runner.run import RunSettings, run_suite
 from ego2web_replay.tasks import load_tasks
 from ego2web_replay.tracking.compare import compare
 from ego2web_replay.tracking.db import read_connection
 from ego2web_replay.tracking.drift import drift_timeseries
-from ego2web_replay.tracking.ingest import record_snapshot
+from ego2web_replay.tracking.probe import probe_snapshots
+from ego2web_replay.tracking.sink import TrackingSink
 
 pytestmark = pytest.mark.slow
 
@@ -53,21 +53,25 @@ def demo(tmp_path_factory, data_home):
     agent = out / "agent.py"
     agent.write_text(AGENT, "utf-8")
     db, snapshots = out / "ego2web.duckdb", out / "snapshots"
+    sink = TrackingSink(db)
+    hooks = {"on_start": lambda run_dir, total, done: sink.run_started(run_dir),
+             "on_episode": lambda s: sink.episode_finished(s.path.parents[2], s.path)}
     with DemoSite() as site:
         suite = load_tasks(write_demo_suite(out, site.url, TASKS))
         for task in suite:
             r = record_task(task, snapshots, RecordOptions(guard="loopback"))
             assert r.ok and r.snapshot is not None, r.error
-            record_snapshot(db, r.snapshot)
+            sink.snapshot_recorded(r.snapshot)
         settings = RunSettings(mode="both", workers=2, snapshots_root=str(snapshots), guard="loopback", timeout_s=120)
         # before the drift, a fallible agent flips the mug task by itself
         own, _ = run_suite(suite, agent_name=f"command:{sys.executable} {agent}", out=out / "runs", settings=settings,
-                           db=db, run_id="0-agent", task_ids=["shop-mug-price"])
+                           run_id="0-agent", task_ids=["shop-mug-price"], **hooks)
         site.drift()
-        drifted, _ = run_suite(suite, agent_name="scripted", out=out / "runs", settings=settings, db=db,
-                               run_id="1-drifted")
+        drifted, _ = run_suite(suite, agent_name="scripted", out=out / "runs", settings=settings,
+                               run_id="1-drifted", **hooks)
         for run_dir in (own, drifted):
-            judge_run(run_dir, "rule", progress=False, db=db)
+            judge_run(run_dir, "rule", progress=False, on_verdict=lambda ep, v: sink.verdict_made(ep, v, judge="rule"))
+        assert sink.error is None
         yield {"out": out, "db": db, "snapshots": snapshots, "site": site}
 
 
@@ -107,7 +111,8 @@ def test_agent_caused_flip_is_no_change_and_stays_so_after_probes(demo):
     assert flip.drift_status == "unchanged" and flip.attribution.resources == []
     # the site has drifted since; probes now see the task's pages changed
     probe_id, rows = probe_snapshots(sorted(p.parent for p in demo["snapshots"].glob("*/*/manifest.json")),
-                                     archive_root=demo["out"] / "probes", guard="loopback", db=demo["db"])
+                                     archive_root=demo["out"] / "probes", guard="loopback")
+    TrackingSink(demo["db"]).probed(rows)
     assert {r.task_status for r in rows if r.task_id == "shop-mug-price"} == {"changed"}
     again = _flips(demo["db"], "command")["shop-mug-price"]
     assert again.drift_status == "unchanged" and again.attribution.source == "live-archive"
