@@ -10,7 +10,7 @@ its folder without a manifest, which ``snapshot verify`` reports as incomplete.
 from __future__ import annotations
 
 import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +24,7 @@ from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..tasks import Task
 from .addon import Recorder
 
-__all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task", "record_tasks",
+__all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task",
            "tool_versions"]
 
 
@@ -225,15 +225,3 @@ def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: R
             take_screenshot(page, sw.path / rel)
             sw.add_screenshot(rel)
 
-
-def record_tasks(tasks: Sequence[Task], root: Path, opts: RecordOptions | None = None, *,
-                 progress: Callable[[RecordResult], None] | None = None) -> list[RecordResult]:
-    """Record several tasks one after the other; failures are reported, the rest go on."""
-    ca = project_ca()
-    results = []
-    for task in tasks:
-        r = record_task(task, root, opts, ca=ca)
-        results.append(r)
-        if progress:
-            progress(r)
-    return results
