@@ -22,11 +22,11 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 from .errors import SnapshotError
+from .web import html_to_text
 
 __all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
 
@@ -34,25 +34,6 @@ BLOCK_PATTERNS = re.compile(
     r"captcha|verify you are (a )?human|are you a robot|unusual traffic|access denied|request blocked|"
     r"attention required|bot detection|please enable cookies", re.I)
 _SEVERITY = {"unchanged": 0, "error": 0, "changed": 1, "gone": 2, "blocked": 3}
-
-
-class _Text(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag in ("script", "style", "noscript", "template"):
-            self._skip += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style", "noscript", "template") and self._skip:
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.parts.append(data.strip())
 
 
 def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
@@ -68,9 +49,7 @@ def visible_text(body: bytes, content_type: str | None) -> str:
     """The text a reader sees (HTML stripped of markup and scripts); other text as is."""
     text = body.decode("utf-8", errors="replace")
     if content_type and "html" in content_type.lower():
-        p = _Text()
-        p.feed(text)
-        return " ".join(p.parts)
+        return " ".join(html_to_text(text).split())
     return text
 
 

@@ -22,8 +22,9 @@ import zlib
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
+
+from ..web import reason_phrase
 
 __all__ = [
     "HOP_BY_HOP",
@@ -61,16 +62,6 @@ def get_header(headers: RequestHeaders, name: str) -> str | None:
         if key.lower() == name:
             return value
     return None
-
-
-def reason_phrase(status: int) -> str:
-    """The standard reason phrase of ``status`` (HTTP/2 responses carry none)."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return {1: "Informational", 2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}.get(
-            status // 100, "Unknown"
-        )
 
 
 def clean_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
