@@ -160,9 +160,9 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def _png(rng: random.Random, w: int, h: int) -> bytes:
-    from ego2web_replay.testing.site import png_bytes
+    from ego2web_replay.png import solid_png
 
-    return png_bytes(w, h, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
+    return solid_png(w, h, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
 
 
 class RealisticSite(LoopbackHTTPServer):
