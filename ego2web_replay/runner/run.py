@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import Ego2WebError
 from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
+from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
@@ -75,12 +76,6 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
         if m.suite_sha256 == suite.sha256 and m.agent_name == agent_name:
             return d
     return None
-
-
-def _versions() -> dict[str, str]:
-    from ..recorder.session import tool_versions
-
-    return tool_versions()
 
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
@@ -137,7 +132,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
                                task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
                                agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
-                               versions=_versions(), git_commit=_git_commit(), machine=_machine(),
+                               versions=tool_versions(browser=True), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
         if db is not None:
