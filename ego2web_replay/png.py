@@ -11,7 +11,7 @@ import struct
 import zlib
 from typing import Any
 
-__all__ = ["encode_png", "png_from_array", "solid_png"]
+__all__ = ["encode_png", "png_from_array", "png_bytes"]
 
 _SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -36,6 +36,6 @@ def png_from_array(pixels: Any) -> bytes:
     return encode_png(width, height, pixels.astype("uint8", copy=False).tobytes(order="C"))
 
 
-def solid_png(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
+def png_bytes(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
     """A ``width``×``height`` PNG of one colour."""
     return encode_png(width, height, bytes(rgb) * (width * height))

@@ -1,15 +1,67 @@
-"""Small web helpers shared by recording, replay, probing and judging.
+"""HTTP content helpers shared by recording, replay, judges and drift probes: no proxy, no network.
 
-:func:`html_to_text` is the one reading of an HTML page as the text a person
-sees; :func:`reason_phrase` the one table of HTTP reason phrases.
+Headers are ``(name, value)`` pairs (names compared case-insensitively) or any mapping.
+
+* :func:`get_header` finds a header's first value;
+* :func:`decode_body` undoes ``Content-Encoding``;
+* :func:`reason_phrase` is the one table of HTTP reason phrases;
+* :func:`html_to_text` is the one reading of an HTML page as the text a person sees.
 """
 
 from __future__ import annotations
 
+import gzip
+import zlib
+from collections.abc import Iterable, Mapping
 from html.parser import HTMLParser
 from http import HTTPStatus
 
-__all__ = ["html_to_text", "reason_phrase"]
+__all__ = ["RequestHeaders", "decode_body", "get_header", "html_to_text", "reason_phrase"]
+
+RequestHeaders = Mapping[str, str] | Iterable[tuple[str, str]]
+
+
+def get_header(headers: RequestHeaders, name: str) -> str | None:
+    """The first value of header ``name`` (case-insensitive), or None."""
+    name = name.lower()
+    pairs = headers.items() if isinstance(headers, Mapping) else headers
+    for key, value in pairs:
+        if key.lower() == name:
+            return value
+    return None
+
+
+def decode_body(body: bytes, content_encoding: str | None) -> bytes | None:
+    """``body`` with its Content-Encoding undone (gzip, deflate, br, zstd, identity).
+
+    Returns None when an encoding is unknown or the body does not decode.
+    """
+    if not content_encoding:
+        return body
+    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
+    try:
+        for coding in reversed(codings):
+            if coding in ("gzip", "x-gzip"):
+                body = gzip.decompress(body)
+            elif coding == "deflate":
+                try:
+                    body = zlib.decompress(body)
+                except zlib.error:
+                    body = zlib.decompress(body, -zlib.MAX_WBITS)
+            elif coding == "br":
+                import brotli  # type: ignore[import-untyped]
+
+                body = brotli.decompress(body)
+            elif coding == "zstd":
+                import zstandard
+
+                body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+            elif coding != "identity":
+                return None
+    except Exception:  # noqa: BLE001 - any decoder failure means "cannot decode"
+        return None
+    return body
+
 
 _STATUS_CLASSES = {1: "Informational", 2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}
 

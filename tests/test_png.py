@@ -8,7 +8,7 @@ import zlib
 import numpy as np
 import pytest
 
-from ego2web_replay.png import encode_png, png_from_array, solid_png
+from ego2web_replay.png import encode_png, png_bytes, png_from_array
 
 
 def _chunks(png: bytes) -> list[tuple[bytes, bytes]]:
@@ -35,11 +35,11 @@ def test_pixels_round_trip() -> None:
 
 def test_array_and_solid_colour_give_the_same_bytes() -> None:
     colour = (200, 30, 30)
-    assert png_from_array(np.full((5, 7, 3), colour, dtype=np.uint8)) == solid_png(7, 5, colour)
+    assert png_from_array(np.full((5, 7, 3), colour, dtype=np.uint8)) == png_bytes(7, 5, colour)
     # a non-contiguous view encodes its pixels, not its memory
     wide = np.zeros((5, 14, 3), dtype=np.uint8)
     wide[:, ::2] = colour
-    assert png_from_array(wide[:, ::2]) == solid_png(7, 5, colour)
+    assert png_from_array(wide[:, ::2]) == png_bytes(7, 5, colour)
 
 
 def test_wrong_pixel_count_is_refused() -> None:

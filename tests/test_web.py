@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from ego2web_replay.judge.pages import html_to_text as judge_text
-from ego2web_replay.probe import visible_text
 from ego2web_replay.replay.httputil import reason_phrase as replay_reason
+from ego2web_replay.tracking.probe import visible_text
 from ego2web_replay.web import html_to_text, reason_phrase
 
 PAGE = ("<html><head><title>Acme</title><style>p{}</style><meta name=x content=y></head><body>"

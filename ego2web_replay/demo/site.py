@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..png import solid_png
-from ..testing.httpd import LoopbackHTTPServer
+from ..httpd import LoopbackHTTPServer
+from ..png import png_bytes
 
 __all__ = ["DemoSite", "PRODUCTS"]
 
@@ -105,11 +105,11 @@ class DemoSite(LoopbackHTTPServer):
         if path.startswith("/img/product/") and path.endswith(".png"):
             pid = int(path.rsplit("/", 1)[1][:-4] or 0)
             if pid in PRODUCTS:
-                return 200, "image/png", solid_png(64, 64, PRODUCTS[pid]["rgb"]), {}
+                return 200, "image/png", png_bytes(64, 64, PRODUCTS[pid]["rgb"]), {}
         if path.startswith("/img/video/") and path.endswith(".png"):
             vid = path.rsplit("/", 1)[1][:-4]
             if vid in VIDEOS:
-                return 200, "image/png", solid_png(160, 90, VIDEOS[vid][3]), {}
+                return 200, "image/png", png_bytes(160, 90, VIDEOS[vid][3]), {}
         if path in ("/shop", "/shop/search"):
             q = (query.get("q") or [""])[0].strip().lower()
             hits = [(k, v) for k, v in products.items() if not q or q in v["name"].lower()]
@@ -186,7 +186,7 @@ class DemoSite(LoopbackHTTPServer):
             return 200, html_t, _page(title, f'<h1 id="title">{title}</h1><img src="/img/video/{vid}.png" width="320" '
                                              f'height="180" alt=""><p>Uploaded by <b id="uploader">{uploader}</b> on {date}</p>'), {}
         if path == "/favicon.ico":
-            return 200, "image/png", solid_png(16, 16, (35, 51, 68)), {}
+            return 200, "image/png", png_bytes(16, 16, (35, 51, 68)), {}
         return 404, "text/plain", b"not found", {}
 
     # -- server ----------------------------------------------------------------

@@ -23,10 +23,10 @@ from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import JudgeError
-from ..png import png_from_array as png_bytes
+from ..png import png_from_array
 from ..tasks import TimeRange
 
-__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir", "png_bytes"]
+__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir"]
 
 INDEX_VERSION = 1
 _LOCKS: dict[str, threading.Lock] = {}
@@ -105,7 +105,7 @@ def _extract(path: Path, ranges: Sequence[TimeRange], per_range: int, method: Me
     entries = []
     for i, (ts, ri, rgb) in enumerate(frames):
         name = f"{key}-{i:02d}.png"
-        atomic_write_bytes(folder / name, png_bytes(rgb))
+        atomic_write_bytes(folder / name, png_from_array(rgb))
         entries.append({"timestamp": ts, "range_index": ri, "file": name})
         out.append(Keyframe(timestamp=ts, range_index=ri, path=str(folder / name)))
     index["sets"][key] = {"settings": settings, "frames": entries}

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..browser import BrowserSession, perform_action, take_screenshot
+from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
 from ..errors import Ego2WebError, RecordingError
 from ..guard import UpstreamGuard
 from ..models import SnapshotManifest
@@ -105,7 +105,7 @@ class LiveRecording:
         try:
             self.writer = SnapshotWriter(self.root, self.task.id, compression=o.compression, source=o.source,
                                          start_url=self.task.start_url, settings=_settings(o),
-                                         tools=tool_versions(browser=True))
+                                         tools=tool_versions({"chromium": chromium_version()}))
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path

@@ -79,8 +79,8 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
 
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
-              agent_settings: dict[str, Any], s: RunSettings, upstream_ca: Path | None,
-              db: Path | None) -> Iterator[EpisodeRequest]:
+              agent_settings: dict[str, Any], s: RunSettings,
+              upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
     for task in suite.select(list(task_ids)):
         for mode in MODES[s.mode]:
             yield EpisodeRequest(
@@ -88,17 +88,18 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, miss_policy=s.miss_policy, db=db)
+                upstream_ca=upstream_ca, miss_policy=s.miss_policy)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
               agent_settings: dict[str, Any] | None = None, task_ids: Sequence[str] = (),
               resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
-              db: Path | None = None, command: Sequence[str] = (),
+              command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
               on_start: Callable[[Path, int, int], None] | None = None) -> tuple[Path, list[EpisodeSummary]]:
     """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now."""
     from ..agents import make_agent
+    from ..browser import chromium_version
 
     if settings.mode not in MODES:
         raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
@@ -132,22 +133,18 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
                                task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
                                agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
-                               versions=tool_versions(browser=True), git_commit=_git_commit(), machine=_machine(),
+                               versions=tool_versions({"chromium": chromium_version()}), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
-        if db is not None:
-            from ..tracking.ingest import record_run
-
-            record_run(db, run_dir)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca, db):
+                         upstream_ca):
         final = episode_dir(run_dir, req.task.id, req.mode)
         if (final / "trajectory.json").exists():
             continue
         todo.append(req)
     total = len(list(_requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings,
-                               settings, upstream_ca, db)))
+                               settings, upstream_ca)))
     if on_start:
         on_start(run_dir, total, total - len(todo))
     results: list[EpisodeSummary] = []

@@ -21,7 +21,7 @@ from ..models import (
     episode_dir,
     save_model,
 )
-from ..png import solid_png
+from ..png import png_bytes
 
 __all__ = ["COLOURS", "make_video", "make_episode", "make_run_manifest"]
 
@@ -61,7 +61,7 @@ def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: 
         if screenshots:
             shot = f"screenshots/step-{i:03d}.png"
             (ep / "screenshots").mkdir(parents=True, exist_ok=True)
-            (ep / shot).write_bytes(solid_png(8 + i, 8 + i, COLOURS[i % len(COLOURS)]))
+            (ep / shot).write_bytes(png_bytes(8 + i, 8 + i, COLOURS[i % len(COLOURS)]))
         steps.append(Step(index=i, action=Action(kind="goto", url=url), url=url,
                           title=titles[i - 1] if titles else f"Page {i}", screenshot=shot))
     if answer is not None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..png import solid_png
+from ..png import png_bytes
 from .tls import TestCA, make_test_ca
 
 __all__ = ["TestSite", "WireEntry", "BIG_SIZE"]
@@ -155,11 +155,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/static/app.js":
             self._send(200, APP_JS.encode(), "application/javascript")
         elif path == "/static/logo.png":
-            self._send(200, solid_png(40, 20, (200, 30, 30)), "image/png", {"ETag": '"logo-v1"'})
+            self._send(200, png_bytes(40, 20, (200, 30, 30)), "image/png", {"ETag": '"logo-v1"'})
         elif path == "/static/bg.png":
-            self._send(200, solid_png(4, 4, (240, 240, 200)), "image/png")
+            self._send(200, png_bytes(4, 4, (240, 240, 200)), "image/png")
         elif path == "/static/snack.png":
-            self._send(200, solid_png(60, 60, (230, 160, 20)), "image/png")
+            self._send(200, png_bytes(60, 60, (230, 160, 20)), "image/png")
         elif path == "/static/font.ttf":
             self._send(200, site.font, "font/ttf")
         elif path == "/api/price":

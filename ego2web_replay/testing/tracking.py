@@ -28,7 +28,7 @@ from ..models import (
     episode_dir,
     save_model,
 )
-from ..png import solid_png
+from ..png import png_bytes
 
 __all__ = ["make_suite", "make_snapshot", "EpisodeSpec", "make_run"]
 
@@ -94,7 +94,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         (ed / "screenshots").mkdir(parents=True, exist_ok=True)
         steps = []
         for i in range(e.screenshots):
-            (ed / "screenshots" / f"step-{i:03d}.png").write_bytes(solid_png(4, 4, (40 * i % 255, 120, 200)))
+            (ed / "screenshots" / f"step-{i:03d}.png").write_bytes(png_bytes(4, 4, (40 * i % 255, 120, 200)))
             steps.append(Step(index=i, action=Action(kind="goto", url=f"https://{e.task_id}.example/p{i}"),
                               url=f"https://{e.task_id}.example/p{i}", screenshot=f"screenshots/step-{i:03d}.png",
                               thought=f"step {i} thought"))
@@ -103,7 +103,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         if e.keyframes:
             (ed / "keyframes").mkdir(exist_ok=True)
             for k in range(e.keyframes):
-                (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(solid_png(4, 4, (10, 200, 10)))
+                (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(png_bytes(4, 4, (10, 200, 10)))
         replay = None
         if e.mode == "frozen":
             replay = ReplayStats(exact=10, canonical=2, fuzzy=1, miss=e.miss,
