@@ -308,7 +308,7 @@ def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
 
     r = subprocess.run(args + ["--resume"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "1 of 2 episodes already done" in r.stdout
+    assert "1 of 2 episodes already done" in r.stderr  # progress goes to stderr
     assert (live.stat().st_mtime_ns, live.read_bytes()) == before
     for f in (live, frozen):
         t = load_trajectory(f)
@@ -342,6 +342,7 @@ def test_cli_run_with_no_snapshots_at_all_fails(demo, tmp_path, capsys):
                  "--snapshots", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--run-id", "r"])
     captured = capsys.readouterr()
     assert code == 1
-    assert captured.err.strip().startswith("error: every episode failed to set up; first error: no snapshot of task")
+    last = captured.err.strip().splitlines()[-1]  # after the per-episode progress lines
+    assert last.startswith("error: every episode failed to set up; first error: no snapshot of task")
     assert "run folder:" in captured.out
     assert load_run(tmp_path / "runs" / "r").episodes == {"setup_error": 2}
