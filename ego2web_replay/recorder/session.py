@@ -19,6 +19,7 @@ from ..errors import Ego2WebError, RecordingError
 from ..guard import UpstreamGuard
 from ..models import SnapshotManifest
 from ..proxy import ProjectCA, ProxyServer, project_ca
+from ..redaction import Redactor
 from ..tasks import Task
 from ..versions import tool_versions
 from .addon import Recorder
@@ -36,6 +37,8 @@ class RecordOptions:
     deny: Sequence[str] = ()
     upstream_ca: Path | None = None
     keep_credentials: bool = False
+    redact_headers: Sequence[str] = ()
+    redact_params: Sequence[str] = ()
     interactive: bool = False
     screenshots: bool = True
     action_timeout_s: float = 30.0
@@ -53,9 +56,15 @@ class RecordResult:
     blocked: dict[str, int] = field(default_factory=dict)
 
 
-def record_addons(writer: Any, *, keep_credentials: bool = False) -> list[Any]:
+def record_addons(writer: Any, *, keep_credentials: bool = False, redactor: Redactor | None = None) -> list[Any]:
     """The recording proxy, in order: guard first, then the recorder."""
-    return [UpstreamGuard(), Recorder(writer, keep_credentials=keep_credentials)]
+    return [UpstreamGuard(), Recorder(writer, keep_credentials=keep_credentials, redactor=redactor)]
+
+
+def redactor_for(opts: RecordOptions) -> Redactor:
+    """The credential redaction a recording with these options applies (see :mod:`..redaction`)."""
+    return Redactor.make(keep_credentials=opts.keep_credentials, headers=opts.redact_headers,
+                         params=opts.redact_params)
 
 
 def proxy_options(opts: RecordOptions) -> dict[str, Any]:
@@ -67,7 +76,7 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
 
 def _settings(opts: RecordOptions) -> dict[str, Any]:
     return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
-            "interactive": opts.interactive}
+            "redaction": redactor_for(opts).settings(), "interactive": opts.interactive}
 
 
 class LiveRecording:
@@ -109,7 +118,8 @@ class LiveRecording:
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path
-        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials)
+        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials,
+                                                  redactor=redactor_for(o))
 
     def start(self) -> None:
         """Start the recording proxy (:class:`~ego2web_replay.errors.ProxyError` if it cannot start)."""

@@ -19,6 +19,7 @@ from typing import Any
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
 from ..models import FileDigest, SnapshotManifest, read_model, save_model
+from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, read_index, surt_key, write_index
 from .reader import ArchiveRecord, iter_records, read_record
@@ -265,14 +266,16 @@ class SnapshotWriter:
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
+        # credentials in page URLs go the way the recorder's redaction sent them (settings["redaction"])
+        red = Redactor.from_settings(self.settings) or NO_REDACTION
         manifest = SnapshotManifest(
             task_id=self.task_id,
             snapshot_id=self.snapshot_id,
             created_at=self.created_at.replace(tzinfo=UTC),
             finished_at=naive_utc(self._clock()).replace(tzinfo=UTC),
             source=self.source,  # type: ignore[arg-type]
-            start_url=self.start_url,
-            pages=self.pages,
+            start_url=red.url(self.start_url) if self.start_url else self.start_url,
+            pages=[red.url(p) for p in self.pages],
             archive=archive.name,
             index=INDEX,
             records=dict(sorted(counts.items())),
@@ -283,7 +286,7 @@ class SnapshotWriter:
             tools=self.tools,
             settings=self.settings,
             screenshots=self.screenshots,
-            notes=self.notes,
+            notes=[red.text(n) for n in self.notes],
         )
         try:
             save_model(self.path / MANIFEST, manifest)
