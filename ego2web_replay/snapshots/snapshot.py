@@ -144,18 +144,31 @@ class Snapshot:
         if record.rec_type != "revisit":
             return record
         original_entry = self.find_original(entry)
-        if original_entry is None:
-            raise ArchiveError(
-                f"{self.path}: the revisit of {entry.url} at {entry.timestamp} refers to a capture "
-                f"(digest {entry.digest}) that is not in this snapshot"
-            )
-        original = self.record(original_entry)
+        if original_entry is not None:
+            original = self.record(original_entry)
+        else:
+            original = self._shared_original(entry)
         body: dict[str, Any] = {"payload": original.payload, "block": original.block, "chunked": original.chunked,
                 "http_head_length": original.http_head_length}
         if record.http_headers is not None:  # the revisit's own HTTP head is served
             return replace(record, **body)
         return replace(record, **body, http_protocol=original.http_protocol, http_status=original.http_status,
                        http_reason=original.http_reason, http_headers=original.http_headers)
+
+
+    def _shared_original(self, entry: IndexEntry) -> ArchiveRecord:
+        """A revisit's original from the suite's shared stores (suite-level deduplication)."""
+        if self.manifest.shared:
+            from .dedup import external_original
+
+            found = external_original(self, entry)
+            if found is not None:
+                return found[0].record(found[1])
+        raise ArchiveError(
+            f"{self.path}: the revisit of {entry.url} at {entry.timestamp} refers to a capture "
+            f"(digest {entry.digest}) that is not in this snapshot"
+            + (" nor in its shared stores" if self.manifest.shared else "")
+        )
 
 
 def _snapshot_id(now: datetime) -> str:
