@@ -47,11 +47,14 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @click.option("--no-freeze", is_flag=True, help="Do not inject the clock/random freezing script into HTML.")
 @click.option("--rules", "rules_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Extra matching rules (YAML, same format as the bundled rules.yaml); repeatable.")
+@click.option("--fuzzy", is_flag=True,
+              help="Diagnosis only: answer a request that would miss with the nearest capture of the same "
+                   "path (another page's content), counted apart as 'fuzzy'. See docs/matching.md.")
 @click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
               help="Write the replay stats (JSON) here on exit.")
 @click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
 def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, policy: str, no_freeze: bool,
-              rules_files: tuple[Path, ...], stats_file: Path | None, duration: float | None) -> None:
+              rules_files: tuple[Path, ...], fuzzy: bool, stats_file: Path | None, duration: float | None) -> None:
     """Serve one or more SNAPSHOTS as a hermetic replay proxy: no request leaves the machine,
     every miss is answered and counted."""
     from ..replay.session import Replay
@@ -59,7 +62,7 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
     if stats_file is not None:
         _check_writable(stats_file)
     replay = Replay(list(snapshots), host=host, port=port, miss=miss, policy=policy, freeze=not no_freeze,
-                    rules_files=rules_files)
+                    rules_files=rules_files, fuzzy=fuzzy)
     stop = threading.Event()
     with replay:
         click.echo(_connect_help(replay))

@@ -36,7 +36,7 @@ from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
 
-__all__ = ["Replay", "replay_addons", "load_captures", "MISS_POLICIES"]
+__all__ = ["Replay", "replay_addons", "load_captures", "load_learned", "MISS_POLICIES"]
 
 MISS_POLICIES = "a status code (404, 410, 502, 504 ...) or 'live'"
 
@@ -46,42 +46,36 @@ def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
 
     The index is read in one pass into light tuples; an entry is parsed fully
     (:class:`~ego2web_replay.snapshots.cdxj.CdxjEntry`) only when it is served, so a
-    100k-line index loads in well under a second. POST/PUT request bodies are taken
-    from the index in the pywb form (``__wb_method=post&...``); incoming bodies are
-    put in the same form before matching (see :func:`request_body_form`).
+    100k-line index loads in well under a second. Request bodies stay in the index's
+    POST form (``requestBody``); the matcher puts incoming bodies in the same form.
     """
     caps: list[Capture] = []
-    form = "application/x-www-form-urlencoded"
     new = tuple.__new__  # Capture is a named tuple; building it this way is 3x faster for big indexes
     for n, snap in enumerate(snapshots):
         for ts, _offset, url, method, body_query, line in index_rows(Path(snap.index_path)):
-            body = body_query.encode("utf-8") if body_query else None
-            caps.append(new(Capture, (url, method, body, form if body else None, ts, (n, line))))
+            caps.append(new(Capture, (url, method, body_query or None, ts, (n, line))))
     return caps
 
 
-def request_body_form(method: str, content_type: str | None, body: bytes) -> tuple[bytes | None, str | None]:
-    """An incoming request body in the same form as the index keeps archived ones."""
-    if not body or method.upper() in ("GET", "HEAD"):
-        return None, None
-    from ..snapshots.cdxj import request_body_query
+def load_learned(snapshots: Sequence[Any]) -> dict[str, frozenset[str]]:
+    """The names learned volatile at record time, over all snapshots (``volatile.json``).
 
-    return request_body_query(content_type, body).encode("utf-8"), "application/x-www-form-urlencoded"
+    A snapshot written before learning existed has no file: its index is read to learn them now.
+    """
+    from ..snapshots.volatility import (
+        VOLATILE_FILE,
+        learn_from_index,
+        merge_volatile,
+        read_volatile,
+    )
 
-
-class _FormMatchIndex(MatchIndex):
-    """A MatchIndex whose sessions see request bodies in the index's form."""
-
-    def session(self, policy: Any = None) -> Any:
-        inner = super().session(policy)
-        outer_match = inner.match
-
-        def match(method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> Any:
-            b, ct = request_body_form(method, content_type, body or b"")
-            return outer_match(method, url, b, ct)
-
-        inner.match = match  # type: ignore[method-assign]
-        return inner
+    found = []
+    for snap in snapshots:
+        if (Path(snap.path) / VOLATILE_FILE).is_file():
+            found.append(read_volatile(snap.path))
+        else:
+            found.append(learn_from_index(snap.entries()))
+    return merge_volatile(*found)
 
 
 def _capture_time(snapshot: Any, captures: Sequence[Capture]) -> dt.datetime:
@@ -107,7 +101,7 @@ class Replay:
     def __init__(self, snapshots: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0,
                  ca: ProjectCA | None = None, miss: str = "404", policy: str = "sequence", freeze: bool = True,
                  seed: int | None = None, rules_files: Sequence[Path] = (),
-                 fuzzy_threshold: float | None = None, guard_mode: str = "open") -> None:
+                 fuzzy_threshold: float | None = None, guard_mode: str = "open", fuzzy: bool = False) -> None:
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if miss != "live":
@@ -122,6 +116,7 @@ class Replay:
         self.seed = seed
         self.rules_files = list(rules_files)
         self.fuzzy_threshold = fuzzy_threshold
+        self.fuzzy = fuzzy
         self.guard_mode = guard_mode
         self.ca = ca
         self.snapshots: list[Any] = []
@@ -188,8 +183,9 @@ class Replay:
         if not captures:
             raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")
         rules = load_rules(self.rules_files) if self.rules_files else None
-        index = _FormMatchIndex(captures, rules=rules, policy=self.policy,  # type: ignore[arg-type]
-                                fuzzy_threshold=self.fuzzy_threshold)
+        index = MatchIndex(captures, rules=rules, policy=self.policy,  # type: ignore[arg-type]
+                           fuzzy_threshold=self.fuzzy_threshold, fuzzy=self.fuzzy,
+                           learned=load_learned(self.snapshots))
         self.captures = len(captures)
         self.capture_time = _capture_time(self.snapshots[0], [c for c in captures if c.ref[0] == 0])
         if self.freeze:

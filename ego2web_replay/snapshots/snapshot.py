@@ -26,6 +26,7 @@ from ..errors import ArchiveError, SnapshotError
 from ..models import FileDigest, SnapshotManifest, save_model
 from .cdxj import CdxjEntry, build_index, read_index, surt_key, write_index
 from .reader import ArchiveRecord, iter_records, read_record
+from .volatility import learn_from_index, write_volatile
 from .warc import ArchiveWriter, Compression, naive_utc
 
 __all__ = [
@@ -282,7 +283,9 @@ class SnapshotWriter:
             counts[record.rec_type] += 1
             if record.rec_type in ("response", "resource"):
                 payload_bytes += len(record.payload)
-        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path)]
+        volatile = write_volatile(self.path, learn_from_index(entries))
+        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
+                 file_digest(volatile, self.path)]
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
