@@ -9,7 +9,6 @@ others go on; an unreachable endpoint stops the run with one line.
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import Ego2WebError, JudgeError
-from ..models import Mode, Verdict
-from ..tasks import Task, TaskSuite, load_tasks
+from ..models import (
+    RUN_MANIFEST,
+    Mode,
+    RunManifest,
+    Task,
+    TaskSuite,
+    Verdict,
+    load_tasks,
+    read_model,
+)
 from .client import EndpointError
 from .registry import Judge, make_judge
 from .verdicts import error_verdict, write_verdict
@@ -46,14 +53,13 @@ def load_run_tasks(run_dir: Path, tasks: str | Path | TaskSuite | None) -> TaskS
         return tasks
     if tasks is not None:
         return load_tasks(tasks)
-    manifest = Path(run_dir) / "run.json"
+    manifest = Path(run_dir) / RUN_MANIFEST
     try:
-        data = json.loads(manifest.read_text("utf-8"))
+        suite = read_model(manifest, RunManifest, "run manifest", JudgeError).suite_path
     except FileNotFoundError:
         raise JudgeError(f"{manifest}: not found; pass --tasks FILE to say which tasks the run used") from None
-    except (json.JSONDecodeError, OSError) as e:
-        raise JudgeError(f"{manifest}: unreadable ({e}); pass --tasks FILE") from None
-    suite = data.get("suite_path") if isinstance(data, dict) else None
+    except JudgeError as e:
+        raise JudgeError(f"{e}; pass --tasks FILE") from None
     if not suite:
         raise JudgeError(f"{manifest}: has no suite_path; pass --tasks FILE")
     return load_tasks(suite)

@@ -22,49 +22,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from ..errors import AgentError, Ego2WebError
-from ..models import AgentSpec, episode_dir, save_model
-from ..tasks import TaskSuite
+from ..errors import Ego2WebError
+from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
 
 MODES = {"live": ("live",), "frozen": ("frozen",), "both": ("live", "frozen")}
-
-
-class RunSettings(BaseModel):
-    mode: str = "frozen"
-    max_steps: int = 40
-    timeout_s: float = 300.0
-    action_timeout_s: float = 20.0
-    workers: int = 1
-    snapshots_root: str | None = None
-    snapshot_id: str | None = None
-    guard: str = "open"
-    miss_policy: str = "404"
-
-
-class RunManifest(BaseModel):
-    """``run.json``."""
-
-    version: int = 1
-    run_id: str
-    started_at: datetime
-    finished_at: datetime | None = None
-    suite_path: str | None = None
-    suite_sha256: str | None = None
-    task_ids: list[str] = Field(default_factory=list)
-    agent: AgentSpec
-    agent_name: str = Field(description="The --agent value as given.")
-    modes: list[str]
-    settings: RunSettings
-    versions: dict[str, str] = Field(default_factory=dict)
-    git_commit: str | None = None
-    machine: dict[str, Any] = Field(default_factory=dict)
-    command: list[str] = Field(default_factory=list)
-    episodes: dict[str, int] = Field(default_factory=dict, description="Counts by end reason.")
 
 
 def _git_commit() -> str | None:
@@ -90,16 +54,6 @@ def _new_run_id(agent_name: str) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     short = agent_name.split(":")[0].replace("/", "-")[:16]
     return f"{stamp}-{short}-{uuid.uuid4().hex[:6]}"
-
-
-def load_run(run_dir: Path) -> RunManifest:
-    p = Path(run_dir) / "run.json"
-    try:
-        return RunManifest.model_validate(json.loads(p.read_text("utf-8")))
-    except FileNotFoundError:
-        raise Ego2WebError(f"{run_dir}: not a run folder (no run.json)") from None
-    except ValueError as e:
-        raise Ego2WebError(f"{p}: unreadable run manifest ({str(e).splitlines()[0]})") from None
 
 
 def list_runs(out: Path) -> list[tuple[Path, RunManifest]]:
@@ -251,11 +205,3 @@ def _run_pool(todo: list[EpisodeRequest], workers: int, done: Callable[[EpisodeS
                 fut.cancel()
             raise
 
-
-def check_agent(name: str, settings: dict[str, Any]) -> None:
-    from ..agents import make_agent
-
-    try:
-        make_agent(name, **settings)
-    except AgentError:
-        raise
