@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
+from .replay_options import replay_options
+
+if TYPE_CHECKING:
+    from ..models import ReplayConfig
 
 
 @click.command("run")
@@ -37,15 +42,14 @@ from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
               help="Live mode: which upstream hosts may be contacted.")
 @click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
-@click.option("--miss", "miss_policy", default="404", show_default=True,
-              help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
+@replay_options
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Write the run and each episode to this tracking database as they finish.")
 @click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            miss_policy: str, db: Path | None, no_db: bool) -> None:
+            replay: ReplayConfig, db: Path | None, no_db: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -58,7 +62,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, miss_policy=miss_policy)
+                           guard=guard, replay=replay)
     agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
     failures = []
     with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),

@@ -10,7 +10,6 @@ Lines are sorted bytewise, as ``LC_ALL=C sort`` does.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
