@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
+from ..config import DEFAULT_RUNS
+from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
+from ._output import progress, say
 from .replay_options import replay_options
 
 if TYPE_CHECKING:
@@ -22,8 +24,7 @@ if TYPE_CHECKING:
 @click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
               help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
                    "(the live run is archived too); both: live then frozen, paired per task.")
-@click.option("--snapshots", "snapshots_root", type=click.Path(path_type=Path), default=DEFAULT_SNAPSHOTS,
-              show_default=True, help="Where recorded snapshots are (frozen mode).")
+@snapshots_option("Where recorded snapshots are (frozen mode).")
 @click.option("--snapshot-id", default=None, help="Replay this snapshot id instead of each task's newest.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
               help="Folder that holds run folders.")
@@ -38,22 +39,19 @@ if TYPE_CHECKING:
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
 @click.option("--model", default=None, help="openai agent: model name.")
 @click.option("--base-url", default=None, help="openai agent: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
-@click.option("--guard", type=click.Choice(["open", "allowlist", "loopback"]), default="open", show_default=True,
-              help="Live mode: which upstream hosts may be contacted.")
-@click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
+@guard_option("Live mode: which upstream hosts may be contacted.")
+@upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
-@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
-              help="Write the run and each episode to this tracking database as they finish.")
-@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@db_options("the run and each episode as they finish")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            replay: ReplayConfig, db: Path | None, no_db: bool) -> None:
+            replay: ReplayConfig, db: Path | None) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
-    (trajectory.json, screenshots, replay stats, the live run's archive)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    (trajectory.json, screenshots, replay stats, the live run's archive).
 
+    One line per episode and the progress bar go to stderr; the run folder to stdout.
+    """
     from ..errors import Ego2WebError
     from ..runner.run import RunSettings, run_suite
     from ..tasks import load_tasks
@@ -65,27 +63,35 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
                            guard=guard, replay=replay)
     agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
     failures = []
-    with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn()) as progress:
-        bar = progress.add_task("starting", total=None)
+    sink = None
+    with progress("run") as bars:
+        bar = bars.add_task("starting", total=None)
+        if db is not None:
+            from ..tracking.sink import TrackingSink
+
+            sink = TrackingSink(db, warn=lambda msg: bars.console.print(f"[yellow]warning:[/yellow] {msg}"))
 
         def on_start(run_dir: Path, total: int, finished: int) -> None:
-            progress.update(bar, total=total, completed=finished, description=str(run_dir))
+            bars.update(bar, total=total, completed=finished, description=str(run_dir))
             if finished:
-                progress.console.print(f"resuming {run_dir}: {finished} of {total} episodes already done")
+                say(bars, f"resuming {run_dir}: {finished} of {total} episodes already done")
+            if sink is not None:
+                sink.run_started(run_dir)
 
         def on_episode(s) -> None:  # noqa: ANN001
+            if sink is not None:
+                sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
             colour = "green" if s.ok else "red"
-            progress.console.print(f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
-                                   f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
+            say(bars, f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
+                      f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
             if not s.ok:
                 failures.append(s)
-            progress.advance(bar)
+            bars.advance(bar)
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
-                               upstream_ca=upstream_ca, db=None if no_db else db, command=sys.argv, on_episode=on_episode,
+                               upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
                                on_start=on_start)
     click.echo(f"run folder: {run_dir}")
     if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:

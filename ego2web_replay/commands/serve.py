@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import signal
-import tempfile
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +91,8 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, replay: ReplayC
 
 def _check_writable(path: Path) -> None:
     """Fail before serving, not after, when the stats file cannot be written."""
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".stats-probe-"):

@@ -84,8 +84,8 @@ def _versions() -> dict[str, str]:
 
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
-              agent_settings: dict[str, Any], s: RunSettings, upstream_ca: Path | None,
-              db: Path | None) -> Iterator[EpisodeRequest]:
+              agent_settings: dict[str, Any], s: RunSettings,
+              upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
     for task in suite.select(list(task_ids)):
         for mode in MODES[s.mode]:
             yield EpisodeRequest(
@@ -93,13 +93,13 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, replay=s.replay, db=db)
+                upstream_ca=upstream_ca, replay=s.replay)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
               agent_settings: dict[str, Any] | None = None, task_ids: Sequence[str] = (),
               resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
-              db: Path | None = None, command: Sequence[str] = (),
+              command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
               on_start: Callable[[Path, int, int], None] | None = None) -> tuple[Path, list[EpisodeSummary]]:
     """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now."""
@@ -140,19 +140,15 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
                                versions=_versions(), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
-        if db is not None:
-            from ..tracking.ingest import record_run
-
-            record_run(db, run_dir)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca, db):
+                         upstream_ca):
         final = episode_dir(run_dir, req.task.id, req.mode)
         if (final / "trajectory.json").exists():
             continue
         todo.append(req)
     total = len(list(_requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings,
-                               settings, upstream_ca, db)))
+                               settings, upstream_ca)))
     if on_start:
         on_start(run_dir, total, total - len(todo))
     results: list[EpisodeSummary] = []

@@ -25,7 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any, Self
 
-from .httpd import LoopbackHTTPServer
+from ..httpd import LoopbackHTTPServer
 
 __all__ = ["DatasetteSite", "MkDocsSite", "PRODUCTS", "available"]
 
