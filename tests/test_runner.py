@@ -18,6 +18,8 @@ import pytest
 from ego2web_replay.actions import Action
 from ego2web_replay.cli import main
 from ego2web_replay.models import AgentSpec, episode_dir, load_trajectory
+from ego2web_replay.runner.episode import EpisodeRequest, run_episode
+from ego2web_replay.runner.executor import Executor
 from ego2web_replay.runner.run import RunSettings, load_run, run_suite
 from ego2web_replay.tasks import load_tasks
 from ego2web_replay.tracking.db import read_connection
@@ -228,6 +230,28 @@ def test_command_agent_browser_use_history(demo, tmp_path):
     assert t.steps[0].thought == "open the start page"
     assert t.extra["format"] == "browser-use"
     assert t.replay.exact >= 1 and t.replay.miss == 0
+
+
+class _LastFirst:
+    """Another executor: the jobs in reverse order, in this process, handed back as they finish."""
+
+    def __init__(self) -> None:
+        self.jobs: list[EpisodeRequest] = []
+
+    def run(self, jobs):
+        self.jobs = list(jobs)
+        for job in reversed(self.jobs):
+            yield run_episode(job)
+
+
+def test_the_runner_takes_any_executor(demo, tmp_path):
+    executor = _LastFirst()
+    assert isinstance(executor, Executor)
+    run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=tmp_path, task_ids=[MUG],
+                                 settings=_settings(demo), executor=executor)
+    assert [(j.task.id, j.mode) for j in executor.jobs] == [(MUG, "live"), (MUG, "frozen")]
+    assert [(r.mode, r.end_reason) for r in results] == [("frozen", "answered"), ("live", "answered")]
+    assert load_run(run_dir).episodes == {"answered": 2}
 
 
 def test_bad_command_agents_fail_alone(demo, tmp_path):

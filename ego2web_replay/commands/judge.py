@@ -46,7 +46,8 @@ def judge() -> None:
 @judge.command("run")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--judge", "judge_name", default="ego2web", show_default=True,
-              help=f"Which judge: {', '.join(JUDGE_NAMES)}.")
+              help=f"Which judge: {', '.join(JUDGE_NAMES)}; or a plugin: an installed "
+                   "'ego2web_replay.judges' entry point, or module:factory.")
 @click.option("--model", help="Judge model (default: $EGO2WEB_JUDGE_MODEL).")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
                                  "(default: $OPENAI_BASE_URL). The key is read from $OPENAI_API_KEY.")
@@ -93,7 +94,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
         sink = TrackingSink(db, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
 
         def on_verdict(episode: Path, verdict: Any) -> None:
-            sink.verdict_made(episode, verdict, judge=judge_name)
+            sink.verdict_made(episode, verdict)  # under the judge's own name, as its verdict file
 
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=output().progress, settings=settings, cache_dir=cache_dir,

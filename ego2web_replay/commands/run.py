@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 @click.command("run")
 @click.argument("tasks_file", type=click.Path(path_type=Path))
 @click.option("--agent", "agent_name", required=True,
-              help="scripted | openai | 'command:<program>' | <module>:<factory>.")
+              help="scripted | openai | 'command:<program>' | an installed 'ego2web_replay.agents' "
+                   "entry point | <module>:<factory>.")
 @click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
               help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
                    "(the live run is archived too); both: live then frozen, paired per task.")
@@ -43,10 +44,13 @@ if TYPE_CHECKING:
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
 @db_options("the run and each episode as they finish")
+@click.option("--keep-credentials", is_flag=True,
+              help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
+                   "trajectories instead of redacting them.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            replay: ReplayConfig, db: Path | None) -> None:
+            replay: ReplayConfig, db: Path | None, keep_credentials: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -60,7 +64,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, replay=replay)
+                           guard=guard, replay=replay, keep_credentials=keep_credentials)
     agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
     failures = []
     sink = None

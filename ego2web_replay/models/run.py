@@ -35,6 +35,8 @@ class RunSettings(BaseModel):
     guard: str = Field(default="open", description="Upstream guard mode of the live proxy.")
     replay: ReplayConfig = Field(default_factory=ReplayConfig, description="How frozen episodes are replayed "
                                  "(rules, repeated captures, freeze, miss policy, opt-in nearest capture).")
+    keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
+                                                              "trajectories instead of redacting them.")
 
 
 class RunManifest(FileModel):
