@@ -26,7 +26,7 @@ from urllib.parse import unquote_plus
 from ..atomic import atomic_write_text
 from .cdxj import CdxjEntry
 
-__all__ = ["VOLATILE_FILE", "path_group", "learn_volatile", "learn_from_index", "write_volatile", "read_volatile", "merge_volatile"]
+__all__ = ["VOLATILE_FILE", "path_group", "learn_volatile", "learn_from_index", "volatile_text", "write_volatile", "read_volatile", "merge_volatile"]
 
 VOLATILE_FILE = "volatile.json"
 _VERSION = 1
@@ -113,10 +113,15 @@ def learn_from_index(entries: Iterable[CdxjEntry]) -> dict[str, list[str]]:
                           if e.record_type in ("response", "revisit"))
 
 
+def volatile_text(learned: Mapping[str, list[str]]) -> bytes:
+    """The bytes of ``volatile.json``."""
+    return (json.dumps({"version": _VERSION, "paths": dict(learned)}, indent=2) + "\n").encode("utf-8")
+
+
 def write_volatile(folder: Path, learned: Mapping[str, list[str]]) -> Path:
     """Write ``volatile.json`` into a snapshot folder (atomically)."""
     path = Path(folder) / VOLATILE_FILE
-    atomic_write_text(path, json.dumps({"version": _VERSION, "paths": dict(learned)}, indent=2) + "\n")
+    atomic_write_text(path, volatile_text(learned).decode("utf-8"))
     return path
 
 
