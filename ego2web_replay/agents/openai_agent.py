@@ -5,8 +5,9 @@ and the agent's input modality is ``keyframes``), the current screenshot and a
 numbered list of interactive elements, and asks for one action as a JSON
 object ``{"thought": ..., "action": {"kind": ..., ...}}``. A malformed reply is
 answered with the parse error and retried (``max_retries``); a reply that stays
-malformed is recorded as the step's error and ends the episode. HTTP 429/5xx
-and timeouts are retried with exponential backoff.
+malformed is recorded as the step's error and ends the episode. HTTP 408/429/5xx,
+timeouts and refused connections are retried with exponential backoff
+(``http_retries``; :mod:`ego2web_replay.retry`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import base64
 import json
 import os
 import re
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from ..actions import Action
 from ..errors import AgentError
 from ..models import AgentSpec
+from ..retry import RetriesExhausted, retry_call
 from ..tasks import Task
 from .base import Observation
 
@@ -143,27 +144,22 @@ class OpenAIAgent:
     def _call(self, messages: list[dict[str, Any]]) -> str:
         import openai
 
-        delay = self.backoff_s
-        last: Exception | None = None
-        for attempt in range(self.http_retries + 1):
-            try:
-                resp = self.client().chat.completions.create(model=self.model, messages=messages,
-                                                             temperature=self.temperature)
-                self.usage["calls"] += 1
-                if resp.usage:
-                    self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
-                    self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
-                return resp.choices[0].message.content or ""
-            except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
-                    openai.APIConnectionError) as e:
-                last = e
-                if attempt < self.http_retries:
-                    time.sleep(delay)
-                    delay *= 2
-            except openai.APIStatusError as e:
-                raise AgentError(f"the model endpoint answered HTTP {e.status_code}: {str(e)[:200]}") from None
-        raise AgentError(f"the model endpoint failed after {self.http_retries + 1} attempts: "
-                         f"{type(last).__name__}: {str(last)[:200]}")
+        def once() -> Any:
+            return self.client().chat.completions.create(model=self.model, messages=messages,
+                                                         temperature=self.temperature)
+
+        try:
+            resp = retry_call(once, retries=self.http_retries, backoff_s=self.backoff_s)
+        except RetriesExhausted as e:
+            raise AgentError(f"the model endpoint failed after {e.attempts} attempts: "
+                             f"{type(e.last).__name__}: {str(e.last)[:200]}") from None
+        except openai.APIStatusError as e:
+            raise AgentError(f"the model endpoint answered HTTP {e.status_code}: {str(e)[:200]}") from None
+        self.usage["calls"] += 1
+        if resp.usage:
+            self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
+            self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
+        return resp.choices[0].message.content or ""
 
     def act(self, obs: Observation) -> Action:
         correction: str | None = None
