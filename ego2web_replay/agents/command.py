@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from ..actions import Action
 from ..browser import sealed_chromium_args
+from ..lifeline import preexec_die_with_parent
 from ..models import AgentSpec, Step, Trajectory
 from ..tasks import Task
 from .base import EpisodeEnv
@@ -153,7 +154,8 @@ def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[i
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(program, shell=True, env=env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=preexec_die_with_parent)
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -25,6 +25,7 @@ from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run,
 from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
+from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
 
@@ -119,6 +120,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         if run_dir is None:
             raise Ego2WebError(f"nothing to resume under {out} for this suite and agent; run without --resume")
     if run_dir is not None:
+        held = RunFolderLock(run_dir).acquire()  # released when the run ends or this process dies
         manifest = load_run(run_dir)
         if manifest.suite_sha256 and manifest.suite_sha256 != suite.sha256:
             raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
@@ -134,6 +136,10 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise Ego2WebError(f"cannot create the run folder {run_dir}: {e.strerror or e}") from None
+        held = RunFolderLock(run_dir).acquire()
+        if (run_dir / "run.json").exists():  # another run took this id between the check and the lock
+            held.release()
+            raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
         manifest = RunManifest(run_id=run_dir.name, started_at=datetime.now(UTC),
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
                                task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
@@ -172,6 +178,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         counts[reason] = counts.get(reason, 0) + 1
     manifest.episodes = counts
     save_model(run_dir / "run.json", manifest)
+    held.release()  # on an exception the lock file closes with this frame (or with the process)
     return run_dir, results
 
 
