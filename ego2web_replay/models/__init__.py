@@ -21,7 +21,7 @@ loaded from these models and the report is drawn from them.
 from __future__ import annotations
 
 from .action import ACTION_KINDS, Action, ActionKind
-from .base import FileModel, describe_validation_error, read_model, save_model
+from .base import FileModel, describe_validation_error, parse_model, read_model, save_model
 from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
 from .run import RUN_MANIFEST, RunManifest, RunSettings, load_run
@@ -65,5 +65,6 @@ __all__ = [
     "load_trajectory",
     "parse_timestamp",
     "read_model",
+    "parse_model",
     "save_model",
 ]

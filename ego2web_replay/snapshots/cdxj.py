@@ -26,7 +26,7 @@ from ..errors import ArchiveError
 from ..models.index import IndexEntry
 from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
-__all__ = ["IndexEntry", "CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
+__all__ = ["IndexEntry", "CdxjEntry", "build_index", "write_index", "read_index", "parse_index", "index_text", "post_query", "request_body_query", "surt_key"]
 
 MAX_QUERY_LENGTH = 4096
 _INDEXED = ("response", "revisit", "resource")
@@ -262,11 +262,16 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
     )
 
 
+def index_text(entries: list[IndexEntry]) -> str:
+    """The CDXJ file of ``entries``: one line each, sorted bytewise."""
+    lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
+    return "".join(line + "\n" for line in lines)
+
+
 def write_index(entries: list[IndexEntry], path: Path) -> None:
     """Write entries to ``path`` (sorted bytewise), atomically."""
-    lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
     try:
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
+        atomic_write_text(path, index_text(entries))
     except OSError as e:
         raise ArchiveError(f"{path}: cannot write the index ({e.strerror})") from None
 
@@ -280,6 +285,11 @@ def read_index(path: Path) -> list[IndexEntry]:
         raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ArchiveError(f"{path}: cannot read the index ({e})") from None
+    return parse_index(text, path)
+
+
+def parse_index(text: str, path: Path | str) -> list[IndexEntry]:
+    """The entries of CDXJ ``text`` (the content of ``path``); a corrupt line raises :class:`ArchiveError`."""
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("!"):  # blank, or a header line (!meta, !OpenWayback ...)

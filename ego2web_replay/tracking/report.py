@@ -6,6 +6,7 @@ Layout::
     <out>/report.css                       the only stylesheet (shipped in this package)
     <out>/episodes/<run>/<task>-<mode>.html      one page per episode
     <out>/episodes/<run>/<task>-<mode>_files/    its screenshots and video keyframes (copied)
+    <out>/flips/<agent>-<judge>/<task>-<live run>.html   one page per flip (:mod:`.report_flips`)
 
 Video keyframes are the images in the episode's ``keyframes/`` folder and in
 the judge's keyframe cache beside the task's video (``<video>.keyframes/``,
@@ -123,11 +124,17 @@ def _comparison_html(comp: Comparison) -> str:
                             [[escape(c.category), str(c.n), pct(c.live_rate), pct(c.frozen_rate)]
                              for c in g.categories], numeric={1, 2, 3}))
         if g.flips:
-            parts.append("<p>Flips (success in one mode only) and what drift probes say about the task's pages:</p>")
+            from .report_flips import flip_page_path
+
+            parts.append("<p>Flips (success in one mode only) and what had changed at the time of the live run:</p>")
             parts.append(_table(
-                ["task", "category", "success in", "drift probe", "probed at", "frozen misses", "episodes"],
-                [[escape(f.task_id), escape(f.category), f.direction, escape(f.drift_status),
-                  f.probed_at.strftime("%Y-%m-%d %H:%M") if f.probed_at else "–", str(f.frozen_misses),
+                ["task", "category", "success in", "site at live run", "from", "likeliest cause", "frozen misses",
+                 "episodes"],
+                [[f'<a href="{flip_page_path(g.agent, g.judge, f.task_id, f.live_run)}">{escape(f.task_id)}</a>',
+                  escape(f.category), f.direction, escape(f.drift_status),
+                  escape(f.attribution.source if f.attribution else "none"),
+                  escape(f"{f.attribution.resources[0].status} {f.attribution.resources[0].url}")
+                  if f.attribution and f.attribution.resources else "–", str(f.frozen_misses),
                   f'<a href="{episode_page_path(f.live_run, f.task_id, "live")}">live</a> · '
                   f'<a href="{episode_page_path(f.frozen_run, f.task_id, "frozen")}">frozen</a>'] for f in g.flips]))
         flagged = [e for e in g.frozen_episodes if e.flagged]
@@ -319,7 +326,28 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2]), []), page, video_frames.get((e[0], e[1])))
         assets += n
         page.write_text(_page(f"{e[1]} · {e[2]} · {e[0]}", body, "../../", generated), "utf-8")
+    assets += _write_flip_pages(comp, episodes, out, generated)
     index = out / "index.html"
     index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
                            generated), "utf-8")
     return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets)
+
+
+def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, generated: str) -> int:
+    """One page per flip (:mod:`.report_flips`); returns the images copied."""
+    from .report_flips import flip_body, flip_page_path
+
+    paths = {(e[0], e[1], e[2]): e[15] for e in episodes}
+    assets = 0
+    for g in comp.groups:
+        for f in g.flips:
+            page = out / flip_page_path(g.agent, g.judge, f.task_id, f.live_run)
+            page.parent.mkdir(parents=True, exist_ok=True)
+            if (files := page.with_name(page.stem + "_files")).exists():
+                shutil.rmtree(files)
+            body, n = flip_body(f, g.agent, g.judge, {"live": paths.get((f.live_run, f.task_id, "live")),
+                                                      "frozen": paths.get((f.frozen_run, f.task_id, "frozen"))}, page)
+            assets += n
+            page.write_text(_page(f"Flip: {f.task_id} ({f.direction})", body, "../../", generated), "utf-8")
+    return assets
+
