@@ -33,7 +33,7 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
     out = out or Path(tempfile.mkdtemp(prefix="ego2web-demo-"))
     console = make_console(min_width=150)
     result = run_demo(out, workers=workers, task_ids=list(task_ids) or None, base_url=base_url, model=model,
-                      say=lambda s: console.print(s, highlight=False))
+                      say=lambda s: console.print(s, highlight=False, markup=False))
     for table in comparison_tables(result.comparison):
         console.print(table)
     groups = result.comparison.groups if result.comparison else []
