@@ -23,7 +23,7 @@ from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
 from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
-from .storage import LocalStorage, Storage
+from .storage import LocalStorage, Storage, SubStorage
 from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
 from .warc import ArchiveWriter, Compression, naive_utc
 
@@ -358,22 +358,27 @@ class SnapshotInfo:
         return self.manifest is not None
 
 
-def list_snapshots(root: Path) -> list[SnapshotInfo]:
-    """Every snapshot folder under ``root``: tasks in name order, newest snapshot first."""
+def list_snapshots(root: Path, storage: Storage | None = None) -> list[SnapshotInfo]:
+    """Every snapshot folder under ``root`` (read through ``storage``, default the folder on disk):
+    tasks in name order, newest snapshot first."""
     root = Path(root)
-    if not root.exists():
+    if storage is None and not root.is_dir():
         raise SnapshotError(f"{root}: snapshots folder not found")
+    store = storage or LocalStorage(root)
     found: list[SnapshotInfo] = []
-    for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for task in (n for n in store.list() if n.endswith("/")):
         infos = []
-        for snap_dir in (p for p in task_dir.iterdir() if p.is_dir()):
-            if not (snap_dir / MANIFEST).exists() and find_archive(snap_dir) is None:
+        for snap in (n for n in store.list(task) if n.endswith("/")):
+            files = {name.rsplit("/", 1)[-1] for name in store.list(snap)}
+            if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
                 continue
+            task_id, snapshot_id = snap.strip("/").split("/")
             try:
-                manifest: SnapshotManifest | None = load_manifest(snap_dir)
+                manifest: SnapshotManifest | None = load_manifest(root / task_id / snapshot_id,
+                                                                  SubStorage(store, snap) if storage else None)
             except SnapshotError:
                 manifest = None
-            infos.append(SnapshotInfo(snap_dir, task_dir.name, snap_dir.name, manifest))
+            infos.append(SnapshotInfo(root / task_id / snapshot_id, task_id, snapshot_id, manifest))
         infos.sort(key=_newest_key, reverse=True)
         found.extend(infos)
     return found
