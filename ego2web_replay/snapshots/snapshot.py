@@ -24,6 +24,7 @@ from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
 from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
 from .storage import LocalStorage, Storage
+from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
 from .warc import ArchiveWriter, Compression, naive_utc
 
 __all__ = [
@@ -296,7 +297,9 @@ class SnapshotWriter:
             counts[record.rec_type] += 1
             if record.rec_type in ("response", "resource"):
                 payload_bytes += len(record.payload)
-        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path)]
+        self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries)), "the learned volatility")
+        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
+                 file_digest(self.path / VOLATILE_FILE, self.path)]
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
