@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from ego2web_replay.errors import SnapshotError
-from ego2web_replay.snapshots import Snapshot, SnapshotWriter
-from ego2web_replay.snapshots.storage import LocalStorage, Storage, copy_snapshot, walk
+from ego2web_replay.snapshots import Snapshot, SnapshotWriter, list_snapshots
+from ego2web_replay.snapshots.storage import LocalStorage, Storage, SubStorage, copy_snapshot, walk
 from ego2web_replay.testing.storage import MemoryStorage
 
 BIG = os.urandom(300_000)  # incompressible, so the archive is large and one small record is a small range
@@ -83,3 +83,19 @@ def test_storage_errors_name_the_snapshot(tmp_path: Path) -> None:
         Snapshot.open(Path("memory/x"), storage=mem)
     with pytest.raises(FileNotFoundError, match="only a finished snapshot"):
         copy_snapshot(MemoryStorage(), mem)
+
+
+def test_a_snapshots_root_is_listed_and_opened_through_its_storage(tmp_path: Path) -> None:
+    folder = _snapshot(tmp_path)
+    unfinished = SnapshotWriter(tmp_path, "shop", clock=lambda: datetime(2026, 12, 1))  # killed: no manifest
+    unfinished.writer.close()
+    mem = MemoryStorage()
+    for name in walk(LocalStorage(tmp_path)):
+        mem.write_atomic(name, LocalStorage(tmp_path).read(name))
+    local, remote = list_snapshots(tmp_path), list_snapshots(Path("memory"), storage=mem)
+    assert [(i.task_id, i.snapshot_id, i.complete) for i in remote] == \
+        [(i.task_id, i.snapshot_id, i.complete) for i in local] == \
+        [("shop", unfinished.snapshot_id, False), ("shop", folder.name, True)]
+    assert remote[1].manifest == local[1].manifest and remote[1].path == Path("memory/shop") / folder.name
+    snap = Snapshot.open(remote[1].path, storage=SubStorage(mem, f"shop/{folder.name}"))
+    assert [e.url for e in snap.entries()] == [e.url for e in Snapshot.open(folder).entries()]

@@ -69,6 +69,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
 
     from ..models import load_trajectory
     from ..runner.run import load_run
+    from ..validity import episode_validity
 
     m = load_run(run_dir)
     rows: list[dict[str, Any]] = []
@@ -76,7 +77,8 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
         t = load_trajectory(traj_file)
         rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
-                     "missed_urls": t.replay.missed_urls if t.replay else [], "error": t.error})
+                     "missed_urls": t.replay.missed_urls if t.replay else [], "validity": episode_validity(t),
+                     "error": t.error})
     if json_out:
         emit_machine(json_out, json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2) + "\n")
         if is_stdout(json_out):
@@ -84,11 +86,43 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
     out = console()
     out.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
               f"suite={m.suite_path}", highlight=False, markup=False)
-    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "error")
+    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "validity", "error")
     for r in rows:
         episodes.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
-                         "" if r["misses"] is None else str(r["misses"]), (r["error"] or "")[:60])
+                         "" if r["misses"] is None else str(r["misses"]), r["validity"] or "",
+                         (r["error"] or "")[:60])
     out.print(episodes)
+    frozen = [r["validity"] for r in rows if r["mode"] == "frozen"]
+    if frozen:
+        shares = ", ".join(f"{name} {frozen.count(name)}" for name in ("complete", "degraded", "off-snapshot"))
+        out.print(f"frozen episodes: {len(frozen)} ({shares}); only complete ones saw recorded pages alone",
+                  highlight=False, markup=False)
+
+
+@runs_group.command("coverage")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--runs", "runs_root", type=click.Path(path_type=Path), default=None,
+              help="Where to look for live-run archives (default: the run folder's parent).")
+@json_option("the coverage per task")
+def runs_coverage(run_dir: Path, runs_root: Path | None, json_out: str | None) -> None:
+    """List, per frozen episode of RUN_DIR, the documents and content fetches that missed and which
+    archived live runs hold them (merge those with `snapshot extend`)."""
+    import json
+
+    from ..tracking.coverage import run_coverage
+
+    report = run_coverage(run_dir, runs_root)
+    if json_out:
+        emit_machine(json_out, json.dumps([t.model_dump(mode="json") for t in report], indent=2) + "\n")
+        if is_stdout(json_out):
+            return
+    out = console()
+    for t in report:
+        out.print(f"{t.task_id}: {t.validity or 'unknown'}, {len(t.missed)} missed document(s)/content fetch(es)",
+                  highlight=False, markup=False)
+        for m in t.missed:
+            held = ", ".join(m.held_by) if m.held_by else "no live-run archive holds it"
+            out.print(f"  {m.method} {m.url}  [{m.kind or '?'}]  -> {held}", highlight=False, markup=False)
 
 
 COMMANDS = [runs_group]

@@ -27,6 +27,8 @@ from email.parser import BytesParser
 from email.policy import HTTP
 from urllib.parse import unquote_plus, urlencode
 
+from ..limits import depth_ok
+
 __all__ = ["MAX_QUERY_LENGTH", "post_query", "request_body_query"]
 
 MAX_QUERY_LENGTH = 4096
@@ -53,6 +55,8 @@ def _flatten_json(body: bytes) -> str:
         elif name:
             add(name, node)
 
+    if not depth_ok(body):  # walk() recurses once per level
+        raise ValueError("JSON body nested too deep to index")
     try:
         walk(json.loads(body))
     except json.JSONDecodeError:

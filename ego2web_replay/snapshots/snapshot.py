@@ -23,7 +23,7 @@ from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
 from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
-from .storage import LocalStorage, Storage
+from .storage import LocalStorage, Storage, SubStorage
 from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
 from .warc import ArchiveWriter, Compression, naive_utc
 
@@ -202,7 +202,7 @@ def _check_id(kind: str, value: str) -> str:
     return value
 
 
-_SOURCES = ("record", "live-run", "probe", "import")
+_SOURCES = ("record", "live-run", "probe", "import", "extend")
 
 
 class SnapshotWriter:
@@ -244,6 +244,7 @@ class SnapshotWriter:
         self.pages: list[str] = []
         self.screenshots: list[str] = []
         self.notes: list[str] = []
+        self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
         self.writer = ArchiveWriter(
             self.path / ARCHIVE_NAMES[compression],
             compression=compression,
@@ -300,6 +301,7 @@ class SnapshotWriter:
         self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries)), "the learned volatility")
         files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
                  file_digest(self.path / VOLATILE_FILE, self.path)]
+        files += [file_digest(self.path / name, self.path) for name in self.extra_files]
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
@@ -358,22 +360,27 @@ class SnapshotInfo:
         return self.manifest is not None
 
 
-def list_snapshots(root: Path) -> list[SnapshotInfo]:
-    """Every snapshot folder under ``root``: tasks in name order, newest snapshot first."""
+def list_snapshots(root: Path, storage: Storage | None = None) -> list[SnapshotInfo]:
+    """Every snapshot folder under ``root`` (read through ``storage``, default the folder on disk):
+    tasks in name order, newest snapshot first."""
     root = Path(root)
-    if not root.exists():
+    if storage is None and not root.is_dir():
         raise SnapshotError(f"{root}: snapshots folder not found")
+    store = storage or LocalStorage(root)
     found: list[SnapshotInfo] = []
-    for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for task in (n for n in store.list() if n.endswith("/")):
         infos = []
-        for snap_dir in (p for p in task_dir.iterdir() if p.is_dir()):
-            if not (snap_dir / MANIFEST).exists() and find_archive(snap_dir) is None:
+        for snap in (n for n in store.list(task) if n.endswith("/")):
+            files = {name.rsplit("/", 1)[-1] for name in store.list(snap)}
+            if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
                 continue
+            task_id, snapshot_id = snap.strip("/").split("/")
             try:
-                manifest: SnapshotManifest | None = load_manifest(snap_dir)
+                manifest: SnapshotManifest | None = load_manifest(root / task_id / snapshot_id,
+                                                                  SubStorage(store, snap) if storage else None)
             except SnapshotError:
                 manifest = None
-            infos.append(SnapshotInfo(snap_dir, task_dir.name, snap_dir.name, manifest))
+            infos.append(SnapshotInfo(root / task_id / snapshot_id, task_id, snapshot_id, manifest))
         infos.sort(key=_newest_key, reverse=True)
         found.extend(infos)
     return found

@@ -24,7 +24,7 @@ from typing import BinaryIO, Protocol, runtime_checkable
 
 from ..atomic import atomic_write_bytes
 
-__all__ = ["Storage", "LocalStorage", "walk", "copy_snapshot"]
+__all__ = ["Storage", "LocalStorage", "SubStorage", "walk", "copy_snapshot"]
 
 MANIFEST = "manifest.json"
 
@@ -89,6 +89,33 @@ class LocalStorage:
         target = self.path(name)
         target.parent.mkdir(parents=True, exist_ok=True)
         atomic_write_bytes(target, data)
+
+
+class SubStorage:
+    """The folder ``prefix`` of another storage, as a storage of its own (one snapshot of a root)."""
+
+    def __init__(self, base: Storage, prefix: str) -> None:
+        self.base = base
+        self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
+
+    def __repr__(self) -> str:
+        return f"{self.base!r}/{self.prefix}"
+
+    def open(self, name: str) -> BinaryIO:
+        return self.base.open(self.prefix + name)
+
+    def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
+        return self.base.read(self.prefix + name, offset, length)
+
+    def exists(self, name: str) -> bool:
+        return self.base.exists(self.prefix + name)
+
+    def list(self, prefix: str = "") -> list[str]:
+        inner = self.prefix + (prefix.strip("/") + "/" if prefix.strip("/") else "")
+        return [name[len(self.prefix):] for name in self.base.list(inner)]
+
+    def write_atomic(self, name: str, data: bytes) -> None:
+        self.base.write_atomic(self.prefix + name, data)
 
 
 def walk(storage: Storage, prefix: str = "") -> Iterator[str]:

@@ -23,6 +23,7 @@ from ..errors import TrackingError
 from .attribution import DEFAULT_PROBE_WINDOW, Attribution, attach_attributions
 from .db import read_connection
 from .stats import PairedCounts, bootstrap_diff_ci, mcnemar_exact, paired_counts, rate
+from .validity import FrozenValidity, attach_validity
 
 __all__ = [
     "SELECTION",
@@ -64,6 +65,7 @@ class FrozenEpisode(BaseModel):
     miss_rate: float | None
     missed_urls: list[str] = Field(default_factory=list)
     flagged: bool = Field(description="True when the replay had misses: the score may reflect them.")
+    validity: str | None = Field(default=None, description="complete, degraded or off-snapshot.")
 
 
 class Flip(BaseModel):
@@ -103,6 +105,8 @@ class GroupComparison(BaseModel):
     flagged_episodes: int
     frozen_episodes: list[FrozenEpisode]
     flips: list[Flip]
+    frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
+                                                   "complete episodes, and the share of each validity class.")
 
 
 class Comparison(BaseModel):
@@ -170,6 +174,7 @@ def compare(
     groups = [_group(agent, judge, tasks, iterations, seed, level)
               for (agent, judge), tasks in sorted(by_group.items())]
     attach_attributions(db_path, groups, probe_window)
+    attach_validity(db_path, groups)
     return Comparison(db=str(db_path), generated_at=datetime.now(UTC), iterations=iterations, seed=seed,
                       level=level, groups=groups)
 

@@ -46,7 +46,7 @@ _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif"}
 _EPISODES = """
 SELECT e.run_id, e.task_id, e.mode, coalesce(e.category, 'unknown'), e.agent, e.snapshot_id, e.steps, e.end_reason,
        e.answer, e.error, e.replay_exact, e.replay_canonical, e.replay_fuzzy, e.replay_miss,
-       coalesce(e.missed_urls, '[]'), e.path
+       coalesce(e.missed_urls, '[]'), e.path, e.validity
 FROM episodes e LEFT JOIN runs r USING (run_id)
 ORDER BY r.started_at DESC NULLS LAST, e.run_id, e.task_id, e.mode
 """
@@ -99,6 +99,22 @@ def _ok(success: bool | None) -> str:
 # -- index -------------------------------------------------------------------------------
 
 
+def _validity_html(comp: Comparison) -> str:
+    """Frozen success is never shown without its coverage: success over all and over complete episodes."""
+    rows = []
+    for g in comp.groups:
+        v = g.frozen_validity
+        if v is None:
+            continue
+        rows.append([escape(g.agent), escape(g.judge), str(v.episodes), pct(v.success_rate), str(v.complete),
+                     pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
+                     pct(v.shares.get("off-snapshot"))])
+    return ("<p>Frozen coverage: <em>complete</em> episodes saw only recorded pages; <em>off-snapshot</em> "
+            "ones missed a document or content fetch (marked in the episode list).</p>"
+            + _table(["agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
+                      "complete", "degraded", "off-snapshot"], rows, numeric=set(range(2, 9))))
+
+
 def _comparison_html(comp: Comparison) -> str:
     if not comp.groups:
         return '<p class="note">No episodes with verdicts yet.</p>'
@@ -117,7 +133,8 @@ def _comparison_html(comp: Comparison) -> str:
              f"{comp.iterations} resamples, seed {comp.seed}. McNemar: exact two-sided test on discordant pairs.</p>",
              _table(["agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                      "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"],
-                    rows, numeric=set(range(2, 15)))]
+                    rows, numeric=set(range(2, 15))),
+             _validity_html(comp)]
     for g in comp.groups:
         parts.append(f"<h3>{escape(g.agent)} · {escape(g.judge)}</h3>")
         parts.append(_table(["category", "paired tasks", "live", "frozen"],
@@ -170,9 +187,11 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
         vs = verdicts.get((run_id, task_id, mode), [])
         vtext = ", ".join(f"{escape(v[3])}: {'✓' if v[5] else '✗'}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
+        if e[16]:
+            misses += f" ({escape(e[16])})"
         rows.append([f'<a href="{episode_page_path(run_id, task_id, mode)}">{escape(task_id)}</a>', escape(mode),
                      escape(run_id), escape(e[4] or "?"), escape(e[3]), str(e[6]), escape(e[7] or ""), vtext, misses])
-    flags = ["flag" if e[13] else "" for e in episodes]
+    flags = ["flag" if e[13] or e[16] == "off-snapshot" else "" for e in episodes]
     return "\n".join([
         "<h2>Live vs frozen</h2>", _comparison_html(comp),
         "<h2>Drift since capture</h2>", _drift_html(drift),
@@ -254,7 +273,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
             traj = None
     facts = [["task", escape(task_id)], ["run", escape(run_id)], ["agent", escape(agent or "?")], ["category", escape(category)],
              ["mode", escape(mode)], ["snapshot", escape(e[5] or "–")], ["steps", str(e[6])],
-             ["end reason", escape(e[7] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
+             ["end reason", escape(e[7] or "–")], ["validity", escape(e[16] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
     if e[9]:
         facts.append(["error", f'<span class="fail">{escape(e[9])}</span>'])
     parts = [_table(None, facts)]
