@@ -10,7 +10,6 @@ Chromium (mitmproxy allows one proxy per process). A finished episode is a
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -21,7 +20,15 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
+from ..models import (
+    RunManifest,
+    RunSettings,
+    TaskSuite,
+    end_reason_counts,
+    episode_dir,
+    load_run,
+    save_model,
+)
 from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
@@ -169,14 +176,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         done(summary)
     manifest = load_run(run_dir)
     manifest.finished_at = datetime.now(UTC)
-    counts: dict[str, int] = {}
-    for d in (run_dir / "episodes").glob("*/*/trajectory.json"):
-        try:
-            reason = json.loads(d.read_text("utf-8")).get("end_reason", "?")
-        except (OSError, ValueError):
-            reason = "unreadable"
-        counts[reason] = counts.get(reason, 0) + 1
-    manifest.episodes = counts
+    manifest.episodes = end_reason_counts(run_dir)
     save_model(run_dir / "run.json", manifest)
     held.release()  # on an exception the lock file closes with this frame (or with the process)
     return run_dir, results
