@@ -95,7 +95,7 @@ def save_model(path: str | os.PathLike[str], model: BaseModel) -> None:
     atomic_write_text(path, model.model_dump_json(indent=2) + "\n")
 
 
-MAX_ID_LENGTH = 128
+MAX_ID_LENGTH = 200  # a path component: 255 bytes at most, with room for ".partial" and the like
 _ID = re.compile(r"[A-Za-z0-9._-]+")
 
 
