@@ -39,18 +39,41 @@ from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
               help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @click.option("--miss", "miss_policy", default="404", show_default=True,
               help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
+@click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
+              help="What the agent gets of the task's video, always derived from the whole video "
+                   "(default: the agent's own: openai keyframes, command video, scripted none).")
+@click.option("--keyframes", "n_keyframes", type=click.IntRange(1), default=8, show_default=True,
+              help="keyframes: frames sampled uniformly over the whole video.")
+@click.option("--video-fps", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="video: frames per second sent when the video goes as frames.")
+@click.option("--video-transport", type=click.Choice(["frames", "video_url"]), default="frames", show_default=True,
+              help="video: dense frames, or the file as a video_url part (endpoints that take video, e.g. vLLM).")
+@click.option("--frame-size", type=click.IntRange(16), default=512, show_default=True,
+              help="Longest side of video frames sent to the agent, in pixels.")
+@click.option("--temperature", type=float, default=None, help="openai agent: sampling temperature (default 0).")
+@click.option("--seed", type=int, default=None, help="openai agent: sampling seed sent to the endpoint.")
+@click.option("--max-output-tokens", type=click.IntRange(1), default=None,
+              help="openai agent: reply limit (sent as max_completion_tokens, as reasoning models require).")
+@click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help="openai agent: seconds to wait for one model reply (default 60).")
+@click.option("--image-size", type=click.IntRange(16), default=None,
+              help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
               help="Write the run and each episode to this tracking database as they finish.")
 @click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            miss_policy: str, db: Path | None, no_db: bool) -> None:
+            miss_policy: str, modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
+            frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
+            agent_timeout: float | None, image_size: int | None, db: Path | None, no_db: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ..errors import Ego2WebError
+    from ..runner.episode import ERROR_REASONS
+    from ..runner.inputs import InputSettings
     from ..runner.run import RunSettings, run_suite
     from ..tasks import load_tasks
 
@@ -58,9 +81,13 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, miss_policy=miss_policy)
-    agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
-    failures = []
+                           guard=guard, miss_policy=miss_policy,
+                           inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
+                                                video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
+                                                max_side=frame_size))
+    agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
+                      "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
+                      "image_max_side": image_size} if agent_name == "openai" else {}
     with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn()) as progress:
         bar = progress.add_task("starting", total=None)
@@ -75,8 +102,6 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
             colour = "green" if s.ok else "red"
             progress.console.print(f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
                                    f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
-            if not s.ok:
-                failures.append(s)
             progress.advance(bar)
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
@@ -84,8 +109,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
                                upstream_ca=upstream_ca, db=None if no_db else db, command=sys.argv, on_episode=on_episode,
                                on_start=on_start)
     click.echo(f"run folder: {run_dir}")
-    if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:
-        raise Ego2WebError(f"every episode failed to set up; first error: {failures[0].error}")
+    if _ and all(s.end_reason in ERROR_REASONS for s in _):
+        raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "
+                           f"first error: {_[0].error}")
 
 
 COMMANDS = [run_cmd]

@@ -9,10 +9,10 @@ evidence into a :class:`~ego2web_replay.models.Verdict`.
 - :func:`agreement`: a judge's agreement with human labels.
 """
 
+from ..media.keyframes import Keyframe, KeyframeError, extract_keyframes
 from .agreement import AgreementReport, AgreementStats, agreement, compute_stats, load_labels
 from .cache import CallCache
 from .client import EndpointError, Image, LLMClient, LLMConfig, Message, resolve_config
-from .keyframes import Keyframe, KeyframeError, extract_keyframes
 from .pages import DictPages, PageSource, SnapshotPages
 from .registry import JUDGES, Judge, make_judge
 from .rubric import Rubric, RubricResult, evaluate_rubric, load_rubric

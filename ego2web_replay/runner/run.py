@@ -28,6 +28,7 @@ from ..errors import AgentError, Ego2WebError
 from ..models import AgentSpec, episode_dir, save_model
 from ..tasks import TaskSuite
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
+from .inputs import InputSettings, apply_inputs
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
 
@@ -44,6 +45,7 @@ class RunSettings(BaseModel):
     snapshot_id: str | None = None
     guard: str = "open"
     miss_policy: str = "404"
+    inputs: InputSettings = Field(default_factory=InputSettings)
 
 
 class RunManifest(BaseModel):
@@ -139,7 +141,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, miss_policy=s.miss_policy, db=db)
+                upstream_ca=upstream_ca, miss_policy=s.miss_policy, db=db, inputs=s.inputs)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
@@ -155,6 +157,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
     agent_settings = dict(agent_settings or {})
     agent = make_agent(agent_name, **agent_settings)  # validates the name and settings before any work
+    apply_inputs(agent.spec, settings.inputs)
     out = Path(out)
     run_dir: Path | None = None
     if isinstance(resume, Path):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..actions import Action
-from ..judge.keyframes import png_bytes
+from ..media.keyframes import png_bytes
 from ..models import AgentSpec, Mode, Step, Trajectory, episode_dir, save_model
 
 __all__ = ["COLOURS", "make_video", "make_episode", "solid_png"]
