@@ -376,9 +376,9 @@ class RecordingProxy:
 
 def launch_chromium(pw: Any, proxy_url: str | None = None, spki: str | None = None) -> Any:
     """Debian's Chromium via Playwright; with ``proxy_url`` loopback goes through the proxy too."""
-    from ego2web_replay.browser import chromium_executable
+    from ego2web_replay.browser import chromium_executable, sealed_chromium_args
 
-    args = list(CHROMIUM_ARGS) + ([f"--ignore-certificate-errors-spki-list={spki}"] if spki else [])
+    args = list(CHROMIUM_ARGS) + sealed_chromium_args(proxy_url) + ([f"--ignore-certificate-errors-spki-list={spki}"] if spki else [])
     kwargs: dict[str, Any] = {"executable_path": chromium_executable(), "headless": True, "args": args}
     if proxy_url:
         kwargs["proxy"] = {"server": proxy_url}

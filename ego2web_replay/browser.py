@@ -4,6 +4,13 @@ Playwright's own browser download cannot work offline, so we launch the
 system binary (``/usr/lib/chromium/chromium``; ``$EGO2WEB_CHROMIUM`` overrides)
 with the flags that keep it quiet. Trust: Chromium accepts certificates signed
 by our CA through ``--ignore-certificate-errors-spki-list`` (only that key).
+
+Sealing (DESIGN decision 10): every Chromium the project launches behind a proxy
+gets :func:`sealed_chromium_args`, so WebRTC sends no UDP outside the proxy and
+Chromium resolves no host name itself (the proxy does, or in frozen mode nobody
+does). Any other launcher (an agent framework such as browser-use, a program
+agent's own browser) must add the same flags; ``docs/sealing.md`` says what a
+client the project does not launch must set.
 """
 
 from __future__ import annotations
@@ -18,12 +25,15 @@ from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .actions import Action
 from .errors import BrowserError
 
 __all__ = [
     "CHROMIUM_FLAGS",
+    "WEBRTC_SEALING_FLAGS",
+    "sealed_chromium_args",
     "chromium_executable",
     "chromium_version",
     "acquire_playwright",
@@ -50,6 +60,36 @@ CHROMIUM_FLAGS: tuple[str, ...] = (
     "--font-render-hinting=none",
     "--hide-scrollbars",
 )
+
+
+#: WebRTC may use only TCP through the configured proxy: no STUN/TURN datagrams, no host
+#: candidates. Chromium 156 reads ``--webrtc-ip-handling-policy``; older builds read the
+#: ``force-`` spelling, so both are given (an unknown switch is ignored).
+WEBRTC_SEALING_FLAGS: tuple[str, ...] = (
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
+)
+
+
+def sealed_chromium_args(proxy_url: str | None = None) -> list[str]:
+    """The Chromium flags that keep a browser behind ``proxy_url`` sealed on every channel.
+
+    * WebRTC: :data:`WEBRTC_SEALING_FLAGS` (always; harmless without a proxy).
+    * Names: with a proxy, ``--host-resolver-rules`` maps every host name to a
+      failed lookup except loopback and the proxy's own host, so Chromium's own
+      resolver (DNS prefetch, preconnect, WebRTC's STUN hosts, background
+      services) never asks the system resolver; page requests still work because
+      the proxy resolves (live) or answers (frozen) them.
+    """
+    args = list(WEBRTC_SEALING_FLAGS)
+    if proxy_url:
+        keep = ["localhost", "127.0.0.1", "[::1]"]
+        host = urlsplit(proxy_url if "://" in proxy_url else "http://" + proxy_url).hostname
+        if host and host not in ("localhost", "127.0.0.1", "::1", "per-context"):
+            keep.append(host)
+        rules = ", ".join(["MAP * ~NOTFOUND"] + [f"EXCLUDE {h}" for h in keep])
+        args += [f"--host-resolver-rules={rules}", "--dns-prefetch-disable"]
+    return args
 
 
 _local = threading.local()
@@ -127,7 +167,8 @@ class BrowserSession:
     def start(self) -> BrowserSession:
         from playwright.sync_api import Error as PlaywrightError
 
-        args = list(CHROMIUM_FLAGS) + self.extra_args
+        proxied = self.proxy_url or ("http://127.0.0.1" if self.per_context_proxy else None)
+        args = list(CHROMIUM_FLAGS) + sealed_chromium_args(proxied) + self.extra_args
         if self.spki:
             args.append(f"--ignore-certificate-errors-spki-list={self.spki}")
         kwargs: dict[str, Any] = {"executable_path": chromium_executable(), "headless": self.headless, "args": args}

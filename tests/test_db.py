@@ -25,7 +25,7 @@ from ego2web_replay.tracking.ingest import (
     record_snapshot,
     record_verdict,
 )
-from ego2web_replay.tracking.schema import CURRENT_VERSION, migrate, schema_version
+from ego2web_replay.tracking.schema import CURRENT_VERSION, MIGRATIONS, migrate, schema_version
 
 REPO = Path(__file__).resolve().parents[1]
 AGENT = AgentSpec(name="scripted")
@@ -57,7 +57,7 @@ def test_fresh_database_has_every_migration(tmp_path: Path) -> None:
     with read_connection(db) as con:
         assert schema_version(con) == CURRENT_VERSION
         versions = [r[0] for r in con.execute("SELECT version FROM schema_migrations ORDER BY version").fetchall()]
-    assert versions == list(range(1, CURRENT_VERSION + 1))
+    assert versions == [m.version for m in MIGRATIONS]
 
 
 def test_migration_from_version_1_keeps_rows(tmp_path: Path) -> None:

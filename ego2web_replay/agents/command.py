@@ -9,6 +9,9 @@ The program is started (through the shell) with these environment variables:
                             ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``
 ``EGO2WEB_SPKI``            the CA's SPKI pin, for Chromium's
                             ``--ignore-certificate-errors-spki-list``
+``EGO2WEB_CHROMIUM_ARGS``   a JSON list of the flags a Chromium it launches must
+                            add to stay sealed (no WebRTC UDP, no own DNS;
+                            see ``docs/sealing.md``)
 ``EGO2WEB_TASK_FILE``       the task as JSON
 ``EGO2WEB_OUT``             a folder to write the trajectory into
 ``EGO2WEB_MODE``            ``live`` or ``frozen``
@@ -41,6 +44,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..actions import Action
+from ..browser import sealed_chromium_args
 from ..models import AgentSpec, Step, Trajectory
 from ..tasks import Task
 from .base import EpisodeEnv
@@ -73,6 +77,7 @@ class CommandAgent:
             "EGO2WEB_SPKI": env.spki, "EGO2WEB_TASK_FILE": str(env.task_file), "EGO2WEB_OUT": str(env.out_dir),
             "EGO2WEB_MODE": env.mode, "EGO2WEB_MAX_STEPS": str(env.max_steps),
             "EGO2WEB_MODALITY": self.spec.input_modality,
+            "EGO2WEB_CHROMIUM_ARGS": json.dumps(sealed_chromium_args(env.proxy_url)),
         })
         if env.inputs is not None:
             out["EGO2WEB_INPUTS"] = str(env.inputs)

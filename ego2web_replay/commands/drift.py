@@ -78,4 +78,44 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
     console.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
 
 
+@drift_group.command("diff")
+@click.argument("run_dir", metavar="RUN", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--snapshots", "snapshots_root", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="For tasks without a frozen episode, diff against their newest snapshot under this root.")
+@click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@db_option
+@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the diffs as JSON here.")
+@click.option("--all", "show_all", is_flag=True, help="Also list unchanged resources.")
+def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], db_path: Path,
+                       no_db: bool, json_path: Path | None, show_all: bool) -> None:
+    """Diff each live episode's own archive in RUN against the frozen snapshot, resource by resource.
+
+    Documents, fetch/XHR responses and images the agent's pages used are each
+    unchanged, changed (visible-text or JSON-field differences), gone (404/410
+    or a soft 404), new (not in the snapshot) or blocked (CAPTCHA or
+    access-denied interstitial); volatile content does not count.
+    """
+    from ..tracking.episode_diff import diff_run
+    from ..tracking.report_diff import diff_lines
+
+    result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids)
+    for line in result.skipped:
+        click.secho(f"skipped {line}", fg="yellow", err=True)
+    for d in result.diffs:
+        for line in diff_lines(d, show_all=show_all):
+            click.echo(line)
+    if json_path:
+        from ..atomic import atomic_write_text
+
+        body = ",\n".join(d.model_dump_json(indent=2) for d in result.diffs)
+        atomic_write_text(json_path, "[" + body + "]\n")
+        click.echo(f"wrote {json_path}")
+    if not no_db and result.diffs:
+        from ..tracking.pairdiff_store import record_pair_diffs
+
+        record_pair_diffs(db_path, result.diffs)
+        click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db_path}")
+
+
 COMMANDS = [drift_group]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import signal
 import tempfile
 import threading
@@ -13,7 +14,10 @@ from ..errors import ReplayError
 
 
 def _connect_help(replay) -> str:  # noqa: ANN001
+    from ..browser import sealed_chromium_args
+
     p, ca, pin = replay.proxy_url, replay.ca_file, replay.spki
+    seal = " ".join(shlex.quote(a) for a in sealed_chromium_args(p))
     return f"""\
 replay proxy   {p}
 CA file        {ca}
@@ -31,6 +35,9 @@ How to connect:
   browser-use BrowserSession/BrowserProfile(proxy={{"server": "{p}"}},
                   args=["--ignore-certificate-errors-spki-list={pin}"])
   Python      HTTPS_PROXY={p} HTTP_PROXY={p} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca}
+Sealing: a Chromium you launch yourself must also get these flags, or WebRTC sends UDP and
+  DNS lookups past the proxy (see docs/sealing.md):
+  {seal}
 Press Ctrl-C to stop; the replay stats are printed then."""
 
 

@@ -1,12 +1,13 @@
-"""A loopback HTTP server that counts the connections made to it (for hermeticity tests)."""
+"""Loopback canaries for hermeticity tests: a TCP/HTTP server and a UDP socket that count what reaches them."""
 
 from __future__ import annotations
 
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Canary"]
+__all__ = ["Canary", "UdpCanary"]
 
 
 class Canary:
@@ -40,6 +41,45 @@ class Canary:
         self.server.server_close()
 
     def __enter__(self) -> Canary:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class UdpCanary:
+    """A loopback UDP socket that records every datagram sent to it (for WebRTC sealing tests)."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.senders: list[tuple[str, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._receive, daemon=True)
+        self._thread.start()
+
+    @property
+    def datagrams(self) -> int:
+        return len(self.senders)
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                _, sender = self.sock.recvfrom(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.senders.append(sender)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=2)
+        self.sock.close()
+
+    def __enter__(self) -> UdpCanary:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -134,10 +134,41 @@ _V3 = (
     "ALTER TABLE episodes ADD COLUMN missed_urls VARCHAR DEFAULT '[]'",
 )
 
+_V6 = (
+    """CREATE TABLE pair_diffs (
+        run_id VARCHAR NOT NULL,          -- the live episode's run
+        task_id VARCHAR NOT NULL,
+        live_snapshot_id VARCHAR,         -- the live episode's own archive
+        frozen_snapshot_id VARCHAR NOT NULL,
+        live_at TIMESTAMP,                -- when the live archive was recorded
+        diffed_at TIMESTAMP NOT NULL,
+        status VARCHAR NOT NULL,          -- unchanged / changed / gone / blocked / unknown
+        resources INTEGER,
+        changed INTEGER,                  -- resources not unchanged
+        data VARCHAR                      -- the whole PairDiff as JSON
+    )""",
+    """CREATE TABLE resource_changes (
+        run_id VARCHAR NOT NULL,
+        task_id VARCHAR NOT NULL,
+        frozen_snapshot_id VARCHAR NOT NULL,
+        rank INTEGER,                     -- 0 = the likeliest cause (final page first, then severity)
+        url VARCHAR NOT NULL,
+        method VARCHAR,
+        kind VARCHAR,                     -- document / xhr / image
+        status VARCHAR NOT NULL,          -- changed / gone / new / blocked
+        status_then INTEGER,
+        status_now INTEGER,
+        detail VARCHAR,
+        final_page BOOLEAN,
+        diff VARCHAR                      -- JSON: removed/added text lines, changed JSON fields
+    )""",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
     Migration(3, "episode blocked/live counts and missed URLs", _V3),
+    Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
