@@ -25,7 +25,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from ego2web_replay.testing.httpd import LoopbackHTTPServer
+from ego2web_replay.httpd import LoopbackHTTPServer
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
@@ -160,7 +160,7 @@ def _words(rng: random.Random, n: int) -> str:
 
 
 def _png(rng: random.Random, w: int, h: int) -> bytes:
-    from ego2web_replay.testing.site import png_bytes
+    from ego2web_replay.png import png_bytes
 
     return png_bytes(w, h, (rng.randrange(256), rng.randrange(256), rng.randrange(256)))
 

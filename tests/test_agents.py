@@ -18,9 +18,9 @@ from ego2web_replay.agents.browser_use import convert_browser_use_history
 from ego2web_replay.agents.openai_agent import MalformedReply, parse_action_reply
 from ego2web_replay.errors import AgentError
 from ego2web_replay.models import episode_dir, load_trajectory
+from ego2web_replay.png import png_bytes
 from ego2web_replay.tasks import Task
 from ego2web_replay.testing.openai_server import FakeOpenAIServer, Reply
-from ego2web_replay.testing.site import png_bytes
 
 PNG = png_bytes(4, 4, (10, 200, 30))
 

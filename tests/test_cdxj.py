@@ -8,7 +8,7 @@ import pytest
 
 from ego2web_replay.errors import ArchiveError
 from ego2web_replay.snapshots.cdxj import (
-    CdxjEntry,
+    IndexEntry,
     build_index,
     post_query,
     read_index,
@@ -49,7 +49,7 @@ def test_url_agnostic_revisit_keeps_its_target():
     (entry,) = revisit
     assert entry.record_type == "revisit" and entry.mime == "warc/revisit"
     assert (entry.refers_to_uri, entry.refers_to_date) == ("http://example.iana.org/", "20130702195402")
-    assert CdxjEntry.from_line(entry.to_line()) == entry
+    assert IndexEntry.from_line(entry.to_line()) == entry
 
 
 def test_post_keys_multipart_json_and_binary():

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from ego2web_replay.cli import main
-from ego2web_replay.testing.episodes import make_episode
+from ego2web_replay.testing.episodes import make_episode, make_run_manifest
 from ego2web_replay.testing.openai_server import FakeOpenAIServer
 
 
@@ -28,7 +28,7 @@ def run(tmp_path):
     run = tmp_path / "runs" / "r1"
     make_episode(run, "T1", "frozen", answer="It costs $20", urls=["http://s.test/k"])
     make_episode(run, "T2", "frozen", answer="done", urls=["http://s.test/k"])
-    (run / "run.json").write_text(json.dumps({"suite_path": str(suite)}))
+    make_run_manifest(run, suite)
     return run
 
 

@@ -14,7 +14,7 @@ from ego2web_replay.judge.run import judge_run
 from ego2web_replay.judge.verdicts import read_verdict
 from ego2web_replay.models import Verdict
 from ego2web_replay.tasks import load_tasks
-from ego2web_replay.testing.episodes import make_episode, make_video
+from ego2web_replay.testing.episodes import make_episode, make_run_manifest, make_video
 from ego2web_replay.testing.openai_server import FakeOpenAIServer, Reply
 
 SCORES = {1: 2, 2: 4, 3: 3, 4: 5}
@@ -63,7 +63,7 @@ def run(tmp_path):
                      + "\n")
     run = tmp_path / "runs" / "r1"
     make_episode(run, "T1", "frozen", answer="added", urls=[f"http://shop.test/p{i}" for i in range(1, 5)])
-    (run / "run.json").write_text(json.dumps({"suite_path": str(suite)}))
+    make_run_manifest(run, suite)
     return run
 
 

@@ -10,15 +10,16 @@ import pytest
 
 from ego2web_replay.demo.site import DemoSite
 from ego2web_replay.errors import SnapshotError
-from ego2web_replay.probe import (
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.tracking.drift import drift_timeseries
+from ego2web_replay.tracking.probe import (
     detect_block,
     probe_snapshots,
     snapshots_to_probe,
     task_status_of,
     visible_text,
 )
-from ego2web_replay.snapshots.snapshot import SnapshotWriter
-from ego2web_replay.tracking.drift import drift_timeseries
+from ego2web_replay.tracking.sink import TrackingSink
 
 
 def _closed_port() -> int:
@@ -59,9 +60,10 @@ def test_probe_reports_each_url_and_never_crashes(tmp_path, data_home):
         snap = _snapshot(tmp_path / "snaps", site, [unreachable, offsite])
         site.drift()
         seen = {}
-        probe_id, rows = probe_snapshots([snap], archive_root=tmp_path / "probes", guard="loopback",
-                                         db=tmp_path / "t.duckdb", timeout=5,
+        probe_id, rows = probe_snapshots([snap], archive_root=tmp_path / "probes", guard="loopback", timeout=5,
                                          on_task=lambda t, s, p: seen.update({t: s}))
+    assert not (tmp_path / "t.duckdb").exists()  # the probe only returns its rows; the caller stores them
+    TrackingSink(tmp_path / "t.duckdb").probed(rows)
     by_url = {r.url.replace(site.url, ""): r for r in rows}
     assert by_url["/shop/item/4"].url_status == "gone" and by_url["/shop/item/4"].status_now == 404
     assert by_url["/wiki/Basil"].url_status == "unchanged" and by_url["/wiki/Basil"].digest_equal
@@ -79,7 +81,7 @@ def test_probe_reports_each_url_and_never_crashes(tmp_path, data_home):
 
 
 def test_task_status_is_the_worst_main_document():
-    from ego2web_replay.probe import UrlProbe
+    from ego2web_replay.tracking.probe import UrlProbe
 
     mk = lambda s, main=True: UrlProbe("u", 200, 200, None, None, s, main)  # noqa: E731
     assert task_status_of([mk("unchanged"), mk("changed")]) == "changed"

@@ -20,6 +20,8 @@ from ego2web_replay.cli import main
 from ego2web_replay.models import AgentSpec, episode_dir, load_trajectory
 from ego2web_replay.runner.run import RunSettings, load_run, run_suite
 from ego2web_replay.tasks import load_tasks
+from ego2web_replay.tracking.db import read_connection
+from ego2web_replay.tracking.sink import TrackingSink
 
 pytestmark = pytest.mark.slow
 
@@ -136,10 +138,17 @@ def test_scripted_live_and_frozen_agree(demo, scripted_run):
 
 def test_two_workers_give_the_same_results(demo, scripted_run, tmp_path):
     one, _ = scripted_run
-    two, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path, task_ids=[MUG],
-                             settings=_settings(demo, workers=2))
+    sink = TrackingSink(tmp_path / "t.duckdb")
+    two, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path / "runs", task_ids=[MUG],
+                             settings=_settings(demo, workers=2),
+                             on_start=lambda run_dir, total, done: sink.run_started(run_dir),
+                             on_episode=lambda s: sink.episode_finished(s.path.parents[2], s.path))
     assert len(results) == 2
     assert _outcomes(two) == _outcomes(one)
+    # the workers returned summaries; the parent wrote them to the database
+    with read_connection(tmp_path / "t.duckdb") as con:
+        rows = con.execute("SELECT run_id, mode, end_reason FROM episodes ORDER BY mode").fetchall()
+    assert sink.error is None and rows == [(two.name, "frozen", "answered"), (two.name, "live", "answered")]
 
 
 def test_step_budget_ends_the_episode(demo, tmp_path):
@@ -279,7 +288,7 @@ def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
     out = tmp_path / "runs"
     args = [str(exe), "run", str(demo["suite_path"]), "--agent", _command(demo, "slow"), "--mode", "both",
             "--task", MUG, "--snapshots", str(demo["snapshots"]), "--out", str(out), "--run-id", "r1",
-            "--guard", "loopback"]
+            "--guard", "loopback", "--db", str(tmp_path / "t.duckdb")]
     env = dict(os.environ, EGO2WEB_REPLAY_HOME=str(data_home))
     proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
     run_dir = out / "r1"
@@ -307,6 +316,10 @@ def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
     assert not list(run_dir.glob("episodes/*/*.partial"))
     m = load_run(run_dir)
     assert m.episodes == {"answered": 2} and m.finished_at is not None
+    # the killed run's finished episode and the resumed one both reach the database
+    with read_connection(tmp_path / "t.duckdb") as con:
+        assert con.execute("SELECT mode, answer FROM episodes WHERE run_id = 'r1' ORDER BY mode").fetchall() == [
+            ("frozen", "Shop"), ("live", "Shop")]
 
 
 def test_resume_refuses_another_agent_or_nothing(demo, scripted_run, tmp_path):

@@ -59,7 +59,8 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
     the recording proxy (so each probe is archived too), and record per URL what changed."""
     from rich.console import Console
 
-    from ..probe import probe_snapshots, snapshots_to_probe
+    from ..tracking.probe import probe_snapshots, snapshots_to_probe
+    from ..tracking.sink import TrackingSink
 
     targets = snapshots_to_probe(list(paths), task_ids)
     console = Console()
@@ -74,7 +75,8 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
                 console.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
 
     probe_id, rows = probe_snapshots(targets, archive_root=archive_root, guard=guard, upstream_ca=upstream_ca,
-                                     db=db_path, timeout=timeout, on_task=on_task)
+                                     timeout=timeout, on_task=on_task)
+    TrackingSink(db_path).probed(rows)
     console.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
 
 

@@ -87,9 +87,19 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     LLM-verified claims.
     """
     settings = {k: v for k, v in options.items() if v is not None}
+    on_verdict = None
+    if db_path is not None and not no_db:
+        from ..tracking.sink import TrackingSink
+
+        errors = Console(stderr=True)
+        sink = TrackingSink(db_path, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
+
+        def on_verdict(episode: Path, verdict: Any) -> None:
+            sink.verdict_made(episode, verdict, judge=judge_name)
+
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=not no_progress, settings=settings, cache_dir=cache_dir,
-                         task_ids=list(task_ids) or None, db=None if no_db else db_path)
+                         task_ids=list(task_ids) or None, on_verdict=on_verdict)
     console = Console()
     table = Table(title=f"{judge_name} verdicts: {run_dir}")
     for col in ("task", "mode", "success", "score", "tokens", "error"):

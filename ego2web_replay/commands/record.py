@@ -52,6 +52,11 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     with Progress(TextColumn("[bold]record[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), transient=False) as progress:
         bar = progress.add_task("", total=len(tasks))
+        sink = None
+        if db is not None and not no_db:
+            from ..tracking.sink import TrackingSink
+
+            sink = TrackingSink(db, warn=lambda msg: progress.console.print(f"[yellow]warning:[/yellow] {msg}"))
         for task in tasks:
             progress.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
@@ -62,10 +67,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 progress.console.print(f"[green]ok[/green]   {task.id}: {r.snapshot} "
                                        f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
-                if db is not None and not no_db:
-                    from ..tracking.ingest import record_snapshot
-
-                    record_snapshot(db, r.snapshot)
+                if sink is not None:
+                    sink.snapshot_recorded(r.snapshot)
             else:
                 failures += 1
                 progress.console.print(f"[red]FAIL[/red] {task.id}: {r.error}")

@@ -88,16 +88,25 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
                       "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
                       "image_max_side": image_size} if agent_name == "openai" else {}
+    sink = None
     with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn()) as progress:
         bar = progress.add_task("starting", total=None)
+        if db is not None and not no_db:
+            from ..tracking.sink import TrackingSink
+
+            sink = TrackingSink(db, warn=lambda msg: progress.console.print(f"[yellow]warning:[/yellow] {msg}"))
 
         def on_start(run_dir: Path, total: int, finished: int) -> None:
             progress.update(bar, total=total, completed=finished, description=str(run_dir))
             if finished:
                 progress.console.print(f"resuming {run_dir}: {finished} of {total} episodes already done")
+            if sink is not None:
+                sink.run_started(run_dir)
 
         def on_episode(s) -> None:  # noqa: ANN001
+            if sink is not None:
+                sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
             colour = "green" if s.ok else "red"
             progress.console.print(f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
@@ -106,7 +115,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
-                               upstream_ca=upstream_ca, db=None if no_db else db, command=sys.argv, on_episode=on_episode,
+                               upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
                                on_start=on_start)
     click.echo(f"run folder: {run_dir}")
     if _ and all(s.end_reason in ERROR_REASONS for s in _):

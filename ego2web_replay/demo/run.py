@@ -73,12 +73,12 @@ def _judge_choice(base_url: str | None, model: str | None) -> tuple[str, str]:
 def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, base_url: str | None = None,
              model: str | None = None, say: Callable[[str], None] = print) -> DemoResult:
     """Run the demo into ``out`` (which must be empty or absent)."""
-    from ..probe import probe_snapshots
     from ..recorder.session import RecordOptions, record_task
     from ..runner.run import RunSettings, run_suite
     from ..tracking.compare import compare
-    from ..tracking.ingest import record_snapshot
+    from ..tracking.probe import probe_snapshots
     from ..tracking.report import build_report
+    from ..tracking.sink import TrackingSink
 
     t0 = time.monotonic()
     out = Path(out)
@@ -86,6 +86,7 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
         raise Ego2WebError(f"{out} is not empty; give an empty or new folder with --out")
     snapshots, runs_dir, db = out / "snapshots", out / "runs", out / "ego2web.duckdb"
     judge_name, judge_note = _judge_choice(base_url, model)
+    sink = TrackingSink(db, warn=lambda msg: say(f"    warning: {msg}"))
     result_runs: list[Path] = []
     with DemoSite() as site:
         suite_path = write_demo_suite(out, site.url, task_ids)
@@ -106,7 +107,7 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
             r = record_task(task, snapshots, opts)
             if not r.ok or r.snapshot is None:
                 raise Ego2WebError(f"demo: recording {task.id} failed: {r.error}")
-            record_snapshot(db, r.snapshot)
+            sink.snapshot_recorded(r.snapshot)
             say(f"    {task.id:24} {r.exchanges:3} exchanges -> {r.snapshot.relative_to(out)}")
 
         settings = RunSettings(mode="both", workers=workers, snapshots_root=str(snapshots), guard="loopback",
@@ -114,11 +115,13 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
 
         def run(label: str) -> Path:
             def on_episode(s: Any) -> None:
+                sink.episode_finished(s.path.parents[2], s.path)
                 misses = f", {s.misses} misses" if s.misses is not None else ""
                 say(f"    {s.task_id:24} {s.mode:6} {s.end_reason:9} {s.steps} steps{misses}")
 
-            run_dir, _ = run_suite(suite, agent_name="scripted", out=runs_dir, settings=settings, db=db,
-                                   run_id=label, on_episode=on_episode)
+            run_dir, _ = run_suite(suite, agent_name="scripted", out=runs_dir, settings=settings, run_id=label,
+                                   on_start=lambda run_dir, total, done: sink.run_started(run_dir),
+                                   on_episode=on_episode)
             result_runs.append(run_dir)
             return run_dir
 
@@ -133,7 +136,8 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
         from ..judge.run import judge_run
 
         for run_dir in result_runs:
-            verdicts = judge_run(run_dir, judge_name, base_url=base_url, model=model, progress=False, db=db)
+            verdicts = judge_run(run_dir, judge_name, base_url=base_url, model=model, progress=False,
+                                 on_verdict=lambda ep, v: sink.verdict_made(ep, v, judge=judge_name))
             live = [v for v in verdicts if v.mode == "live"]
             frozen = [v for v in verdicts if v.mode == "frozen"]
             say(f"    {run_dir.name:24} live {sum(v.success for v in live)}/{len(live)}  "
@@ -146,8 +150,9 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
             drift[task_id] = status
             say(f"    {task_id:24} {status}")
 
-        probe_snapshots(sorted(p for p in snapshots.glob("*/*") if (p / "manifest.json").exists()),
-                        archive_root=out / "probes", guard="loopback", db=db, on_task=on_task)
+        _, rows = probe_snapshots(sorted(p for p in snapshots.glob("*/*") if (p / "manifest.json").exists()),
+                                  archive_root=out / "probes", guard="loopback", on_task=on_task)
+        sink.probed(rows)
 
     say("6/6 compare live vs frozen, and write the report")
     comparison = compare(db)

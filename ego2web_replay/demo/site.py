@@ -15,8 +15,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from ..testing.httpd import LoopbackHTTPServer
-from ..testing.site import png_bytes
+from ..httpd import LoopbackHTTPServer
+from ..png import png_bytes
 
 __all__ = ["DemoSite", "PRODUCTS"]
 

@@ -108,7 +108,7 @@ class ChainPages:
 
 
 def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
-    from ..replay.httputil import decode_body
+    from ..web import decode_body
 
     h = {k.lower(): v for k, v in headers}
     decoded = decode_body(payload, h.get("content-encoding"))

@@ -9,7 +9,7 @@ others go on; an unreachable endpoint stops the run with one line.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -18,8 +18,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from ..errors import Ego2WebError, JudgeError
-from ..models import Mode, Verdict
-from ..tasks import Task, TaskSuite, load_tasks
+from ..models import (
+    RUN_MANIFEST,
+    Mode,
+    RunManifest,
+    Task,
+    TaskSuite,
+    Verdict,
+    load_tasks,
+    read_model,
+)
 from .client import EndpointError
 from .registry import Judge, make_judge
 from .verdicts import error_verdict, write_verdict
@@ -46,14 +54,13 @@ def load_run_tasks(run_dir: Path, tasks: str | Path | TaskSuite | None) -> TaskS
         return tasks
     if tasks is not None:
         return load_tasks(tasks)
-    manifest = Path(run_dir) / "run.json"
+    manifest = Path(run_dir) / RUN_MANIFEST
     try:
-        data = json.loads(manifest.read_text("utf-8"))
+        suite = read_model(manifest, RunManifest, "run manifest", JudgeError).suite_path
     except FileNotFoundError:
         raise JudgeError(f"{manifest}: not found; pass --tasks FILE to say which tasks the run used") from None
-    except (json.JSONDecodeError, OSError) as e:
-        raise JudgeError(f"{manifest}: unreadable ({e}); pass --tasks FILE") from None
-    suite = data.get("suite_path") if isinstance(data, dict) else None
+    except JudgeError as e:
+        raise JudgeError(f"{e}; pass --tasks FILE") from None
     if not suite:
         raise JudgeError(f"{manifest}: has no suite_path; pass --tasks FILE")
     return load_tasks(suite)
@@ -89,11 +96,11 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
               model: str | None = None, base_url: str | None = None, workers: int = 4,
               progress: bool = True, settings: dict[str, Any] | None = None,
               cache_dir: str | Path | None = None, task_ids: list[str] | None = None,
-              db: str | Path | None = None) -> list[Verdict]:
+              on_verdict: Callable[[Path, Verdict], None] | None = None) -> list[Verdict]:
     """Judge every episode of ``run_dir`` with ``judge_name``; return the verdicts in episode order.
 
-    Each verdict is written to ``<episode>/verdicts/<judge>.json`` and, with ``db``, recorded in
-    the tracking database as it is made.
+    Each verdict is written to ``<episode>/verdicts/<judge>.json``; ``on_verdict(episode_dir, verdict)``
+    is called (in this thread) as each one is made.
     """
     run = Path(run_dir)
     opts = dict(settings or {})
@@ -109,7 +116,6 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             raise JudgeError(f"{run}: no episodes for task ids {', '.join(task_ids)}")
     suite = load_run_tasks(run, tasks)
     results: dict[Path, Verdict] = {}
-    db_error: str | None = None
     console = Console(stderr=True)
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
@@ -119,14 +125,8 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             try:
                 for fut in as_completed(futures):
                     results[futures[fut]] = verdict = fut.result()
-                    if db is not None and db_error is None:
-                        from ..tracking.ingest import record_verdict
-
-                        try:
-                            record_verdict(db, futures[fut], verdict, judge=judge_name)
-                        except Ego2WebError as e:  # the verdict files are written; the database is optional
-                            db_error = str(e)
-                            console.print(f"[yellow]warning:[/yellow] verdicts not recorded in {db}: {db_error}")
+                    if on_verdict is not None:
+                        on_verdict(futures[fut], verdict)
                     bar.advance(job)
             except BaseException:
                 for f in futures:

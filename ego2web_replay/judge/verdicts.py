@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JudgeError
-from ..models import JudgeSpec, Mode, Verdict, save_model
+from ..models import JudgeSpec, Mode, Verdict, read_model, save_model
 from .client import ChatResult
 
 __all__ = ["verdict_path", "write_verdict", "read_verdict", "error_verdict", "CallLog"]
@@ -27,10 +27,7 @@ def read_verdict(episode_dir: Path, judge: str) -> Verdict | None:
     path = verdict_path(episode_dir, judge)
     if not path.is_file():
         return None
-    try:
-        return Verdict.model_validate_json(path.read_text("utf-8"))
-    except ValueError as e:
-        raise JudgeError(f"{path}: not a valid verdict ({str(e).splitlines()[0]})") from None
+    return read_model(path, Verdict, "verdict", JudgeError)
 
 
 def error_verdict(spec: JudgeSpec, task_id: str, mode: Mode, error: str) -> Verdict:

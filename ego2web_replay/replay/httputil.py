@@ -10,20 +10,20 @@ response is ``(status, reason, headers, body)``.
 * :func:`preflight_response` answers CORS preflights nobody archived;
 * :func:`miss_response` is the synthetic answer to a request nothing matched;
 * :func:`rewrite_jsonp` renames a JSONP callback to the one the page asked for;
-* :func:`decode_body` undoes ``Content-Encoding``.
+* :func:`decode_body` (from :mod:`ego2web_replay.web`) undoes ``Content-Encoding``.
 """
 
 from __future__ import annotations
 
-import gzip
 import html
 import re
-import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
+
+from ..web import RequestHeaders, decode_body, get_header
 
 __all__ = [
     "HOP_BY_HOP",
@@ -44,23 +44,12 @@ __all__ = [
 
 Headers = list[tuple[str, str]]
 Response = tuple[int, str, Headers, bytes]
-RequestHeaders = Mapping[str, str] | Iterable[tuple[str, str]]
 
 HOP_BY_HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection",
      "te", "trailer", "transfer-encoding", "upgrade"}
 )
 MISS_HEADER = "X-Ego2Web-Replay"
-
-
-def get_header(headers: RequestHeaders, name: str) -> str | None:
-    """The first value of header ``name`` (case-insensitive), or None."""
-    name = name.lower()
-    pairs = headers.items() if isinstance(headers, Mapping) else headers
-    for key, value in pairs:
-        if key.lower() == name:
-            return value
-    return None
 
 
 def reason_phrase(status: int) -> str:
@@ -245,38 +234,6 @@ def miss_response(url: str, method: str = "GET", status: int = 404) -> Response:
         (MISS_HEADER, "miss"),
     ]
     return status, reason_phrase(status), headers, body
-
-
-def decode_body(body: bytes, content_encoding: str | None) -> bytes | None:
-    """``body`` with its Content-Encoding undone (gzip, deflate, br, zstd, identity).
-
-    Returns None when an encoding is unknown or the body does not decode.
-    """
-    if not content_encoding:
-        return body
-    codings = [c.strip().lower() for c in content_encoding.split(",") if c.strip()]
-    try:
-        for coding in reversed(codings):
-            if coding in ("gzip", "x-gzip"):
-                body = gzip.decompress(body)
-            elif coding == "deflate":
-                try:
-                    body = zlib.decompress(body)
-                except zlib.error:
-                    body = zlib.decompress(body, -zlib.MAX_WBITS)
-            elif coding == "br":
-                import brotli  # type: ignore[import-untyped]
-
-                body = brotli.decompress(body)
-            elif coding == "zstd":
-                import zstandard
-
-                body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
-            elif coding != "identity":
-                return None
-    except Exception:  # noqa: BLE001 - any decoder failure means "cannot decode"
-        return None
-    return body
 
 
 _CALLBACK_NAMES = ("callback", "jsonp", "jsoncallback", "jsonpcallback")

@@ -57,7 +57,6 @@ class EpisodeRequest:
     guard: str = "open"
     upstream_ca: Path | None = None
     miss_policy: str = "404"
-    db: Path | None = None
     inputs: InputSettings = field(default_factory=InputSettings)
 
 
@@ -236,14 +235,6 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     if traj.snapshot_path and req.mode == "live":
         traj.snapshot_path = str(final / traj.snapshot_path)
         save_model(final / "trajectory.json", traj)
-    if req.db is not None:
-        try:
-            from ..tracking.ingest import record_episode
-
-            record_episode(req.db, req.run_dir, final)
-        except Ego2WebError as e:
-            traj.extra["db_error"] = str(e)
-            save_model(final / "trajectory.json", traj)
     ok = traj.end_reason in ("answered", "stopped") and not traj.error
     return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
                           steps=len(traj.steps), answer=traj.answer,

@@ -18,33 +18,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import BaseModel, Field
+from typing import Any
 
 from ..errors import Ego2WebError
-from ..tasks import Task
+from ..models import InputSettings, Task
 
 __all__ = ["InputSettings", "AgentInputs", "agent_task", "prepare_inputs", "apply_inputs", "MODALITIES",
            "JUDGE_ONLY_FIELDS", "write_inputs_file"]
 
 MODALITIES = ("video", "keyframes", "captions", "none")
-Modality = Literal["video", "keyframes", "captions", "none"]
 
 # Fields only judges read. reference_actions is the oracle path: only the scripted agent gets it.
 JUDGE_ONLY_FIELDS = ("evidence", "expected_answer", "key_points", "answer_patterns", "url_patterns", "must_match",
                      "rubric")
-
-
-class InputSettings(BaseModel):
-    """How the task's video reaches the agent (recorded in the run manifest and the agent spec)."""
-
-    modality: Modality | None = Field(default=None, description="None: the agent's own default.")
-    keyframes: int = Field(default=8, ge=1, description="keyframes: frames sampled over the whole video.")
-    video_fps: float = Field(default=1.0, gt=0, description="video: frames per second when sent as frames.")
-    video_transport: Literal["frames", "video_url"] = Field(
-        default="frames", description="video: dense frames, or the file as a video_url content part.")
-    max_side: int = Field(default=512, ge=16, description="Longest side of the frames sent, in pixels.")
 
 
 @dataclass

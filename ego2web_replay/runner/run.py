@@ -22,51 +22,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from ..errors import AgentError, Ego2WebError
-from ..models import AgentSpec, episode_dir, save_model
-from ..tasks import TaskSuite
+from ..errors import Ego2WebError
+from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
-from .inputs import InputSettings, apply_inputs
+from .inputs import apply_inputs
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
 
 MODES = {"live": ("live",), "frozen": ("frozen",), "both": ("live", "frozen")}
-
-
-class RunSettings(BaseModel):
-    mode: str = "frozen"
-    max_steps: int = 40
-    timeout_s: float = 300.0
-    action_timeout_s: float = 20.0
-    workers: int = 1
-    snapshots_root: str | None = None
-    snapshot_id: str | None = None
-    guard: str = "open"
-    miss_policy: str = "404"
-    inputs: InputSettings = Field(default_factory=InputSettings)
-
-
-class RunManifest(BaseModel):
-    """``run.json``."""
-
-    version: int = 1
-    run_id: str
-    started_at: datetime
-    finished_at: datetime | None = None
-    suite_path: str | None = None
-    suite_sha256: str | None = None
-    task_ids: list[str] = Field(default_factory=list)
-    agent: AgentSpec
-    agent_name: str = Field(description="The --agent value as given.")
-    modes: list[str]
-    settings: RunSettings
-    versions: dict[str, str] = Field(default_factory=dict)
-    git_commit: str | None = None
-    machine: dict[str, Any] = Field(default_factory=dict)
-    command: list[str] = Field(default_factory=list)
-    episodes: dict[str, int] = Field(default_factory=dict, description="Counts by end reason.")
 
 
 def _git_commit() -> str | None:
@@ -92,16 +55,6 @@ def _new_run_id(agent_name: str) -> str:
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     short = agent_name.split(":")[0].replace("/", "-")[:16]
     return f"{stamp}-{short}-{uuid.uuid4().hex[:6]}"
-
-
-def load_run(run_dir: Path) -> RunManifest:
-    p = Path(run_dir) / "run.json"
-    try:
-        return RunManifest.model_validate(json.loads(p.read_text("utf-8")))
-    except FileNotFoundError:
-        raise Ego2WebError(f"{run_dir}: not a run folder (no run.json)") from None
-    except ValueError as e:
-        raise Ego2WebError(f"{p}: unreadable run manifest ({str(e).splitlines()[0]})") from None
 
 
 def list_runs(out: Path) -> list[tuple[Path, RunManifest]]:
@@ -132,8 +85,8 @@ def _versions() -> dict[str, str]:
 
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
-              agent_settings: dict[str, Any], s: RunSettings, upstream_ca: Path | None,
-              db: Path | None) -> Iterator[EpisodeRequest]:
+              agent_settings: dict[str, Any], s: RunSettings,
+              upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
     for task in suite.select(list(task_ids)):
         for mode in MODES[s.mode]:
             yield EpisodeRequest(
@@ -141,13 +94,13 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, miss_policy=s.miss_policy, db=db, inputs=s.inputs)
+                upstream_ca=upstream_ca, miss_policy=s.miss_policy, inputs=s.inputs)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
               agent_settings: dict[str, Any] | None = None, task_ids: Sequence[str] = (),
               resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
-              db: Path | None = None, command: Sequence[str] = (),
+              command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
               on_start: Callable[[Path, int, int], None] | None = None) -> tuple[Path, list[EpisodeSummary]]:
     """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now."""
@@ -189,19 +142,15 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
                                versions=_versions(), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
-        if db is not None:
-            from ..tracking.ingest import record_run
-
-            record_run(db, run_dir)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca, db):
+                         upstream_ca):
         final = episode_dir(run_dir, req.task.id, req.mode)
         if (final / "trajectory.json").exists():
             continue
         todo.append(req)
     total = len(list(_requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings,
-                               settings, upstream_ca, db)))
+                               settings, upstream_ca)))
     if on_start:
         on_start(run_dir, total, total - len(todo))
     results: list[EpisodeSummary] = []
@@ -254,11 +203,3 @@ def _run_pool(todo: list[EpisodeRequest], workers: int, done: Callable[[EpisodeS
                 fut.cancel()
             raise
 
-
-def check_agent(name: str, settings: dict[str, Any]) -> None:
-    from ..agents import make_agent
-
-    try:
-        make_agent(name, **settings)
-    except AgentError:
-        raise

@@ -9,6 +9,7 @@ for a bare archive), read with :class:`Snapshot`, :func:`iter_records` and
 
 from .cdxj import (
     CdxjEntry,
+    IndexEntry,
     build_index,
     post_query,
     read_index,
@@ -26,6 +27,7 @@ __all__ = [
     "ArchiveRecord",
     "ArchiveWriter",
     "CdxjEntry",
+    "IndexEntry",
     "RecordInfo",
     "RecordLocation",
     "ScanResult",

@@ -1,11 +1,10 @@
 """The CDXJ index of an archive: one sorted line per response, revisit and resource record.
 
-A line is ``<SURT key> <14-digit timestamp> {json}`` with the pywb /
-cdxj-indexer JSON keys ``url, mime, status, digest, length, offset,
-filename`` (plus ``method`` and ``requestBody`` for non-GET requests, and
-``refersToUri`` / ``refersToDate`` for revisits). Non-GET requests fold their
-method and body into the key's query (``__wb_method=post&...``) following the
-same convention, so captures of different POST bodies get different keys.
+A line is ``<SURT key> <14-digit timestamp> {json}``, one
+:class:`~ego2web_replay.models.IndexEntry` (the model says what each key
+holds). Non-GET requests fold their method and body into the key's query
+(``__wb_method=post&...``) following the pywb / cdxj-indexer convention, so
+captures of different POST bodies get different keys.
 Lines are sorted bytewise, as ``LC_ALL=C sort`` does.
 """
 
@@ -24,75 +23,16 @@ from warcio.timeutils import iso_date_to_timestamp
 
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
+from ..models.index import IndexEntry
 from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
-__all__ = ["CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
+__all__ = ["IndexEntry", "CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
 
 MAX_QUERY_LENGTH = 4096
 _INDEXED = ("response", "revisit", "resource")
 
 
-@dataclass(frozen=True)
-class CdxjEntry:
-    """One index line."""
-
-    surt: str
-    timestamp: str
-    url: str
-    mime: str
-    digest: str
-    offset: int
-    length: int
-    filename: str
-    status: int | None = None
-    method: str = "GET"
-    request_body_query: str | None = None
-    record_type: str = "response"
-    refers_to_uri: str | None = None
-    refers_to_date: str | None = None
-
-    def to_line(self) -> str:
-        data: dict[str, str] = {"url": self.url, "mime": self.mime}
-        if self.status is not None:
-            data["status"] = str(self.status)
-        data.update(digest=self.digest, length=str(self.length), offset=str(self.offset), filename=self.filename)
-        if self.method != "GET":
-            data["method"] = self.method
-        if self.request_body_query:
-            data["requestBody"] = self.request_body_query
-        if self.record_type == "resource":
-            data["recordType"] = self.record_type
-        if self.refers_to_uri:
-            data["refersToUri"] = self.refers_to_uri
-        if self.refers_to_date:
-            data["refersToDate"] = self.refers_to_date
-        return f"{self.surt} {self.timestamp} {json.dumps(data)}"
-
-    @classmethod
-    def from_line(cls, line: str) -> CdxjEntry:
-        key, timestamp, blob = line.split(" ", 2)
-        data = json.loads(blob)
-        if not isinstance(data, dict) or not timestamp.isdigit():
-            raise ValueError("not a CDXJ line")
-        mime = data.get("mime", "unk")
-        status = data.get("status")
-        record_type = data.get("recordType") or ("revisit" if mime == "warc/revisit" else "response")
-        return cls(
-            surt=key,
-            timestamp=timestamp,
-            url=data["url"],
-            mime=mime,
-            digest=data.get("digest", ""),
-            offset=int(data["offset"]),
-            length=int(data["length"]),
-            filename=data.get("filename", ""),
-            status=int(status) if status not in (None, "", "-") else None,
-            method=data.get("method", "GET"),
-            request_body_query=data.get("requestBody"),
-            record_type=record_type,
-            refers_to_uri=data.get("refersToUri"),
-            refers_to_date=data.get("refersToDate"),
-        )
+CdxjEntry = IndexEntry  # the name this module used before the model tree; same class
 
 
 def surt_key(url: str) -> str:
@@ -231,7 +171,7 @@ class _Item:
     record: ArchiveRecord | None = None
 
 
-def build_index(archive: Path, filename: str | None = None) -> list[CdxjEntry]:
+def build_index(archive: Path, filename: str | None = None) -> list[IndexEntry]:
     """Index every response, revisit and resource record of ``archive`` (sorted).
 
     Request records give their method and body to the capture they belong to:
@@ -294,7 +234,7 @@ def _pair_requests(items: list[_Item]) -> dict[int, int]:
     return pairs
 
 
-def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None, bytes] | None) -> CdxjEntry:
+def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None, bytes] | None) -> IndexEntry:
     url = record.url or ""
     method, body_query, key_url = "GET", None, url
     if request and request[0].upper() != "GET":
@@ -304,7 +244,7 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
         body_query = query.partition("&")[2] or None
     digest = record.payload_digest or sha1_digest(record.payload)
     refers_date = record.refers_to_date
-    return CdxjEntry(
+    return IndexEntry(
         surt=surt_key(key_url),
         timestamp=_timestamp(record.date),
         url=url,
@@ -322,7 +262,7 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
     )
 
 
-def write_index(entries: list[CdxjEntry], path: Path) -> None:
+def write_index(entries: list[IndexEntry], path: Path) -> None:
     """Write entries to ``path`` (sorted bytewise), atomically."""
     lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
     try:
@@ -331,7 +271,7 @@ def write_index(entries: list[CdxjEntry], path: Path) -> None:
         raise ArchiveError(f"{path}: cannot write the index ({e.strerror})") from None
 
 
-def read_index(path: Path) -> list[CdxjEntry]:
+def read_index(path: Path) -> list[IndexEntry]:
     """Read a CDXJ index; a corrupt line raises :class:`ArchiveError` naming file and line."""
     path = Path(path)
     try:
@@ -345,7 +285,7 @@ def read_index(path: Path) -> list[CdxjEntry]:
         if not line.strip() or line.startswith("!"):  # blank, or a header line (!meta, !OpenWayback ...)
             continue
         try:
-            entries.append(CdxjEntry.from_line(line))
+            entries.append(IndexEntry.from_line(line))
         except (ValueError, KeyError, TypeError):
             raise ArchiveError(
                 f"{path}: line {number} is not a valid CDXJ line; rebuild with `ego2web-replay snapshot index`"

@@ -18,8 +18,10 @@ from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
 
 from ..errors import ArchiveError, SnapshotError
+from ..models import SnapshotManifest
+from .export import MANIFEST_RECORD_URI
 from .framing import Truncated, iter_units
-from .reader import parse_record
+from .reader import ArchiveRecord, parse_record
 from .snapshot import Snapshot, SnapshotWriter
 from .warc import Compression
 
@@ -70,6 +72,8 @@ def _copy_records(path: Path, writer: SnapshotWriter) -> int:
                 if not unit.data.strip():
                     continue
                 record = parse_record(unit, path)
+                if _restore_manifest(record, writer):
+                    continue
                 data = unit.data[: record.warc_head_length + len(record.block)] + b"\r\n\r\n"
                 writer.writer.write_raw(
                     data,
@@ -85,6 +89,20 @@ def _copy_records(path: Path, writer: SnapshotWriter) -> int:
     except OSError as e:
         raise ArchiveError(f"{path}: cannot read ({e.strerror})") from None
     return count
+
+
+def _restore_manifest(record: ArchiveRecord, writer: SnapshotWriter) -> bool:
+    """Take start URL and pages from the manifest record of our own export (not copied as a record)."""
+    if record.rec_type != "metadata" or not (record.url or "").startswith(MANIFEST_RECORD_URI):
+        return False
+    try:
+        manifest = SnapshotManifest.model_validate_json(record.block)
+    except ValueError:
+        return False
+    writer.start_url = manifest.start_url
+    writer.pages = list(manifest.pages)
+    writer.add_note(f"exported snapshot {manifest.task_id}/{manifest.snapshot_id}")
+    return True
 
 
 @contextmanager
@@ -106,6 +124,13 @@ def _import_wacz(path: Path, writer: SnapshotWriter) -> None:
             with zf.open(name) as src, open(target, "wb") as dst:
                 shutil.copyfileobj(src, dst)
             _copy_records(target, writer)
+        if any(n.startswith("exported snapshot") for n in writer.notes):  # our export: start URL, pages known
+            return
+        if "datapackage.json" in zf.namelist() and writer.start_url is None:
+            try:
+                writer.start_url = json.loads(zf.read("datapackage.json")).get("mainPageURL") or None
+            except (json.JSONDecodeError, AttributeError):
+                pass
         for name in sorted(n for n in zf.namelist() if n.startswith("pages/") and n.endswith(".jsonl")):
             for line in zf.read(name).decode("utf-8", "replace").splitlines():
                 try:

@@ -12,17 +12,16 @@ one is rebuilt from the index.
 from __future__ import annotations
 
 import hashlib
-import json
 import pickle
 from pathlib import Path
 
 from ..atomic import atomic_write_bytes
 from ..config import data_dir
 from ..errors import ArchiveError
+from ..models.index import IndexRow, index_row
 
 __all__ = ["IndexRow", "index_rows", "cache_file", "warm_cache", "SERVABLE"]
 
-IndexRow = tuple[str, int, str, str, "str | None", str]  # timestamp, offset, url, method, body query, line
 SERVABLE = ("response", "revisit", "resource")
 _CACHE_VERSION = 1
 _CACHE_MIN_ROWS = 2000  # small indexes parse faster than a cache file opens
@@ -37,7 +36,7 @@ def cache_file(index: Path) -> Path | None:
     return data_dir() / "index-cache" / f"{key[:32]}.pickle"
 
 
-def index_rows(path: Path) -> list[tuple[str, int, str, str, str | None, str]]:
+def index_rows(path: Path) -> list[IndexRow]:
     """``(timestamp, offset, url, method, body query, line)`` of the servable entries, in recorded order.
 
     Parsed once per index version and kept in the data folder's ``index-cache/`` (keyed by the
@@ -59,15 +58,11 @@ def index_rows(path: Path) -> list[tuple[str, int, str, str, str | None, str]]:
     except (OSError, UnicodeDecodeError) as e:
         raise ArchiveError(f"{path}: cannot read the index ({e})") from None
     rows = []
-    loads = json.loads
     for number, line in enumerate(lines, 1):
         if not line:
             continue
         try:
-            _key, ts, blob = line.split(" ", 2)
-            d = loads(blob)
-            rtype = d.get("recordType") or ("revisit" if d.get("mime") == "warc/revisit" else "response")
-            row = (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
+            rtype, row = index_row(line)
         except (ValueError, KeyError, TypeError, AttributeError):
             raise ArchiveError(f"{path}: line {number} is not a valid CDXJ line; rebuild it with "
                                "`ego2web-replay snapshot index`") from None

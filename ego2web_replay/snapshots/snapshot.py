@@ -8,7 +8,6 @@ without a manifest is a recording that did not finish.
 from __future__ import annotations
 
 import hashlib
-import json
 import platform
 import re
 from collections import Counter
@@ -19,12 +18,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
-from ..models import FileDigest, SnapshotManifest, save_model
-from .cdxj import CdxjEntry, build_index, read_index, surt_key, write_index
+from ..models import FileDigest, SnapshotManifest, read_model, save_model
+from .cdxj import IndexEntry, build_index, read_index, surt_key, write_index
 from .reader import ArchiveRecord, iter_records, read_record
 from .warc import ArchiveWriter, Compression, naive_utc
 
@@ -79,7 +76,7 @@ def load_manifest(folder: Path) -> SnapshotManifest:
     """Read ``manifest.json``; :class:`SnapshotError` if missing or invalid."""
     path = folder / MANIFEST
     try:
-        return SnapshotManifest.model_validate(json.loads(path.read_text("utf-8")))
+        return read_model(path, SnapshotManifest, "snapshot manifest", SnapshotError)
     except FileNotFoundError:
         if not folder.exists():
             raise SnapshotError(f"{folder}: no such snapshot folder") from None
@@ -88,10 +85,6 @@ def load_manifest(folder: Path) -> SnapshotManifest:
             f"{folder}: not a snapshot, {MANIFEST} is missing{hint}; "
             "`ego2web-replay snapshot verify` tells what is there"
         ) from None
-    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as e:
-        raise SnapshotError(f"{path}: not a valid snapshot manifest ({str(e).splitlines()[0]})") from None
-    except OSError as e:
-        raise SnapshotError(f"{path}: cannot read the manifest ({e.strerror})") from None
 
 
 class Snapshot:
@@ -102,7 +95,7 @@ class Snapshot:
         self.manifest = manifest
         self.archive_path = self.path / manifest.archive
         self.index_path = self.path / manifest.index
-        self._entries: list[CdxjEntry] | None = None
+        self._entries: list[IndexEntry] | None = None
 
     @classmethod
     def open(cls, path: Path) -> Snapshot:
@@ -116,13 +109,13 @@ class Snapshot:
             raise SnapshotError(f"{path}: the archive {manifest.archive} is missing")
         return snap
 
-    def entries(self) -> list[CdxjEntry]:
+    def entries(self) -> list[IndexEntry]:
         """The index entries (read once, sorted)."""
         if self._entries is None:
             self._entries = read_index(self.index_path)
         return self._entries
 
-    def record(self, entry: CdxjEntry) -> ArchiveRecord:
+    def record(self, entry: IndexEntry) -> ArchiveRecord:
         """The record an index entry points at."""
         return read_record(self.archive_path, entry.offset, entry.length)
 
@@ -130,7 +123,7 @@ class Snapshot:
         """Every record of the archive, in file order (small snapshots, tests)."""
         return list(iter_records(self.archive_path))
 
-    def find_original(self, entry: CdxjEntry) -> CdxjEntry | None:
+    def find_original(self, entry: IndexEntry) -> IndexEntry | None:
         """The capture a revisit entry refers to, or ``None`` if it is not in this snapshot.
 
         Looks first at ``WARC-Refers-To-Target-URI`` / ``-Date`` (URL-agnostic
@@ -153,7 +146,7 @@ class Snapshot:
             return earlier[-1] if earlier else same_url[0]
         return candidates[0] if candidates else None
 
-    def resolve(self, entry: CdxjEntry) -> ArchiveRecord:
+    def resolve(self, entry: IndexEntry) -> ArchiveRecord:
         """The record to serve for an entry; a revisit is resolved to its original.
 
         For a revisit, the result carries the original's payload, and the

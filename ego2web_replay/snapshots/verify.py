@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..errors import ArchiveError, SnapshotError
 from ..models import SnapshotManifest, save_model
-from .cdxj import CdxjEntry, build_index, read_index, write_index
+from .cdxj import IndexEntry, build_index, read_index, write_index
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
 
@@ -70,7 +70,7 @@ def verify_snapshot(path: Path) -> VerifyReport:
         report.problems.append(scan.error)
 
     index = folder / (manifest.index if manifest else INDEX)
-    entries: list[CdxjEntry] = []
+    entries: list[IndexEntry] = []
     index_ok = False
     if not index.is_file():
         report.problems.append(f"{index.name} is missing; rebuild it with `ego2web-replay snapshot index`")
@@ -111,7 +111,7 @@ def verify_snapshot(path: Path) -> VerifyReport:
     return report
 
 
-def _check_revisits(snap: Snapshot, entries: list[CdxjEntry], report: VerifyReport) -> None:
+def _check_revisits(snap: Snapshot, entries: list[IndexEntry], report: VerifyReport) -> None:
     snap._entries = entries
     for entry in entries:
         if entry.record_type == "revisit" and snap.find_original(entry) is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,9 +11,19 @@ import numpy as np
 
 from ..actions import Action
 from ..media.keyframes import png_bytes
-from ..models import AgentSpec, Mode, Step, Trajectory, episode_dir, save_model
+from ..models import (
+    RUN_MANIFEST,
+    AgentSpec,
+    Mode,
+    RunManifest,
+    RunSettings,
+    Step,
+    Trajectory,
+    episode_dir,
+    save_model,
+)
 
-__all__ = ["COLOURS", "make_video", "make_episode", "solid_png"]
+__all__ = ["COLOURS", "make_video", "make_episode", "make_run_manifest", "solid_png"]
 
 COLOURS: list[tuple[int, int, int]] = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0),
                                        (255, 0, 255), (0, 255, 255), (255, 255, 255), (0, 0, 0)]
@@ -67,3 +78,14 @@ def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: 
                       snapshot_path=snapshot_path)
     save_model(ep / "trajectory.json", traj)
     return ep
+
+
+def make_run_manifest(run_dir: Path, suite: Path | None = None, *, agent: str = "scripted",
+                      modes: Sequence[str] = ("frozen",), started_at: datetime | None = None) -> RunManifest:
+    """Write ``<run_dir>/run.json`` as the runner does, naming ``suite`` as the run's task file."""
+    manifest = RunManifest(run_id=Path(run_dir).name, started_at=started_at or datetime.now(UTC),
+                           suite_path=str(suite) if suite else None, agent=AgentSpec(name=agent),
+                           agent_name=agent, modes=list(modes),
+                           settings=RunSettings(mode=modes[0] if len(modes) == 1 else "both"))
+    save_model(Path(run_dir) / RUN_MANIFEST, manifest)
+    return manifest

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from .httpd import LoopbackHTTPServer
+from ..httpd import LoopbackHTTPServer
 
 __all__ = ["Reply", "FakeOpenAIServer", "ReplySource"]
 

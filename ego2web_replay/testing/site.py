@@ -14,33 +14,21 @@ import gzip
 import hashlib
 import json
 import ssl
-import struct
 import threading
-import zlib
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from ..png import png_bytes
 from .tls import TestCA, make_test_ca
 
-__all__ = ["TestSite", "WireEntry", "png_bytes", "BIG_SIZE"]
+__all__ = ["TestSite", "WireEntry", "BIG_SIZE"]
 
 BIG_SIZE = 5 * 1024 * 1024
 _FONT_CANDIDATES = ("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
                     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf")
-
-
-def png_bytes(width: int, height: int, rgb: tuple[int, int, int]) -> bytes:
-    """A valid solid-colour PNG, made without any imaging library."""
-    raw = b"".join(b"\x00" + bytes(rgb) * width for _ in range(height))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b"")
 
 
 def _font() -> bytes:

@@ -17,9 +17,12 @@ from pathlib import Path
 
 from ..actions import Action
 from ..models import (
+    RUN_MANIFEST,
     AgentSpec,
     JudgeSpec,
     ReplayStats,
+    RunManifest,
+    RunSettings,
     SnapshotManifest,
     Step,
     Trajectory,
@@ -95,11 +98,10 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
     rd = root / run_id
     rd.mkdir(parents=True, exist_ok=True)
     modes = sorted({e.mode for e in episodes})
-    (rd / "run.json").write_text(json.dumps({
-        "run_id": run_id, "started_at": started_at.isoformat(), "suite_path": str(suite) if suite else None,
-        "suite_sha256": None, "agent": agent.model_dump(mode="json"), "modes": modes,
-        "versions": {"ego2web_replay": "0.1.0"}, "machine": {"cpus": 2}, "git_commit": None,
-    }), "utf-8")
+    save_model(rd / RUN_MANIFEST, RunManifest(
+        run_id=run_id, started_at=started_at, suite_path=str(suite) if suite else None, agent=agent,
+        agent_name=agent.name, modes=modes, settings=RunSettings(mode=modes[0] if len(modes) == 1 else "both"),
+        versions={"ego2web_replay": "0.1.0"}, machine={"cpus": 2}))
     for e in episodes:
         ed = episode_dir(rd, e.task_id, e.mode)
         (ed / "screenshots").mkdir(parents=True, exist_ok=True)

@@ -59,11 +59,11 @@ def frozen_snapshot(episode: Path, traj: Trajectory, snapshots_root: Path | None
 
 def diff_run(run_dir: Path, *, snapshots_root: Path | None = None, task_ids: Sequence[str] = ()) -> RunDiff:
     """Pair diffs of every task of ``run_dir`` that has a live episode (see the module docstring)."""
-    from .ingest import read_run_manifest
+    from .ingest import read_run_manifest, run_id_of
 
     run_dir = Path(run_dir)
-    run = read_run_manifest(run_dir)
-    out = RunDiff(run_id=run.run_id)
+    run_id = run_id_of(read_run_manifest(run_dir), run_dir)
+    out = RunDiff(run_id=run_id)
     tasks = sorted(p.name for p in (run_dir / "episodes").iterdir() if p.is_dir()) \
         if (run_dir / "episodes").is_dir() else []
     for task in tasks:
@@ -99,5 +99,5 @@ def diff_run(run_dir: Path, *, snapshots_root: Path | None = None, task_ids: Seq
             hint = "" if snapshots_root else " (give --snapshots to diff against the task's newest snapshot)"
             out.skipped.append(f"{task}: no frozen snapshot to diff against{hint}")
             continue
-        out.diffs.append(diff_pair(archive, snap, final_url=traj.final_url, task_id=task, run_id=run.run_id))
+        out.diffs.append(diff_pair(archive, snap, final_url=traj.final_url, task_id=task, run_id=run_id))
     return out

@@ -16,24 +16,33 @@ from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 import duckdb
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from ..errors import ArchiveError, Ego2WebError, TrackingError
-from ..models import AgentSpec, SnapshotManifest, Trajectory, Verdict, load_trajectory
-from ..tasks import TaskSuite, load_tasks
+from ..models import (
+    RUN_MANIFEST,
+    AgentSpec,
+    IndexEntry,
+    RunManifest,
+    SnapshotManifest,
+    TaskSuite,
+    Trajectory,
+    Verdict,
+    load_tasks,
+    load_trajectory,
+    read_model,
+)
 from .db import write_connection
 
 __all__ = [
     "SourceFileError",
-    "RunManifest",
-    "CdxjRecord",
     "IngestSummary",
     "agent_label",
     "parse_cdxj",
     "read_run_manifest",
+    "run_id_of",
     "run_suite",
     "record_snapshot",
     "record_run",
@@ -47,35 +56,6 @@ PathLike = str | os.PathLike[str]
 
 class SourceFileError(TrackingError):
     """A snapshot or run file to ingest is missing or malformed (the database is fine)."""
-
-
-class RunManifest(BaseModel):
-    """``run.json`` of a run folder (fields the tracker reads; others are kept aside)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    run_id: str
-    started_at: datetime | None = None
-    suite_path: str | None = None
-    suite_sha256: str | None = None
-    agent: AgentSpec | None = None
-    modes: list[str] = Field(default_factory=list)
-    versions: dict[str, Any] = Field(default_factory=dict)
-    machine: dict[str, Any] = Field(default_factory=dict)
-    git_commit: str | None = None
-
-
-class CdxjRecord(BaseModel):
-    """One line of a CDXJ index: ``<surt> <14-digit timestamp> {json}``."""
-
-    surt: str
-    timestamp: datetime
-    url: str
-    method: str = "GET"
-    status: int | None = None
-    mime: str | None = None
-    digest: str | None = None
-    length: int | None = None
 
 
 class IngestSummary(BaseModel):
@@ -107,43 +87,35 @@ def _now() -> datetime:
 # -- parsing -----------------------------------------------------------------------------
 
 
-def parse_cdxj(path: PathLike) -> Iterator[CdxjRecord]:
-    """Read a CDXJ index (with the snapshot library's reader); a malformed line raises
-    :class:`TrackingError` naming it."""
+def parse_cdxj(path: PathLike) -> list[IndexEntry]:
+    """The entries of a CDXJ index (read by the snapshot library); a malformed line raises
+    :class:`SourceFileError` naming it."""
     from ..snapshots.cdxj import read_index
 
     try:
-        entries = read_index(Path(path))
+        return read_index(Path(path))
     except ArchiveError as e:
         raise SourceFileError(str(e)) from None
-    for entry in entries:
-        yield CdxjRecord(
-            surt=entry.surt,
-            timestamp=datetime.strptime(entry.timestamp[:14].ljust(14, "0"), "%Y%m%d%H%M%S"),
-            url=entry.url,
-            method=(entry.method or "GET").upper(),
-            status=entry.status,
-            mime=entry.mime,
-            digest=entry.digest or None,
-            length=entry.length,
-        )
 
 
 def _read_json_model[M: BaseModel](path: Path, model: type[M], what: str) -> M:
     try:
-        return model.model_validate(json.loads(path.read_text("utf-8")))
+        return read_model(path, model, what, SourceFileError)
     except FileNotFoundError:
         raise SourceFileError(f"{path}: {what} not found") from None
-    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as e:
-        raise SourceFileError(f"{path}: not a valid {what} ({str(e).splitlines()[0]})") from None
 
 
-def read_run_manifest(run_dir: PathLike) -> RunManifest:
-    """``run.json`` of a run folder, or a minimal manifest named after the folder."""
+def read_run_manifest(run_dir: PathLike) -> RunManifest | None:
+    """``run.json`` of a run folder; None when the folder has none (its rows are named after it)."""
     d = Path(run_dir)
-    if (d / "run.json").exists():
-        return _read_json_model(d / "run.json", RunManifest, "run manifest")
-    return RunManifest(run_id=d.resolve().name)
+    if (d / RUN_MANIFEST).exists():
+        return _read_json_model(d / RUN_MANIFEST, RunManifest, "run manifest")
+    return None
+
+
+def run_id_of(run: RunManifest | None, run_dir: PathLike) -> str:
+    """The run's id: from its manifest, else the folder's name."""
+    return run.run_id if run is not None else Path(run_dir).resolve().name
 
 
 @lru_cache(maxsize=32)
@@ -154,10 +126,10 @@ def _load_suite(path: str, mtime: float) -> TaskSuite | None:
         return None
 
 
-def run_suite(run: RunManifest, run_dir: PathLike) -> TaskSuite | None:
+def run_suite(run: RunManifest | None, run_dir: PathLike) -> TaskSuite | None:
     """The run's task suite (``suite_path``, as given or relative to the run folder or its
     parent), or None when it cannot be found or loaded."""
-    if not run.suite_path:
+    if run is None or not run.suite_path:
         return None
     rd = Path(run_dir)
     for candidate in (Path(run.suite_path), rd / run.suite_path, rd.parent / run.suite_path):
@@ -166,7 +138,7 @@ def run_suite(run: RunManifest, run_dir: PathLike) -> TaskSuite | None:
     return None
 
 
-def _categories(run: RunManifest, run_dir: Path) -> dict[str, str]:
+def _categories(run: RunManifest | None, run_dir: Path) -> dict[str, str]:
     """Task id → category from the run's suite file; empty when it cannot be loaded."""
     suite = run_suite(run, run_dir)
     return {t.id: t.category for t in suite} if suite else {}
@@ -177,7 +149,7 @@ def _categories(run: RunManifest, run_dir: Path) -> dict[str, str]:
 
 def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
     m = _read_json_model(snapshot_dir / "manifest.json", SnapshotManifest, "snapshot manifest")
-    records = list(parse_cdxj(snapshot_dir / m.index)) if (snapshot_dir / m.index).exists() else []
+    records = parse_cdxj(snapshot_dir / m.index) if (snapshot_dir / m.index).exists() else []
     key = [m.task_id, m.snapshot_id]
     con.execute("DELETE FROM snapshots WHERE task_id = ? AND snapshot_id = ?", key)
     con.execute("DELETE FROM resources WHERE task_id = ? AND snapshot_id = ?", key)
@@ -190,22 +162,26 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
     if records:
         con.executemany(
             "INSERT INTO resources VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [[m.task_id, m.snapshot_id, r.url, r.surt, r.timestamp, r.method, r.status, r.mime, r.digest,
-              r.length] for r in records],
+            [[m.task_id, m.snapshot_id, r.url, r.surt, r.captured_at, (r.method or "GET").upper(), r.status,
+              r.mime, r.digest or None, r.length] for r in records],
         )
     return len(records)
 
 
-def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest, run_dir: Path,
+def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest | None, run_dir: Path,
                    agent: AgentSpec | None) -> None:
-    spec = run.agent or agent
-    con.execute("DELETE FROM runs WHERE run_id = ?", [run.run_id])
+    """The run's row; a folder without ``run.json`` gets its id from its name and its agent
+    from its first trajectory."""
+    spec = run.agent if run is not None else agent
+    run_id = run_id_of(run, run_dir)
+    con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
     con.execute(
         "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run.run_id, _naive(run.started_at), run.suite_path, run.suite_sha256,
-         agent_label(spec) if spec else None, spec.model_dump_json() if spec else None,
-         json.dumps(run.modes), json.dumps(run.versions), json.dumps(run.machine), run.git_commit,
-         str(run_dir.resolve()), _now()],
+        [run_id, _naive(run.started_at) if run else None, run.suite_path if run else None,
+         run.suite_sha256 if run else None, agent_label(spec) if spec else None,
+         spec.model_dump_json() if spec else None, json.dumps(run.modes if run else []),
+         json.dumps(run.versions if run else {}), json.dumps(run.machine if run else {}),
+         run.git_commit if run else None, str(run_dir.resolve()), _now()],
     )
 
 
@@ -276,7 +252,7 @@ def record_episode(db_path: PathLike, run_dir: PathLike, episode_dir: PathLike) 
     category = _categories(run, rd).get(traj.task_id, "unknown")
     with write_connection(db_path) as con:
         _write_run_row(con, run, rd, traj.agent)
-        return _write_episode(con, run.run_id, traj, category, ed, [])
+        return _write_episode(con, run_id_of(run, rd), traj, category, ed, [])
 
 
 def record_verdict(db_path: PathLike, episode_dir: PathLike, verdict: Verdict, judge: str | None = None) -> None:
@@ -286,9 +262,10 @@ def record_verdict(db_path: PathLike, episode_dir: PathLike, verdict: Verdict, j
     the judge spec's name.
     """
     ed = Path(episode_dir)
-    run = read_run_manifest(ed.resolve().parents[2])
+    rd = ed.resolve().parents[2]
+    run_id = run_id_of(read_run_manifest(rd), rd)
     with write_connection(db_path) as con:
-        _write_verdict(con, run.run_id, verdict, judge or verdict.judge.name, None)
+        _write_verdict(con, run_id, verdict, judge or verdict.judge.name, None)
 
 
 def record_run(db_path: PathLike, run_dir: PathLike, warnings: list[str] | None = None) -> IngestSummary:
@@ -304,12 +281,13 @@ def record_run(db_path: PathLike, run_dir: PathLike, warnings: list[str] | None 
         except Ego2WebError as e:
             warn.append(str(e))
     categories = _categories(run, rd)
+    run_id = run_id_of(run, rd)
     with write_connection(db_path) as con:
         _write_run_row(con, run, rd, trajectories[0][1].agent if trajectories else None)
-        con.execute("DELETE FROM episodes WHERE run_id = ?", [run.run_id])
-        con.execute("DELETE FROM verdicts WHERE run_id = ?", [run.run_id])
+        con.execute("DELETE FROM episodes WHERE run_id = ?", [run_id])
+        con.execute("DELETE FROM verdicts WHERE run_id = ?", [run_id])
         for ed, traj in trajectories:
-            summary.verdicts += _write_episode(con, run.run_id, traj, categories.get(traj.task_id, "unknown"),
+            summary.verdicts += _write_episode(con, run_id, traj, categories.get(traj.task_id, "unknown"),
                                                ed, warn)
             summary.episodes += 1
     if warnings is not None:

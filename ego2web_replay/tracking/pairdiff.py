@@ -129,7 +129,7 @@ def _kind(entry: CdxjEntry, request: list[tuple[str, str]] | None) -> str | None
 
 
 def _response(snap: Snapshot, entry: CdxjEntry) -> Response:
-    from ..replay.httputil import decode_body
+    from ..web import decode_body
 
     rec = snap.resolve(entry)
     headers = tuple(rec.http_headers or [])

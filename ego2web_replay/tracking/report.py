@@ -31,7 +31,7 @@ from string import Template
 from pydantic import BaseModel
 
 from ..errors import Ego2WebError
-from ..models import Trajectory, Verdict, load_trajectory
+from ..models import Trajectory, Verdict, load_trajectory, read_model
 from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
@@ -198,9 +198,9 @@ def _verdict_html(row: tuple) -> str:
     key_points: list[str] = []
     if vpath and Path(vpath).is_file():
         try:
-            v = Verdict.model_validate(json.loads(Path(vpath).read_text("utf-8")))
+            v = read_model(Path(vpath), Verdict, "verdict")
             thoughts, key_points = v.thoughts, v.key_points
-        except (ValueError, OSError):
+        except (Ego2WebError, OSError):
             pass
     parts = [f"<h3>{escape(judge)}{f' ({escape(model)})' if model else ''}: {_ok(success)}, score {score:.2f}</h3>"]
     if key_points:

@@ -1,6 +1,6 @@
 """A threaded HTTP server on 127.0.0.1 that starts, stops and works as a context manager.
 
-The demo site, the fake OpenAI-compatible server and the benchmarks' sites
+The demo site, the fake OpenAI-compatible server (testing) and the benchmarks' sites
 subclass it and supply their request handler.
 """
 

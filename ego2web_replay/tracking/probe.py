@@ -26,7 +26,7 @@ from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
-from .errors import SnapshotError
+from ..errors import SnapshotError
 
 __all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
 
@@ -57,7 +57,7 @@ class _Text(HTMLParser):
 
 def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
     """Undo Content-Encoding; a body that cannot be decoded is compared as stored."""
-    from .replay.httputil import decode_body as undo
+    from ..web import decode_body as undo
 
     enc = next((v for k, v in headers if k.lower() == "content-encoding"), None)
     decoded = undo(body, enc)
@@ -144,7 +144,7 @@ def _targets(snap: Any) -> list[tuple[Any, bool]]:
 def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: float = 15.0,
                    progress: Callable[[str], None] | None = None) -> list[UrlProbe]:
     """Probe one snapshot's pages through an already running (recording) proxy."""
-    from .snapshots.snapshot import Snapshot
+    from ..snapshots.snapshot import Snapshot
 
     snap = Snapshot.open(snapshot)
     ctx = ssl.create_default_context(cafile=str(ca_file))
@@ -189,16 +189,17 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str = "open",
-                    upstream_ca: Path | None = None, db: Path | None = None, timeout: float = 15.0,
+                    upstream_ca: Path | None = None, timeout: float = 15.0,
                     on_task: Callable[[str, str, list[UrlProbe]], None] | None = None) -> tuple[str, list[Any]]:
-    """Probe several snapshots; archive each probe; record rows in ``db`` when given.
+    """Probe several snapshots and archive each probe.
 
-    Returns the probe id and the :class:`~ego2web_replay.tracking.drift.ProbeResult` rows.
+    Returns the probe id and the :class:`~ego2web_replay.tracking.drift.ProbeResult` rows; storing
+    them (:func:`~ego2web_replay.tracking.drift.record_probe`) is the caller's choice.
     """
-    from .recorder.session import LiveRecording, RecordOptions
-    from .snapshots.snapshot import Snapshot
-    from .tasks import Task
-    from .tracking.drift import ProbeResult
+    from ..recorder.session import LiveRecording, RecordOptions
+    from ..snapshots.snapshot import Snapshot
+    from ..tasks import Task
+    from .drift import ProbeResult
 
     probe_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]
     rows: list[ProbeResult] = []
@@ -221,16 +222,12 @@ def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str
                                     url_status=p.url_status, task_status=status, error=p.error))  # type: ignore[arg-type]
         if on_task:
             on_task(m.task_id, status, probes)
-    if db is not None:
-        from .tracking.drift import record_probe
-
-        record_probe(db, rows)
     return probe_id, rows
 
 
 def snapshots_to_probe(paths: Sequence[Path], task_ids: Sequence[str] = ()) -> list[Path]:
     """Snapshot folders named directly, plus the newest complete snapshot of each task under a root."""
-    from .snapshots.snapshot import list_snapshots
+    from ..snapshots.snapshot import list_snapshots
 
     out: list[Path] = []
     for p in map(Path, paths):

@@ -1,0 +1,27 @@
+"""``ego2web-replay snapshot export``: a snapshot as a WACZ or a ``.warc.gz`` for other archive tools."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..snapshots.export import export_snapshot
+from .snapshot import snapshot
+
+__all__ = ["COMMANDS", "export_command"]
+
+
+@snapshot.command("export")
+@click.argument("path", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["wacz", "warc.gz"]), default="wacz", show_default=True,
+              help="wacz (WACZ 1.1.1: WARC, CDXJ index, pages, manifest) or warc.gz (records + manifest record).")
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
+def export_command(path: Path, fmt: str, out: Path) -> None:
+    """Export a snapshot for pywb, py-wacz, warcio and other web-archive tools."""
+    result = export_snapshot(path, out, fmt)  # type: ignore[arg-type]
+    extra = f", {result.materialized} revisits made whole" if result.materialized else ""
+    click.echo(f"exported {result.records} records to {result.path} ({result.bytes} bytes{extra})")
+
+
+COMMANDS: list[click.Command] = []  # attached to the `snapshot` group above

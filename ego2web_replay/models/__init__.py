@@ -1,0 +1,70 @@
+"""The one versioned model tree: the contract between the stages, the files, the database and the report.
+
+=====================  ====================================  ==========================
+model                  file                                  module
+=====================  ====================================  ==========================
+:class:`Task`          the task suite (JSON / JSONL)         :mod:`.task`
+:class:`Action`        inside tasks and trajectories         :mod:`.action`
+:class:`Trajectory`    ``<episode>/trajectory.json``         :mod:`.trajectory`
+:class:`RunManifest`   ``<run>/run.json``                    :mod:`.run`
+:class:`ReplayStats`   ``<episode>/replay_stats.json``       :mod:`.replay`
+:class:`Verdict`       ``<episode>/verdicts/<judge>.json``   :mod:`.verdict`
+:class:`SnapshotManifest`  ``<snapshot>/manifest.json``      :mod:`.snapshot`
+:class:`IndexEntry`    one line of ``<snapshot>/index.cdxj`` :mod:`.index`
+=====================  ====================================  ==========================
+
+Every file model has a ``version`` (see :class:`FileModel`); files are read with
+:func:`read_model` and written with :func:`save_model`. The tracking tables are
+loaded from these models and the report is drawn from them.
+"""
+
+from __future__ import annotations
+
+from .action import ACTION_KINDS, Action, ActionKind
+from .base import FileModel, describe_validation_error, read_model, save_model
+from .index import IndexEntry, IndexRow, index_row
+from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
+from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, load_run
+from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
+from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
+from .trajectory import AgentSpec, EndReason, Mode, Step, Trajectory, episode_dir, load_trajectory
+from .verdict import JudgeSpec, Verdict
+
+__all__ = [
+    "ACTION_KINDS",
+    "Action",
+    "ActionKind",
+    "AgentSpec",
+    "EndReason",
+    "FileDigest",
+    "FileModel",
+    "IndexEntry",
+    "IndexRow",
+    "InputSettings",
+    "JudgeSpec",
+    "MatchOutcome",
+    "Mode",
+    "RUN_MANIFEST",
+    "ReplayLogEntry",
+    "ReplayStats",
+    "RunManifest",
+    "RunSettings",
+    "SnapshotManifest",
+    "SnapshotSource",
+    "Step",
+    "TASK_VERSION",
+    "Task",
+    "TaskSuite",
+    "TimeRange",
+    "Trajectory",
+    "Verdict",
+    "describe_validation_error",
+    "episode_dir",
+    "index_row",
+    "load_run",
+    "load_tasks",
+    "load_trajectory",
+    "parse_timestamp",
+    "read_model",
+    "save_model",
+]

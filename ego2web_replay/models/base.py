@@ -1,0 +1,92 @@
+"""What every file model shares: a format version, and one way to read and write it.
+
+A model stored as a JSON file derives from :class:`FileModel`. Its ``version``
+says which form of the model wrote the file; a reader refuses a file from a
+newer version with one line that says to upgrade, instead of misreading it.
+:func:`read_model` and :func:`save_model` are the only places files become
+models and models files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, Field, ValidationError, model_validator
+
+from ..atomic import atomic_write_text
+from ..errors import Ego2WebError
+
+__all__ = ["FileModel", "read_model", "save_model", "describe_validation_error"]
+
+
+class FileModel(BaseModel):
+    """A model kept as a JSON file; ``FORMAT_VERSION`` is the newest form this code reads.
+
+    A subclass that changes its form raises both ``FORMAT_VERSION`` and the default of
+    ``version`` (a test checks that they agree).
+    """
+
+    FORMAT_VERSION: ClassVar[int] = 1
+
+    version: int = Field(default=1, ge=1, description="Format version of the file (see FORMAT_VERSION).")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_version(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            newer = newer_version(cls, data)
+            if newer is not None:
+                raise ValueError(newer)
+        return data
+
+
+def newer_version(model: type[FileModel], data: dict[str, Any]) -> str | None:
+    """Why ``data`` cannot be read as ``model`` because it is of a newer form; None when it can."""
+    v = data.get("version")
+    if isinstance(v, int) and not isinstance(v, bool) and v > model.FORMAT_VERSION:
+        return (f"format version {v} is newer than this ego2web-replay reads "
+                f"({model.FORMAT_VERSION}); upgrade ego2web-replay")
+    return None
+
+
+def describe_validation_error(err: ValidationError) -> str:
+    """The first problem of a validation error, on one line: ``field 'a.b': message``."""
+    first = err.errors()[0]
+    loc = ".".join(str(p) for p in first["loc"])
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    return f"field '{loc}': {msg}" if loc else msg
+
+
+def read_model[M: BaseModel](path: str | os.PathLike[str], model: type[M], what: str,
+                             error: type[Ego2WebError] = Ego2WebError) -> M:
+    """Read the JSON file ``path`` as ``model``.
+
+    A missing file raises :class:`FileNotFoundError` (callers say what to do);
+    anything else wrong (bad JSON, a field that does not validate, a newer
+    format version) raises ``error`` with one line naming the file and the problem.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text("utf-8"))
+    except FileNotFoundError:
+        raise
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise error(f"{p}: not a valid {what} (not JSON: {str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise error(f"{p}: cannot read the {what} ({e.strerror or e})") from None
+    if isinstance(data, dict) and issubclass(model, FileModel):
+        newer = newer_version(model, data)
+        if newer is not None:
+            raise error(f"{p}: {what} {newer}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        raise error(f"{p}: not a valid {what} ({describe_validation_error(e)})") from None
+
+
+def save_model(path: str | os.PathLike[str], model: BaseModel) -> None:
+    """Write a model as indented JSON, atomically."""
+    atomic_write_text(path, model.model_dump_json(indent=2) + "\n")

@@ -1,0 +1,53 @@
+"""What a replay served: one log entry per request and the counts of each outcome."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, computed_field
+
+from .base import FileModel
+
+__all__ = ["MatchOutcome", "ReplayLogEntry", "ReplayStats"]
+
+MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live"]
+
+
+class ReplayLogEntry(BaseModel):
+    """One request seen by the replay proxy and how it was answered."""
+
+    method: str = Field(description="HTTP method of the request.")
+    url: str = Field(description="URL of the request.")
+    outcome: MatchOutcome = Field(description="How it was answered (the matching stage, or why not matched).")
+    status: int | None = Field(default=None, description="Status served to the client.")
+    matched_url: str | None = Field(default=None, description="URL of the capture served, if any.")
+    score: float | None = Field(default=None, description="Fuzzy similarity of the capture served.")
+
+
+class ReplayStats(FileModel):
+    """Counts of how every request of a replay session was answered (``replay_stats.json``)."""
+
+    FORMAT_VERSION = 1
+
+    version: int = Field(default=1, ge=1, description="Format version of the file.")
+    snapshots: list[str] = Field(default_factory=list, description="Snapshot folders served.")
+    exact: int = Field(default=0, description="Requests answered by an exact match.")
+    canonical: int = Field(default=0, description="Requests answered by a canonical-key match.")
+    fuzzy: int = Field(default=0, description="Requests answered by a fuzzy match.")
+    miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy).")
+    blocked: int = Field(default=0, description="Browser background requests answered by the guard.")
+    websocket: int = Field(default=0, description="Websocket upgrades refused.")
+    live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
+    missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
+    log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def total(self) -> int:
+        """Requests answered by the replay (guard-blocked background requests not included)."""
+        return self.exact + self.canonical + self.fuzzy + self.miss + self.websocket + self.live
+
+    @property
+    def hermetic(self) -> bool:
+        """True when nothing went to the live web."""
+        return self.live == 0

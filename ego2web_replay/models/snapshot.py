@@ -1,0 +1,48 @@
+"""The manifest of a snapshot folder: what was captured, when, how, and the files' digests."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from .base import FileModel
+
+__all__ = ["FileDigest", "SnapshotManifest", "SnapshotSource"]
+
+SnapshotSource = Literal["record", "live-run", "probe", "import"]
+
+
+class FileDigest(BaseModel):
+    """sha256 and size of one file of a snapshot folder."""
+
+    path: str = Field(description="Path relative to the snapshot folder.")
+    sha256: str = Field(description="sha256 of the file's bytes (hex).")
+    size: int = Field(description="Size in bytes.")
+
+
+class SnapshotManifest(FileModel):
+    """``manifest.json`` of a snapshot folder ``snapshots/<task-id>/<snapshot-id>/``."""
+
+    FORMAT_VERSION = 1
+
+    version: int = Field(default=1, ge=1, description="Format version of the file.")
+    task_id: str = Field(description="The task the snapshot was captured for.")
+    snapshot_id: str = Field(description="The snapshot's id (its folder name).")
+    created_at: datetime = Field(description="Capture start (UTC).")
+    finished_at: datetime | None = Field(default=None, description="Capture end (UTC).")
+    source: SnapshotSource = Field(default="record", description="What made it: record, live-run, probe or import.")
+    start_url: str | None = Field(default=None, description="Where the capture started.")
+    pages: list[str] = Field(default_factory=list, description="Main-document URLs visited, in order.")
+    archive: str = Field(description="Archive file name, e.g. archive.warc.zst.")
+    index: str = Field(default="index.cdxj", description="CDXJ index file name.")
+    records: dict[str, int] = Field(default_factory=dict, description="Record counts by WARC-Type.")
+    exchanges: int = Field(default=0, description="Request/response pairs archived.")
+    payload_bytes: int = Field(default=0, description="Response payload bytes archived.")
+    archive_bytes: int = Field(default=0, description="Size of the archive file.")
+    files: list[FileDigest] = Field(default_factory=list, description="Digests of the folder's files.")
+    tools: dict[str, str] = Field(default_factory=dict, description="Versions: python, mitmproxy, chromium, ...")
+    settings: dict[str, Any] = Field(default_factory=dict, description="Recording settings (format, redaction ...).")
+    screenshots: list[str] = Field(default_factory=list, description="Screenshots taken while recording.")
+    notes: list[str] = Field(default_factory=list, description="Anything worth knowing about the capture.")

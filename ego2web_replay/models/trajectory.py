@@ -1,0 +1,101 @@
+"""What an agent did in one episode, and which agent did it.
+
+An episode is one task run by one agent in one mode. On disk it is a folder::
+
+    <run>/episodes/<task-id>/<mode>/
+        trajectory.json      Trajectory (this module)
+        screenshots/         step-NNN.png, one per step
+        replay_stats.json    ReplayStats (frozen runs)
+        snapshot/            the live run's own archived snapshot (live runs)
+        verdicts/<judge>.json  one Verdict per judge
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from ..errors import Ego2WebError
+from .action import Action
+from .base import FileModel, read_model
+from .replay import ReplayStats
+
+__all__ = ["AgentSpec", "Step", "EndReason", "Trajectory", "Mode", "episode_dir", "load_trajectory"]
+
+Mode = Literal["live", "frozen"]
+EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions"]
+
+
+class AgentSpec(BaseModel):
+    """Which agent produced a trajectory, with every setting that affects it."""
+
+    name: str = Field(description="Agent kind: scripted, command, openai, or a Python factory path.")
+    settings: dict[str, Any] = Field(default_factory=dict, description="The agent's settings.")
+    model: str | None = Field(default=None, description="The model driving the agent, if any.")
+    input_modality: Literal["video", "keyframes", "captions", "none"] = Field(
+        default="none", description="What the agent is shown of the task's video.")
+
+
+class Step(BaseModel):
+    """One action and what the page looked like after it."""
+
+    index: int = Field(description="Position of the step in the episode.")
+    action: Action = Field(description="What the agent did.")
+    url: str | None = Field(default=None, description="Page URL after the action.")
+    title: str | None = Field(default=None, description="Page title after the action.")
+    started_at: datetime | None = Field(default=None, description="When the action started (UTC).")
+    duration_s: float = Field(default=0.0, description="How long the action took, in seconds.")
+    screenshot: str | None = Field(default=None, description="Screenshot path, relative to the episode folder.")
+    error: str | None = Field(default=None, description="Why the action failed, if it did.")
+    thought: str | None = Field(default=None, description="The agent's stated reasoning, if any.")
+
+
+class Trajectory(FileModel):
+    """Everything an agent did in one episode (``trajectory.json``)."""
+
+    FORMAT_VERSION = 1
+
+    version: int = Field(default=1, ge=1, description="Format version of the file.")
+    task_id: str = Field(description="The task run.")
+    instruction: str = Field(default="", description="The instruction the agent was given.")
+    mode: Mode = Field(description="live (the real web) or frozen (a replayed snapshot).")
+    snapshot_id: str | None = Field(default=None, description="Snapshot served (frozen) or written (live).")
+    snapshot_path: str | None = Field(default=None, description="Folder of that snapshot.")
+    agent: AgentSpec = Field(description="The agent and its settings.")
+    steps: list[Step] = Field(default_factory=list, description="Every action, in order.")
+    answer: str | None = Field(default=None, description="The agent's final answer, if it gave one.")
+    end_reason: EndReason = Field(default="no_actions", description="Why the episode ended.")
+    error: str | None = Field(default=None, description="What went wrong, when the episode failed.")
+    started_at: datetime | None = Field(default=None, description="Episode start (UTC).")
+    finished_at: datetime | None = Field(default=None, description="Episode end (UTC).")
+    replay: ReplayStats | None = Field(default=None, description="Replay counts (frozen mode).")
+    final_page_text: str | None = Field(default=None, description="Visible text of the page when the episode ended "
+                                        "(as rendered, after scripts ran).")
+    extra: dict[str, Any] = Field(default_factory=dict, description="Agent-specific data (exit code, stderr ...).")
+
+    @property
+    def final_url(self) -> str | None:
+        """The page URL after the last step that recorded one."""
+        for step in reversed(self.steps):
+            if step.url:
+                return step.url
+        return None
+
+
+def episode_dir(run_dir: Path, task_id: str, mode: str) -> Path:
+    """The folder of one episode inside a run folder."""
+    return Path(run_dir) / "episodes" / task_id / mode
+
+
+def load_trajectory(path: Path) -> Trajectory:
+    """Read ``trajectory.json`` (or the folder holding it)."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / "trajectory.json"
+    try:
+        return read_model(p, Trajectory, "trajectory")
+    except FileNotFoundError:
+        raise Ego2WebError(f"{p}: trajectory not found; is this an episode folder?") from None
