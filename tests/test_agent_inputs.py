@@ -72,16 +72,17 @@ def test_prepare_inputs_samples_the_whole_video(tmp_path):
 
 
 def test_captions_are_generated_once_and_cached_by_video_hash(tmp_path):
-    from ego2web_replay.judge.client import LLMClient, LLMConfig
+    from ego2web_replay.judge.captioner import LLMCaptioner
+    from ego2web_replay.judge.client import LLMConfig
 
     video = make_video(tmp_path / "v.mp4", seconds=8, colours=[GREY] * 6 + [MAGENTA] * 2)
     with FakeOpenAIServer(lambda body: json.dumps(CAPTION)) as srv:
-        client = LLMClient(LLMConfig(model="captioner", base_url=srv.base_url))
+        client = LLMCaptioner(LLMConfig(model="captioner", base_url=srv.base_url))
         made, calls = generate_captions(video, client, frames_per_clip=2)
         assert calls == 2 and len(srv.requests) == 2  # two 5-second clips: 0-5 and 5-8
         images = [p for p in srv.requests[0]["messages"][0]["content"] if p["type"] == "image_url"]
         assert len(images) == 2
-        again, calls = generate_captions(video, LLMClient(LLMConfig(model="captioner", base_url=srv.base_url)),
+        again, calls = generate_captions(video, LLMCaptioner(LLMConfig(model="captioner", base_url=srv.base_url)),
                                          frames_per_clip=2)
         assert calls == 0 and len(srv.requests) == 2 and again == made
     assert [(c.start, c.end) for c in made.captions] == [(0.0, 5.0), (5.0, 8.0)]
@@ -101,9 +102,10 @@ def test_each_modality_sends_what_it_names_and_never_the_evidence(tmp_path, ca):
                                               else json.dumps(CAPTION)) as srv:
         suite_path = _suite(tmp_path / "suite", f"{site.url}/shop")
         suite = load_tasks(suite_path)
-        from ego2web_replay.judge.client import LLMClient, LLMConfig
+        from ego2web_replay.judge.captioner import LLMCaptioner
+        from ego2web_replay.judge.client import LLMConfig
 
-        generate_captions(tmp_path / "suite" / "clip.mp4", LLMClient(LLMConfig(model="c", base_url=srv.base_url)))
+        generate_captions(tmp_path / "suite" / "clip.mp4", LLMCaptioner(LLMConfig(model="c", base_url=srv.base_url)))
         sent: dict[str, dict] = {}
         for modality, extra in (("keyframes", {}), ("video", {"video_fps": 1.0}),
                                 ("video_url", {"video_transport": "video_url"}), ("captions", {}), ("none", {})):

@@ -32,7 +32,8 @@ def captions_cmd(tasks_file: Path, model: str | None, base_url: str | None, task
     kept by the video's hash: a video captioned before is not sent again.
     """
     from ..errors import MediaError
-    from ..judge.client import LLMClient, LLMConfig
+    from ..judge.captioner import LLMCaptioner
+    from ..judge.client import LLMConfig
     from ..media.captions import caption_suite
     from ..tasks import load_tasks
 
@@ -42,7 +43,7 @@ def captions_cmd(tasks_file: Path, model: str | None, base_url: str | None, task
         raise MediaError("captions need a multimodal model: pass --model and --base-url "
                          "(or set EGO2WEB_CAPTION_MODEL and OPENAI_BASE_URL)")
     suite = load_tasks(tasks_file)
-    client = LLMClient(LLMConfig(model=name, base_url=url, timeout_s=timeout_s, concurrency=1))
+    client = LLMCaptioner(LLMConfig(model=name, base_url=url, timeout_s=timeout_s, concurrency=1))
     for task_id, path, clips, calls in caption_suite(suite, client, task_ids=task_ids, clip_seconds=clip_seconds,
                                                      frames_per_clip=frames_per_clip, max_side=frame_size,
                                                      force=force):

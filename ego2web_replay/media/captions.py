@@ -1,7 +1,8 @@
 """Timestamped captions of a task's video, made the way the Ego2Web pipeline makes them.
 
 The video is cut into clips of ``clip_seconds`` (5 s by default); a few frames
-of each clip go to a multimodal model over any OpenAI-compatible endpoint,
+of each clip go to a multimodal model (a :class:`Captioner`; the one over any
+OpenAI-compatible endpoint is :class:`ego2web_replay.judge.captioner.LLMCaptioner`),
 which answers one JSON object per clip following :data:`CLIP_SCHEMA` (objects,
 actions, text seen, brands, colours, a one-line summary). The captions are
 stored beside the video as ``<video>.captions.json`` together with the
@@ -14,15 +15,15 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, ValidationError
 
 from ..atomic import atomic_write_text
 from ..errors import MediaError
 
-__all__ = ["ClipCaption", "CaptionFile", "CLIP_SCHEMA", "captions_path", "read_captions", "generate_captions",
-           "caption_suite"]
+__all__ = ["ClipCaption", "CaptionFile", "CLIP_SCHEMA", "Captioner", "captions_path", "read_captions",
+           "generate_captions", "caption_suite", "parse_clip_caption"]
 
 CAPTIONS_VERSION = 1
 PROMPT_VERSION = "captions-v1"
@@ -45,6 +46,21 @@ PROMPT = (
     "through {n} frames in time order. Describe only what is visible. Reply with ONE JSON object "
     "and nothing else, following this JSON schema:\n{schema}"
 )
+
+
+class Captioner(Protocol):
+    """A multimodal model that captions one clip: ``caption`` returns :func:`parse_clip_caption`'s dict."""
+
+    model: str
+
+    @property
+    def calls(self) -> int:
+        """Model calls made so far."""
+        ...
+
+    def caption(self, prompt: str, frames: list[tuple[float, Path]]) -> dict[str, Any]:
+        """Ask the model about ``frames`` (time, PNG path) with ``prompt``; the parsed caption fields."""
+        ...
 
 
 class ClipCaption(BaseModel):
@@ -121,38 +137,36 @@ def read_captions(video: Path) -> list[ClipCaption]:
     return stored.captions
 
 
-def _parse(text: str) -> dict[str, Any]:
-    from ..judge.client import ReplyFormatError
-
+def parse_clip_caption(text: str) -> dict[str, Any]:
+    """The caption fields of a model's reply; :class:`ValueError` saying what is wrong."""
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
-        raise ReplyFormatError("no JSON object in the reply")
+        raise ValueError("no JSON object in the reply")
     try:
         data = json.loads(text[start:end + 1])
     except json.JSONDecodeError as e:
-        raise ReplyFormatError(f"invalid JSON ({e.msg})") from None
+        raise ValueError(f"invalid JSON ({e.msg})") from None
     if not isinstance(data, dict):
-        raise ReplyFormatError("the reply is not a JSON object")
+        raise ValueError("the reply is not a JSON object")
     missing = [k for k in CLIP_SCHEMA["required"] if k not in data]
     if missing:
-        raise ReplyFormatError(f"missing field(s) {', '.join(missing)}")
+        raise ValueError(f"missing field(s) {', '.join(missing)}")
     out: dict[str, Any] = {"summary": str(data["summary"])}
     for k in ("objects", "actions", "text_seen", "brands", "colours"):
         v = data[k]
         if not isinstance(v, list):
-            raise ReplyFormatError(f"field {k!r} must be a list of strings")
+            raise ValueError(f"field {k!r} must be a list of strings")
         out[k] = [str(x) for x in v]
     return out
 
 
-def generate_captions(video: Path, client: Any, *, clip_seconds: float = 5.0, frames_per_clip: int = 4,
+def generate_captions(video: Path, client: Captioner, *, clip_seconds: float = 5.0, frames_per_clip: int = 4,
                       max_side: int = 512, force: bool = False) -> tuple[CaptionFile, int]:
-    """Caption ``video`` clip by clip with ``client`` (an :class:`~ego2web_replay.judge.client.LLMClient`).
+    """Caption ``video`` clip by clip with ``client``.
 
     Returns the captions and the number of model calls made (0 when the stored
     captions match the video's hash, the model and the settings).
     """
-    from ..judge.client import Image, Message
     from .keyframes import extract_keyframes
     from .video import video_duration, video_sha256
 
@@ -160,7 +174,7 @@ def generate_captions(video: Path, client: Any, *, clip_seconds: float = 5.0, fr
         raise MediaError("clip length must be positive and each clip needs at least one frame")
     digest = video_sha256(video)
     duration = video_duration(video)
-    wanted = (client.config.model, PROMPT_VERSION, clip_seconds, frames_per_clip, max_side)
+    wanted = (client.model, PROMPT_VERSION, clip_seconds, frames_per_clip, max_side)
     if not force:
         try:
             stored = _load(video)
@@ -168,7 +182,7 @@ def generate_captions(video: Path, client: Any, *, clip_seconds: float = 5.0, fr
             stored = None
         if stored is not None and stored.video_sha256 == digest and stored.settings() == wanted:
             return stored, 0
-    from ..tasks import TimeRange
+    from ..models import TimeRange
 
     captions: list[ClipCaption] = []
     calls_before = client.calls
@@ -181,11 +195,8 @@ def generate_captions(video: Path, client: Any, *, clip_seconds: float = 5.0, fr
         frames = extract_keyframes(video, instants, per_range=1, max_side=max_side)
         prompt = PROMPT.format(seconds=clip_seconds, start=_clock(start), end=_clock(end), n=len(frames),
                                schema=json.dumps(CLIP_SCHEMA, indent=1))
-        parts: list[Any] = [prompt]
-        for f in frames:
-            parts += [f"\nFrame at {f.timestamp:.1f}s:", Image.from_path(f.path)]
-        result = client.chat([Message("user", parts)], _parse, stage=f"caption {_clock(start)}")
-        captions.append(ClipCaption(start=round(start, 3), end=round(end, 3), **result.parsed))
+        fields = client.caption(prompt, [(f.timestamp, Path(f.path)) for f in frames])
+        captions.append(ClipCaption(start=round(start, 3), end=round(end, 3), **fields))
     out = CaptionFile(video=video.name, video_sha256=digest, duration_s=round(duration, 3), model=wanted[0],
                       clip_seconds=clip_seconds, frames_per_clip=frames_per_clip, max_side=max_side,
                       captions=captions)
@@ -193,7 +204,7 @@ def generate_captions(video: Path, client: Any, *, clip_seconds: float = 5.0, fr
     return out, client.calls - calls_before
 
 
-def caption_suite(suite: Any, client: Any, *, task_ids: tuple[str, ...] | list[str] = (), **options: Any
+def caption_suite(suite: Any, client: Captioner, *, task_ids: tuple[str, ...] | list[str] = (), **options: Any
                   ) -> list[tuple[str, Path, int, int]]:
     """Caption every task video of ``suite`` (once per distinct video): ``(task, captions file, clips, calls)``."""
     out: list[tuple[str, Path, int, int]] = []

@@ -29,7 +29,7 @@ from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import MediaError
-from ..tasks import TimeRange
+from ..models import TimeRange
 
 __all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "sample_video", "keyframe_dir", "png_bytes"]
 
