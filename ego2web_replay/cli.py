@@ -4,17 +4,25 @@ The CLI only translates: each command parses its options, calls one library
 function and prints the result. Commands live in ``ego2web_replay.commands``
 (one module per command group, each exporting ``COMMANDS``); errors of the
 project's own types are printed as one line and exit non-zero.
+
+Importing this module must stay cheap (``--help`` and argument errors answer
+at once): command modules import click and the light ``config``/``errors``
+modules only, and import their library inside the command's function.
+``-q``/``-v``/``--no-progress`` are added here to the root and to every
+command, so they work before or after the command name.
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import sys
+from pathlib import Path
 
 import click
 
 from . import __version__, commands
+from .commands._options import output_params
+from .commands._output import configure_logging, output
 from .errors import Ego2WebError
 
 __all__ = ["cli", "main"]
@@ -24,14 +32,28 @@ __all__ = ["cli", "main"]
 @click.version_option(__version__, prog_name="ego2web-replay")
 def cli() -> None:
     """Record live-web agent benchmarks once, replay them frozen and hermetic,
-    run agents live and frozen, judge the trajectories and track drift."""
+    run agents live and frozen, judge the trajectories and track drift.
+
+    Results go to stdout, progress and errors to stderr; `--json -` prints
+    only JSON on stdout.
+    """
+    configure_logging(output())
+
+
+def _add_output_options(command: click.Command) -> None:
+    command.params.extend(output_params())
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_output_options(sub)
 
 
 def _register() -> None:
-    for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"{commands.__name__}.{info.name}")
+    names = {p.stem for folder in commands.__path__ for p in Path(folder).glob("*.py")}
+    for name in sorted(n for n in names if not n.startswith("_")):
+        module = importlib.import_module(f"{commands.__name__}.{name}")
         for command in getattr(module, "COMMANDS", []):
             cli.add_command(command)
+    _add_output_options(cli)
 
 
 _register()

@@ -140,3 +140,20 @@ def test_judge_errors_are_neither_success_nor_failure(tmp_path: Path) -> None:
     assert g.counts.live_only == 1 and g.counts.both == 1
     row = next(r for r in csv.DictReader(csv_text(compare(path)).splitlines()) if r["category"] == "overall")
     assert row["judge_errors"] == "1"
+
+
+def test_compare_json_and_csv_to_stdout(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    base = ["compare", "--db", str(db), "--judge", "rule", "--iterations", "50"]
+    assert main([*base, "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert data["groups"][0]["counts"]["both"] == 3
+    assert not (tmp_path / "-").exists()
+    out_json = tmp_path / "c.json"
+    assert main([*base, "--csv", "-", "--json", str(out_json)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("agent,judge,category") and captured.err.strip() == f"wrote {out_json}"
+    assert json.loads(out_json.read_text())["groups"][0]["counts"]["both"] == 3
+    assert main([*base, "--csv", "-", "--json", "-"]) == 2
+    assert "both want stdout" in capsys.readouterr().err

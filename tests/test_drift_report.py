@@ -92,6 +92,8 @@ def test_drift_report_cli(db: Path, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "drift since capture: per site" in text and "shop.example" in text and "75.0%" in text
     data = json.loads(out.read_text())
     assert data["probes"] == 2 and len(data["points"]) == 2 + 4 + 4
+    assert main(["drift", "report", "--db", str(db), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == data  # only the JSON on stdout
     empty = tmp_path / "empty.duckdb"
     with write_connection(empty):
         pass

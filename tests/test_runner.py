@@ -18,6 +18,8 @@ import pytest
 from ego2web_replay.actions import Action
 from ego2web_replay.cli import main
 from ego2web_replay.models import AgentSpec, episode_dir, load_trajectory
+from ego2web_replay.runner.episode import EpisodeRequest, run_episode
+from ego2web_replay.runner.executor import Executor
 from ego2web_replay.runner.run import RunSettings, load_run, run_suite
 from ego2web_replay.tasks import load_tasks
 from ego2web_replay.tracking.db import read_connection
@@ -230,6 +232,28 @@ def test_command_agent_browser_use_history(demo, tmp_path):
     assert t.replay.exact >= 1 and t.replay.miss == 0
 
 
+class _LastFirst:
+    """Another executor: the jobs in reverse order, in this process, handed back as they finish."""
+
+    def __init__(self) -> None:
+        self.jobs: list[EpisodeRequest] = []
+
+    def run(self, jobs):
+        self.jobs = list(jobs)
+        for job in reversed(self.jobs):
+            yield run_episode(job)
+
+
+def test_the_runner_takes_any_executor(demo, tmp_path):
+    executor = _LastFirst()
+    assert isinstance(executor, Executor)
+    run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=tmp_path, task_ids=[MUG],
+                                 settings=_settings(demo), executor=executor)
+    assert [(j.task.id, j.mode) for j in executor.jobs] == [(MUG, "live"), (MUG, "frozen")]
+    assert [(r.mode, r.end_reason) for r in results] == [("frozen", "answered"), ("live", "answered")]
+    assert load_run(run_dir).episodes == {"answered": 2}
+
+
 def test_bad_command_agents_fail_alone(demo, tmp_path):
     """A program that exits 3, one that writes garbage and a good one in one run: each episode on its own."""
     program = tmp_path / "dispatch.sh"
@@ -308,7 +332,7 @@ def test_resume_after_kill_finishes_without_redoing(demo, tmp_path, data_home):
 
     r = subprocess.run(args + ["--resume"], env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert "1 of 2 episodes already done" in r.stdout
+    assert "1 of 2 episodes already done" in r.stderr  # progress goes to stderr
     assert (live.stat().st_mtime_ns, live.read_bytes()) == before
     for f in (live, frozen):
         t = load_trajectory(f)
@@ -342,7 +366,8 @@ def test_cli_run_with_no_snapshots_at_all_fails(demo, tmp_path, capsys):
                  "--snapshots", str(tmp_path / "none"), "--out", str(tmp_path / "runs"), "--run-id", "r"])
     captured = capsys.readouterr()
     assert code == 1
-    assert captured.err.strip().startswith("error: every episode errored (2: setup_error); first error: no snapshot of task")
+    last = captured.err.strip().splitlines()[-1]  # after the per-episode progress lines
+    assert last.startswith("error: every episode errored (2: setup_error); first error: no snapshot of task")
     assert "run folder:" in captured.out
     assert load_run(tmp_path / "runs" / "r").episodes == {"setup_error": 2}
 

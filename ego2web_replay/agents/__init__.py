@@ -3,15 +3,16 @@
 * ``scripted``: the task's reference actions (the oracle path);
 * ``command:<program>``: any program, handed the proxy, CA and task;
 * ``openai``: a multimodal browsing agent over an OpenAI-compatible endpoint;
-* ``module.path:factory``: your own :class:`StepAgent`/:class:`ProgramAgent` factory.
+* a plugin: the name of an ``ego2web_replay.agents`` entry point, or ``module.path:factory``
+  (your own :class:`StepAgent`/:class:`ProgramAgent` factory; see :mod:`ego2web_replay.plugins`).
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from ..errors import AgentError
+from ..plugins import AGENT_GROUP, PluginError, build, find_factory, plugin_names
 from .base import EpisodeEnv, Observation, ProgramAgent, StepAgent
 from .command import CommandAgent
 from .openai_agent import OpenAIAgent
@@ -20,7 +21,7 @@ from .scripted import ScriptedAgent
 __all__ = ["make_agent", "KNOWN_AGENTS", "Observation", "EpisodeEnv", "StepAgent", "ProgramAgent",
            "ScriptedAgent", "CommandAgent", "OpenAIAgent"]
 
-KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "<module>:<factory>")
+KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "<entry point>", "<module>:<factory>")
 
 
 def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
@@ -31,11 +32,16 @@ def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
         return CommandAgent(name[len("command:"):])
     if name == "openai":
         return OpenAIAgent(**{k: v for k, v in settings.items() if v is not None})
-    if ":" in name and not name.startswith(("http:", "https:")):
-        mod, _, attr = name.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise AgentError(f"cannot load agent factory {name!r}: {e}") from None
-        return factory(**settings)
-    raise AgentError(f"unknown agent {name!r}; known: {', '.join(KNOWN_AGENTS)}")
+    try:
+        factory = find_factory(name, AGENT_GROUP, "agent")
+        if factory is not None:
+            agent = build(factory, name, settings, kind="agent")
+            if not isinstance(agent, (StepAgent, ProgramAgent)):
+                raise AgentError(f"agent {name!r} built a {type(agent).__name__}, which has neither act() "
+                                 "(a step agent) nor run_episode() (a program agent)")
+            return agent
+    except PluginError as e:
+        raise AgentError(str(e)) from None
+    installed = plugin_names(AGENT_GROUP)
+    raise AgentError(f"unknown agent {name!r}; known: {', '.join(KNOWN_AGENTS)}"
+                     + (f"; installed plugins: {', '.join(installed)}" if installed else ""))

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
 import click
+
+from ._output import console as make_console
 
 
 @click.command("demo")
@@ -24,13 +25,13 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
 
     Needs no internet and no API key: everything runs on 127.0.0.1.
     """
-    from rich.console import Console
+    import tempfile
 
     from ..demo.run import run_demo
     from ..tracking.tables import comparison_tables
 
     out = out or Path(tempfile.mkdtemp(prefix="ego2web-demo-"))
-    console = Console(width=max(Console().width, 150))
+    console = make_console(min_width=150)
     result = run_demo(out, workers=workers, task_ids=list(task_ids) or None, base_url=base_url, model=model,
                       say=lambda s: console.print(s, highlight=False))
     for table in comparison_tables(result.comparison):

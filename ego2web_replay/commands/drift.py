@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .track import db_option
+from ._options import db_option, db_options, guard_option, json_option, upstream_ca_option
+from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "drift_group"]
 
@@ -18,27 +19,24 @@ def drift_group() -> None:
 
 @drift_group.command("report")
 @db_option
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the time series as JSON here.")
-def drift_report_command(db_path: Path, json_path: Path | None) -> None:
+@json_option("the time series")
+def drift_report_command(db_path: Path, json_out: str | None) -> None:
     """Show, for every probe ever made, the share of recorded URLs changed since capture.
 
     Per task, per site and overall; a URL counts as changed when its probe found
     it changed, gone, or blocked (CAPTCHA / access denied); failed probes are
     counted apart and left out of the share.
     """
-    from rich.console import Console
-
-    from ..atomic import atomic_write_text
     from ..tracking.drift import drift_timeseries
     from ..tracking.tables import drift_tables
 
     series = drift_timeseries(db_path)
-    console = Console(width=160)
-    for table in drift_tables(series):
-        console.print(table)
-    if json_path:
-        atomic_write_text(json_path, series.model_dump_json(indent=2) + "\n")
-        click.echo(f"wrote {json_path}")
+    if not is_stdout(json_out):
+        out = console(min_width=160)
+        for table in drift_tables(series):
+            out.print(table)
+    if json_out:
+        emit_machine(json_out, series.model_dump_json(indent=2) + "\n")
 
 
 @drift_group.command("probe")
@@ -47,37 +45,33 @@ def drift_report_command(db_path: Path, json_path: Path | None) -> None:
 @click.option("--task", "task_ids", multiple=True, help="Probe only this task (repeatable).")
 @click.option("--archive", "archive_root", type=click.Path(path_type=Path), default=Path("probes"),
               show_default=True, help="Where the probes' own archives go (<archive>/<task>/<id>/).")
-@click.option("--guard", type=click.Choice(["open", "allowlist", "loopback"]), default="open", show_default=True,
-              help="Which upstream hosts may be contacted.")
-@click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Also trust this CA (PEM) for upstream HTTPS.")
+@guard_option()
+@upstream_ca_option()
 @click.option("--timeout", type=click.FloatRange(0.5), default=15.0, show_default=True,
               help="Seconds to wait for each URL.")
 def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[str, ...], archive_root: Path,
                         guard: str, upstream_ca: Path | None, timeout: float) -> None:
     """Re-visit the recorded pages of PATHS (a snapshots root, or snapshot folders) live, through
     the recording proxy (so each probe is archived too), and record per URL what changed."""
-    from rich.console import Console
-
     from ..tracking.probe import probe_snapshots, snapshots_to_probe
     from ..tracking.sink import TrackingSink
 
     targets = snapshots_to_probe(list(paths), task_ids)
-    console = Console()
+    out = console()
 
     def on_task(task_id: str, status: str, probes) -> None:  # noqa: ANN001
         colour = {"unchanged": "green", "changed": "yellow"}.get(status, "red")
-        console.print(f"[{colour}]{status:9}[/{colour}] {task_id}: {len(probes)} URL(s)")
+        out.print(f"[{colour}]{status:9}[/{colour}] {task_id}: {len(probes)} URL(s)")
         for p in probes:
             if p.url_status != "unchanged":
                 extra = f" ({p.error})" if p.error else (f" similarity {p.text_similarity:.2f}"
                                                          if p.text_similarity is not None else "")
-                console.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
+                out.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
 
     probe_id, rows = probe_snapshots(targets, archive_root=archive_root, guard=guard, upstream_ca=upstream_ca,
                                      timeout=timeout, on_task=on_task)
     TrackingSink(db_path).probed(rows)
-    console.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
+    out.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
 
 
 @drift_group.command("diff")
@@ -85,12 +79,11 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
 @click.option("--snapshots", "snapshots_root", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="For tasks without a frozen episode, diff against their newest snapshot under this root.")
 @click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
-@db_option
-@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the diffs as JSON here.")
+@db_options("the pair diffs")
+@json_option("the diffs")
 @click.option("--all", "show_all", is_flag=True, help="Also list unchanged resources.")
-def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], db_path: Path,
-                       no_db: bool, json_path: Path | None, show_all: bool) -> None:
+def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], db: Path | None,
+                       json_out: str | None, show_all: bool) -> None:
     """Diff each live episode's own archive in RUN against the frozen snapshot, resource by resource.
 
     Documents, fetch/XHR responses and images the agent's pages used are each
@@ -104,20 +97,18 @@ def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tup
     result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids)
     for line in result.skipped:
         click.secho(f"skipped {line}", fg="yellow", err=True)
-    for d in result.diffs:
-        for line in diff_lines(d, show_all=show_all):
-            click.echo(line)
-    if json_path:
-        from ..atomic import atomic_write_text
-
+    if not is_stdout(json_out):
+        for d in result.diffs:
+            for line in diff_lines(d, show_all=show_all):
+                click.echo(line)
+    if json_out:
         body = ",\n".join(d.model_dump_json(indent=2) for d in result.diffs)
-        atomic_write_text(json_path, "[" + body + "]\n")
-        click.echo(f"wrote {json_path}")
-    if not no_db and result.diffs:
+        emit_machine(json_out, "[" + body + "]\n")
+    if db is not None and result.diffs:
         from ..tracking.pairdiff_store import record_pair_diffs
 
-        record_pair_diffs(db_path, result.diffs)
-        click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db_path}")
+        record_pair_diffs(db, result.diffs)
+        click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db}", err=is_stdout(json_out))
 
 
 COMMANDS = [drift_group]

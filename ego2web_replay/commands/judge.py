@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..config import DEFAULT_DB
-from ..judge.agreement import agreement, agreement_table
-from ..judge.registry import JUDGES
-from ..judge.run import judge_run, summarize
+from ._options import db_options
+from ._output import console, output, table
+
+#: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
+JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
 
 __all__ = ["COMMANDS", "DefaultGroup"]
 
@@ -47,7 +46,8 @@ def judge() -> None:
 @judge.command("run")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("--judge", "judge_name", default="ego2web", show_default=True,
-              help=f"Which judge: {', '.join(JUDGES)}.")
+              help=f"Which judge: {', '.join(JUDGE_NAMES)}; or a plugin: an installed "
+                   "'ego2web_replay.judges' entry point, or module:factory.")
 @click.option("--model", help="Judge model (default: $EGO2WEB_JUDGE_MODEL).")
 @click.option("--base-url", help="OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1 "
                                  "(default: $OPENAI_BASE_URL). The key is read from $OPENAI_API_KEY.")
@@ -72,42 +72,38 @@ def judge() -> None:
               help="LLM judges: seconds to wait for one reply (default 120).")
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")
-@click.option("--no-progress", is_flag=True, help="Do not show a progress bar.")
-@click.option("--db", "db_path", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
-              help="Record each verdict in this tracking database as it is made.")
-@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@db_options("each verdict as it is made")
 def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
-            task_ids: tuple[str, ...], workers: int, no_progress: bool, cache_dir: Path | None,
-            db_path: Path | None, no_db: bool, **options: Any) -> None:
+            task_ids: tuple[str, ...], workers: int, cache_dir: Path | None, db: Path | None,
+            **options: Any) -> None:
     """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
 
     LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
     endpoint; every call is cached so re-judging is free and reproducible.
     The rule judge is offline; the rubric judge needs an endpoint only for
-    LLM-verified claims.
+    LLM-verified claims. The progress bar goes to stderr, the verdicts table to stdout.
     """
+    from ..judge.run import judge_run, summarize
+
     settings = {k: v for k, v in options.items() if v is not None}
     on_verdict = None
-    if db_path is not None and not no_db:
+    if db is not None:
         from ..tracking.sink import TrackingSink
 
-        errors = Console(stderr=True)
-        sink = TrackingSink(db_path, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
+        errors = console(stderr=True)
+        sink = TrackingSink(db, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
 
         def on_verdict(episode: Path, verdict: Any) -> None:
-            sink.verdict_made(episode, verdict, judge=judge_name)
+            sink.verdict_made(episode, verdict)  # under the judge's own name, as its verdict file
 
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
-                         progress=not no_progress, settings=settings, cache_dir=cache_dir,
+                         progress=output().progress, settings=settings, cache_dir=cache_dir,
                          task_ids=list(task_ids) or None, on_verdict=on_verdict)
-    console = Console()
-    table = Table(title=f"{judge_name} verdicts: {run_dir}")
-    for col in ("task", "mode", "success", "score", "tokens", "error"):
-        table.add_column(col)
+    rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
-        table.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",
+        rows.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",
                       str(v.prompt_tokens + v.completion_tokens), v.error or "")
-    console.print(table)
+    console().print(rows)
     for mode, s in summarize(verdicts).items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         click.echo(f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
@@ -142,9 +138,11 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, boo
     Cohen's kappa, confusion matrix, false-positive and false-negative rates
     with bootstrap confidence intervals.
     """
+    from ..judge.agreement import agreement, agreement_table
+
     target = out or run_dirs[0] / f"agreement-{judge_name}.json"
     report = agreement(list(run_dirs), labels, judge=judge_name, bootstrap=bootstrap, seed=seed, out=target)
-    Console().print(agreement_table(report))
+    console().print(agreement_table(report))
     click.echo(f"left out: {report.ties} tie(s), {report.unmatched_labels} unmatched label(s), "
                f"{report.missing_verdicts} not judged, {report.judge_errors} judge error(s)")
     click.echo(f"report: {target}")

@@ -7,18 +7,20 @@ from pathlib import Path
 
 import click
 
-from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
+from ..config import DEFAULT_RUNS
+from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
+from ._output import progress, say
 
 
 @click.command("run")
 @click.argument("tasks_file", type=click.Path(path_type=Path))
 @click.option("--agent", "agent_name", required=True,
-              help="scripted | openai | 'command:<program>' | <module>:<factory>.")
+              help="scripted | openai | 'command:<program>' | an installed 'ego2web_replay.agents' "
+                   "entry point | <module>:<factory>.")
 @click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
               help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
                    "(the live run is archived too); both: live then frozen, paired per task.")
-@click.option("--snapshots", "snapshots_root", type=click.Path(path_type=Path), default=DEFAULT_SNAPSHOTS,
-              show_default=True, help="Where recorded snapshots are (frozen mode).")
+@snapshots_option("Where recorded snapshots are (frozen mode).")
 @click.option("--snapshot-id", default=None, help="Replay this snapshot id instead of each task's newest.")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
               help="Folder that holds run folders.")
@@ -33,10 +35,8 @@ from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
 @click.option("--model", default=None, help="openai agent: model name.")
 @click.option("--base-url", default=None, help="openai agent: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
-@click.option("--guard", type=click.Choice(["open", "allowlist", "loopback"]), default="open", show_default=True,
-              help="Live mode: which upstream hosts may be contacted.")
-@click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Live mode: also trust this CA (PEM) for upstream HTTPS.")
+@guard_option("Live mode: which upstream hosts may be contacted.")
+@upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @click.option("--miss", "miss_policy", default="404", show_default=True,
               help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
 @click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
@@ -58,19 +58,18 @@ from ..config import DEFAULT_DB, DEFAULT_RUNS, DEFAULT_SNAPSHOTS
               help="openai agent: seconds to wait for one model reply (default 60).")
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
-@click.option("--db", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
-              help="Write the run and each episode to this tracking database as they finish.")
-@click.option("--no-db", is_flag=True, help="Do not write to the tracking database.")
+@db_options("the run and each episode as they finish")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             miss_policy: str, modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
-            agent_timeout: float | None, image_size: int | None, db: Path | None, no_db: bool) -> None:
+            agent_timeout: float | None, image_size: int | None, db: Path | None) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
-    (trajectory.json, screenshots, replay stats, the live run's archive)."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    (trajectory.json, screenshots, replay stats, the live run's archive).
 
+    One line per episode and the progress bar go to stderr; the run folder to stdout.
+    """
     from ..errors import Ego2WebError
     from ..runner.episode import ERROR_REASONS
     from ..runner.inputs import InputSettings
@@ -89,18 +88,17 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
                       "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
                       "image_max_side": image_size} if agent_name == "openai" else {}
     sink = None
-    with Progress(TextColumn("[bold]run[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn()) as progress:
-        bar = progress.add_task("starting", total=None)
-        if db is not None and not no_db:
+    with progress("run") as bars:
+        bar = bars.add_task("starting", total=None)
+        if db is not None:
             from ..tracking.sink import TrackingSink
 
-            sink = TrackingSink(db, warn=lambda msg: progress.console.print(f"[yellow]warning:[/yellow] {msg}"))
+            sink = TrackingSink(db, warn=lambda msg: bars.console.print(f"[yellow]warning:[/yellow] {msg}"))
 
         def on_start(run_dir: Path, total: int, finished: int) -> None:
-            progress.update(bar, total=total, completed=finished, description=str(run_dir))
+            bars.update(bar, total=total, completed=finished, description=str(run_dir))
             if finished:
-                progress.console.print(f"resuming {run_dir}: {finished} of {total} episodes already done")
+                say(bars, f"resuming {run_dir}: {finished} of {total} episodes already done")
             if sink is not None:
                 sink.run_started(run_dir)
 
@@ -109,9 +107,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
                 sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
             colour = "green" if s.ok else "red"
-            progress.console.print(f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
-                                   f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
-            progress.advance(bar)
+            say(bars, f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
+                      f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
+            bars.advance(bar)
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import click
 
 from ..config import DEFAULT_RUNS
+from ._options import json_option
+from ._output import console, emit_machine, is_stdout, table
 
 
 @click.group("runs")
@@ -21,27 +22,26 @@ def runs_group() -> None:
               help="Folder that holds run folders.")
 def runs_list(out: Path) -> None:
     """List the runs under --out, newest first."""
-    from rich.console import Console
-    from rich.table import Table
-
     from ..runner.run import list_runs
 
     runs = list_runs(out)
     if not runs:
         click.echo(f"no runs under {out}")
         return
-    table = Table("run", "started", "agent", "modes", "tasks", "episodes")
+    rows = table("run", "started", "agent", "modes", "tasks", "episodes", whole=3)
     for d, m in runs:
         counts = m.episodes or _count_end_reasons(d)
         eps = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "(none yet)"
         if m.finished_at is None:
             eps += " (unfinished)"
-        table.add_row(d.name, m.started_at.strftime("%Y-%m-%d %H:%M"), m.agent_name, "+".join(m.modes),
-                      str(len(m.task_ids)), eps)
-    Console().print(table)
+        rows.add_row(d.name, m.started_at.strftime("%Y-%m-%d %H:%M"), m.agent_name, "+".join(m.modes),
+                     str(len(m.task_ids)), eps)
+    console().print(rows)
 
 
 def _count_end_reasons(run_dir: Path) -> dict[str, int]:
+    import json
+
     counts: dict[str, int] = {}
     for f in run_dir.glob("episodes/*/*/trajectory.json"):
         try:
@@ -54,11 +54,10 @@ def _count_end_reasons(run_dir: Path) -> dict[str, int]:
 
 @runs_group.command("show")
 @click.argument("run_dir", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the episodes as JSON.")
-def runs_show(run_dir: Path, as_json: bool) -> None:
+@json_option("the run and its episodes")
+def runs_show(run_dir: Path, json_out: str | None) -> None:
     """Show one run: a row per episode with mode, steps, end reason, answer and misses."""
-    from rich.console import Console
-    from rich.table import Table
+    import json
 
     from ..models import load_trajectory
     from ..runner.run import load_run
@@ -70,17 +69,18 @@ def runs_show(run_dir: Path, as_json: bool) -> None:
         rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
                      "missed_urls": t.replay.missed_urls if t.replay else [], "error": t.error})
-    if as_json:
-        click.echo(json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2))
-        return
-    console = Console()
-    console.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
-                  f"suite={m.suite_path}")
-    table = Table("task", "mode", "steps", "end reason", "answer", "misses", "error")
+    if json_out:
+        emit_machine(json_out, json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2) + "\n")
+        if is_stdout(json_out):
+            return
+    out = console()
+    out.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
+              f"suite={m.suite_path}", highlight=False, markup=False)
+    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "error")
     for r in rows:
-        table.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
-                      "" if r["misses"] is None else str(r["misses"]), (r["error"] or "")[:60])
-    console.print(table)
+        episodes.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
+                         "" if r["misses"] is None else str(r["misses"]), (r["error"] or "")[:60])
+    out.print(episodes)
 
 
 COMMANDS = [runs_group]

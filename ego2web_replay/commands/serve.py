@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shlex
 import signal
-import tempfile
 import threading
 from pathlib import Path
 
@@ -95,6 +94,8 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
 
 def _check_writable(path: Path) -> None:
     """Fail before serving, not after, when the stats file cannot be written."""
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".stats-probe-"):

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import json
-from collections import Counter
 from pathlib import Path
 
 import click
-from rich.console import Console
-from rich.table import Table
 
-from ..config import DEFAULT_SNAPSHOTS
 from ..errors import SnapshotError
-from ..snapshots import Snapshot, import_warc, list_snapshots, reindex_snapshot, verify_snapshot
+from ._options import compression_option, json_option, snapshots_option
+from ._output import console, emit_machine, is_stdout, table
 
 __all__ = ["COMMANDS", "snapshot"]
 
-_SNAPSHOTS_OPTION = click.option(
-    "--snapshots",
-    "root",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=DEFAULT_SNAPSHOTS,
-    show_default=True,
-    help="Snapshots root folder (snapshots/<task-id>/<snapshot-id>/).",
-)
+_SNAPSHOTS_OPTION = snapshots_option(name="root")
 
 
 def _size(n: int) -> str:
@@ -43,35 +32,43 @@ def snapshot() -> None:
 @_SNAPSHOTS_OPTION
 def list_command(root: Path) -> None:
     """List every snapshot under the snapshots folder, newest first per task."""
+    from ..snapshots import list_snapshots
+
     infos = list_snapshots(root)
-    table = Table("task", "snapshot", "time (UTC)", "exchanges", "bytes", "source")
+    rows = table("task", "snapshot", "time (UTC)", "exchanges", "bytes", "source", whole=2)
     for info in infos:
         m = info.manifest
         if m is None:
-            table.add_row(info.task_id, info.snapshot_id, "-", "-", "-", "[red]unfinished[/red]")
+            rows.add_row(info.task_id, info.snapshot_id, "-", "-", "-", "[red]unfinished[/red]")
         else:
-            table.add_row(m.task_id, m.snapshot_id, m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-                          str(m.exchanges), _size(m.archive_bytes), m.source)
+            rows.add_row(m.task_id, m.snapshot_id, m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+                         str(m.exchanges), _size(m.archive_bytes), m.source)
     if not infos:
         click.echo(f"no snapshots under {root}")
         return
-    Console(width=120).print(table)
+    console(min_width=120).print(rows)
 
 
 @snapshot.command("show")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Print the manifest and index counts as JSON.")
-def show_command(path: Path, as_json: bool) -> None:
+@json_option("the manifest and index counts")
+def show_command(path: Path, json_out: str | None) -> None:
     """Show a snapshot's manifest summary and its record counts."""
+    import json
+    from collections import Counter
+
+    from ..snapshots import Snapshot
+
     snap = Snapshot.open(path)
     m = snap.manifest
     entries = snap.entries()
     by_type = Counter(e.record_type for e in entries)
-    if as_json:
+    if json_out:
         data = json.loads(m.model_dump_json())
         data["index_entries"] = dict(sorted(by_type.items()))
-        click.echo(json.dumps(data, indent=2))
-        return
+        emit_machine(json_out, json.dumps(data, indent=2) + "\n")
+        if is_stdout(json_out):
+            return
     click.echo(f"snapshot   {m.task_id}/{m.snapshot_id} ({m.source})")
     click.echo(f"path       {snap.path}")
     click.echo(f"created    {m.created_at.isoformat()}  finished {m.finished_at.isoformat() if m.finished_at else '-'}")
@@ -87,6 +84,8 @@ def show_command(path: Path, as_json: bool) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 def verify_command(path: Path) -> None:
     """Check digests, index offsets and manifest sha256s; exit non-zero on any problem."""
+    from ..snapshots import verify_snapshot
+
     report = verify_snapshot(path)
     for warning in report.warnings:
         click.echo(f"warning: {warning}")
@@ -102,6 +101,8 @@ def verify_command(path: Path) -> None:
 @click.argument("path", type=click.Path(path_type=Path))
 def index_command(path: Path) -> None:
     """Rebuild a snapshot's index.cdxj from its archive."""
+    from ..snapshots import reindex_snapshot
+
     count = reindex_snapshot(path)
     click.echo(f"indexed {count} captures in {path}")
 
@@ -111,11 +112,12 @@ def index_command(path: Path) -> None:
 @click.option("--task", "task_id", required=True, help="Task id the snapshot belongs to.")
 @_SNAPSHOTS_OPTION
 @click.option("--id", "snapshot_id", default=None, help="Snapshot id (default: the current UTC time).")
-@click.option("--compression", type=click.Choice(["zst", "gz", "none"]), default="zst", show_default=True,
-              help="Compression of the snapshot's archive.")
+@compression_option(("zst", "gz", "none"))
 def import_command(files: tuple[Path, ...], task_id: str, root: Path, snapshot_id: str | None,
                    compression: str) -> None:
     """Import WARC / WARC.GZ / WARC.ZST / WACZ files (several go into one snapshot)."""
+    from ..snapshots import import_warc
+
     snap = import_warc(list(files), task_id, root, snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
     m = snap.manifest
     click.echo(f"imported {m.exchanges} captures into {snap.path}")

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from ..snapshots.export import export_snapshot
 from .snapshot import snapshot
 
 __all__ = ["COMMANDS", "export_command"]
@@ -19,6 +18,8 @@ __all__ = ["COMMANDS", "export_command"]
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
 def export_command(path: Path, fmt: str, out: Path) -> None:
     """Export a snapshot for pywb, py-wacz, warcio and other web-archive tools."""
+    from ..snapshots.export import export_snapshot
+
     result = export_snapshot(path, out, fmt)  # type: ignore[arg-type]
     extra = f", {result.materialized} revisits made whole" if result.materialized else ""
     click.echo(f"exported {result.records} records to {result.path} ({result.bytes} bytes{extra})")

@@ -6,17 +6,10 @@ from pathlib import Path
 
 import click
 
-from ..config import DEFAULT_DB
+from ._options import db_option, json_option
+from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "db_option"]
-
-
-def db_option(f):  # type: ignore[no-untyped-def]
-    """The shared ``--db`` option."""
-    return click.option(
-        "--db", "db_path", type=click.Path(path_type=Path), default=DEFAULT_DB, show_default=True,
-        help="The tracking DuckDB file.",
-    )(f)
 
 
 @click.command("ingest")
@@ -43,36 +36,36 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
 @db_option
 @click.option("--agent", "agents", multiple=True, help="Only this agent (name or name:model); repeatable.")
 @click.option("--judge", "judges", multiple=True, help="Only this judge (verdict file name); repeatable.")
-@click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the comparison as JSON here.")
-@click.option("--csv", "csv_path", type=click.Path(path_type=Path), help="Also write per-category rows as CSV here.")
+@json_option("the comparison")
+@click.option("--csv", "csv_out", metavar="FILE|-",
+              help="Write per-category rows as CSV to FILE; `--csv -` prints only the CSV, on stdout.")
 @click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
               help="Bootstrap resamples for the confidence interval.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 @click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Confidence level of the interval.")
-def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_path: Path | None,
-                    csv_path: Path | None, iterations: int, seed: int, level: float) -> None:
+def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_out: str | None,
+                    csv_out: str | None, iterations: int, seed: int, level: float) -> None:
     """Compare live and frozen success per agent and judge, paired by task.
 
     Uses the most recent run per (agent, judge, task, mode). Shows rates per
     category, the paired table, McNemar's exact test, a bootstrap interval of
     the difference, frozen miss rates, and each flip with its drift status.
     """
-    from rich.console import Console
-
-    from ..tracking.compare import compare, write_csv, write_json
+    if is_stdout(json_out) and is_stdout(csv_out):
+        raise click.UsageError("--json - and --csv - both want stdout; write one of them to a file")
+    from ..tracking.compare import compare, csv_text
     from ..tracking.tables import comparison_tables
 
     result = compare(db_path, agents=agents, judges=judges, iterations=iterations, seed=seed, level=level)
-    console = Console(width=160)
-    for table in comparison_tables(result):
-        console.print(table)
-    if json_path:
-        write_json(result, json_path)
-        click.echo(f"wrote {json_path}")
-    if csv_path:
-        write_csv(result, csv_path)
-        click.echo(f"wrote {csv_path}")
+    if not (is_stdout(json_out) or is_stdout(csv_out)):
+        out = console(min_width=160)
+        for table in comparison_tables(result):
+            out.print(table)
+    if json_out:
+        emit_machine(json_out, result.model_dump_json(indent=2) + "\n")
+    if csv_out:
+        emit_machine(csv_out, csv_text(result))
 
 
 @click.command("report")

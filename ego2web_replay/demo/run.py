@@ -137,7 +137,7 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
 
         for run_dir in result_runs:
             verdicts = judge_run(run_dir, judge_name, base_url=base_url, model=model, progress=False,
-                                 on_verdict=lambda ep, v: sink.verdict_made(ep, v, judge=judge_name))
+                                 on_verdict=sink.verdict_made)
             live = [v for v in verdicts if v.mode == "live"]
             frozen = [v for v in verdicts if v.mode == "frozen"]
             say(f"    {run_dir.name:24} live {sum(v.success for v in live)}/{len(live)}  "

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import JudgeError
 from ..models import JudgeSpec, Verdict
+from ..plugins import JUDGE_GROUP, PluginError, build, find_factory, plugin_names
 from ..tasks import Task
 from .client import LLMClient, LLMConfig, resolve_config
 from .ego2web import PipelineJudge
@@ -153,8 +154,24 @@ def judge_names() -> list[str]:
 
 
 def make_judge(name: str, **settings: Any) -> Judge:
-    """Build the judge ``name`` with ``settings``. Unknown names raise JudgeError listing the known ones."""
+    """Build the judge ``name`` with ``settings``: a built-in (:data:`JUDGES`), the name of an
+    ``ego2web_replay.judges`` entry point, or ``module:factory``. A plugin factory is called with
+    the settings that are not None (``model``, ``base_url``, ``cache_dir``, ``concurrency`` and the
+    judge's own); its spec records the plugin and those settings. Unknown names raise JudgeError
+    listing the known ones."""
     factory = JUDGES.get(name)
-    if factory is None:
-        raise JudgeError(f"unknown judge {name!r}; known judges: {', '.join(JUDGES)}")
-    return factory(**settings)
+    if factory is not None:
+        return factory(**settings)
+    try:
+        plugin = find_factory(name, JUDGE_GROUP, "judge")
+        if plugin is not None:
+            judge = build(plugin, name, {k: v for k, v in settings.items() if v is not None}, kind="judge")
+            if not isinstance(judge, Judge):
+                raise JudgeError(f"judge {name!r} built a {type(judge).__name__}, which has no judge(episode_dir, task)")
+            return judge  # type: ignore[no-any-return]
+    except PluginError as e:
+        raise JudgeError(str(e)) from None
+    installed = plugin_names(JUDGE_GROUP)
+    raise JudgeError(f"unknown judge {name!r}; known judges: {', '.join(JUDGES)}"
+                     + (f"; installed plugins: {', '.join(installed)}" if installed else "")
+                     + "; or name a factory as module:function")

@@ -116,7 +116,7 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
             raise JudgeError(f"{run}: no episodes for task ids {', '.join(task_ids)}")
     suite = load_run_tasks(run, tasks)
     results: dict[Path, Verdict] = {}
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # a warning line is never folded
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
         job = bar.add_task("judge", total=len(episodes))

@@ -37,6 +37,8 @@ class AgentSpec(BaseModel):
     model: str | None = Field(default=None, description="The model driving the agent, if any.")
     input_modality: Literal["video", "keyframes", "captions", "none"] = Field(
         default="none", description="What the agent is shown of the task's video.")
+    plugin: str | None = Field(default=None, description="The plugin it was built from (an entry point name or "
+                                                         "module:factory); None for a built-in agent.")
 
 
 class Step(BaseModel):

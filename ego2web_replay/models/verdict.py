@@ -21,6 +21,8 @@ class JudgeSpec(BaseModel):
     model: str | None = Field(default=None, description="The judge model, for LLM judges.")
     base_url: str | None = Field(default=None, description="The model endpoint, for LLM judges.")
     settings: dict[str, Any] = Field(default_factory=dict, description="Every other setting of the judge.")
+    plugin: str | None = Field(default=None, description="The plugin it was built from (an entry point name or "
+                                                         "module:factory); None for a built-in judge.")
 
 
 class Verdict(FileModel):

@@ -11,20 +11,19 @@ Chromium (mitmproxy allows one proxy per process). A finished episode is a
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import platform
 import subprocess
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
 from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
-from .episode import EpisodeRequest, EpisodeSummary, run_episode
+from .episode import EpisodeRequest, EpisodeSummary
+from .executor import Executor, default_executor
 from .inputs import apply_inputs
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
@@ -102,8 +101,14 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
               resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
               command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
-              on_start: Callable[[Path, int, int], None] | None = None) -> tuple[Path, list[EpisodeSummary]]:
-    """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now."""
+              on_start: Callable[[Path, int, int], None] | None = None,
+              executor: Executor | None = None) -> tuple[Path, list[EpisodeSummary]]:
+    """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now.
+
+    Episodes run on ``executor`` (default: in this process for one worker, else a local process
+    pool of ``settings.workers``); ``on_episode`` is called here, in the caller's process, with
+    each summary as it comes back.
+    """
     from ..agents import make_agent
 
     if settings.mode not in MODES:
@@ -160,11 +165,8 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         if on_episode:
             on_episode(summary)
 
-    if settings.workers <= 1 or len(todo) <= 1:
-        for req in todo:
-            done(run_episode(req))
-    else:
-        _run_pool(todo, settings.workers, done)
+    for summary in (executor or default_executor(settings.workers, len(todo))).run(todo):
+        done(summary)
     manifest = load_run(run_dir)
     manifest.finished_at = datetime.now(UTC)
     counts: dict[str, int] = {}
@@ -178,28 +180,4 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
     save_model(run_dir / "run.json", manifest)
     return run_dir, results
 
-
-def _run_pool(todo: list[EpisodeRequest], workers: int, done: Callable[[EpisodeSummary], None]) -> None:
-    ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        pending: dict[Future[EpisodeSummary], EpisodeRequest] = {}
-        queue = list(todo)
-        try:
-            while queue or pending:
-                while queue and len(pending) < workers:
-                    req = queue.pop(0)
-                    pending[pool.submit(run_episode, req)] = req
-                finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
-                for fut in finished:
-                    req = pending.pop(fut)
-                    try:
-                        done(fut.result())
-                    except Exception as e:  # noqa: BLE001 - a dead worker fails that episode only
-                        done(EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=False, end_reason="browser_error",
-                                            steps=0, answer=None, misses=None, error=f"worker crashed: {e}",
-                                            path=episode_dir(req.run_dir, req.task.id, req.mode)))
-        except KeyboardInterrupt:
-            for fut in pending:
-                fut.cancel()
-            raise
 
