@@ -377,6 +377,7 @@ def test_cli_run_exits_non_zero_when_every_episode_errored(demo, tmp_path, capsy
             "--out", str(tmp_path / "runs"), "--no-db"]
     assert main([*args, "--agent", _command(demo, "fail"), "--run-id", "bad"]) == 1
     captured = capsys.readouterr()
-    assert captured.err.startswith("error: every episode errored (1: agent_error); first error: the program exited "
-                                   "with code 3 (agent: cannot cope)")
+    last = captured.err.strip().splitlines()[-1]  # after the per-episode progress lines
+    assert last.startswith("error: every episode errored (1: agent_error); first error: the program exited "
+                           "with code 3 (agent: cannot cope)")
     assert main([*args, "--agent", _command(demo, "ours"), "--run-id", "good"]) == 0
