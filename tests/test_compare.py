@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -43,9 +43,9 @@ def db(tmp_path: Path) -> Path:
              suite=suite)
     path = tmp_path / "c.duckdb"
     ingest(path, [runs])
-    at = datetime(2026, 2, 1, tzinfo=UTC)
+    at = T0 + timedelta(hours=2)  # the live runs started at T0
     rows = [
-        ProbeResult(probe_id="p0", probed_at=at - timedelta(days=5), task_id="t2", url="https://t2.example/",
+        ProbeResult(probe_id="p0", probed_at=T0 - timedelta(days=5), task_id="t2", url="https://t2.example/",
                     url_status="unchanged", task_status="unchanged"),
         ProbeResult(probe_id="p1", probed_at=at, task_id="t2", url="https://t2.example/", url_status="changed",
                     task_status="changed"),
@@ -53,6 +53,14 @@ def db(tmp_path: Path) -> Path:
         ProbeResult(probe_id="p1", probed_at=at, task_id="t3", url="https://t3.example/a", url_status="unchanged"),
         ProbeResult(probe_id="p1", probed_at=at, task_id="t6", url="https://t6.example/", url_status="unchanged",
                     task_status="unchanged"),
+        # a probe that could fetch nothing
+        ProbeResult(probe_id="p1", probed_at=at, task_id="t7", url="https://t7.example/", url_status="error",
+                    error="unreachable: connection refused"),
+        # a month later the site has drifted: it must not rewrite how the older run is attributed
+        ProbeResult(probe_id="p9", probed_at=T0 + timedelta(days=30), task_id="t6", url="https://t6.example/",
+                    url_status="gone", task_status="gone"),
+        ProbeResult(probe_id="p9", probed_at=T0 + timedelta(days=30), task_id="t7", url="https://t7.example/",
+                    url_status="changed", task_status="changed"),
     ]
     record_probe(path, rows)
     return path
@@ -76,9 +84,15 @@ def test_compare_against_hand_computed_values(db: Path) -> None:
     assert flagged[0].miss_rate == pytest.approx(3 / 16) and len(flagged[0].missed_urls) == 3
     assert g.frozen_miss_rate == pytest.approx(3 / (16 + 7 * 13))
     assert g.frozen_mean_score == 0.5 and g.flagged_episodes == 1
-    flips = {f.task_id: (f.direction, f.drift_status) for f in g.flips}
-    assert flips == {"t2": ("live only", "changed"), "t3": ("live only", "gone"),
-                     "t6": ("frozen only", "unchanged"), "t7": ("live only", "not probed")}
+    flips = {f.task_id: (f.direction, f.drift_status, f.attribution.source, f.attribution.probe_id)
+             for f in g.flips if f.attribution}
+    assert flips == {"t2": ("live only", "changed", "probe", "p1"), "t3": ("live only", "gone", "probe", "p1"),
+                     "t6": ("frozen only", "unchanged", "probe", "p1"), "t7": ("live only", "unknown", "probe", "p1")}
+    t3 = next(f for f in g.flips if f.task_id == "t3")
+    assert [(r.url, r.status) for r in t3.attribution.resources] == [("https://t3.example/", "gone")]
+    # with a narrower window, none of those probes is near enough to the runs
+    narrow = compare(db, judges=["rule"], agents=["openai:gpt-x"], iterations=50, probe_window=timedelta(hours=1))
+    assert {(f.drift_status, f.attribution.source) for f in narrow.groups[0].flips} == {("unknown", "none")}
     # the newest run wins over the older one for t1
     assert all(e.run_id == "new" for e in g.frozen_episodes)
     # bootstrap interval is stable under the fixed seed
@@ -111,8 +125,13 @@ def test_compare_cli(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str
                  "--iterations", "100"])
     text = capsys.readouterr().out
     assert code == 0
-    assert "live vs frozen" in text and "live/frozen flips" in text and "not probed" in text
+    assert "live vs frozen" in text and "live/frozen flips" in text and "unknown" in text
     data = json.loads(out_json.read_text())
+    t3 = next(f for f in data["groups"][0]["flips"] if f["task_id"] == "t3")
+    assert t3["attribution"]["source"] == "probe"
+    assert {k: t3["attribution"]["resources"][0][k] for k in ("url", "status")} == {
+        "url": "https://t3.example/", "status": "gone"}
+    assert "detail" in t3["attribution"]["resources"][0]
     assert data["groups"][0]["counts"] == {"both": 3, "live_only": 3, "frozen_only": 1, "neither": 1}
     assert out_csv.read_text().startswith("agent,judge,category")
     assert main(["compare", "--db", str(db), "--agent", "ghost"]) == 1

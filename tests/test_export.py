@@ -5,11 +5,8 @@ from __future__ import annotations
 import gzip
 import itertools
 import json
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 import zipfile
 from datetime import datetime
 from pathlib import Path
@@ -25,6 +22,7 @@ from ego2web_replay.snapshots import (
     verify_snapshot,
 )
 from ego2web_replay.snapshots.export import export_snapshot
+from ego2web_replay.testing.pywb import PywbCollection
 
 BIN = Path(sys.executable).parent
 BASE = "http://127.0.0.1:8000"
@@ -142,59 +140,18 @@ def test_cli_export_and_errors(snap_path, tmp_path, capsys):
     assert not (tmp_path / "x.wacz").exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def pywb_serves(wacz: Path, work: Path, snap: Snapshot) -> int:
-    """Load ``wacz`` into a pywb collection, serve it on loopback and compare every capture byte for byte.
-
-    Returns the number of captures compared. pywb runs in collection mode with
-    no live collection (no ``--live``/``--proxy``), so it never fetches the web.
-    """
-    work.mkdir(parents=True, exist_ok=True)
-    subprocess.run([BIN / "wb-manager", "init", "coll"], cwd=work, check=True, capture_output=True)
-    subprocess.run([BIN / "wb-manager", "add", "--unpack-wacz", "coll", wacz], cwd=work, check=True,
-                   capture_output=True)
-    port = _free_port()
-    proc = subprocess.Popen([BIN / "wayback", "-b", "127.0.0.1", "-p", str(port)], cwd=work,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    """Load ``wacz`` into pywb (collection mode, no live collection) and compare every GET capture's bytes."""
     compared = 0
-    try:
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.time() < deadline and proc.poll() is None, "pywb did not start"
-                time.sleep(0.2)
-        opener = urllib.request.build_opener(_NoRedirect)
+    with PywbCollection(work, wacz) as coll:
         for e in snap.entries():
             if e.method != "GET" or not e.url.startswith("http"):
                 continue
             expected = snap.resolve(e)
-            url = f"http://127.0.0.1:{port}/coll/{e.timestamp}id_/{e.url}"
-            try:
-                request = urllib.request.Request(url, headers={"Accept-Encoding": "gzip, br"})
-                with opener.open(request, timeout=20) as r:
-                    status, body = r.status, r.read()
-            except urllib.error.HTTPError as err:
-                status, body = err.code, err.read()
-            assert status == expected.http_status, (e.url, status)
-            assert body == expected.payload, e.url
+            status, body = coll.get(e.timestamp, e.url)
+            assert (status, body) == (expected.http_status, expected.payload), e.url
             compared += 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
     return compared
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003
-        return None
 
 
 @pytest.mark.slow

@@ -13,7 +13,6 @@ from ego2web_replay.errors import SnapshotError
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.tracking.drift import drift_timeseries
 from ego2web_replay.tracking.probe import (
-    detect_block,
     probe_snapshots,
     snapshots_to_probe,
     task_status_of,
@@ -49,8 +48,6 @@ def _snapshot(root, site: DemoSite, extra_urls):
 
 def test_text_helpers():
     assert visible_text(b"<html><script>x=1</script><p>Hello <b>you</b></p></html>", "text/html") == "Hello you"
-    assert detect_block(200, "Please verify you are human") and detect_block(429, "")
-    assert not detect_block(200, "A fine page")
 
 
 def test_probe_reports_each_url_and_never_crashes(tmp_path, data_home):
@@ -70,14 +67,14 @@ def test_probe_reports_each_url_and_never_crashes(tmp_path, data_home):
     assert by_url["/videos/watch?v=pasta42"].url_status == "blocked"
     assert by_url["/api/price/7"].url_status == "changed" and by_url["/api/price/7"].text_similarity < 1
     assert by_url["/shop/item/3"].url_status == "unchanged"
-    assert by_url[unreachable].url_status == "gone" and "unreachable" in by_url[unreachable].error
+    assert by_url[unreachable].url_status == "error" and "unreachable" in by_url[unreachable].error
     assert by_url[offsite].url_status == "error" and "guard" in by_url[offsite].error
     assert seen == {"drifty": "blocked"} and all(r.task_status == "blocked" for r in rows)
     # the probe is archived as a snapshot of its own
     assert list((tmp_path / "probes" / "drifty").glob("*/manifest.json"))
     series = drift_timeseries(tmp_path / "t.duckdb")
     overall = series.series("overall")["all"]
-    assert len(overall) == 1 and overall[0].probe_id == probe_id and overall[0].errors == 1
+    assert len(overall) == 1 and overall[0].probe_id == probe_id and overall[0].errors == 2
 
 
 def test_task_status_is_the_worst_main_document():
@@ -87,6 +84,20 @@ def test_task_status_is_the_worst_main_document():
     assert task_status_of([mk("unchanged"), mk("changed")]) == "changed"
     assert task_status_of([mk("changed"), mk("gone", main=False)]) == "changed"
     assert task_status_of([mk("gone"), mk("blocked")]) == "blocked"
+    # a task none of whose pages could be fetched is unknown, never unchanged
+    assert task_status_of([mk("error"), mk("error", main=False)]) == "unknown"
+    assert task_status_of([mk("error"), mk("changed", main=False)]) == "changed"
+
+
+def test_probe_of_unreachable_pages_is_unknown(tmp_path, data_home):
+    with DemoSite() as site:
+        snap = _snapshot(tmp_path / "snaps", site, [])
+    # the site is gone now: nothing can be fetched
+    seen = {}
+    _, rows = probe_snapshots([snap], archive_root=tmp_path / "probes", guard="loopback", timeout=3,
+                              on_task=lambda t, s, p: seen.update({t: s}))
+    assert seen == {"drifty": "unknown"} and {r.url_status for r in rows} == {"error"}
+    assert all(r.task_status == "unknown" for r in rows)
 
 
 def test_snapshots_to_probe_errors(tmp_path):

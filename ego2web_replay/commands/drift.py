@@ -105,10 +105,13 @@ def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tup
         body = ",\n".join(d.model_dump_json(indent=2) for d in result.diffs)
         emit_machine(json_out, "[" + body + "]\n")
     if db is not None and result.diffs:
-        from ..tracking.pairdiff_store import record_pair_diffs
+        from ..tracking.sink import TrackingSink
 
-        record_pair_diffs(db, result.diffs)
-        click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db}", err=is_stdout(json_out))
+        sink = TrackingSink(db, warn=lambda msg: click.secho(f"warning: {msg}", fg="yellow", err=True))
+        sink.pair_diffed(result.diffs)
+        if sink.error is None:
+            click.echo(f"{len(result.diffs)} pair diff(s) of run {result.run_id} recorded in {db}",
+                       err=is_stdout(json_out))
 
 
 COMMANDS = [drift_group]

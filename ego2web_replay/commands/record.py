@@ -27,7 +27,15 @@ from ._output import progress, say
 @click.option("--allow", multiple=True, help="Extra host to allow in allowlist mode (repeatable).")
 @click.option("--deny", multiple=True, help="Host never to contact (repeatable).")
 @upstream_ca_option("Also trust this CA (PEM) for upstream HTTPS, e.g. a local test site's.")
-@click.option("--keep-credentials", is_flag=True, help="Keep Authorization/Cookie values instead of redacting them.")
+@click.option("--keep-credentials", is_flag=True,
+              help="Keep credentials (cookies, credential headers, tokens in URLs and bodies, URL userinfo) "
+                   "instead of redacting them.")
+@click.option("--redact-header", "redact_headers", multiple=True,
+              help="Also redact this header's values (repeatable; Authorization, Cookie, Set-Cookie, "
+                   "X-Api-Key ... are redacted already).")
+@click.option("--redact-param", "redact_params", multiple=True,
+              help="Also redact this query parameter / form or JSON field (repeatable; names with token, "
+                   "key, auth, password, session, secret, sig ... are redacted already).")
 @click.option("--interactive", is_flag=True,
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
 @db_options("each snapshot as it is recorded")
@@ -35,7 +43,8 @@ from ._output import progress, say
               help="Seconds each reference action may take before the task fails.")
 def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
-               interactive: bool, db: Path | None, action_timeout: float) -> None:
+               redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
+               db: Path | None, action_timeout: float) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -63,6 +72,7 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
+                                 redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
             if r.ok and r.manifest is not None and r.snapshot is not None:

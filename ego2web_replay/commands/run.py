@@ -59,12 +59,15 @@ from ._output import progress, say
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @db_options("the run and each episode as they finish")
+@click.option("--keep-credentials", is_flag=True,
+              help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
+                   "trajectories instead of redacting them.")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             miss_policy: str, modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
-            agent_timeout: float | None, image_size: int | None, db: Path | None) -> None:
+            agent_timeout: float | None, image_size: int | None, db: Path | None, keep_credentials: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -80,7 +83,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, miss_policy=miss_policy,
+                           guard=guard, miss_policy=miss_policy, keep_credentials=keep_credentials,
                            inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))

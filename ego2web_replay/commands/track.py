@@ -44,20 +44,28 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 @click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Confidence level of the interval.")
+@click.option("--probe-window", type=click.FloatRange(min=0), default=24.0, show_default=True,
+              help="Hours around a live run within which a drift probe may explain its flip "
+                   "(only when the live episode has no archive of its own).")
 def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_out: str | None,
-                    csv_out: str | None, iterations: int, seed: int, level: float) -> None:
+                    csv_out: str | None, iterations: int, seed: int, level: float, probe_window: float) -> None:
     """Compare live and frozen success per agent and judge, paired by task.
 
     Uses the most recent run per (agent, judge, task, mode). Shows rates per
     category, the paired table, McNemar's exact test, a bootstrap interval of
-    the difference, frozen miss rates, and each flip with its drift status.
+    the difference, frozen miss rates, and each flip with what had changed at
+    the time of its live run: from the live episode's own archive, else from a
+    drift probe taken within --probe-window hours of it, else unknown.
     """
     if is_stdout(json_out) and is_stdout(csv_out):
         raise click.UsageError("--json - and --csv - both want stdout; write one of them to a file")
+    from datetime import timedelta
+
     from ..tracking.compare import compare, csv_text
     from ..tracking.tables import comparison_tables
 
-    result = compare(db_path, agents=agents, judges=judges, iterations=iterations, seed=seed, level=level)
+    result = compare(db_path, agents=agents, judges=judges, iterations=iterations, seed=seed, level=level,
+                     probe_window=timedelta(hours=probe_window))
     if not (is_stdout(json_out) or is_stdout(csv_out)):
         out = console(min_width=160)
         for table in comparison_tables(result):

@@ -3,8 +3,10 @@
 It has product images, a search, an XHR-driven price (with a cache-buster),
 a JSON POST (add to cart, with a timestamp field) and a few pages in an
 encyclopedia and a video site. :meth:`DemoSite.drift` switches it to a drifted
-version, as live sites drift: a product is delisted, a price changes, a page
-is redesigned, and the video site puts up a CAPTCHA wall.
+version, as live sites drift: a product is delisted (gone from the listing,
+its page answers 404, while the search index, as search indexes do, still
+lists it), a price changes, a page is redesigned, and the video site puts up
+a CAPTCHA wall.
 """
 
 from __future__ import annotations
@@ -112,7 +114,8 @@ class DemoSite(LoopbackHTTPServer):
                 return 200, "image/png", png_bytes(160, 90, VIDEOS[vid][3]), {}
         if path in ("/shop", "/shop/search"):
             q = (query.get("q") or [""])[0].strip().lower()
-            hits = [(k, v) for k, v in products.items() if not q or q in v["name"].lower()]
+            listed = PRODUCTS if path == "/shop/search" else products  # the search index lags behind
+            hits = [(k, v) for k, v in listed.items() if not q or q in v["name"].lower()]
             cards = "".join(f'<div class="card"><img src="/img/product/{k}.png" width="64" height="64" alt="">'
                             f'<br><a href="/shop/item/{k}">{html.escape(v["name"])}</a></div>' for k, v in hits)
             form = ('<form action="/shop/search"><input id="q" name="q" placeholder="Search the shop" '

@@ -44,6 +44,8 @@ class RunSettings(BaseModel):
     snapshot_id: str | None = Field(default=None, description="The snapshot to replay (default: each task's latest).")
     guard: str = Field(default="open", description="Upstream guard mode of the live proxy.")
     miss_policy: str = Field(default="404", description="What the replay answers when nothing matches.")
+    keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
+                                                              "trajectories instead of redacting them.")
     inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")
 
 

@@ -46,3 +46,5 @@ class SnapshotManifest(FileModel):
     settings: dict[str, Any] = Field(default_factory=dict, description="Recording settings (format, redaction ...).")
     screenshots: list[str] = Field(default_factory=list, description="Screenshots taken while recording.")
     notes: list[str] = Field(default_factory=list, description="Anything worth knowing about the capture.")
+    shared: list[str] = Field(default_factory=list, description="Shared payload stores (suite-level "
+                              "deduplication) its revisits refer to, as paths relative to the snapshot folder.")

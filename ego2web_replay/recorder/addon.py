@@ -2,8 +2,9 @@
 
 Bodies are archived exactly as they came off the wire (mitmproxy's
 ``raw_content``: content-encoding kept, chunked framing removed; the writer
-makes Content-Length consistent). Credentials in request headers are redacted
-unless ``record_keep_credentials`` is set. A failed write stops the recording:
+makes Content-Length consistent). Credentials are redacted
+(:mod:`ego2web_replay.redaction`: headers, Set-Cookie values, query and body
+fields, URL userinfo) unless ``record_keep_credentials`` is set. A failed write stops the recording:
 the failing flow is killed and every later request is refused, so no traffic
 ever passes unrecorded.
 """
@@ -16,17 +17,18 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Recorder", "CREDENTIAL_HEADERS", "redact_headers"]
+from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
+
+__all__ = ["Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
 
 log = logging.getLogger(__name__)
 
-CREDENTIAL_HEADERS = frozenset({"authorization", "cookie", "proxy-authorization"})
-REDACTED = "[redacted by ego2web-replay]"
+CREDENTIAL_HEADERS = DEFAULT_HEADERS
 
 
 def redact_headers(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
-    """Replace the values of credential headers, keeping their names and order."""
-    return [(k, REDACTED if k.lower() in CREDENTIAL_HEADERS else v) for k, v in headers]
+    """Replace the values of credential headers (the default list), keeping their names and order."""
+    return Redactor().header_list(headers)
 
 
 def _fields(headers: Any) -> list[tuple[str, str]]:
@@ -41,9 +43,10 @@ class Recorder:
     """
 
     def __init__(self, writer: Any, *, keep_credentials: bool = False,
-                 on_exchange: Callable[[Any], None] | None = None) -> None:
+                 on_exchange: Callable[[Any], None] | None = None, redactor: Redactor | None = None) -> None:
         self.writer = writer
         self.keep_credentials = keep_credentials
+        self.redactor = redactor or Redactor()
         self.on_exchange = on_exchange
         self.exchanges = 0
         self.payload_bytes = 0
@@ -76,9 +79,14 @@ class Recorder:
         if flow.websocket is not None:
             return
         req, resp = flow.request, flow.response
+        red = self.redactor if not self.keep_credentials else None
         req_headers = _fields(req.headers)
-        if not self.keep_credentials:
-            req_headers = redact_headers(req_headers)
+        resp_headers = _fields(resp.headers)
+        url, req_body = req.pretty_url, req.raw_content or b""
+        if red is not None:
+            req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
+            url = red.url(url)
+            req_body = red.body(req.headers.get("content-type"), req_body, req.headers.get("content-encoding"))
         if req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3"):
             if not any(k.lower() == "host" for k, _ in req_headers):
                 req_headers.insert(0, ("Host", req.authority or req.pretty_host))
@@ -88,13 +96,13 @@ class Recorder:
         try:
             with self._lock:
                 self.writer.write_exchange(
-                    url=req.pretty_url,
+                    url=url,
                     method=req.method,
                     request_headers=req_headers,
-                    request_body=req.raw_content or b"",
+                    request_body=req_body,
                     status=resp.status_code,
                     reason=resp.reason or "",
-                    response_headers=_fields(resp.headers),
+                    response_headers=resp_headers,
                     response_body=body,
                     http_version=resp.http_version or "HTTP/1.1",
                     ip=peer[0] if peer else None,
@@ -113,4 +121,5 @@ class Recorder:
 
     def error(self, flow: Any) -> None:
         if flow.error and not flow.metadata.get("ego2web"):
-            self.errors.append(f"{flow.request.pretty_url}: {flow.error.msg}")
+            url = flow.request.pretty_url if self.keep_credentials else self.redactor.url(flow.request.pretty_url)
+            self.errors.append(f"{url}: {self.redactor.text(flow.error.msg)}")

@@ -21,6 +21,7 @@ from ..errors import Ego2WebError, RecordingError
 from ..guard import UpstreamGuard
 from ..models import SnapshotManifest
 from ..proxy import ProjectCA, ProxyServer, project_ca
+from ..redaction import Redactor
 from ..tasks import Task
 from .addon import Recorder
 
@@ -60,6 +61,8 @@ class RecordOptions:
     deny: Sequence[str] = ()
     upstream_ca: Path | None = None
     keep_credentials: bool = False
+    redact_headers: Sequence[str] = ()
+    redact_params: Sequence[str] = ()
     interactive: bool = False
     screenshots: bool = True
     action_timeout_s: float = 30.0
@@ -77,9 +80,20 @@ class RecordResult:
     blocked: dict[str, int] = field(default_factory=dict)
 
 
-def record_addons(writer: Any, *, keep_credentials: bool = False) -> list[Any]:
+def record_addons(writer: Any, *, keep_credentials: bool = False, redactor: Redactor | None = None) -> list[Any]:
     """The recording proxy, in order: guard first, then the recorder."""
-    return [UpstreamGuard(), Recorder(writer, keep_credentials=keep_credentials)]
+    return [UpstreamGuard(), Recorder(writer, keep_credentials=keep_credentials, redactor=redactor)]
+
+
+def redactor_for(opts: RecordOptions) -> Redactor:
+    """The credential redaction a recording with these options applies (see :mod:`..redaction`)."""
+    return Redactor.make(keep_credentials=opts.keep_credentials, headers=opts.redact_headers,
+                         params=opts.redact_params)
+
+
+def _settings(opts: RecordOptions, **more: Any) -> dict[str, Any]:
+    return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
+            "redaction": redactor_for(opts).settings(), **more}
 
 
 def proxy_options(opts: RecordOptions) -> dict[str, Any]:
@@ -118,14 +132,15 @@ class LiveRecording:
         from ..snapshots.snapshot import SnapshotWriter
 
         o = self.opts
-        settings = {"compression": o.compression, "guard": o.guard, "keep_credentials": o.keep_credentials}
+        settings = _settings(o)
         try:
             self.writer = SnapshotWriter(self.root, self.task.id, compression=o.compression, source=o.source,
                                          start_url=self.task.start_url, settings=settings, tools=tool_versions())
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path
-        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials)
+        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials,
+                                                  redactor=redactor_for(o))
         self.proxy = ProxyServer([self.guard, self.recorder], ca=self.ca, options=proxy_options(o))
         try:
             self.proxy.start()
@@ -163,8 +178,7 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
 
     opts = opts or RecordOptions()
     ca = ca or project_ca()
-    settings = {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
-                "interactive": opts.interactive}
+    settings = _settings(opts, interactive=opts.interactive)
     try:
         sw = SnapshotWriter(Path(root), task.id, compression=opts.compression, source=opts.source,
                             start_url=task.start_url, settings=settings, tools=tool_versions())
@@ -172,7 +186,7 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
         raise
     except OSError as e:
         raise RecordingError(f"cannot create a snapshot under {root}: {e.strerror or e}") from None
-    addons = record_addons(sw.writer, keep_credentials=opts.keep_credentials)
+    addons = record_addons(sw.writer, keep_credentials=opts.keep_credentials, redactor=redactor_for(opts))
     guard, recorder = addons
     result = RecordResult(task_id=task.id, ok=False, snapshot=sw.path)
     try:

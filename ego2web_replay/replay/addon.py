@@ -84,8 +84,9 @@ class Replayer:
     """
 
     def __init__(self, index: MatchIndex, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
-                 policy: str = "sequence", snapshots: Sequence[str] = ()) -> None:
+                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
         self.index = index
+        self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
         self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
         self.resolve = resolve
         self.miss = miss
@@ -136,6 +137,9 @@ class Replayer:
             return
         body = req.raw_content or b""
         ctype = _header(req_headers, "content-type")
+        if self.redactor is not None:  # the archive holds redacted requests: compare like with like
+            url = self.redactor.url(url)
+            body = self.redactor.body(ctype, body, _header(req_headers, "content-encoding"))
         result = self.session.match(method, url, body or None, ctype)
         if result.capture is None and method == "OPTIONS":
             status, reason, headers, rbody = preflight_response(req_headers)

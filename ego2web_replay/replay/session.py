@@ -31,6 +31,7 @@ from ..errors import ArchiveError, ReplayError, SnapshotError
 from ..guard import UpstreamGuard
 from ..models import ReplayStats, save_model
 from ..proxy import ProjectCA, ProxyServer, project_ca
+from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
 from .addon import Replayer
 from .matching import Capture, MatchIndex
@@ -94,6 +95,16 @@ def _capture_time(snapshot: Any, captures: Sequence[Capture]) -> dt.datetime:
         except ValueError:
             pass
     return snapshot.manifest.created_at
+
+
+def snapshots_redactor(snapshots: Sequence[Any]) -> Redactor | None:
+    """The credential redaction to apply to incoming requests: the recording's (the union of the
+    snapshots' extra names), or None when no snapshot was recorded with redaction."""
+    found = [r for r in (Redactor.from_settings(s.manifest.settings) for s in snapshots) if r is not None]
+    if not found:
+        return None
+    return Redactor.make(headers=[h for r in found for h in r.extra_headers],
+                         params=[p for r in found for p in r.params])
 
 
 def replay_addons(replayer: Replayer) -> list[Any]:
@@ -200,7 +211,7 @@ class Replay:
             self.init_script = freeze_script(self.capture_time, seed)
         self.replayer = Replayer(index, self._resolve, miss=self.miss,
                                  freeze_script=self.init_script or None, policy=self.policy,
-                                 snapshots=[str(p) for p in self.paths])
+                                 snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
         self.load_seconds = time.perf_counter() - t0
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:

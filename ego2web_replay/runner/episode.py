@@ -21,8 +21,9 @@ from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
 from ..browser import BrowserSession, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
-from ..models import AgentSpec, Step, Trajectory, episode_dir, save_model
+from ..models import AgentSpec, ReplayStats, Step, Trajectory, episode_dir, save_model
 from ..proxy import project_ca
+from ..redaction import Redactor
 from ..tasks import Task
 from .inputs import (
     AgentInputs,
@@ -57,6 +58,7 @@ class EpisodeRequest:
     guard: str = "open"
     upstream_ca: Path | None = None
     miss_policy: str = "404"
+    keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
 
 
@@ -183,6 +185,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 from ..recorder.session import LiveRecording, RecordOptions
 
                 opts = RecordOptions(guard=req.guard, upstream_ca=req.upstream_ca, source="live-run",
+                                     keep_credentials=req.keep_credentials,
                                      allow=req.task.allowed_domains)
                 live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
                 proxy_url, init_scripts = live.proxy_url, []
@@ -219,8 +222,9 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     except Exception as e:  # noqa: BLE001 - one episode's crash never stops the run
         traj.end_reason = "browser_error"
         traj.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    redactor = Redactor.make(keep_credentials=req.keep_credentials)
     if replay is not None:
-        traj.replay = replay.stats()
+        traj.replay = ReplayStats.model_validate(redactor.strings(replay.stats().model_dump(mode="json")))
         save_model(out / "replay_stats.json", traj.replay)
     if live is not None and live.snapshot_path is not None:
         traj.snapshot_path = str(live.snapshot_path.relative_to(out).as_posix()) if live.ok else None
@@ -228,6 +232,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         if live.error:
             traj.extra["live_archive_error"] = live.error
     traj.finished_at = datetime.now(UTC)
+    traj = Trajectory.model_validate(redactor.strings(traj.model_dump(mode="json")))  # URLs in steps, errors
     save_model(out / "trajectory.json", traj)
     if final.exists():
         shutil.rmtree(final)

@@ -15,6 +15,7 @@ Three layouts are read, detected from the first bytes (not the file name):
 
 from __future__ import annotations
 
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,10 +126,26 @@ def _load_dict(content: bytes, path: Path) -> zstandard.ZstdCompressionDict:
         raise ArchiveError(f"{path}: the zstd dictionary frame at byte 0 is corrupt ({e})") from None
 
 
+_DICTS: dict[tuple[str, int, int], zstandard.ZstdCompressionDict] = {}
+
+
 def _read_skippable_dict(fh: BinaryIO, path: Path) -> zstandard.ZstdCompressionDict:
+    """The leading dictionary of a file, loaded once per file version (random reads reuse it)."""
+    try:
+        st = os.fstat(fh.fileno())
+        key: tuple[str, int, int] | None = (str(path), st.st_size, st.st_mtime_ns)
+    except (OSError, AttributeError, ValueError):  # not a real file
+        key = None
+    if key is not None and key in _DICTS:
+        return _DICTS[key]
     fh.seek(4)
     size = int.from_bytes(_read_exact(fh, 4, 0), "little")
-    return _load_dict(_read_exact(fh, size, 0), path)
+    dictionary = _load_dict(_read_exact(fh, size, 0), path)
+    if key is not None:
+        if len(_DICTS) >= 64:
+            _DICTS.clear()
+        _DICTS[key] = dictionary
+    return dictionary
 
 
 def _zstd_units(

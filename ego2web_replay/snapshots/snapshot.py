@@ -21,6 +21,7 @@ from typing import Any
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
 from ..models import FileDigest, SnapshotManifest, read_model, save_model
+from ..redaction import NO_REDACTION, Redactor
 from .cdxj import IndexEntry, build_index, read_index, surt_key, write_index
 from .reader import ArchiveRecord, iter_records, read_record
 from .warc import ArchiveWriter, Compression, naive_utc
@@ -157,18 +158,31 @@ class Snapshot:
         if record.rec_type != "revisit":
             return record
         original_entry = self.find_original(entry)
-        if original_entry is None:
-            raise ArchiveError(
-                f"{self.path}: the revisit of {entry.url} at {entry.timestamp} refers to a capture "
-                f"(digest {entry.digest}) that is not in this snapshot"
-            )
-        original = self.record(original_entry)
+        if original_entry is not None:
+            original = self.record(original_entry)
+        else:
+            original = self._shared_original(entry)
         body: dict[str, Any] = {"payload": original.payload, "block": original.block, "chunked": original.chunked,
                 "http_head_length": original.http_head_length}
         if record.http_headers is not None:  # the revisit's own HTTP head is served
             return replace(record, **body)
         return replace(record, **body, http_protocol=original.http_protocol, http_status=original.http_status,
                        http_reason=original.http_reason, http_headers=original.http_headers)
+
+
+    def _shared_original(self, entry: IndexEntry) -> ArchiveRecord:
+        """A revisit's original from the suite's shared stores (suite-level deduplication)."""
+        if self.manifest.shared:
+            from .dedup import external_original
+
+            found = external_original(self, entry)
+            if found is not None:
+                return found[0].record(found[1])
+        raise ArchiveError(
+            f"{self.path}: the revisit of {entry.url} at {entry.timestamp} refers to a capture "
+            f"(digest {entry.digest}) that is not in this snapshot"
+            + (" nor in its shared stores" if self.manifest.shared else "")
+        )
 
 
 def _snapshot_id(now: datetime) -> str:
@@ -279,14 +293,16 @@ class SnapshotWriter:
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
+        # credentials in page URLs go the way the recorder's redaction sent them (settings["redaction"])
+        red = Redactor.from_settings(self.settings) or NO_REDACTION
         manifest = SnapshotManifest(
             task_id=self.task_id,
             snapshot_id=self.snapshot_id,
             created_at=self.created_at.replace(tzinfo=UTC),
             finished_at=naive_utc(self._clock()).replace(tzinfo=UTC),
             source=self.source,  # type: ignore[arg-type]
-            start_url=self.start_url,
-            pages=self.pages,
+            start_url=red.url(self.start_url) if self.start_url else self.start_url,
+            pages=[red.url(p) for p in self.pages],
             archive=archive.name,
             index=INDEX,
             records=dict(sorted(counts.items())),
@@ -297,7 +313,7 @@ class SnapshotWriter:
             tools=self.tools,
             settings=self.settings,
             screenshots=self.screenshots,
-            notes=self.notes,
+            notes=[red.text(n) for n in self.notes],
         )
         try:
             save_model(self.path / MANIFEST, manifest)

@@ -16,6 +16,7 @@ from pathlib import Path
 from ..errors import ArchiveError, SnapshotError
 from ..models import SnapshotManifest, save_model
 from .cdxj import IndexEntry, build_index, read_index, write_index
+from .dedup import external_original, verify_store
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
 
@@ -106,6 +107,8 @@ def verify_snapshot(path: Path) -> VerifyReport:
             actual = file_digest(target, folder)
             if (actual.sha256, actual.size) != (digest.sha256, digest.size):
                 report.problems.append(f"{digest.path}: sha256 differs from the manifest (file changed)")
+        for rel in manifest.shared:
+            report.problems.extend(verify_store(folder / rel))
         if entries and not report.problems:
             _check_revisits(Snapshot(folder, manifest), entries, report)
     return report
@@ -114,7 +117,8 @@ def verify_snapshot(path: Path) -> VerifyReport:
 def _check_revisits(snap: Snapshot, entries: list[IndexEntry], report: VerifyReport) -> None:
     snap._entries = entries
     for entry in entries:
-        if entry.record_type == "revisit" and snap.find_original(entry) is None:
+        if entry.record_type == "revisit" and snap.find_original(entry) is None \
+                and not (snap.manifest.shared and external_original(snap, entry)):
             report.warnings.append(
                 f"revisit of {entry.url} at {entry.timestamp}: its original (digest {entry.digest}) "
                 "is not in this snapshot; it cannot be replayed"

@@ -17,15 +17,15 @@ import io
 import json
 import os
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_text
 from ..errors import TrackingError
+from .attribution import DEFAULT_PROBE_WINDOW, Attribution, attach_attributions
 from .db import read_connection
-from .drift import latest_task_status
 from .stats import PairedCounts, bootstrap_diff_ci, mcnemar_exact, paired_counts, rate
 
 __all__ = [
@@ -71,16 +71,19 @@ class FrozenEpisode(BaseModel):
 
 
 class Flip(BaseModel):
-    """A task that succeeded in one mode only, with what probes say about its pages."""
+    """A task that succeeded in one mode only, with what had changed at the time of its live run."""
 
     task_id: str
     category: str
     direction: str = Field(description="'live only' or 'frozen only'.")
     live_run: str
     frozen_run: str
-    drift_status: str = Field(description="Latest probe status (unchanged/changed/gone/blocked) or 'not probed'.")
-    probed_at: datetime | None = None
+    drift_status: str = Field(default="unknown", description="unchanged/changed/gone/blocked at the time of the "
+                              "live run, or 'unknown' (see ``attribution``).")
+    probed_at: datetime | None = Field(default=None, description="When the probe used was taken (probe source).")
     frozen_misses: int = 0
+    attribution: Attribution | None = Field(default=None, description="Source and changed resources (URL, status, "
+                                            "detail), the likeliest cause first.")
 
 
 class GroupComparison(BaseModel):
@@ -154,11 +157,15 @@ def compare(
     iterations: int = 2000,
     seed: int = 0,
     level: float = 0.95,
+    probe_window: timedelta = DEFAULT_PROBE_WINDOW,
 ) -> Comparison:
-    """Compare live and frozen success for each agent and judge (optionally only those named)."""
+    """Compare live and frozen success for each agent and judge (optionally only those named).
+
+    Each flip is attributed (:mod:`.attribution`): from the live episode's own archive, else from a
+    drift probe taken within ``probe_window`` of the live run, else ``unknown``.
+    """
     with read_connection(db_path) as con:
         rows = con.execute(_QUERY).fetchall()
-        probes = latest_task_status(con)
     _check_names("agent", tuple(agents), {r[0] for r in rows})
     _check_names("judge", tuple(judges), {r[1] for r in rows})
     by_group: dict[tuple[str, str], dict[str, dict[str, tuple]]] = defaultdict(lambda: defaultdict(dict))
@@ -170,9 +177,10 @@ def compare(
     groups = []
     for (agent, judge), tasks in sorted(by_group.items()):
         judged, errors, error_tasks = _without_judge_errors(tasks)
-        g = _group(agent, judge, judged, probes, iterations, seed, level)
+        g = _group(agent, judge, judged, iterations, seed, level)
         g.judge_errors, g.judge_error_tasks = errors, error_tasks
         groups.append(g)
+    attach_attributions(db_path, groups, probe_window)
     return Comparison(db=str(db_path), generated_at=datetime.now(UTC), iterations=iterations, seed=seed,
                       level=level, groups=groups)
 
@@ -196,7 +204,7 @@ def _without_judge_errors(tasks: dict[str, dict[str, tuple]]) -> tuple[dict[str,
     return kept, errors, sorted(left_out)
 
 
-def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], probes: dict, iterations: int,
+def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], iterations: int,
            seed: int, level: float) -> GroupComparison:
     paired = sorted(t for t, m in tasks.items() if "live" in m and "frozen" in m)
     live = [bool(tasks[t]["live"][6]) for t in paired]
@@ -218,11 +226,9 @@ def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], probes: d
     for t, lv, fz in zip(paired, live, frozen, strict=True):
         if lv == fz:
             continue
-        probe = probes.get(t)
         flips.append(Flip(task_id=t, category=tasks[t]["live"][4], direction="live only" if lv else "frozen only",
                           live_run=tasks[t]["live"][5], frozen_run=tasks[t]["frozen"][5],
-                          drift_status=probe.status if probe else "not probed",
-                          probed_at=probe.probed_at if probe else None, frozen_misses=tasks[t]["frozen"][9]))
+                          frozen_misses=tasks[t]["frozen"][9]))
     requests = sum(e.requests for e in frozen_eps)
     lr, fr = rate(live), rate(frozen)
     return GroupComparison(

@@ -107,9 +107,9 @@ def _naive(ts: datetime) -> datetime:
 
 def _task_status(statuses: Iterable[str]) -> str:
     """A task's status from its URLs': the most severe probed one (blocked > gone > changed >
-    unchanged), ignoring failed probes; ``error`` only when every probe failed."""
+    unchanged), ignoring failed probes; ``unknown`` when every probe failed."""
     probed = [s for s in statuses if s != "error"]
-    return max(probed, key=lambda s: _SEVERITY.get(s, 0)) if probed else "error"
+    return max(probed, key=lambda s: _SEVERITY.get(s, 0)) if probed else "unknown"
 
 
 def record_probe(db_path: str | os.PathLike[str], rows: Iterable[ProbeResult]) -> int:

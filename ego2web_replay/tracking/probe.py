@@ -4,17 +4,20 @@ For each snapshot, the main documents (the manifest's pages and every archived
 HTML response) and the JSON resources the task needed are fetched again
 through the recording proxy, so the probe itself is archived as a snapshot
 (``source="probe"``). Per URL: status then and now, whether the payload digest
-is equal, and how similar the visible text is; each URL is ``unchanged``,
-``changed``, ``gone`` (404/410 or unreachable), ``blocked`` (a CAPTCHA or an
-access-denied page) or ``error``. A task is as bad as its worst main document:
-blocked > gone > changed > unchanged.
+is equal, and how similar the visible text is; each URL is classified by the
+change classifier (:mod:`ego2web_replay.tracking.changes`: ``unchanged``,
+``changed``, ``gone`` including soft 404s, recognised against the site's own
+not-found page, fetched once per host at a URL that cannot exist, and
+``blocked`` for CAPTCHA and access-denied interstitials), or is ``error`` when
+it could not be fetched (unreachable, refused by the guard). A task is as bad
+as its worst main document: blocked > gone > changed > unchanged; a task none
+of whose pages could be fetched is ``unknown``, never ``unchanged``.
 """
 
 from __future__ import annotations
 
 import difflib
 import hashlib
-import re
 import ssl
 import urllib.error
 import urllib.request
@@ -25,15 +28,13 @@ from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from ..errors import SnapshotError
 
-__all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "detect_block", "task_status_of", "probe_snapshots"]
+__all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "task_status_of", "probe_snapshots"]
 
-BLOCK_PATTERNS = re.compile(
-    r"captcha|verify you are (a )?human|are you a robot|unusual traffic|access denied|request blocked|"
-    r"attention required|bot detection|please enable cookies", re.I)
-_SEVERITY = {"unchanged": 0, "error": 0, "changed": 1, "gone": 2, "blocked": 3}
+_SEVERITY = {"unchanged": 0, "changed": 1, "gone": 2, "blocked": 3}
 
 
 class _Text(HTMLParser):
@@ -74,11 +75,6 @@ def visible_text(body: bytes, content_type: str | None) -> str:
     return text
 
 
-def detect_block(status: int | None, text: str) -> bool:
-    """A CAPTCHA wall or an access-denied page."""
-    return status in (401, 403, 429) or bool(BLOCK_PATTERNS.search(text[:20000]))
-
-
 @dataclass
 class UrlProbe:
     url: str
@@ -91,27 +87,14 @@ class UrlProbe:
     error: str | None = None
 
 
-def _classify(then_status: int | None, now_status: int | None, same_digest: bool, similarity: float | None,
-              text_now: str) -> str:
-    if now_status is None:
-        return "gone"
-    if detect_block(now_status, text_now) and not (then_status == now_status and same_digest):
-        return "blocked"
-    if now_status in (404, 410) and then_status not in (404, 410):
-        return "gone"
-    if same_digest or (then_status == now_status and similarity is not None and similarity >= 0.999):
-        return "unchanged"
-    return "changed"
-
-
 def task_status_of(probes: Sequence[UrlProbe]) -> str:
-    """Worst status among the main documents (all URLs when there are none)."""
-    mains = [p for p in probes if p.main_document] or list(probes)
-    worst = "unchanged"
-    for p in mains:
-        if _SEVERITY.get(p.url_status, 0) > _SEVERITY[worst]:
-            worst = p.url_status
-    return worst
+    """Worst status among the fetched main documents (all fetched URLs when there are none);
+    ``unknown`` when nothing could be fetched."""
+    fetched = [p for p in probes if p.url_status in _SEVERITY]
+    mains = [p for p in fetched if p.main_document] or fetched
+    if not mains:
+        return "unknown"
+    return max((p.url_status for p in mains), key=lambda s: _SEVERITY[s])
 
 
 def _fetch(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> tuple[int | None, list[tuple[str, str]], bytes, str | None]:
@@ -145,6 +128,7 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
                    progress: Callable[[str], None] | None = None) -> list[UrlProbe]:
     """Probe one snapshot's pages through an already running (recording) proxy."""
     from ..snapshots.snapshot import Snapshot
+    from .changes import Response, classify
 
     snap = Snapshot.open(snapshot)
     ctx = ssl.create_default_context(cafile=str(ca_file))
@@ -152,6 +136,7 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
                                          urllib.request.HTTPSHandler(context=ctx),
                                          _NoRedirect())
     results = []
+    not_found: dict[str, list[str]] = {}
     for entry, main in _targets(snap):
         if progress:
             progress(entry.url)
@@ -171,16 +156,36 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
         if status in (502, 504) and server.startswith("mitmproxy"):  # the proxy's own "cannot connect" page
             err = "unreachable: " + visible_text(body, "text/html")[:200]
         if err:
-            results.append(UrlProbe(entry.url, entry.status, None, None, None, "gone", main, err))
+            results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))
             continue
         now_body = decode_body(body, headers)
         same = hashlib.sha256(now_body).digest() == hashlib.sha256(then_body).digest()
         ctype = next((v for k, v in headers if k.lower() == "content-type"), entry.mime)
         t_then, t_now = visible_text(then_body, entry.mime), visible_text(now_body, ctype)
         sim = 1.0 if same else round(difflib.SequenceMatcher(None, t_then, t_now, autojunk=False).ratio(), 4)
-        results.append(UrlProbe(entry.url, entry.status, status, same, sim,
-                                _classify(entry.status, status, same, sim, t_now), main))
+        old = Response(entry.url, then.http_status or entry.status, tuple(then.http_headers or []), then_body,
+                       entry.mime or "")
+        new = Response(entry.url, status, tuple(headers), now_body, ctype or "")
+        nf = not_found.setdefault(urlsplit(entry.url).netloc, _not_found_page(opener, entry.url, timeout))
+        change = classify(old, new, not_found=nf)
+        results.append(UrlProbe(entry.url, entry.status, status, same, sim, change.status, main))
     return results
+
+
+def _not_found_page(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> list[str]:
+    """The normalised visible text of the site's page for a URL that cannot exist (soft-404 reference)."""
+    from .changes import normalize_text
+    from .pagefacts import page_facts
+
+    parts = urlsplit(url)
+    status, headers, body, err = _fetch(opener, f"{parts.scheme}://{parts.netloc}/ego2web-replay-no-such-page-"
+                                        f"{uuid.uuid4().hex[:12]}", timeout)
+    if err or status is None:
+        return []
+    ctype = next((v for k, v in headers if k.lower() == "content-type"), "")
+    if "html" not in ctype.lower():
+        return []
+    return [normalize_text(page_facts(decode_body(body, headers).decode("utf-8", errors="replace")).text)]
 
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -1,6 +1,6 @@
 """The tracking database as a listener: stages emit results, the command layer hands them here.
 
-``record``, ``run``, ``judge`` and ``drift probe`` never write to the database
+``record``, ``run``, ``judge``, ``drift diff`` and ``drift probe`` never write to the database
 themselves: they return (or call back with) what they made, and a command that
 was given ``--db`` passes each result to one :class:`TrackingSink`. Runs write
 from the parent process only: worker processes return episode summaries and
@@ -21,6 +21,8 @@ from ..errors import Ego2WebError
 from ..models import Verdict
 from .drift import ProbeResult, record_probe
 from .ingest import record_episode, record_run, record_snapshot, record_verdict
+from .pairdiff import PairDiff
+from .pairdiff_store import record_pair_diffs
 
 __all__ = ["TrackingSink"]
 
@@ -58,6 +60,11 @@ class TrackingSink:
     def verdict_made(self, episode_dir: Path, verdict: Verdict, judge: str | None = None) -> None:
         """A judge wrote one verdict of the episode in ``episode_dir``."""
         self._write("verdicts", lambda: record_verdict(self.db, episode_dir, verdict, judge=judge))
+
+    def pair_diffed(self, diffs: Sequence[PairDiff]) -> None:
+        """Pair diffs of live archives against frozen snapshots (``drift diff``); they can be computed
+        again from the files, so a failure warns like the other file-backed results."""
+        self._write("pair diffs", lambda: record_pair_diffs(self.db, list(diffs)))
 
     def probed(self, rows: Sequence[ProbeResult]) -> None:
         """One drift probe's rows; they exist nowhere else, so a failure raises."""

@@ -51,11 +51,15 @@ def comparison_tables(comp: Comparison) -> list[Table]:
             tables.append(t)
         if g.flips:
             t = Table(title=f"{g.agent} · {g.judge}: live/frozen flips")
-            for col in ("task", "category", "success in", "drift probe", "probed at", "frozen misses"):
+            for col in ("task", "category", "success in", "site at live run", "from", "likeliest cause",
+                        "frozen misses"):
                 t.add_column(col)
             for f in g.flips:
-                t.add_row(f.task_id, f.category, f.direction, f.drift_status,
-                          f.probed_at.strftime("%Y-%m-%d %H:%M") if f.probed_at else "–", str(f.frozen_misses))
+                a = f.attribution
+                source = (a.source + (f" {a.at:%Y-%m-%d %H:%M}" if a.source == "probe" and a.at else "")) if a else "none"
+                cause = a.resources[0] if a and a.resources else None
+                t.add_row(f.task_id, f.category, f.direction, f.drift_status, source,
+                          f"{cause.status} {cause.url} {cause.detail}"[:90] if cause else "–", str(f.frozen_misses))
             tables.append(t)
     return tables
 

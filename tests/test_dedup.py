@@ -1,0 +1,169 @@
+"""Suite-level deduplication (revisits + shared store), zstd dictionaries (IIPC layout), packs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+import zstandard
+from test_export import BIN, build_snapshot
+
+from ego2web_replay.cli import main
+from ego2web_replay.errors import SnapshotError
+from ego2web_replay.snapshots import Snapshot, import_warc, iter_records, verify_snapshot
+from ego2web_replay.snapshots.dedup import SHARED_DIR, dedup_snapshots
+from ego2web_replay.snapshots.export import export_snapshot
+from ego2web_replay.snapshots.framing import DICT_MAGIC
+from ego2web_replay.snapshots.pack import pack_suite, unpack_suite
+
+TASKS = ["t1", "t2", "t3", "t4"]
+
+
+def served(snap: Snapshot) -> list[tuple]:
+    """What a replay serves for each capture: key, time, method, then status, headers and payload."""
+    out = []
+    for e in snap.entries():
+        r = snap.resolve(e)
+        out.append((e.surt, e.timestamp, e.url, e.digest, e.method, r.http_status, tuple(r.http_headers or ()),
+                    r.payload))
+    return sorted(out, key=repr)
+
+
+@pytest.fixture()
+def suite_root(tmp_path) -> Path:
+    root = tmp_path / "snaps"
+    for t in TASKS:
+        build_snapshot(root, t)
+    (tmp_path / "tasks.jsonl").write_text("".join(
+        json.dumps({"id": t, "instruction": "find the shop", "start_url": "http://127.0.0.1:8000/start"}) + "\n"
+        for t in TASKS), "utf-8")
+    return root
+
+
+def _sources(root: Path) -> list[Path]:
+    return [root / t / "s1" for t in TASKS]
+
+
+def test_dedup_writes_revisits_that_resolve_to_the_same_bytes(suite_root, tmp_path):
+    result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16)
+    assert result.stored_payloads == 4 and result.revisits == 4 * 4  # home, app.js, logo, search in each
+    for src, out in zip(_sources(suite_root), result.snapshots, strict=True):
+        snap = Snapshot.open(out)
+        assert served(snap) == served(Snapshot.open(src))
+        assert snap.manifest.shared == [f"../../{SHARED_DIR}/{result.store.name}"]
+        report = verify_snapshot(out)
+        assert report.ok and not report.warnings, (report.problems, report.warnings)
+        revisits = [r for r in iter_records(snap.archive_path) if r.rec_type == "revisit"]
+        ours = [r for r in revisits if r.headers.get("WARC-Refers-To")]
+        assert len(ours) == 4 and all(r.payload == b"" for r in ours)
+        for r in ours:
+            assert r.headers["WARC-Profile"] == "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
+            assert r.refers_to_target_uri and r.refers_to_date and r.http_status
+    # the shared payloads are stored once
+    store_records = list(iter_records(result.store / "archive.warc.zst"))
+    assert len(store_records) == 4 and {r.rec_type for r in store_records} == {"response"}
+    # a missing or changed store is a problem, not a silent miss
+    (result.store / "index.cdxj").write_text("", "utf-8")
+    assert any("sha256 differs" in p for p in verify_snapshot(result.snapshots[0]).problems)
+    shutil.rmtree(result.store)
+    assert any("missing" in p for p in verify_snapshot(result.snapshots[0]).problems)
+    with pytest.raises(SnapshotError, match="shared"):
+        Snapshot.open(result.snapshots[0]).resolve(next(e for e in Snapshot.open(result.snapshots[0]).entries()
+                                                        if e.record_type == "revisit" and e.url.endswith("logo.png")))
+
+
+def test_exported_deduplicated_snapshot_stands_alone(suite_root, tmp_path):
+    result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16)
+    out = export_snapshot(result.snapshots[1], tmp_path / "t2.wacz", "wacz")
+    assert out.materialized == 5  # the 4 shared payloads and the snapshot's own revisit of the home page
+    shutil.rmtree(result.store)  # the export needs nothing from the suite
+    run = subprocess.run([BIN / "wacz", "validate", "-f", out.path], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout
+    back = import_warc(out.path, "t2", tmp_path / "back")
+    assert served(back) == served(Snapshot.open(_sources(suite_root)[1]))
+    assert verify_snapshot(back.path).ok
+    gz = export_snapshot(back.path, tmp_path / "t2.warc.gz", "warc.gz")
+    check = subprocess.run([BIN / "warcio", "check", gz.path], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_dictionary_archives_use_the_iipc_layout(suite_root, tmp_path):
+    result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16, dictionary=True)
+    assert result.dictionary_bytes > 0
+    archive = result.snapshots[0] / "archive.warc.zst"
+    data = archive.read_bytes()
+    assert int.from_bytes(data[:4], "little") == DICT_MAGIC
+    size = int.from_bytes(data[4:8], "little")
+    dictionary = zstandard.ZstdDecompressor().decompress(data[8 : 8 + size])
+    # any reader of the layout: the zstd tool skips the skippable frame and decodes every frame with the dictionary
+    (tmp_path / "dict").write_bytes(dictionary)
+    plain = subprocess.run(["zstd", "-dc", "-D", tmp_path / "dict", archive], capture_output=True, check=True).stdout
+    ours = list(iter_records(archive))
+    assert plain.count(b"WARC/1.1\r\n") + plain.count(b"WARC/1.0\r\n") == len(ours)
+    assert all(r.block in plain for r in ours)
+    # the frames really need the dictionary
+    assert subprocess.run(["zstd", "-dc", archive], capture_output=True).returncode != 0
+    assert served(Snapshot.open(result.snapshots[0])) == served(Snapshot.open(_sources(suite_root)[0]))
+    assert verify_snapshot(result.snapshots[0]).ok
+
+
+def _flip(pack: Path, member: str, out: Path) -> None:
+    """Copy ``pack`` with one byte flipped in the middle of ``member``'s stored data."""
+    with zipfile.ZipFile(pack) as zf:
+        info = zf.getinfo(member)
+    raw = bytearray(pack.read_bytes())
+    name_len = int.from_bytes(raw[info.header_offset + 26 : info.header_offset + 28], "little")
+    extra_len = int.from_bytes(raw[info.header_offset + 28 : info.header_offset + 30], "little")
+    start = info.header_offset + 30 + name_len + extra_len
+    raw[start + info.compress_size // 2] ^= 0x01
+    out.write_bytes(bytes(raw))
+
+
+def test_pack_unpack_round_trip_and_a_flipped_byte_is_refused(suite_root, tmp_path):
+    pack = tmp_path / "suite.pack"
+    r = pack_suite(suite_root, pack, tasks_file=tmp_path / "tasks.jsonl", min_size=16)
+    assert sorted(r.snapshots) == [f"{t}/s1" for t in TASKS] and r.stored_payloads == 4
+    with zipfile.ZipFile(pack) as zf:
+        names = zf.namelist()
+        manifest = json.loads(zf.read("pack.json"))
+    assert names[0] == "pack.json" and "tasks/tasks.jsonl" in names
+    assert {f["path"] for f in manifest["files"]} == set(names[1:])
+
+    dest = tmp_path / "unpacked"
+    u = unpack_suite(pack, dest)
+    assert u.files_checked == len(names) - 1 and u.tasks_file == dest / "tasks.jsonl"
+    for t in TASKS:
+        assert served(Snapshot.open(dest / t / "s1")) == served(Snapshot.open(suite_root / t / "s1"))
+    with pytest.raises(SnapshotError, match="already exists"):
+        unpack_suite(pack, dest)
+
+    archive = next(n for n in names if n.endswith("t3/s1/archive.warc.zst"))
+    for member in (archive, "snapshots/t1/s1/index.cdxj", "pack.json"):
+        bad = tmp_path / "bad.pack"
+        _flip(pack, member, bad)
+        fresh = tmp_path / f"fresh-{member.replace('/', '_')}"
+        with pytest.raises(SnapshotError) as err:
+            unpack_suite(bad, fresh)
+        assert member in str(err.value), str(err.value)
+        assert not any(fresh.iterdir())  # nothing placed, no staging left behind
+
+
+def test_cli_suite_pack_unpack_dedup(suite_root, tmp_path, capsys):
+    pack = tmp_path / "cli.pack"
+    assert main(["suite", "pack", str(suite_root), "--out", str(pack), "--no-dictionary"]) == 0
+    assert "packed 4 snapshots" in capsys.readouterr().out
+    assert main(["suite", "unpack", str(pack), "--snapshots", str(tmp_path / "u"), "--json"]) == 0
+    unpacked = json.loads(capsys.readouterr().out)
+    assert len(unpacked["snapshots"]) == 4 and unpacked["files_checked"] > 8
+    assert main(["suite", "dedup", str(suite_root), "--out", str(tmp_path / "d"), "--min-size", "16"]) == 0
+    assert "16 revisits" in capsys.readouterr().out
+    assert main(["suite", "unpack", str(tmp_path / "nope.pack"), "--snapshots", str(tmp_path / "x")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "not found" in err and len(err.strip().splitlines()) == 1
+    (tmp_path / "notzip.pack").write_bytes(b"hello")
+    assert main(["suite", "unpack", str(tmp_path / "notzip.pack"), "--snapshots", str(tmp_path / "x")]) == 1
+    assert "not a valid pack" in capsys.readouterr().err
