@@ -160,6 +160,7 @@ class ProxyServer:
             err = self._error or "timed out waiting for the proxy to listen"
             self.stop()
             raise ProxyError(f"the proxy could not start: {err}")
+        log.info("proxy listening on %s", self.url)
 
     def _run(self) -> None:
         collector = _ErrorCollector()

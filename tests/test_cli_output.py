@@ -145,6 +145,10 @@ def test_json_option_means_the_same_everywhere(long_run, data_home, tmp_path):
     for form in (["--json"], ["--json", "-"]):
         r = _piped("runs", "show", str(run_dir), *form, data_home=data_home)
         assert r.returncode == 0 and json.loads(r.stdout)["run"]["run_id"] == run_id  # only JSON on stdout
+    listed = json.loads(_piped("runs", "list", "--out", str(root / "runs"), "--json", data_home=data_home).stdout)
+    ours = [r for r in listed if r["run"] == run_id]
+    assert ours and ours[0]["episodes"] == {"setup_error": 1} and ours[0]["path"] == str(run_dir)
+    assert ours[0]["manifest"]["agent_name"] == "command:true"
     out = tmp_path / "show.json"
     r = _piped("runs", "show", str(run_dir), "--json", str(out), data_home=data_home)
     assert r.returncode == 0 and r.stdout.startswith(f"run {run_id}")  # the human view stays on stdout
@@ -155,3 +159,23 @@ def test_json_option_means_the_same_everywhere(long_run, data_home, tmp_path):
     r = _piped("runs", "show", str(run_dir), "--json", str(blocked / "x.json"), data_home=data_home)
     assert r.returncode == 1 and r.stderr.startswith(f"error: cannot write {blocked / 'x.json'}")
     assert r.stderr.count("\n") == 1
+
+
+def test_data_with_brackets_is_printed_as_it_is():
+    import io
+
+    from rich.console import Console
+
+    from ego2web_replay.commands._output import say, table, warn
+
+    buf = io.StringIO()
+    out = Console(file=buf, width=200)
+    say(out, "shop: click selector='body[data-ready]' [/b] failed", status="FAIL", style="red")
+    warn(out, "db [locked]")
+    rows = table("task", "answer")
+    rows.add_row("t[1]", "[note] $12")
+    out.print(rows)
+    text = buf.getvalue()
+    assert "FAIL shop: click selector='body[data-ready]' [/b] failed" in text
+    assert "warning: db [locked]" in text
+    assert "t[1]" in text and "[note] $12" in text

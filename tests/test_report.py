@@ -10,12 +10,12 @@ import pytest
 
 from ego2web_replay.cli import main
 from ego2web_replay.models import AgentSpec
+from ego2web_replay.png import png_bytes
 from ego2web_replay.testing.tracking import (
     EpisodeSpec,
     make_run,
     make_snapshot,
     make_suite,
-    tiny_png,
 )
 from ego2web_replay.tracking.drift import ProbeResult, record_probe
 from ego2web_replay.tracking.ingest import ingest
@@ -33,7 +33,7 @@ def db(tmp_path: Path) -> Path:
     frames = tmp_path / "clips" / "t2.mp4.keyframes"  # the judge's keyframe cache beside the video
     frames.mkdir(parents=True)
     for i in range(2):
-        (frames / f"kf-{i:03d}.png").write_bytes(tiny_png((0, 0, 200)))
+        (frames / f"kf-{i:03d}.png").write_bytes(png_bytes(4, 4, (0, 0, 200)))
     make_snapshot(tmp_path / "snapshots", "t1", "s1", [("https://shop.example/", 200, "sha1:A")])
     runs = tmp_path / "runs"
     make_run(runs, "run-a", AgentSpec(name="openai", model="gpt-x"), [

@@ -103,3 +103,15 @@ def test_unwritable_stats_file_fails_before_serving(snap, tmp_path, capsys):
     assert code == 1 and "replay proxy" not in out
     assert err.strip().startswith("error: cannot write the stats file") and str(target) in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_verbose_logs_to_stderr_and_quiet_by_default(snap, capsys, ca):
+    assert main(["serve", str(snap), "--port", "0", "--duration", "0"]) == 0
+    assert "proxy listening on" not in capsys.readouterr().err
+    assert main(["-v", "serve", str(snap), "--port", "0", "--duration", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert "INFO ego2web_replay.proxy: proxy listening on http://127.0.0.1:" in err and "listening" not in out
+    assert main(["serve", str(snap), "--port", "0", "--duration", "0", "-v"]) == 0  # after the command too
+    assert "proxy listening on" in capsys.readouterr().err
+    assert main(["serve", str(snap), "--port", "0", "--duration", "0"]) == 0  # the next invocation is quiet again
+    assert "proxy listening on" not in capsys.readouterr().err

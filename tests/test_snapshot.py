@@ -230,6 +230,9 @@ def test_cli_import_list_show_verify_index(tmp_path, capsys):
     folder = root / "ex" / "s1"
     code, out, _ = _run(capsys, "snapshot", "list", "--snapshots", str(root))
     assert code == 0 and "ex" in out and "s1" in out and "import" in out
+    code, out, _ = _run(capsys, "snapshot", "list", "--snapshots", str(root), "--json", "-")
+    (listed,) = json.loads(out)
+    assert code == 0 and listed["snapshot_id"] == "s1" and listed["complete"] and listed["manifest"]["exchanges"] == 3
     code, out, _ = _run(capsys, "snapshot", "show", str(folder))
     assert code == 0 and "index      3 entries (response 2, revisit 1)" in out
     code, out, _ = _run(capsys, "snapshot", "show", str(folder), "--json")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import tempfile
@@ -192,8 +191,3 @@ def _tail(data: bytes | str | None) -> str:
 def _last_line(data: bytes | str | None, limit: int = 200) -> str:
     lines = [line.strip() for line in _tail(data).splitlines() if line.strip()]
     return lines[-1][:limit] if lines else ""
-
-
-def parse_command_spec(spec: str) -> list[str]:
-    """Split a ``command:`` program string the way the shell would (for display)."""
-    return shlex.split(spec)

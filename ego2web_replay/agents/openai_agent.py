@@ -7,8 +7,9 @@ most ``image_max_side`` pixels) and a numbered list of interactive elements,
 and asks for one action as a JSON object ``{"thought": ..., "action": {...}}``.
 The first action is always ``goto start_url`` (no model call). A malformed
 reply is answered with the parse error and retried (``max_retries``); a reply
-that stays malformed ends the episode. HTTP 429/5xx and timeouts are retried
-with exponential backoff, or after the server's ``Retry-After`` when it sends one.
+that stays malformed ends the episode. HTTP 408/429/5xx, timeouts and refused
+connections are retried with exponential backoff, or after the server's
+``Retry-After`` when it sends one (``http_retries``; :mod:`ego2web_replay.retry`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pydantic import ValidationError
 from ..actions import Action
 from ..errors import AgentError
 from ..models import AgentSpec
+from ..retry import RetriesExhausted, retry_call
 from ..tasks import Task
 from .base import Observation
 
@@ -92,7 +94,7 @@ def _scaled(raw: bytes, mime: str, max_side: int) -> tuple[bytes, str]:
 
     import av
 
-    from ..media.keyframes import png_bytes
+    from ..png import png_from_array
 
     try:
         with av.open(io.BytesIO(raw), "r") as c:
@@ -103,32 +105,13 @@ def _scaled(raw: bytes, mime: str, max_side: int) -> tuple[bytes, str]:
     if scale >= 1:
         return raw, mime
     w, h = max(2, round(frame.width * scale)), max(2, round(frame.height * scale))
-    return png_bytes(frame.reformat(width=w, height=h, format="rgb24").to_ndarray()), "image/png"
+    return png_from_array(frame.reformat(width=w, height=h, format="rgb24").to_ndarray()), "image/png"
 
 
 def _video_part(path: Path) -> dict[str, Any]:
     mime = {".webm": "video/webm", ".mov": "video/quicktime"}.get(path.suffix.lower(), "video/mp4")
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return {"type": "video_url", "video_url": {"url": f"data:{mime};base64,{data}"}}
-
-
-def _retry_after(e: Exception, cap: float) -> float | None:
-    """Seconds from a ``Retry-After`` header (seconds or an HTTP date), capped; None when absent."""
-    from email.utils import parsedate_to_datetime
-
-    response = getattr(e, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, min(cap, float(value)))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, min(cap, when.timestamp() - time.time()))
 
 
 class OpenAIAgent:
@@ -211,32 +194,27 @@ class OpenAIAgent:
     def _call(self, messages: list[dict[str, Any]]) -> str:
         import openai
 
-        delay = self.backoff_s
-        last: Exception | None = None
-        for attempt in range(self.http_retries + 1):
-            try:
-                kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
-                if self.seed is not None:
-                    kwargs["seed"] = self.seed
-                if self.max_output_tokens is not None:
-                    kwargs["max_completion_tokens"] = self.max_output_tokens  # what reasoning models require
-                resp = self.client().chat.completions.create(**kwargs)
-                self.usage["calls"] += 1
-                if resp.usage:
-                    self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
-                    self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
-                return resp.choices[0].message.content or ""
-            except (openai.RateLimitError, openai.InternalServerError, openai.APITimeoutError,
-                    openai.APIConnectionError) as e:
-                last = e
-                if attempt < self.http_retries:
-                    wait = _retry_after(e, self.retry_after_max_s)
-                    time.sleep(delay if wait is None else wait)
-                    delay *= 2
-            except openai.APIStatusError as e:
-                raise AgentError(f"the model endpoint answered HTTP {e.status_code}: {str(e)[:200]}") from None
-        raise AgentError(f"the model endpoint failed after {self.http_retries + 1} attempts: "
-                         f"{type(last).__name__}: {str(last)[:200]}")
+        def once() -> Any:
+            kwargs: dict[str, Any] = {"model": self.model, "messages": messages, "temperature": self.temperature}
+            if self.seed is not None:
+                kwargs["seed"] = self.seed
+            if self.max_output_tokens is not None:
+                kwargs["max_completion_tokens"] = self.max_output_tokens  # what reasoning models require
+            return self.client().chat.completions.create(**kwargs)
+
+        try:
+            resp = retry_call(once, retries=self.http_retries, backoff_s=self.backoff_s,
+                              retry_after_max_s=self.retry_after_max_s, sleep=lambda s: time.sleep(s))
+        except RetriesExhausted as e:
+            raise AgentError(f"the model endpoint failed after {e.attempts} attempts: "
+                             f"{type(e.last).__name__}: {str(e.last)[:200]}") from None
+        except openai.APIStatusError as e:
+            raise AgentError(f"the model endpoint answered HTTP {e.status_code}: {str(e)[:200]}") from None
+        self.usage["calls"] += 1
+        if resp.usage:
+            self.usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
+            self.usage["completion_tokens"] += resp.usage.completion_tokens or 0
+        return resp.choices[0].message.content or ""
 
     def act(self, obs: Observation) -> Action:
         if obs.step == 0 and obs.task.start_url and obs.url != obs.task.start_url:

@@ -29,8 +29,10 @@ if TYPE_CHECKING:
     from rich.console import Console
     from rich.progress import Progress
     from rich.table import Table
+    from rich.text import Text
 
-__all__ = ["Output", "console", "emit_machine", "is_stdout", "output", "progress", "say", "table", "STDOUT"]
+__all__ = ["Output", "console", "emit_machine", "is_stdout", "line", "output", "progress", "say", "table", "warn",
+           "STDOUT"]
 
 #: The value of a file option that means "write to stdout".
 STDOUT = "-"
@@ -119,13 +121,29 @@ def _isatty(stream: Any) -> bool:
 
 
 def table(*headers: str, whole: int = 1, **kwargs: Any) -> Table:
-    """A rich table whose first ``whole`` columns (ids, names) are never wrapped."""
+    """A rich table whose first ``whole`` columns (ids, names) are never wrapped, and whose string
+    cells are literal text (an answer or URL holding ``[x]`` is shown as it is, not read as markup)."""
     from rich.table import Table
+    from rich.text import Text
 
-    t = Table(**kwargs)
+    class LiteralTable(Table):
+        def add_row(self, *cells: Any, **kw: Any) -> None:
+            super().add_row(*(Text(c) if isinstance(c, str) else c for c in cells), **kw)
+
+    t = LiteralTable(**kwargs)
     for i, header in enumerate(headers):
         t.add_column(header, no_wrap=i < whole)
     return t
+
+
+def line(message: str, *, status: str = "", style: str = "") -> Text:
+    """One output line: ``status`` (padded by the caller) in ``style``, then ``message`` as literal text
+    (without a status, ``style`` applies to the message)."""
+    from rich.text import Text
+
+    if not status:
+        return Text(message, style=style)
+    return Text.assemble((status, style), " ", message)
 
 
 def progress(label: str) -> Progress:
@@ -137,16 +155,20 @@ def progress(label: str) -> Progress:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     err = console(stderr=True)
-    return Progress(TextColumn(f"[bold]{label}[/bold] {{task.description}}"), BarColumn(), MofNCompleteColumn(),
+    return Progress(TextColumn(f"{label} {{task.description}}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err, disable=not (output().progress and err.is_interactive))
 
 
-def say(target: Any, message: str) -> None:
-    """Print a per-item progress line on ``target`` (a rich console or progress bar) unless ``-q``."""
+def say(target: Any, message: str, *, status: str = "", style: str = "") -> None:
+    """Print a per-item progress line (see :func:`line`) on ``target`` (a console or progress bar) unless ``-q``."""
     if output().quiet:
         return
-    target = getattr(target, "console", target)
-    target.print(message, highlight=False)
+    getattr(target, "console", target).print(line(message, status=status, style=style), highlight=False)
+
+
+def warn(target: Any, message: str) -> None:
+    """Print ``warning: message`` on ``target`` (a console or progress bar), even with ``-q``."""
+    getattr(target, "console", target).print(line(message, status="warning:", style="yellow"), highlight=False)
 
 
 def is_stdout(dest: str | Path | None) -> bool:

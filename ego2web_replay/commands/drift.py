@@ -8,6 +8,7 @@ import click
 
 from ._options import db_option, db_options, guard_option, json_option, upstream_ca_option
 from ._output import console, emit_machine, is_stdout
+from ._output import line as out_line
 
 __all__ = ["COMMANDS", "drift_group"]
 
@@ -61,17 +62,17 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
 
     def on_task(task_id: str, status: str, probes) -> None:  # noqa: ANN001
         colour = {"unchanged": "green", "changed": "yellow"}.get(status, "red")
-        out.print(f"[{colour}]{status:9}[/{colour}] {task_id}: {len(probes)} URL(s)")
+        out.print(out_line(f"{task_id}: {len(probes)} URL(s)", status=f"{status:9}", style=colour))
         for p in probes:
             if p.url_status != "unchanged":
                 extra = f" ({p.error})" if p.error else (f" similarity {p.text_similarity:.2f}"
                                                          if p.text_similarity is not None else "")
-                out.print(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}")
+                out.print(out_line(f"    {p.url_status:9} {p.status_then} -> {p.status_now} {p.url}{extra}"))
 
     probe_id, rows = probe_snapshots(targets, archive_root=archive_root, guard=guard, upstream_ca=upstream_ca,
                                      timeout=timeout, on_task=on_task)
     TrackingSink(db_path).probed(rows)
-    out.print(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}")
+    out.print(out_line(f"probe {probe_id}: {len(rows)} URL(s) of {len(targets)} snapshot(s) recorded in {db_path}"))
 
 
 @drift_group.command("diff")

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ._options import db_options
-from ._output import console, output, table
+from ._output import console, output, table, warn
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
 JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
@@ -91,7 +91,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
         from ..tracking.sink import TrackingSink
 
         errors = console(stderr=True)
-        sink = TrackingSink(db, warn=lambda msg: errors.print(f"[yellow]warning:[/yellow] {msg}"))
+        sink = TrackingSink(db, warn=lambda msg: warn(errors, msg))
 
         def on_verdict(episode: Path, verdict: Any) -> None:
             sink.verdict_made(episode, verdict)  # under the judge's own name, as its verdict file

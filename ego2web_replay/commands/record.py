@@ -15,7 +15,7 @@ from ._options import (
     snapshots_option,
     upstream_ca_option,
 )
-from ._output import progress, say
+from ._output import progress, say, warn
 
 
 @click.command("record")
@@ -66,7 +66,7 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
         if db is not None:
             from ..tracking.sink import TrackingSink
 
-            sink = TrackingSink(db, warn=lambda msg: bars.console.print(f"[yellow]warning:[/yellow] {msg}"))
+            sink = TrackingSink(db, warn=lambda msg: warn(bars, msg))
         for task in tasks:
             bars.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
@@ -76,13 +76,13 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
                                  interactive=interactive, action_timeout_s=action_timeout)
             r = record_task(task, root, opts, ca=ca)
             if r.ok and r.manifest is not None and r.snapshot is not None:
-                say(bars, f"[green]ok[/green]   {task.id}: {r.snapshot} "
-                          f"({r.manifest.exchanges} exchanges, {r.manifest.archive_bytes} bytes)")
+                say(bars, f"{task.id}: {r.snapshot} ({r.manifest.exchanges} exchanges, "
+                          f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
                 if sink is not None:
                     sink.snapshot_recorded(r.snapshot)
             else:
                 failures += 1
-                say(bars, f"[red]FAIL[/red] {task.id}: {r.error}")
+                say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")
             bars.advance(bar)
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")

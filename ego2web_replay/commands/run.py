@@ -9,7 +9,7 @@ import click
 
 from ..config import DEFAULT_RUNS
 from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
-from ._output import progress, say
+from ._output import progress, say, warn
 
 
 @click.command("run")
@@ -96,7 +96,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
         if db is not None:
             from ..tracking.sink import TrackingSink
 
-            sink = TrackingSink(db, warn=lambda msg: bars.console.print(f"[yellow]warning:[/yellow] {msg}"))
+            sink = TrackingSink(db, warn=lambda msg: warn(bars, msg))
 
         def on_start(run_dir: Path, total: int, finished: int) -> None:
             bars.update(bar, total=total, completed=finished, description=str(run_dir))
@@ -109,9 +109,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
             if sink is not None:
                 sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
-            colour = "green" if s.ok else "red"
-            say(bars, f"[{colour}]{s.end_reason:12}[/{colour}] {s.task_id}/{s.mode}: {s.steps} steps"
-                      f"{misses}; answer={s.answer!r}" + (f"; {s.error}" if s.error else ""))
+            say(bars, f"{s.task_id}/{s.mode}: {s.steps} steps{misses}; answer={s.answer!r}"
+                      + (f"; {s.error}" if s.error else ""), status=f"{s.end_reason:12}",
+                style="green" if s.ok else "red")
             bars.advance(bar)
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,

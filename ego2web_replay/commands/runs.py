@@ -20,17 +20,25 @@ def runs_group() -> None:
 @runs_group.command("list")
 @click.option("--out", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
               help="Folder that holds run folders.")
-def runs_list(out: Path) -> None:
+@json_option("the runs (a list of {run, path, episodes, manifest})")
+def runs_list(out: Path, json_out: str | None) -> None:
     """List the runs under --out, newest first."""
+    import json
+
     from ..runner.run import list_runs
 
-    runs = list_runs(out)
+    runs = [(d, m, m.episodes or _count_end_reasons(d)) for d, m in list_runs(out)]
+    if json_out:
+        emit_machine(json_out, json.dumps([{"run": d.name, "path": str(d), "episodes": counts,
+                                            "manifest": m.model_dump(mode="json")} for d, m, counts in runs],
+                                          indent=2) + "\n")
+        if is_stdout(json_out):
+            return
     if not runs:
         click.echo(f"no runs under {out}")
         return
     rows = table("run", "started", "agent", "modes", "tasks", "episodes", whole=3)
-    for d, m in runs:
-        counts = m.episodes or _count_end_reasons(d)
+    for d, m, counts in runs:
         eps = ", ".join(f"{k}={v}" for k, v in sorted(counts.items())) or "(none yet)"
         if m.finished_at is None:
             eps += " (unfinished)"

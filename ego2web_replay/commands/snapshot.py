@@ -8,7 +8,7 @@ import click
 
 from ..errors import SnapshotError
 from ._options import compression_option, json_option, snapshots_option
-from ._output import console, emit_machine, is_stdout, table
+from ._output import console, emit_machine, is_stdout, line, table
 
 __all__ = ["COMMANDS", "snapshot"]
 
@@ -30,16 +30,26 @@ def snapshot() -> None:
 
 @snapshot.command("list")
 @_SNAPSHOTS_OPTION
-def list_command(root: Path) -> None:
+@json_option("the snapshots (a list of {task_id, snapshot_id, path, complete, manifest})")
+def list_command(root: Path, json_out: str | None) -> None:
     """List every snapshot under the snapshots folder, newest first per task."""
+    import json
+
     from ..snapshots import list_snapshots
 
     infos = list_snapshots(root)
+    if json_out:
+        emit_machine(json_out, json.dumps([
+            {"task_id": i.task_id, "snapshot_id": i.snapshot_id, "path": str(i.path), "complete": i.complete,
+             "manifest": json.loads(i.manifest.model_dump_json()) if i.manifest else None} for i in infos],
+            indent=2) + "\n")
+        if is_stdout(json_out):
+            return
     rows = table("task", "snapshot", "time (UTC)", "exchanges", "bytes", "source", whole=2)
     for info in infos:
         m = info.manifest
         if m is None:
-            rows.add_row(info.task_id, info.snapshot_id, "-", "-", "-", "[red]unfinished[/red]")
+            rows.add_row(info.task_id, info.snapshot_id, "-", "-", "-", line("unfinished", style="red"))
         else:
             rows.add_row(m.task_id, m.snapshot_id, m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                          str(m.exchanges), _size(m.archive_bytes), m.source)

@@ -1,8 +1,8 @@
 """The one OpenAI-compatible client every LLM judge uses.
 
 It builds chat requests from text and images, answers from the call cache
-when it can, otherwise calls the endpoint with its own retries and
-exponential backoff (429, 5xx, timeouts, refused connections), limits how
+when it can, otherwise calls the endpoint, retrying with exponential backoff
+(429, 5xx, timeouts, refused connections; :mod:`ego2web_replay.retry`), limits how
 many calls run at once, parses each reply into a pydantic model (asking
 again, with the format error, when a reply cannot be read) and counts tokens.
 
@@ -17,7 +17,6 @@ import base64
 import hashlib
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ import openai
 from pydantic import BaseModel, Field
 
 from ..errors import JudgeError
+from ..retry import RetriesExhausted, retry_call
 from .cache import CallCache, request_key
 
 __all__ = [
@@ -244,47 +244,44 @@ class LLMClient:
     def _call(self, convo: list[dict[str, Any]]) -> tuple[str, int, int]:
         c = self.config
         client = self._openai()
-        last = ""
-        for attempt in range(c.max_retries + 1):
-            if attempt:
-                time.sleep(min(c.backoff_max_s, c.backoff_s * 2 ** (attempt - 1)))
-            try:
-                with self._slots:
-                    with self._lock:
-                        self.calls += 1
-                    kwargs: dict[str, Any] = {"model": c.model, "messages": convo,
-                                              "temperature": c.temperature, "max_tokens": c.max_tokens}
-                    if c.seed is not None:
-                        kwargs["seed"] = c.seed
-                    resp = client.chat.completions.create(**kwargs)
-            except openai.APITimeoutError:
-                last = f"timed out after {c.timeout_s:g}s"
-                continue
-            except openai.APIConnectionError as e:
-                last = _reason(e)
-                continue
-            except openai.RateLimitError as e:
-                last = f"HTTP 429: {_message(e)}"
-                continue
-            except openai.APIStatusError as e:
-                if e.status_code >= 500 or e.status_code == 408:
-                    last = f"HTTP {e.status_code}: {_message(e)}"
-                    continue
-                if e.status_code in (401, 403):
-                    raise EndpointError(f"judge endpoint {c.base_url} refused the request (HTTP {e.status_code}: "
-                                        f"{_message(e)}); set OPENAI_API_KEY") from None
-                if e.status_code == 404:
-                    raise EndpointError(f"judge endpoint {c.base_url} answered HTTP 404 ({_message(e)}); "
-                                        f"check --base-url and --model {c.model!r}") from None
-                raise JudgeError(f"judge endpoint rejected the request (HTTP {e.status_code}: "
-                                 f"{_message(e)})") from None
-            if not resp.choices:
-                raise JudgeError(f"judge endpoint {c.base_url} sent a reply without choices")
-            text = resp.choices[0].message.content or ""
-            usage = resp.usage
-            return text, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
-        raise EndpointError(f"judge endpoint {c.base_url} unreachable or failing ({last}) after "
-                            f"{c.max_retries + 1} tries; check --base-url, or use --judge rule")
+        kwargs: dict[str, Any] = {"model": c.model, "messages": convo, "temperature": c.temperature,
+                                  "max_tokens": c.max_tokens}
+        if c.seed is not None:
+            kwargs["seed"] = c.seed
+
+        def once() -> Any:
+            with self._slots:
+                with self._lock:
+                    self.calls += 1
+                return client.chat.completions.create(**kwargs)
+
+        try:
+            resp = retry_call(once, retries=c.max_retries, backoff_s=c.backoff_s, backoff_max_s=c.backoff_max_s)
+        except RetriesExhausted as e:
+            raise EndpointError(f"judge endpoint {c.base_url} unreachable or failing ({self._failure(e.last)}) "
+                                f"after {e.attempts} tries; check --base-url, or use --judge rule") from None
+        except openai.APIStatusError as e:
+            if e.status_code in (401, 403):
+                raise EndpointError(f"judge endpoint {c.base_url} refused the request (HTTP {e.status_code}: "
+                                    f"{_message(e)}); set OPENAI_API_KEY") from None
+            if e.status_code == 404:
+                raise EndpointError(f"judge endpoint {c.base_url} answered HTTP 404 ({_message(e)}); "
+                                    f"check --base-url and --model {c.model!r}") from None
+            raise JudgeError(f"judge endpoint rejected the request (HTTP {e.status_code}: "
+                             f"{_message(e)})") from None
+        if not resp.choices:
+            raise JudgeError(f"judge endpoint {c.base_url} sent a reply without choices")
+        text = resp.choices[0].message.content or ""
+        usage = resp.usage
+        return text, (usage.prompt_tokens if usage else 0), (usage.completion_tokens if usage else 0)
+
+    def _failure(self, e: Exception) -> str:
+        """What the last failed try met, in a few words."""
+        if isinstance(e, openai.APITimeoutError):
+            return f"timed out after {self.config.timeout_s:g}s"
+        if isinstance(e, openai.APIStatusError):
+            return f"HTTP {e.status_code}: {_message(e)}"
+        return _reason(e)
 
 
 def _message(e: openai.APIStatusError) -> str:

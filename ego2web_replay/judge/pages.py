@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urldefrag
 
 from ..errors import JudgeError
+from ..web import html_to_text
 
 __all__ = ["PageSource", "DictPages", "SnapshotPages", "ChainPages", "html_to_text", "normalize_url"]
 
@@ -34,50 +34,6 @@ def normalize_url(url: str) -> str:
     if m:
         url = f"{m.group(1).lower()}://{m.group(2).lower()}{m.group(3)}"
     return url[:-1] if url.endswith("/") else url
-
-
-class _Text(HTMLParser):
-    _SKIP = {"script", "style", "noscript", "template", "svg", "head"}
-    _BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "section", "article",
-              "header", "footer", "td", "th", "title", "ul", "ol", "table"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.skip = 0
-        self.title: list[str] = []
-        self.in_title = False
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag == "title":
-            self.in_title = True
-        elif tag in self._SKIP:
-            self.skip += 1
-        if tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag == "title":
-            self.in_title = False
-        elif tag in self._SKIP and self.skip:
-            self.skip -= 1
-        if tag in self._BLOCK:
-            self.parts.append("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self.in_title:
-            self.title.append(data)
-        elif not self.skip:
-            self.parts.append(data)
-
-
-def html_to_text(html: str) -> str:
-    """The visible text of an HTML document (title first), whitespace collapsed per line."""
-    parser = _Text()
-    parser.feed(html)
-    parser.close()
-    lines = [" ".join(line.split()) for line in ("".join(parser.title) + "\n" + "".join(parser.parts)).splitlines()]
-    return "\n".join(line for line in lines if line)
 
 
 class DictPages:

@@ -29,7 +29,7 @@ from .rule import RuleJudge
 from .verdicts import CallLog
 from .webvoyager import WebVoyagerJudge
 
-__all__ = ["Judge", "JUDGES", "LLM_JUDGES", "make_judge", "RubricJudge", "judge_names"]
+__all__ = ["Judge", "JUDGES", "LLM_JUDGES", "make_judge", "RubricJudge"]
 
 
 @runtime_checkable
@@ -147,10 +147,6 @@ JUDGES: dict[str, Callable[..., Judge]] = {
     "rubric": rubric_judge,
 }
 LLM_JUDGES = frozenset({"ego2web", "webjudge", "webvoyager"})
-
-
-def judge_names() -> list[str]:
-    return list(JUDGES)
 
 
 def make_judge(name: str, **settings: Any) -> Judge:

@@ -16,5 +16,5 @@ from .keyframes import (
 )
 from .video import video_duration, video_sha256, write_clip
 
-__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir", "png_bytes", "sample_video",
+__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir", "sample_video",
            "video_duration", "video_sha256", "write_clip"]

@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import struct
 import threading
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -30,8 +28,9 @@ from pydantic import BaseModel, Field
 from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import MediaError
 from ..models import TimeRange
+from ..png import png_from_array
 
-__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "sample_video", "keyframe_dir", "png_bytes"]
+__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "sample_video", "keyframe_dir"]
 
 INDEX_VERSION = 1
 _LOCKS: dict[str, threading.Lock] = {}
@@ -59,18 +58,6 @@ class Keyframe(BaseModel):
 def keyframe_dir(video: Path) -> Path:
     """Where the keyframes of ``video`` are cached."""
     return video.with_name(video.name + ".keyframes")
-
-
-def png_bytes(rgb: np.ndarray) -> bytes:
-    """Encode an ``H×W×3`` uint8 array as PNG (deterministic bytes)."""
-    h, w, _ = rgb.shape
-    raw = b"".join(b"\x00" + rgb[y].tobytes() for y in range(h))
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(raw, 6)) + chunk(b"IEND", b"")
 
 
 def _targets(start: float, end: float, n: int) -> list[float]:
@@ -146,7 +133,7 @@ def _extract(path: Path, ranges: Sequence[TimeRange], per_range: int, method: Me
     entries = []
     for i, (ts, ri, rgb) in enumerate(frames):
         name = f"{key}-{i:02d}.png"
-        atomic_write_bytes(folder / name, png_bytes(rgb))
+        atomic_write_bytes(folder / name, png_from_array(rgb))
         entries.append({"timestamp": ts, "range_index": ri, "file": name})
         out.append(Keyframe(timestamp=ts, range_index=ri, path=str(folder / name)))
     index["sets"][key] = {"settings": settings, "frames": entries}

@@ -9,13 +9,11 @@ its folder without a manifest, which ``snapshot verify`` reports as incomplete.
 
 from __future__ import annotations
 
-import platform
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from .. import __version__
 from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
 from ..errors import Ego2WebError, RecordingError
 from ..guard import UpstreamGuard
@@ -23,32 +21,10 @@ from ..models import SnapshotManifest
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..tasks import Task
+from ..versions import tool_versions
 from .addon import Recorder
 
-__all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task", "record_tasks",
-           "tool_versions"]
-
-
-def tool_versions() -> dict[str, str]:
-    """Versions of everything that shapes a capture."""
-    import mitmproxy.version
-    import playwright
-
-    out = {
-        "ego2web-replay": __version__,
-        "python": platform.python_version(),
-        "mitmproxy": mitmproxy.version.VERSION,
-        "chromium": chromium_version(),
-    }
-    try:
-        from importlib.metadata import version
-
-        out["playwright"] = version("playwright")
-        out["warcio"] = version("warcio")
-        out["zstandard"] = version("zstandard")
-    except Exception:  # noqa: BLE001 - versions are informative only
-        out.setdefault("playwright", getattr(playwright, "__version__", "unknown"))
-    return out
+__all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task"]
 
 
 @dataclass
@@ -91,11 +67,6 @@ def redactor_for(opts: RecordOptions) -> Redactor:
                          params=opts.redact_params)
 
 
-def _settings(opts: RecordOptions, **more: Any) -> dict[str, Any]:
-    return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
-            "redaction": redactor_for(opts).settings(), **more}
-
-
 def proxy_options(opts: RecordOptions) -> dict[str, Any]:
     o: dict[str, Any] = {"guard_mode": opts.guard, "guard_allow": list(opts.allow), "guard_deny": list(opts.deny)}
     if opts.upstream_ca:
@@ -103,11 +74,18 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
     return o
 
 
-class LiveRecording:
-    """The recording proxy for one task as a context manager (used by live runs).
+def _settings(opts: RecordOptions) -> dict[str, Any]:
+    return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
+            "redaction": redactor_for(opts).settings(), "interactive": opts.interactive}
 
-    On exit the snapshot is finalized (index + manifest) unless the recorder
-    failed; ``ok``, ``error`` and ``snapshot_path`` say how it went.
+
+class LiveRecording:
+    """The recording proxy for one task as a context manager (live runs, probes, and :func:`record_task`).
+
+    :meth:`open` creates the snapshot folder, :meth:`start` the proxy,
+    :meth:`finish` stops it and finalizes the snapshot (index + manifest) unless
+    something failed; ``ok``, ``error`` and ``snapshot_path`` say how it went.
+    As a context manager it does all three, finalizing on exit.
     """
 
     def __init__(self, task: Task, root: Path, opts: RecordOptions | None = None, *,
@@ -128,26 +106,47 @@ class LiveRecording:
         assert self.proxy is not None
         return self.proxy.url
 
-    def __enter__(self) -> LiveRecording:
+    def open(self) -> None:
+        """Create the snapshot folder and its archive; :class:`RecordingError` if it cannot be."""
         from ..snapshots.snapshot import SnapshotWriter
 
         o = self.opts
-        settings = _settings(o)
         try:
             self.writer = SnapshotWriter(self.root, self.task.id, compression=o.compression, source=o.source,
-                                         start_url=self.task.start_url, settings=settings, tools=tool_versions())
+                                         start_url=self.task.start_url, settings=_settings(o),
+                                         tools=tool_versions({"chromium": chromium_version()}))
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path
         self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials,
                                                   redactor=redactor_for(o))
-        self.proxy = ProxyServer([self.guard, self.recorder], ca=self.ca, options=proxy_options(o))
-        try:
-            self.proxy.start()
-        except BaseException:
+
+    def start(self) -> None:
+        """Start the recording proxy (:class:`~ego2web_replay.errors.ProxyError` if it cannot start)."""
+        assert self.guard is not None and self.recorder is not None
+        proxy = ProxyServer([self.guard, self.recorder], ca=self.ca, options=proxy_options(self.opts))
+        proxy.start()
+        self.proxy = proxy
+
+    def finish(self, error: str | None = None) -> None:
+        """Stop the proxy; finalize the snapshot, or, after ``error`` or a recorder failure,
+        close the archive and leave the folder without a manifest."""
+        assert self.recorder is not None
+        if self.proxy is not None:
+            self.proxy.stop()
+        if error or self.recorder.failed:
+            self.error = error or self.recorder.failed
             self.writer.writer.close()
-            raise
-        return self
+            return
+        try:
+            self.manifest = self.writer.finalize()
+            self.ok = True
+        except Ego2WebError as e:
+            self.error = str(e)
+            self.writer.writer.close()
+        except Exception as e:  # noqa: BLE001 - reported through ``error``
+            self.error = f"cannot finalize the snapshot: {e}"
+            self.writer.writer.close()
 
     def pages_from(self, traj: Any) -> None:
         seen: set[str] = set()
@@ -156,65 +155,54 @@ class LiveRecording:
                 seen.add(step.url)
                 self.writer.add_page(step.url)
 
-    def __exit__(self, *exc: object) -> None:
-        assert self.proxy is not None and self.recorder is not None
-        self.proxy.stop()
-        if self.recorder.failed:
-            self.error = self.recorder.failed
-            self.writer.writer.close()
-            return
+    def __enter__(self) -> LiveRecording:
+        self.open()
         try:
-            self.manifest = self.writer.finalize()
-            self.ok = True
-        except Exception as e:  # noqa: BLE001
-            self.error = f"cannot finalize the snapshot: {e}"
+            self.start()
+        except BaseException:
             self.writer.writer.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
 
 
 def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca: ProjectCA | None = None,
                 actions: Sequence[Any] | None = None) -> RecordResult:
     """Record one task into ``root/<task-id>/<snapshot-id>/``."""
-    from ..snapshots.snapshot import SnapshotWriter
-
     opts = opts or RecordOptions()
-    ca = ca or project_ca()
-    settings = _settings(opts, interactive=opts.interactive)
+    live = LiveRecording(task, root, opts, ca=ca)
+    live.open()
+    assert live.recorder is not None and live.guard is not None
+    error: str | None = None
     try:
-        sw = SnapshotWriter(Path(root), task.id, compression=opts.compression, source=opts.source,
-                            start_url=task.start_url, settings=settings, tools=tool_versions())
-    except Ego2WebError:
-        raise
-    except OSError as e:
-        raise RecordingError(f"cannot create a snapshot under {root}: {e.strerror or e}") from None
-    addons = record_addons(sw.writer, keep_credentials=opts.keep_credentials, redactor=redactor_for(opts))
-    guard, recorder = addons
-    result = RecordResult(task_id=task.id, ok=False, snapshot=sw.path)
-    try:
-        with ProxyServer(addons, ca=ca, options=proxy_options(opts)) as proxy:
-            with BrowserSession(proxy_url=proxy.url, spki=ca.spki, headless=not opts.interactive) as browser:
-                context = browser.new_context()
-                page = context.new_page()
-                page.on("framenavigated", lambda f: sw.add_page(f.url) if f == page.main_frame and f.url.startswith("http") else None)
-                if opts.interactive:
-                    page.goto(task.start_url, wait_until="load")
-                    page.wait_for_event("close", timeout=0)
-                else:
-                    _run_actions(page, task, actions if actions is not None else task.reference_actions,
-                                 sw, opts, recorder)
-                context.close()
-        if recorder.failed:
-            raise RecordingError(recorder.failed)
-        result.manifest = sw.finalize()
-        result.ok = True
+        live.start()
+        _browse(live, task, opts, actions)
     except Ego2WebError as e:
-        result.error = str(e)
-        sw.writer.close()
+        error = str(e)
     except Exception as e:  # noqa: BLE001 - a failing task is reported and the others go on
-        result.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-        sw.writer.close()
-    result.exchanges = recorder.exchanges
-    result.blocked = dict(guard.counts)
-    return result
+        error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    live.finish(error)
+    return RecordResult(task_id=task.id, ok=live.ok, snapshot=live.snapshot_path, manifest=live.manifest,
+                        error=live.error, exchanges=live.recorder.exchanges, blocked=dict(live.guard.counts))
+
+
+def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Sequence[Any] | None) -> None:
+    """Chromium through the recording proxy: the task's actions, or a person until the window closes."""
+    assert live.recorder is not None
+    sw = live.writer
+    with BrowserSession(proxy_url=live.proxy_url, spki=live.ca.spki, headless=not opts.interactive) as browser:
+        context = browser.new_context()
+        page = context.new_page()
+        page.on("framenavigated", lambda f: sw.add_page(f.url) if f == page.main_frame and f.url.startswith("http") else None)
+        if opts.interactive:
+            page.goto(task.start_url, wait_until="load")
+            page.wait_for_event("close", timeout=0)
+        else:
+            _run_actions(page, task, actions if actions is not None else task.reference_actions,
+                         sw, opts, live.recorder)
+        context.close()
 
 
 def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: RecordOptions,
@@ -239,15 +227,3 @@ def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: R
             take_screenshot(page, sw.path / rel)
             sw.add_screenshot(rel)
 
-
-def record_tasks(tasks: Sequence[Task], root: Path, opts: RecordOptions | None = None, *,
-                 progress: Callable[[RecordResult], None] | None = None) -> list[RecordResult]:
-    """Record several tasks one after the other; failures are reported, the rest go on."""
-    ca = project_ca()
-    results = []
-    for task in tasks:
-        r = record_task(task, root, opts, ca=ca)
-        results.append(r)
-        if progress:
-            progress(r)
-    return results

@@ -20,10 +20,9 @@ import re
 from collections.abc import Iterable
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
-from ..web import RequestHeaders, decode_body, get_header
+from ..web import RequestHeaders, decode_body, get_header, reason_phrase
 
 __all__ = [
     "HOP_BY_HOP",
@@ -52,14 +51,6 @@ HOP_BY_HOP = frozenset(
 MISS_HEADER = "X-Ego2Web-Replay"
 
 
-def reason_phrase(status: int) -> str:
-    """The standard reason phrase of ``status`` (HTTP/2 responses carry none)."""
-    try:
-        return HTTPStatus(status).phrase
-    except ValueError:
-        return {1: "Informational", 2: "Success", 3: "Redirection", 4: "Client Error", 5: "Server Error"}.get(
-            status // 100, "Unknown"
-        )
 
 
 def clean_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:

@@ -7,7 +7,6 @@ when complete, so a killed run never leaves a half episode that looks finished
 
 from __future__ import annotations
 
-import json
 import shutil
 import time
 from contextlib import ExitStack
@@ -253,6 +252,3 @@ def _adopt_program_output(traj: Trajectory, out: Path) -> None:
             if (out / "agent" / step.screenshot).exists():
                 step.screenshot = str(Path("agent") / step.screenshot)
 
-
-def load_summary(path: Path) -> dict[str, Any]:
-    return json.loads((path / "trajectory.json").read_text("utf-8"))

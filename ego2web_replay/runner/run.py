@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import Ego2WebError
 from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
+from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
 from .inputs import apply_inputs
@@ -77,12 +78,6 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
     return None
 
 
-def _versions() -> dict[str, str]:
-    from ..recorder.session import tool_versions
-
-    return tool_versions()
-
-
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
               agent_settings: dict[str, Any], s: RunSettings,
               upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
@@ -111,6 +106,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
     each summary as it comes back.
     """
     from ..agents import make_agent
+    from ..browser import chromium_version
 
     if settings.mode not in MODES:
         raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
@@ -145,7 +141,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
                                task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
                                agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
-                               versions=_versions(), git_commit=_git_commit(), machine=_machine(),
+                               versions=tool_versions({"chromium": chromium_version()}), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
     todo = []

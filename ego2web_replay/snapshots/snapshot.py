@@ -8,13 +8,11 @@ without a manifest is a recording that did not finish.
 from __future__ import annotations
 
 import hashlib
-import platform
 import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +20,7 @@ from .. import __version__
 from ..errors import ArchiveError, SnapshotError
 from ..models import FileDigest, SnapshotManifest, read_model, save_model
 from ..redaction import NO_REDACTION, Redactor
+from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, read_index, surt_key, write_index
 from .reader import ArchiveRecord, iter_records, read_record
 from .warc import ArchiveWriter, Compression, naive_utc
@@ -32,7 +31,6 @@ __all__ = [
     "SnapshotInfo",
     "list_snapshots",
     "latest_snapshot",
-    "tool_versions",
     "file_digest",
     "ARCHIVE_NAMES",
     "MANIFEST",
@@ -42,18 +40,6 @@ MANIFEST = "manifest.json"
 INDEX = "index.cdxj"
 ARCHIVE_NAMES = {"zst": "archive.warc.zst", "gz": "archive.warc.gz", "none": "archive.warc"}
 _SAFE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-
-def tool_versions(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """Versions for the manifest: python, warcio, zstandard, this package (+ ``extra``)."""
-    tools = {"python": platform.python_version(), "ego2web-replay": __version__}
-    for dist in ("warcio", "zstandard"):
-        try:
-            tools[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            tools[dist] = "unknown"
-    tools.update(extra or {})
-    return tools
 
 
 def file_digest(path: Path, root: Path) -> FileDigest:

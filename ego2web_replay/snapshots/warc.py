@@ -10,7 +10,6 @@ Record ids and the clock are injectable, so the same input gives the same bytes.
 
 from __future__ import annotations
 
-import http
 import io
 import os
 import threading
@@ -30,8 +29,9 @@ from warcio.timeutils import datetime_to_iso_date
 from warcio.warcwriter import WARCWriter
 
 from ..errors import ArchiveError
+from ..web import reason_phrase
 
-__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "reason_phrase"]
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc"]
 
 Compression = Literal["zst", "gz", "none"]
 
@@ -53,14 +53,6 @@ def naive_utc(value: datetime) -> datetime:
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value
-
-
-def reason_phrase(status: int) -> str:
-    """The standard reason phrase of an HTTP status code ('' if unknown)."""
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:
-        return ""
 
 
 def _default_clock() -> datetime:
@@ -168,7 +160,7 @@ class ArchiveWriter:
         """
         when = naive_utc(date) if date is not None else self._clock()
         if not http_version.upper().startswith("HTTP/1") or not reason:
-            reason = reason_phrase(status) or reason
+            reason = reason_phrase(status, fallback=False) or reason
         statusline = f"{status} {reason}" if reason else str(status)
         keep_length = method.upper() == "HEAD" or status in (204, 304) or 100 <= status < 200
         resp_headers = _fix_length(_drop_pseudo(response_headers), response_body, keep_length)

@@ -10,7 +10,6 @@ from typing import Any
 import numpy as np
 
 from ..actions import Action
-from ..media.keyframes import png_bytes
 from ..models import (
     RUN_MANIFEST,
     AgentSpec,
@@ -22,8 +21,9 @@ from ..models import (
     episode_dir,
     save_model,
 )
+from ..png import png_bytes
 
-__all__ = ["COLOURS", "make_video", "make_episode", "make_run_manifest", "solid_png"]
+__all__ = ["COLOURS", "make_video", "make_episode", "make_run_manifest"]
 
 COLOURS: list[tuple[int, int, int]] = [(255, 0, 0), (0, 255, 0), (0, 0, 255), (255, 255, 0),
                                        (255, 0, 255), (0, 255, 255), (255, 255, 255), (0, 0, 0)]
@@ -49,11 +49,6 @@ def make_video(path: Path, seconds: int = 4, fps: int = 10, size: int = 64,
     return path
 
 
-def solid_png(colour: tuple[int, int, int], size: int = 16) -> bytes:
-    """A small PNG of one colour."""
-    return png_bytes(np.full((size, size, 3), colour, dtype=np.uint8))
-
-
 def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: str | None = None,
                  urls: Sequence[str] = ("http://shop.test/",), titles: Sequence[str] | None = None,
                  agent: str = "scripted", model: str | None = None, screenshots: bool = True,
@@ -66,7 +61,7 @@ def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: 
         if screenshots:
             shot = f"screenshots/step-{i:03d}.png"
             (ep / "screenshots").mkdir(parents=True, exist_ok=True)
-            (ep / shot).write_bytes(solid_png(COLOURS[i % len(COLOURS)], size=8 + i))
+            (ep / shot).write_bytes(png_bytes(8 + i, 8 + i, COLOURS[i % len(COLOURS)]))
         steps.append(Step(index=i, action=Action(kind="goto", url=url), url=url,
                           title=titles[i - 1] if titles else f"Page {i}", screenshot=shot))
     if answer is not None:

@@ -9,8 +9,6 @@ formats and not against mocks.
 from __future__ import annotations
 
 import json
-import struct
-import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -30,21 +28,11 @@ from ..models import (
     episode_dir,
     save_model,
 )
+from ..png import png_bytes
 
-__all__ = ["tiny_png", "make_suite", "make_snapshot", "EpisodeSpec", "make_run"]
+__all__ = ["make_suite", "make_snapshot", "EpisodeSpec", "make_run"]
 
 T0 = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
-
-
-def tiny_png(rgb: tuple[int, int, int] = (200, 30, 30), size: int = 4) -> bytes:
-    """A valid ``size``×``size`` PNG of one colour."""
-
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    raw = b"".join(b"\x00" + bytes(rgb) * size for _ in range(size))
-    header = struct.pack(">IIBBBBB", size, size, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b"")
 
 
 def make_suite(path: Path, tasks: dict[str, str], videos: dict[str, str] | None = None) -> Path:
@@ -107,7 +95,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         (ed / "screenshots").mkdir(parents=True, exist_ok=True)
         steps = []
         for i in range(e.screenshots):
-            (ed / "screenshots" / f"step-{i:03d}.png").write_bytes(tiny_png((40 * i % 255, 120, 200)))
+            (ed / "screenshots" / f"step-{i:03d}.png").write_bytes(png_bytes(4, 4, (40 * i % 255, 120, 200)))
             steps.append(Step(index=i, action=Action(kind="goto", url=f"https://{e.task_id}.example/p{i}"),
                               url=f"https://{e.task_id}.example/p{i}", screenshot=f"screenshots/step-{i:03d}.png",
                               thought=f"step {i} thought"))
@@ -116,7 +104,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         if e.keyframes:
             (ed / "keyframes").mkdir(exist_ok=True)
             for k in range(e.keyframes):
-                (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(tiny_png((10, 200, 10)))
+                (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(png_bytes(4, 4, (10, 200, 10)))
         replay = None
         if e.mode == "frozen":
             replay = ReplayStats(exact=10, canonical=2, fuzzy=1, miss=e.miss,

@@ -25,35 +25,16 @@ import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SnapshotError
+from ..web import html_to_text
 
 __all__ = ["snapshots_to_probe", "UrlProbe", "probe_snapshot", "visible_text", "task_status_of", "probe_snapshots"]
 
 _SEVERITY = {"unchanged": 0, "changed": 1, "gone": 2, "blocked": 3}
-
-
-class _Text(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self._skip = 0
-
-    def handle_starttag(self, tag: str, attrs: Any) -> None:
-        if tag in ("script", "style", "noscript", "template"):
-            self._skip += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style", "noscript", "template") and self._skip:
-            self._skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self._skip and data.strip():
-            self.parts.append(data.strip())
 
 
 def decode_body(body: bytes, headers: Sequence[tuple[str, str]]) -> bytes:
@@ -69,9 +50,7 @@ def visible_text(body: bytes, content_type: str | None) -> str:
     """The text a reader sees (HTML stripped of markup and scripts); other text as is."""
     text = body.decode("utf-8", errors="replace")
     if content_type and "html" in content_type.lower():
-        p = _Text()
-        p.feed(text)
-        return " ".join(p.parts)
+        return " ".join(html_to_text(text).split())
     return text
 
 
