@@ -11,7 +11,6 @@ from .keyframes import (
            KeyframeError,
            extract_keyframes,
            keyframe_dir,
-           png_bytes,
            sample_video,
 )
 from .video import video_duration, video_sha256, write_clip
