@@ -77,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except (RecursionError, MemoryError) as e:  # a limit no reader caught: still one line, never a traceback
+        click.secho(f"error: an input is too large or too deeply nested to process ({type(e).__name__}); "
+                    "see the reading limits in docs/limits.md", fg="red", err=True)
+        return 1
     return 0
 
 

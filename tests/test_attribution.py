@@ -125,3 +125,26 @@ def test_agent_caused_flip_is_no_change_and_stays_so_after_probes(demo):
     listed = [f["attribution"]["resources"][0] for g in data["groups"] for f in g["flips"]
               if f["attribution"]["resources"]]
     assert listed and all({"url", "status", "detail"} <= set(r) for r in listed)
+
+
+def test_report_flip_page_shows_screenshots_side_by_side_and_the_changes(demo, tmp_path):
+    import re
+
+    from ego2web_replay.tracking.report import build_report
+    from ego2web_replay.tracking.report_flips import flip_page_path
+
+    build_report(demo["db"], tmp_path / "report", iterations=50)
+    index = (tmp_path / "report" / "index.html").read_text()
+    rel = flip_page_path("scripted", "rule", "shop-mug-price", "1-drifted")
+    assert rel in index
+    page = (tmp_path / "report" / rel).read_text()
+    # frozen and live screenshots, side by side, each copied next to the page
+    imgs = re.findall(r'<img src="([^"]+)" alt="(frozen|live) screenshot', page)
+    assert {m for _, m in imgs} == {"frozen", "live"}
+    assert all(((tmp_path / "report" / rel).parent / src).is_file() for src, _ in imgs)
+    assert "/api/price/7" in page and "live-archive" in page
+    assert '<span class="removed">&quot;$12.99&quot;</span>' in page
+    assert '<span class="added">&quot;$14.49&quot;</span>' in page
+    assert '<span class="removed">− Crunchy Corn Snack</span>' in page  # the listing's text difference
+    wall = (tmp_path / "report" / flip_page_path("scripted", "rule", "video-uploader", "1-drifted")).read_text()
+    assert "blocked" in wall and "Verify you are human" in wall

@@ -1,4 +1,4 @@
-"""The canonical match key (match_key) and the pywb POST query (post_query)."""
+"""The canonical match key (match_key) and the one pywb POST form (snapshots.postform)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from ego2web_replay.replay.canonical import canonical_url, match_key, post_query
+from ego2web_replay.replay.canonical import body_form, canonical_url, match_key
 from ego2web_replay.replay.rules import default_rules
+from ego2web_replay.snapshots.postform import post_query
 
 RULES = default_rules()
 
@@ -92,7 +93,7 @@ def test_json_bodies_flatten_to_leaves():
                         "meta": {"page": 2, "requestId": "r-2", "ts": 1712349999999}, "query": "cats"}).encode()
     k1 = key("https://api.e.com/v1/search", "POST", body1, "application/json; charset=utf-8")
     assert k1 == key("https://api.e.com/v1/search", "POST", body2, "application/json")
-    assert k1 == "POST https://(com,e,api,)/v1/search?__wb_method=post&ok=true&page=2&query=cats&tags=a&tags.2_=b"
+    assert k1 == "POST https://(com,e,api,)/v1/search?__wb_method=post&ok=True&page=2&query=cats&tags=a&tags.2_=b"
     other = json.dumps({"query": "dogs", "meta": {"page": 2}, "tags": ["a", "b"], "ok": True}).encode()
     assert key("https://api.e.com/v1/search", "POST", other, "application/json") != k1
 
@@ -113,9 +114,9 @@ def test_multipart_fields_without_boundary():
     assert c != a
 
 
-def test_opaque_bodies_are_hashed_and_methods_distinguished():
+def test_opaque_bodies_are_base64_and_methods_distinguished():
     a = key("https://e.com/b", "POST", b"\x00\x01\x02", "application/octet-stream")
-    assert a.startswith("POST https://(com,e,)/b?__wb_method=post&__wb_post_data=sha256:")
+    assert a == "POST https://(com,e,)/b?__wb_method=post&__wb_post_data=AAEC"
     assert a != key("https://e.com/b", "POST", b"\x00\x01\x03", "application/octet-stream")
     assert key("https://e.com/b", "PUT", b"", None) == "PUT https://(com,e,)/b?__wb_method=put"
     assert key("https://e.com/b?x=1", "POST", None, None) == "POST https://(com,e,)/b?x=1&__wb_method=post"
@@ -124,8 +125,8 @@ def test_opaque_bodies_are_hashed_and_methods_distinguished():
 @pytest.mark.parametrize(
     ("ctype", "body", "expected"),
     [
-        ("application/x-www-form-urlencoded", b"a=1&b=hello+world", "__wb_method=post&a=1&b=hello+world"),
-        ("application/json", b'{"a": {"b": 1, "c": [true, null]}, "d": "x y"}', "__wb_method=post&b=1&c=true&c.2_=null&d=x+y"),
+        ("application/x-www-form-urlencoded", b"a=1&b=hello+world", "__wb_method=post&a=1&b=hello world"),
+        ("application/json", b'{"a": {"b": 1, "c": [true, null]}, "d": "x y"}', "__wb_method=post&b=1&c=True&c.2_=None&d=x+y"),
         ("application/octet-stream", b"\xff\x00", "__wb_method=post&__wb_post_data=" + base64.b64encode(b"\xff\x00").decode()),
         ("text/plain", b"not json", "__wb_method=post&__wb_post_data=" + base64.b64encode(b"not json").decode()),
     ],
@@ -152,6 +153,7 @@ def test_post_query_reproduces_pywb_index_keys(url: str, ctype: str, body: bytes
     assert surt.surt(url + ("&" if "?" in url else "?") + query) == golden
 
 
-def test_post_query_for_get_and_empty_bodies():
-    assert post_query("GET", None, b"") == ""
-    assert post_query("put", None, None) == "__wb_method=put"
+def test_body_form_for_get_and_empty_bodies():
+    assert body_form("GET", None, b"a=1") is None
+    assert body_form("PUT", None, None) is None
+    assert body_form("POST", "application/json", b'{"q": "x"}') == "q=x"

@@ -92,3 +92,12 @@ def test_new_and_redirect_home():
     assert classify(None, ITEM).status == "new"
     home = Response(ITEM.url, 302, (("Location", "/"),), b"")
     assert classify(ITEM, home).status == "gone"
+
+
+def test_markup_only_redesign_is_unchanged():
+    a = page("Basil", "<h1>Basil</h1><table><tr><td>Family: Lamiaceae</td></tr></table><p>A herb.</p>")
+    b = page("Basil", "<article><h1>Basil</h1><dl><dt>Family:</dt><dd>Lamiaceae</dd></dl><div>A herb.</div></article>")
+    c = classify(a, b)
+    assert c.status == "unchanged" and "markup" in c.detail
+    reworded = page("Basil", "<article><h1>Basil</h1><p>Basil belongs to the Lamiaceae.</p><p>A herb.</p></article>")
+    assert classify(a, reworded).status == "changed"

@@ -64,11 +64,17 @@ def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
     assert v["judge"]["settings"]["threshold"] == 4 and v["judge"]["model"] == "gpt-4o"
     labels = tmp_path / "labels.csv"
     labels.write_text("task_id,mode,label\nT1,frozen,success\nT2,frozen,failure\n")
-    assert main(["judge", "agreement", str(run), "--human", str(labels), "--bootstrap", "100"]) == 0
+    assert main(["judge", "agreement", str(run), "--human", str(labels), "--iterations", "100"]) == 0
     out = capsys.readouterr().out
     assert "overall" in out and "0.500" in out
     report = json.loads((run / "agreement-ego2web.json").read_text())
     assert report["overall"]["fp"] == 1 and report["overall"]["tp"] == 1
+    assert main(["judge", "agreement", str(run), "--human", str(labels), "--iterations", "100", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out) == report  # only the JSON on stdout
+    # the old names still work, hidden and deprecated
+    old = tmp_path / "old.json"
+    assert main(["judge", "agreement", str(run), "--human", str(labels), "--bootstrap", "100", "--out", str(old)]) == 0
+    assert json.loads(old.read_text()) == report and "deprecated" in capsys.readouterr().err
 
 
 def test_no_endpoint_suggests_the_rule_judge(run, capsys):

@@ -22,18 +22,29 @@ RULES = default_rules()
 
 
 def cap(url: str, method: str = "GET", body: bytes | None = None, ctype: str | None = None, ref: object = None) -> Capture:
-    return Capture(url=url, method=method, body=body, content_type=ctype, timestamp="20240405100000", ref=url if ref is None else ref)
+    return Capture.of_request(url, method, body, ctype, timestamp="20240405100000", ref=url if ref is None else ref)
+
+
+SHOP = [
+    cap("https://shop.example/item?id=1&_=1712345678901"),
+    cap("https://shop.example/search?q=red+shoes&page=1&sort=price"),
+    cap("https://shop.example/search?q=blue+hats&page=2&sort=rating"),
+]
+
+
+def test_off_path_requests_miss_by_default():
+    index = MatchIndex(SHOP, RULES)
+    for url in ("https://shop.example/search?q=red+shoes&page=2&sort=price",  # another page
+                "https://shop.example/search?q=red+hats&page=1&sort=price",  # another search term
+                "https://shop.example/search?q=red+shoes&page=1&sort=rating",  # another sort order
+                "https://shop.example/item?id=2"):  # another id
+        assert index.match("GET", url).outcome == "miss", url
+    assert index.match("GET", "https://shop.example/search?sort=price&page=1&q=red%20shoes").outcome == "canonical"
+    assert index.match("GET", "https://shop.example/item?id=1&_=1799999999999").outcome == "canonical"
 
 
 def test_exact_then_canonical_then_fuzzy_then_miss():
-    index = MatchIndex(
-        [
-            cap("https://shop.example/item?id=1&_=1712345678901"),
-            cap("https://shop.example/search?q=red+shoes&page=1&sort=price"),
-            cap("https://shop.example/search?q=blue+hats&page=2&sort=rating"),
-        ],
-        RULES,
-    )
+    index = MatchIndex(SHOP, RULES, fuzzy=True)
     exact = index.match("GET", "https://shop.example/item?id=1&_=1712345678901")
     assert exact.outcome == "exact" and exact.capture is not None and exact.score == 1.0
     assert exact.key == "GET https://shop.example/item?id=1&_=1712345678901"
@@ -60,8 +71,9 @@ def test_exact_then_canonical_then_fuzzy_then_miss():
 def test_fuzzy_threshold_configurable():
     captures = [cap("https://e.com/s?q=a&x=1&y=2&z=3")]
     request = "https://e.com/s?q=a&x=9&w=0"  # q equal, x differs, y z w one side: 1.5 / 5 = 0.3
-    assert MatchIndex(captures, RULES).match("GET", request).outcome == "miss"
-    loose = MatchIndex(captures, RULES, fuzzy_threshold=0.25).match("GET", request)
+    assert MatchIndex(captures, RULES, fuzzy=True).match("GET", request).outcome == "miss"
+    assert MatchIndex(captures, RULES, fuzzy_threshold=0.25).match("GET", request).outcome == "miss"  # opt-in
+    loose = MatchIndex(captures, RULES, fuzzy_threshold=0.25, fuzzy=True).match("GET", request)
     assert loose.outcome == "fuzzy" and loose.score == pytest.approx(0.3)
 
 
@@ -75,6 +87,7 @@ def test_fuzzy_ties_go_to_the_capture_closest_in_recorded_order():
             cap("https://e.com/api?page=2&k=a"),  # 4
         ],
         RULES,
+        fuzzy=True,
     )
     request = "https://e.com/api?page=3&k=a"  # equally similar to 0 and 4
     assert index.match("GET", request).capture.url.endswith("page=1&k=a")  # cursor at start
@@ -91,6 +104,7 @@ def test_post_bodies_match_by_fields():
             cap("https://api.e.com/login", "POST", b"user=ann&csrf_token=abc", form),
         ],
         RULES,
+        fuzzy=True,
     )
     assert index.match("POST", "https://api.e.com/search", body, "application/json").outcome == "exact"
     replayed = json.dumps({"nonce": "n2", "page": 1, "query": "cats", "clientTime": 1719999999999}).encode()
@@ -100,6 +114,9 @@ def test_post_bodies_match_by_fields():
     assert fuzzy.outcome == "fuzzy" and fuzzy.score == pytest.approx(0.75)
     assert index.match("POST", "https://api.e.com/login", b"csrf_token=zzz&user=ann", form).outcome == "canonical"
     assert index.match("POST", "https://api.e.com/login", b"user=bob", form).outcome == "fuzzy"
+    strict = MatchIndex(index.captures, RULES)  # the default: another JSON field value is a miss
+    assert strict.match("POST", "https://api.e.com/search", page2, "application/json").outcome == "miss"
+    assert strict.match("POST", "https://api.e.com/search", replayed, "application/json").outcome == "canonical"
 
 
 def test_sequence_policy_serves_in_recorded_order_then_repeats_last():
@@ -172,10 +189,10 @@ def test_similarity():
 def test_describe_key_and_stage_text():
     text = describe_key("GET", "https://www.e.com/p?b=1&a=2&utm_source=x")
     assert "canonical key: GET https://(com,e,www,)/p?a=2&b=1" in text
-    assert "fuzzy group:   GET https://(com,e,www,)/p" in text
+    assert "path group:    GET https://(com,e,www,)/p" in text
     assert "dropped:       utm_source" in text
     post = describe_key("POST", "https://e.com/f", b"a=1&nonce=2", "application/x-www-form-urlencoded")
-    assert "fuzzy fields:  body:a=1" in post
+    assert "fields:        body:a=1" in post
     for stage in ("exact", "canonical", "fuzzy", "miss", "sequence"):
         assert stage in MATCH_STAGES
 
@@ -187,7 +204,7 @@ def test_100k_captures_build_fast_and_match_correctly():
         for i in range(100_000)
     ]
     start = time.perf_counter()
-    index = MatchIndex(captures, RULES)
+    index = MatchIndex(captures, RULES, fuzzy=True)
     built = time.perf_counter() - start
     start = time.perf_counter()
     canonical = index.match("GET", "https://www.site7.example/p/7?utm_source=y&id=7&_=1")

@@ -44,7 +44,7 @@ def test_cache_roundtrip_and_invalidation(tmp_path, data_home):
     stamps = [c.timestamp for c in first]
     assert stamps == sorted(stamps)
     posts = [c for c in first if c.method == "POST"]
-    assert len(posts) == 30 and posts[0].body.startswith(b"__wb_method=post")
+    assert len(posts) == 30 and posts[0].body.startswith("__wb_method=post")
     assert any(c.url.endswith("/old") for c in first)  # revisits are served too
     _write_index(index, 2500)
     os.utime(index, ns=(1, 1))

@@ -63,8 +63,13 @@ def test_report_files(db: Path, tmp_path: Path) -> None:
     summary = build_report(db, out, iterations=200)
     assert summary.episode_pages == 8
     # t1/run-a: 2 screenshots + 2 episode keyframes per mode; 6 others: 1 screenshot each;
-    # t2/run-a: 2 video keyframes per mode
-    assert summary.assets == 2 * (2 + 2) + 6 + 2 * 2
+    # t2/run-a: 2 video keyframes per mode; the t1 flip (ego2web) page: 2 screenshots per mode side by side
+    assert summary.assets == 2 * (2 + 2) + 6 + 2 * 2 + 2 * 2
+    from ego2web_replay.tracking.report_flips import flip_page_path
+
+    flip = (out / flip_page_path("openai:gpt-x", "ego2web", "t1", "run-a")).read_text()
+    assert flip.count('alt="frozen screenshot') == 2 and flip.count('alt="live screenshot') == 2
+    assert "No evidence of what the site looked like" in flip  # these episodes have no archives, no probe near
     index = (out / "index.html").read_text()
     assert 'class="chart-bars"' in index and 'class="chart-lines"' in index
     page = out / episode_page_path("run-a", "t1", "frozen")

@@ -84,9 +84,9 @@ def test_runs_show_table(runs):
     assert "run after" in text and "agent=command:" in text
     rows = {cells[0]: cells for cells in _rows(text)}
     assert set(rows) == {MUG, WIKI}
-    assert rows[MUG] == [MUG, "frozen", "2", "answered", "Shop", "0", ""]
-    assert rows[WIKI][:6] == [WIKI, "frozen", "0", "setup_error", "", ""]
-    assert rows[WIKI][6].startswith(f"no snapshot of task '{WIKI}'")
+    assert rows[MUG] == [MUG, "frozen", "2", "answered", "Shop", "0", "complete", ""]
+    assert rows[WIKI][:7] == [WIKI, "frozen", "0", "setup_error", "", "", ""]
+    assert rows[WIKI][7].startswith(f"no snapshot of task '{WIKI}'")
     live = _invoke("runs", "show", str(before))
     assert "Shop" in live and "Encyclopedia" in live and live.count("live") >= 2
 
@@ -98,7 +98,7 @@ def test_runs_show_json(runs):
     assert data["run"]["episodes"] == {"answered": 1, "setup_error": 1}
     eps = {e["task"]: e for e in data["episodes"]}
     assert eps[MUG] == {"task": MUG, "mode": "frozen", "steps": 2, "end_reason": "answered", "answer": "Shop",
-                        "misses": 0, "missed_urls": [], "error": None}
+                        "misses": 0, "missed_urls": [], "validity": "complete", "error": None}
     assert eps[WIKI]["end_reason"] == "setup_error" and eps[WIKI]["misses"] is None
     # the frozen run replayed the live run's own archive
     t = load_trajectory(episode_dir(after, MUG, "frozen"))

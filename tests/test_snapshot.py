@@ -58,11 +58,12 @@ def test_writer_creates_a_complete_snapshot(tmp_path):
     manifest = w.finalize()
     assert w.path == tmp_path / "shop" / "20261130T071500Z"
     assert sorted(p.name for p in w.path.iterdir()) == ["archive.warc.zst", "index.cdxj", "manifest.json",
-                                                        "screenshots"]
+                                                        "screenshots", "volatile.json"]
     assert manifest.records == {"request": 2, "response": 2, "revisit": 1, "warcinfo": 1}
     assert manifest.exchanges == 3 and manifest.payload_bytes == len(b"<h1>home</h1><p>3 results</p>")
     assert manifest.pages == ["http://127.0.0.1:8000/"] and manifest.start_url == "http://127.0.0.1:8000/"
-    assert [f.path for f in manifest.files] == ["archive.warc.zst", "index.cdxj", "screenshots/step-000.png"]
+    assert [f.path for f in manifest.files] == ["archive.warc.zst", "index.cdxj", "volatile.json",
+                                                "screenshots/step-000.png"]
     assert {"python", "warcio", "zstandard", "ego2web-replay", "chromium"} <= set(manifest.tools)
     assert manifest.source == "record" and manifest.settings["compression"] == "zst"
     on_disk = json.loads((w.path / "manifest.json").read_text())

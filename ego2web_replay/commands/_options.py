@@ -17,7 +17,8 @@ import click
 from ..config import DEFAULT_DB, DEFAULT_SNAPSHOTS
 from ._output import Output, configure_logging, output
 
-__all__ = ["compression_option", "db_option", "db_options", "guard_option", "json_option", "output_params",
+__all__ = ["compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
+           "output_params",
            "snapshots_option", "upstream_ca_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,14 +59,37 @@ def snapshots_option(help: str = "Snapshots root folder (<root>/<task-id>/<snaps
                         show_default=True, help=help)
 
 
-def json_option(what: str) -> Callable[[F], F]:
+def json_option(what: str, *, default: str | None = None, alias: str | None = None) -> Callable[[F], F]:
     """``--json [FILE|-]``: ``what`` as JSON; bare ``--json`` or ``--json -`` prints it, alone, on stdout.
 
-    The function receives ``json_out``: ``None``, ``"-"`` or a file path (a string).
+    The function receives ``json_out``: ``None``, ``"-"`` or a file path (a string). ``default``
+    describes where the command writes it without ``--json``; ``alias`` adds an old name for
+    ``--json FILE``, hidden from help and warned about when used.
     """
-    return click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE|-]",
-                        help=f"Write {what} as JSON to FILE; `--json` or `--json -` prints only the JSON, "
-                             "on stdout.")
+    where = f" (default: {default})" if default else ""
+
+    def decorate(f: F) -> F:
+        if alias:
+            f = click.option(alias, "json_out", hidden=True, deprecated="use --json FILE")(f)
+        return click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE|-]",
+                            help=f"Write {what} as JSON to FILE{where}; `--json` or `--json -` prints only "
+                                 "the JSON, on stdout.")(f)
+
+    return decorate
+
+
+def iterations_option(default: int, *, minimum: int = 1, alias: str | None = None) -> Callable[[F], F]:
+    """``--iterations N``: bootstrap resamples for confidence intervals (``alias``: an old, hidden name)."""
+
+    def decorate(f: F) -> F:
+        if alias:
+            f = click.option(alias, "iterations", type=click.IntRange(minimum), hidden=True,
+                             deprecated="use --iterations")(f)
+        none = " (0: none)" if minimum == 0 else ""
+        return click.option("--iterations", "iterations", type=click.IntRange(minimum), default=default,
+                            show_default=True, help=f"Bootstrap resamples for the confidence intervals{none}.")(f)
+
+    return decorate
 
 
 def compression_option(choices: tuple[str, ...], *, alias: str | None = None) -> Callable[[F], F]:

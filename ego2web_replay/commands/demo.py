@@ -33,7 +33,7 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
     out = out or Path(tempfile.mkdtemp(prefix="ego2web-demo-"))
     console = make_console(min_width=150)
     result = run_demo(out, workers=workers, task_ids=list(task_ids) or None, base_url=base_url, model=model,
-                      say=lambda s: console.print(s, highlight=False))
+                      say=lambda s: console.print(s, highlight=False, markup=False))
     for table in comparison_tables(result.comparison):
         console.print(table)
     groups = result.comparison.groups if result.comparison else []
@@ -42,7 +42,13 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
         attributed = [f for f in drifted if f.drift_status in ("changed", "gone", "blocked")]
         console.print(f"[bold]{g.agent} / {g.judge}[/bold]: after drift, live {g.live_rate:.0%} vs frozen "
                       f"{g.frozen_rate:.0%}; {len(drifted)} task(s) pass frozen but fail live, "
-                      f"{len(attributed)} of them on pages the probes found changed, gone or blocked.")
+                      f"{len(attributed)} of them explained by what had changed on the pages the live run used:")
+        for f in attributed:
+            a = f.attribution
+            cause = a.resources[0] if a and a.resources else None
+            if cause is not None:
+                console.print(f"    {f.task_id:22} {f.drift_status:8} {cause.url}  {cause.detail}"[:200],
+                              highlight=False)
     console.print(f"""
 finished in {result.seconds:.0f} s; everything is in {result.out}
   task suite   {result.suite}

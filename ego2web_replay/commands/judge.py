@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ._options import db_options
-from ._output import console, output, table, warn
+from ._options import db_options, iterations_option, json_option
+from ._output import console, emit_machine, is_stdout, output, table, warn
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
 JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
@@ -119,13 +119,11 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
 @click.option("--human", "labels", required=True, type=click.Path(path_type=Path),
               help="Labels CSV with header task_id,mode,label[,annotator,agent].")
 @click.option("--judge", "judge_name", default="ego2web", show_default=True, help="Whose verdicts to compare.")
-@click.option("--bootstrap", default=1000, show_default=True, type=click.IntRange(0),
-              help="Bootstrap resamples for the confidence intervals (0: none).")
+@iterations_option(1000, minimum=0, alias="--bootstrap")
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap.")
-@click.option("--out", type=click.Path(path_type=Path),
-              help="Where to write the JSON report (default: <first run>/agreement-<judge>.json).")
-def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, bootstrap: int, seed: int,
-                  out: Path | None) -> None:
+@json_option("the report", default="<first run>/agreement-<judge>.json", alias="--out")
+def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, iterations: int, seed: int,
+                  json_out: str | None) -> None:
     """Compare a judge's stored verdicts in RUN_DIRS with human labels.
 
     \b
@@ -140,12 +138,14 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, boo
     """
     from ..judge.agreement import agreement, agreement_table
 
-    target = out or run_dirs[0] / f"agreement-{judge_name}.json"
-    report = agreement(list(run_dirs), labels, judge=judge_name, bootstrap=bootstrap, seed=seed, out=target)
+    target = json_out or str(run_dirs[0] / f"agreement-{judge_name}.json")
+    report = agreement(list(run_dirs), labels, judge=judge_name, bootstrap=iterations, seed=seed)
+    emit_machine(target, report.model_dump_json(indent=2) + "\n")
+    if is_stdout(target):
+        return
     console().print(agreement_table(report))
     click.echo(f"left out: {report.ties} tie(s), {report.unmatched_labels} unmatched label(s), "
                f"{report.missing_verdicts} not judged, {report.judge_errors} judge error(s)")
-    click.echo(f"report: {target}")
 
 
 COMMANDS = [judge]

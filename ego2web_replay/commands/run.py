@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..config import DEFAULT_RUNS
 from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
 from ._output import progress, say, warn
+from .replay_options import replay_options
+
+if TYPE_CHECKING:
+    from ..models import ReplayConfig
 
 
 @click.command("run")
@@ -37,8 +42,7 @@ from ._output import progress, say, warn
 @click.option("--base-url", default=None, help="openai agent: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
-@click.option("--miss", "miss_policy", default="404", show_default=True,
-              help="Frozen mode: answer misses with this status (e.g. 404, 504) or 'live' (diagnosis only).")
+@replay_options
 @click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
               help="What the agent gets of the task's video, always derived from the whole video "
                    "(default: the agent's own: openai keyframes, command video, scripted none).")
@@ -65,9 +69,9 @@ from ._output import progress, say, warn
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            miss_policy: str, modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
+            modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
-            agent_timeout: float | None, image_size: int | None, db: Path | None, keep_credentials: bool) -> None:
+            agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -83,7 +87,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, miss_policy=miss_policy, keep_credentials=keep_credentials,
+                           guard=guard, replay=replay, keep_credentials=keep_credentials,
                            inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))

@@ -69,6 +69,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
 
     from ..models import load_trajectory
     from ..runner.run import load_run
+    from ..validity import episode_validity
 
     m = load_run(run_dir)
     rows: list[dict[str, Any]] = []
@@ -76,7 +77,8 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
         t = load_trajectory(traj_file)
         rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
-                     "missed_urls": t.replay.missed_urls if t.replay else [], "error": t.error})
+                     "missed_urls": t.replay.missed_urls if t.replay else [], "validity": episode_validity(t),
+                     "error": t.error})
     if json_out:
         emit_machine(json_out, json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2) + "\n")
         if is_stdout(json_out):
@@ -84,11 +86,17 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
     out = console()
     out.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
               f"suite={m.suite_path}", highlight=False, markup=False)
-    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "error")
+    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "validity", "error")
     for r in rows:
         episodes.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
-                         "" if r["misses"] is None else str(r["misses"]), (r["error"] or "")[:60])
+                         "" if r["misses"] is None else str(r["misses"]), r["validity"] or "",
+                         (r["error"] or "")[:60])
     out.print(episodes)
+    frozen = [r["validity"] for r in rows if r["mode"] == "frozen"]
+    if frozen:
+        shares = ", ".join(f"{name} {frozen.count(name)}" for name in ("complete", "degraded", "off-snapshot"))
+        out.print(f"frozen episodes: {len(frozen)} ({shares}); only complete ones saw recorded pages alone",
+                  highlight=False, markup=False)
 
 
 COMMANDS = [runs_group]

@@ -6,10 +6,15 @@ import shlex
 import signal
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import ReplayError
+from .replay_options import replay_options
+
+if TYPE_CHECKING:
+    from ..models import ReplayConfig
 
 
 def _connect_help(replay) -> str:  # noqa: ANN001
@@ -17,13 +22,14 @@ def _connect_help(replay) -> str:  # noqa: ANN001
 
     p, ca, pin = replay.proxy_url, replay.ca_file, replay.spki
     seal = " ".join(shlex.quote(a) for a in sealed_chromium_args(p))
+    fuzzy = "; nearest capture ON (--fuzzy: such answers are counted as fuzzy)" if replay.config.fuzzy else ""
     return f"""\
 replay proxy   {p}
 CA file        {ca}
 CA SPKI pin    {pin}
 captures       {replay.captures} from {len(replay.paths)} snapshot(s), indexed in {replay.load_seconds:.2f} s
 capture time   {replay.capture_time:%Y-%m-%d %H:%M:%S} UTC (page clocks are frozen here)
-misses         answered with {'the live web (NOT hermetic)' if replay.miss == 'live' else 'HTTP ' + replay.miss}
+misses         answered with {'the live web (NOT hermetic)' if replay.miss == 'live' else 'HTTP ' + replay.miss}{fuzzy}
 
 How to connect:
   curl        curl --proxy {p} --cacert {ca} https://example.org/
@@ -44,31 +50,22 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind (keep loopback unless you must).")
 @click.option("--port", type=click.IntRange(0, 65535), default=8899, show_default=True, help="Port (0: any free port).")
-@click.option("--miss", default="404", show_default=True,
-              help="How to answer a request that is not in the snapshots: an HTTP status, or 'live' "
-                   "(forward to the live web; for diagnosis only, flagged in the stats).")
-@click.option("--sequence", "policy", type=click.Choice(["sequence", "first", "last"]), default="sequence",
-              show_default=True, help="Repeated captures of one request: in recorded order then the last, "
-                                      "always the first, or always the last.")
-@click.option("--no-freeze", is_flag=True, help="Do not inject the clock/random freezing script into HTML.")
-@click.option("--rules", "rules_files", multiple=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Extra matching rules (YAML, same format as the bundled rules.yaml); repeatable.")
+@replay_options
 @click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
               help="Write the replay stats (JSON) here on exit.")
 @click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
-def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, policy: str, no_freeze: bool,
-              rules_files: tuple[Path, ...], stats_file: Path | None, duration: float | None) -> None:
+def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, replay: ReplayConfig, stats_file: Path | None,
+              duration: float | None) -> None:
     """Serve one or more SNAPSHOTS as a hermetic replay proxy: no request leaves the machine,
     every miss is answered and counted."""
     from ..replay.session import Replay
 
     if stats_file is not None:
         _check_writable(stats_file)
-    replay = Replay(list(snapshots), host=host, port=port, miss=miss, policy=policy, freeze=not no_freeze,
-                    rules_files=rules_files)
+    server = Replay(list(snapshots), replay, host=host, port=port)
     stop = threading.Event()
-    with replay:
-        click.echo(_connect_help(replay))
+    with server:
+        click.echo(_connect_help(server))
         previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
             stop.wait(duration) if duration is not None else _wait_forever(stop)
@@ -76,7 +73,7 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
             pass
         finally:
             signal.signal(signal.SIGTERM, previous)
-    s = replay.stats()
+    s = server.stats()
     click.echo(f"\nreplay stats: {s.total} requests: exact {s.exact}, canonical {s.canonical}, fuzzy {s.fuzzy}, "
                f"miss {s.miss}, websocket {s.websocket}, blocked background {s.blocked}"
                + (f", LIVE {s.live} (not hermetic)" if s.live else ""))
@@ -86,7 +83,7 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, port: int, miss: str, poli
         click.echo(f"  ... and {len(s.missed_urls) - 20} more")
     if stats_file:
         try:
-            replay.write_stats(stats_file)
+            server.write_stats(stats_file)
         except OSError as e:
             raise ReplayError(f"cannot write the stats file {stats_file} ({e.strerror or e})") from None
         click.echo(f"stats written to {stats_file}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._options import db_option, json_option
+from ._options import db_option, iterations_option, json_option
 from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "db_option"]
@@ -39,8 +39,7 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
 @json_option("the comparison")
 @click.option("--csv", "csv_out", metavar="FILE|-",
               help="Write per-category rows as CSV to FILE; `--csv -` prints only the CSV, on stdout.")
-@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
-              help="Bootstrap resamples for the confidence interval.")
+@iterations_option(2000)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 @click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Confidence level of the interval.")
@@ -80,8 +79,7 @@ def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, .
 @db_option
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), default=Path("report"),
               show_default=True, help="Folder to write the static HTML report into.")
-@click.option("--iterations", type=click.IntRange(min=1), default=2000, show_default=True,
-              help="Bootstrap resamples for the confidence intervals.")
+@iterations_option(2000)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
 def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> None:
     """Write a static HTML report (opens from disk, no server, no network).

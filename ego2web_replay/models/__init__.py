@@ -8,6 +8,7 @@ model                  file                                  module
 :class:`Trajectory`    ``<episode>/trajectory.json``         :mod:`.trajectory`
 :class:`RunManifest`   ``<run>/run.json``                    :mod:`.run`
 :class:`ReplayStats`   ``<episode>/replay_stats.json``       :mod:`.replay`
+:class:`ReplayConfig`  in ``run.json`` and replay stats     :mod:`.replay_config`
 :class:`Verdict`       ``<episode>/verdicts/<judge>.json``   :mod:`.verdict`
 :class:`SnapshotManifest`  ``<snapshot>/manifest.json``      :mod:`.snapshot`
 :class:`IndexEntry`    one line of ``<snapshot>/index.cdxj`` :mod:`.index`
@@ -21,9 +22,10 @@ loaded from these models and the report is drawn from them.
 from __future__ import annotations
 
 from .action import ACTION_KINDS, Action, ActionKind
-from .base import FileModel, describe_validation_error, read_model, save_model
+from .base import FileModel, describe_validation_error, parse_model, read_model, save_model
 from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
+from .replay_config import ReplayConfig
 from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, load_run
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
@@ -45,6 +47,7 @@ __all__ = [
     "MatchOutcome",
     "Mode",
     "RUN_MANIFEST",
+    "ReplayConfig",
     "ReplayLogEntry",
     "ReplayStats",
     "RunManifest",
@@ -66,5 +69,6 @@ __all__ = [
     "load_trajectory",
     "parse_timestamp",
     "read_model",
+    "parse_model",
     "save_model",
 ]

@@ -9,7 +9,6 @@ models and models files.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, ClassVar
@@ -18,8 +17,9 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from ..atomic import atomic_write_text
 from ..errors import Ego2WebError
+from ..limits import loads, read_text
 
-__all__ = ["FileModel", "read_model", "save_model", "describe_validation_error"]
+__all__ = ["FileModel", "read_model", "parse_model", "save_model", "describe_validation_error"]
 
 
 class FileModel(BaseModel):
@@ -69,22 +69,23 @@ def read_model[M: BaseModel](path: str | os.PathLike[str], model: type[M], what:
     format version) raises ``error`` with one line naming the file and the problem.
     """
     p = Path(path)
-    try:
-        data = json.loads(p.read_text("utf-8"))
-    except FileNotFoundError:
-        raise
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise error(f"{p}: not a valid {what} (not JSON: {str(e).splitlines()[0]})") from None
-    except OSError as e:
-        raise error(f"{p}: cannot read the {what} ({e.strerror or e})") from None
+    text = read_text(p, f"{p}: the {what}", error)  # within the size limit; FileNotFoundError as is
+    return parse_model(text, p, model, what, error)
+
+
+def parse_model[M: BaseModel](text: str | bytes, where: str | os.PathLike[str], model: type[M], what: str,
+                              error: type[Ego2WebError] = Ego2WebError) -> M:
+    """The JSON ``text`` (the content of ``where``) as ``model``; errors as :func:`read_model`."""
+    # nesting and number limits (InputLimitError); malformed JSON is ``error``
+    data = loads(text, f"{where}: the {what}", error, not_json=f"{where}: not a valid {what} (not JSON: {{detail}})")
     if isinstance(data, dict) and issubclass(model, FileModel):
         newer = newer_version(model, data)
         if newer is not None:
-            raise error(f"{p}: {what} {newer}")
+            raise error(f"{where}: {what} {newer}")
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        raise error(f"{p}: not a valid {what} ({describe_validation_error(e)})") from None
+        raise error(f"{where}: not a valid {what} ({describe_validation_error(e)})") from None
 
 
 def save_model(path: str | os.PathLike[str], model: BaseModel) -> None:

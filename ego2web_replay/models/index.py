@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 __all__ = ["IndexEntry", "IndexRow", "index_row"]
 
@@ -82,7 +83,7 @@ class IndexEntry:
     def from_line(cls, line: str) -> IndexEntry:
         """Parse a line; ValueError, KeyError or TypeError when it is not a CDXJ line."""
         key, timestamp, blob = line.split(" ", 2)
-        data = json.loads(blob)
+        data = _blob(blob)
         if not isinstance(data, dict) or not timestamp.isdigit():
             raise ValueError("not a CDXJ line")
         mime = data.get("mime", "unk")
@@ -105,6 +106,14 @@ class IndexEntry:
         )
 
 
+def _blob(blob: str) -> Any:
+    """The JSON of a CDXJ line; a ValueError (not a RecursionError) for one nested absurdly deep."""
+    try:
+        return json.loads(blob)
+    except RecursionError:
+        raise ValueError("CDXJ line nested too deep") from None
+
+
 def _record_type(data: dict) -> str:
     return data.get("recordType") or ("revisit" if data.get("mime") == "warc/revisit" else "response")
 
@@ -113,6 +122,6 @@ def index_row(line: str) -> tuple[str, IndexRow]:
     """The record type of a line and what replay keeps of it (:data:`IndexRow`), without
     building an :class:`IndexEntry`; same errors as :meth:`IndexEntry.from_line`."""
     _key, ts, blob = line.split(" ", 2)
-    d = json.loads(blob)
+    d = _blob(blob)
     row = (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
     return _record_type(d), row

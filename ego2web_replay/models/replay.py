@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, computed_field
 
@@ -22,6 +22,8 @@ class ReplayLogEntry(BaseModel):
     status: int | None = Field(default=None, description="Status served to the client.")
     matched_url: str | None = Field(default=None, description="URL of the capture served, if any.")
     score: float | None = Field(default=None, description="Fuzzy similarity of the capture served.")
+    kind: str | None = Field(default=None, description="What the request was for: document, content "
+                             "(script, fetch/XHR) or subresource (see ego2web_replay.validity).")
 
 
 class ReplayStats(FileModel):
@@ -40,6 +42,10 @@ class ReplayStats(FileModel):
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
     log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
+    config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
+    validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(
+        default=None, description="complete: no miss, no substitution; degraded: misses on non-content "
+        "subresources only; off-snapshot: a document or content fetch missed or substituted.")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

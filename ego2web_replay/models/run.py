@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import Ego2WebError
 from .base import FileModel, read_model
+from .replay_config import ReplayConfig
 from .trajectory import AgentSpec
 
 __all__ = ["InputSettings", "RunSettings", "RunManifest", "load_run", "RUN_MANIFEST"]
@@ -43,7 +44,8 @@ class RunSettings(BaseModel):
     snapshots_root: str | None = Field(default=None, description="Where frozen episodes find their snapshots.")
     snapshot_id: str | None = Field(default=None, description="The snapshot to replay (default: each task's latest).")
     guard: str = Field(default="open", description="Upstream guard mode of the live proxy.")
-    miss_policy: str = Field(default="404", description="What the replay answers when nothing matches.")
+    replay: ReplayConfig = Field(default_factory=ReplayConfig, description="How frozen episodes are replayed "
+                                 "(rules, repeated captures, freeze, miss policy, opt-in nearest capture).")
     keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
                                                               "trajectories instead of redacting them.")
     inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")

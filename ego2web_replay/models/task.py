@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import TaskFileError
+from ..limits import InputLimitError, human, loads, max_json_bytes
 from .action import Action
 from .base import FileModel, describe_validation_error
 
@@ -194,6 +195,9 @@ def load_tasks(path: str | Path) -> TaskSuite:
     """
     p = Path(path)
     try:
+        if p.stat().st_size > max_json_bytes():
+            raise TaskFileError(f"{p}: the task file is over the limit of {human(max_json_bytes())} "
+                                "(EGO2WEB_MAX_JSON_BYTES)")
         raw = p.read_bytes()
     except FileNotFoundError:
         raise TaskFileError(f"{p}: task file not found") from None
@@ -209,15 +213,9 @@ def load_tasks(path: str | Path) -> TaskSuite:
         for n, line in enumerate(text.splitlines(), 1):
             if not line.strip() or line.lstrip().startswith("#"):
                 continue
-            try:
-                items.append((f"line {n}", json.loads(line)))
-            except json.JSONDecodeError as e:
-                raise TaskFileError(f"{p}: line {n}: not valid JSON ({e.msg})") from None
+            items.append((f"line {n}", _loads(line, f"{p}: line {n}")))
     else:
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise TaskFileError(f"{p}: not valid JSON at line {e.lineno} ({e.msg})") from None
+        data = _loads(text, str(p))
         if isinstance(data, dict) and "tasks" in data:
             data = data["tasks"]
         if isinstance(data, dict):
@@ -245,9 +243,16 @@ def load_tasks(path: str | Path) -> TaskSuite:
     return TaskSuite(path=p.resolve(), sha256=hashlib.sha256(raw).hexdigest(), tasks=tasks)
 
 
+def _loads(text: str, what: str) -> Any:
+    try:
+        return loads(text, what, TaskFileError)
+    except InputLimitError as e:
+        raise TaskFileError(str(e)) from None
+
+
 def _looks_jsonl(text: str) -> bool:
     try:
         json.loads(text)
         return False
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):
         return True

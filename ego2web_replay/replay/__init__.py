@@ -3,7 +3,8 @@
 * :mod:`.matching`: which archived capture answers a request (exact, canonical,
   fuzzy, miss) and in which order repeated requests are served;
 * :mod:`.canonical`: the one documented match key (:func:`match_key`) and the
-  pywb POST convention (:func:`post_query`);
+  pywb POST form of request bodies (:func:`body_form`, one implementation in
+  :mod:`ego2web_replay.snapshots.postform`);
 * :mod:`.rules`: volatile parameters and fields per host (``rules.yaml``);
 * :mod:`.freeze`: the page-clock and randomness freeze script and its HTML injection;
 * :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses;
@@ -13,7 +14,7 @@
 
 from __future__ import annotations
 
-from .canonical import match_key, post_query
+from .canonical import body_form, match_key
 from .matching import MATCH_STAGES, Capture, MatchIndex, MatchResult, ReplaySession, describe_key
 from .rules import MatchRules, load_rules
 from .session import Replay, replay_addons
@@ -30,5 +31,5 @@ __all__ = [
     "describe_key",
     "load_rules",
     "match_key",
-    "post_query",
+    "body_form",
 ]

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..models import ReplayLogEntry, ReplayStats
+from ..validity import request_kind
 from .httputil import (
     apply_range,
     clean_response_headers,
@@ -98,7 +99,7 @@ class Replayer:
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
-             score: float | None = None) -> None:
+             score: float | None = None, kind: str | None = None) -> None:
         with self._lock:
             s = self.stats
             setattr(s, outcome, getattr(s, outcome) + 1)
@@ -106,7 +107,7 @@ class Replayer:
                 s.missed_urls.append(f"{method} {url}")
             if len(s.log) < MAX_LOG:
                 s.log.append(ReplayLogEntry(method=method, url=url, outcome=outcome, status=status,  # type: ignore[arg-type]
-                                            matched_url=matched, score=score))
+                                            matched_url=matched, score=score, kind=kind))
 
     def snapshot_stats(self) -> ReplayStats:
         with self._lock:
@@ -135,6 +136,8 @@ class Replayer:
                 {"Content-Type": "text/plain", REPLAY_HEADER: "websocket-refused", "Cache-Control": "no-store"})
             self._log(method, url, "websocket", 403)
             return
+        kind = request_kind(_header(req_headers, "sec-fetch-dest"), _header(req_headers, "accept"), url,
+                            _header(req_headers, "sec-fetch-mode"))
         body = req.raw_content or b""
         ctype = _header(req_headers, "content-type")
         if self.redactor is not None:  # the archive holds redacted requests: compare like with like
@@ -144,12 +147,12 @@ class Replayer:
         if result.capture is None and method == "OPTIONS":
             status, reason, headers, rbody = preflight_response(req_headers)
             self._serve(flow, status, reason, headers, rbody, method)
-            self._log(method, url, "canonical", status, matched=None)
+            self._log(method, url, "canonical", status, matched=None, kind=kind)
             return
         if result.capture is None:
             if self.miss == "live":
                 flow.metadata["ego2web"] = "live"
-                self._log(method, url, "live", None)
+                self._log(method, url, "live", None, kind=kind)
                 return
             try:
                 code = int(self.miss)
@@ -157,7 +160,7 @@ class Replayer:
                 code = 404
             status, reason, headers, rbody = miss_response(url, method, code)
             self._serve(flow, status, reason, headers, rbody, method)
-            self._log(method, url, "miss", status)
+            self._log(method, url, "miss", status, kind=kind)
             return
         ref = result.capture.ref
         try:
@@ -168,7 +171,7 @@ class Replayer:
             flow.response = http.Response.make(
                 502, f"ego2web-replay: archived record unreadable: {e}\n".encode(),
                 {"Content-Type": "text/plain", REPLAY_HEADER: "error", "Cache-Control": "no-store"})
-            self._log(method, url, "miss", 502, matched=result.capture.url)
+            self._log(method, url, "miss", 502, matched=result.capture.url, kind=kind)
             return
         if conditional(req_headers, status, headers):
             status, reason, headers, rbody = not_modified_response(headers)
@@ -183,7 +186,7 @@ class Replayer:
                 rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._serve(flow, status, reason, headers, rbody, method)
-        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score)
+        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
 
     # -- archived responses, read once ----------------------------------------
     def _remember(self, key: Any, value: Any, size: int) -> None:

@@ -10,21 +10,19 @@ same" for replay. It writes a request as ``METHOD scheme://(surt,host,)/path?que
   session ids, ``utm_*``/``fbclid``/``gclid``, epoch-time values, and the
   values, not the names, of JSONP callbacks);
 * for a request with a body, the pywb convention: ``__wb_method=post`` and the
-  body as query fields (see :func:`post_query`), then the same clean-up on the
+  body as query fields, in the one form the CDXJ index also uses
+  (:mod:`ego2web_replay.snapshots.postform`), then the same clean-up on the
   body fields (volatile fields like ``timestamp``/``nonce``/``requestId`` and
-  date-time values ignored), sorted; an opaque body becomes a hash.
+  date-time values ignored), sorted; an opaque body is its base64.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 import re
-from email.message import Message
-from typing import Any, NamedTuple
-from urllib.parse import parse_qsl, quote, unquote_plus, urlencode
+from typing import NamedTuple
+from urllib.parse import quote, unquote_plus
 
+from ..snapshots.postform import request_body_query
 from .rules import (
     PARAM_CALLBACK,
     PARAM_DROP,
@@ -37,11 +35,10 @@ from .rules import (
 __all__ = [
     "BODY_PREFIX",
     "CanonicalRequest",
-    "body_fields",
+    "body_form",
     "canonical_url",
     "canonicalize",
     "match_key",
-    "post_query",
     "surt_host",
     "url_host",
 ]
@@ -76,11 +73,6 @@ def _norm_path(path: str, rules: CompiledRules) -> str:
     if not path.isascii() or " " in path:
         path = quote(path, safe=_PATH_SAFE)
     return path
-
-
-def _q(text: str) -> str:
-    """A decoded name or value, %-encoded for a key."""
-    return text if _PLAIN_QUERY.fullmatch(text) else quote(text, safe=_QUERY_SAFE)
 
 
 _SURT_HOSTS: dict[str, str] = {}
@@ -187,131 +179,29 @@ def _epochish(value: str, rules: CompiledRules) -> bool:
 def _clean_fields(pairs: list[tuple[str, str]], rules: CompiledRules) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for name, value in pairs:
-        cls = rules.field_class(name.lower())
+        cls = rules.field_class(unquote_plus(name).lower())
         if cls != PARAM_KEEP:
             if cls == PARAM_DROP:
                 continue
             if rules.drop_epoch_values and _epochish(value, rules):
                 continue
-            if rules.drop_datetime_fields and _DATETIME.match(value):
+            if rules.drop_datetime_fields and _DATETIME.match(unquote_plus(value)):
                 continue
         out.append((name, value))
     return out
 
 
-def _json_leaves(obj: Any, name: str, out: list[tuple[str, str]], seen: dict[str, int]) -> None:
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            _json_leaves(value, str(key), out, seen)
-    elif isinstance(obj, list):
-        for value in obj:
-            _json_leaves(value, name, out, seen)
-    else:
-        count = seen.get(name, 0) + 1
-        seen[name] = count
-        key = name if count == 1 else f"{name}.{count}_"
-        text = obj if isinstance(obj, str) else json.dumps(obj)
-        out.append((key, text))
-
-
-def _media_type(content_type: str | None) -> tuple[str, Message]:
-    msg = Message()
-    msg["content-type"] = content_type or "application/octet-stream"
-    return msg.get_content_type(), msg
-
-
-def _multipart_fields(body: bytes, msg: Message) -> list[tuple[str, str]] | None:
-    boundary = msg.get_param("boundary")
-    if not isinstance(boundary, str) or not boundary:
-        return None
-    delimiter = b"--" + boundary.encode("latin-1")
-    fields: list[tuple[str, str]] = []
-    for chunk in body.split(delimiter)[1:]:
-        if chunk.startswith(b"--"):
-            break
-        head, sep, content = chunk.lstrip(b"\r\n").partition(b"\r\n\r\n")
-        if not sep:
-            continue
-        content = content.removesuffix(b"\r\n")
-        part = Message()
-        for line in head.decode("latin-1").split("\r\n"):
-            key, colon, value = line.partition(":")
-            if colon:
-                part[key.strip()] = value.strip()
-        name = part.get_param("name", header="content-disposition")
-        if not isinstance(name, str):
-            continue
-        try:
-            fields.append((name, content.decode("utf-8")))
-        except UnicodeDecodeError:
-            fields.append((name, "sha256:" + hashlib.sha256(content).hexdigest()))
-    return fields
-
-
-def body_fields(content_type: str | None, body: bytes) -> tuple[list[tuple[str, str]], bool]:
-    """A body as (name, value) fields; ``True`` in second place when it is opaque.
-
-    Form bodies give their fields, JSON its leaves (pywb naming: the leaf key,
-    repeated keys numbered ``key.2_``), multipart its fields (a part that is
-    not UTF-8 text, such as an image, as ``sha256:<hex>``); any
-    other body gives one ``__wb_post_data`` field holding its base64 and the flag.
-    """
-    media, msg = _media_type(content_type)
-    text: str | None = None
-    if media == "application/x-www-form-urlencoded":
-        text = body.decode("utf-8", errors="replace")
-        return parse_qsl(text, keep_blank_values=True), False
-    if media == "application/json" or media.endswith("+json") or media == "text/plain":
-        try:
-            parsed = json.loads(body)
-        except ValueError:
-            parsed = None
-        else:
-            if isinstance(parsed, dict | list):
-                leaves: list[tuple[str, str]] = []
-                _json_leaves(parsed, "", leaves, {})
-                return leaves, False
-    if media.startswith("multipart/"):
-        fields = _multipart_fields(body, msg)
-        if fields is not None:
-            return fields, False
-    return [("__wb_post_data", base64.b64encode(body).decode("ascii"))], True
-
-
-def post_query(method: str, content_type: str | None, body: bytes | None) -> str:
-    """The pywb/cdxj-indexer query for a request body: ``__wb_method=post&...``.
-
-    Form bodies are appended as they are (already a query), JSON as its leaf
-    ``key=value`` fields and multipart as its fields (both form-encoded),
-    anything else as ``__wb_post_data=<base64>``. GET and HEAD give ``""``.
-    Appended to the URL's query and SURT-canonicalised, this gives the keys
-    pywb and cdxj-indexer write for POST captures. JSON booleans and null are
-    written ``true``/``false``/``null``.
-    """
-    method = method.upper()
-    if method in ("GET", "HEAD"):
-        return ""
-    head = f"__wb_method={method.lower()}"
-    if not body:
-        return head
-    media, _ = _media_type(content_type)
-    if media == "application/x-www-form-urlencoded":
-        return head + "&" + body.decode("utf-8", errors="replace")
-    fields, opaque = body_fields(content_type, body)
-    if opaque:
-        return f"{head}&__wb_post_data={fields[0][1]}"
-    return f"{head}&{urlencode(fields)}" if fields else head
-
-
 def canonical_url(url: str, rules: MatchRules) -> str:
     """The SURT-style canonical URL: ``scheme://(com,example,www,)/path?sorted``."""
-    return canonicalize("GET", url, None, None, rules).key[4:]
+    return canonicalize("GET", url, None, rules).key[4:]
 
 
-def canonicalize(
-    method: str, url: str, body: bytes | None, content_type: str | None, rules: MatchRules
-) -> CanonicalRequest:
-    """Key, fuzzy group (method, scheme, host, path) and field pairs of a request."""
+def canonicalize(method: str, url: str, body_query: str | None, rules: MatchRules) -> CanonicalRequest:
+    """Key, fuzzy group (method, scheme, host, path) and field pairs of a request.
+
+    ``body_query`` is the request body in the index's form
+    (:func:`body_form`), ``None`` for a request without a body.
+    """
     method = method.upper()
     scheme, host, port, path, query = _url_parts(url)
     compiled = rules.for_host(host)
@@ -324,18 +214,34 @@ def canonicalize(
     pairs = params
     text = "&".join([k + "=" + v for k, v in params])
     if method not in ("GET", "HEAD"):
-        fields: list[tuple[str, str]] = []
-        if body:
-            raw, opaque = body_fields(content_type, body)
-            if opaque:
-                fields = [("__wb_post_data", "sha256:" + hashlib.sha256(body).hexdigest())]
-            else:
-                fields = sorted((_q(k), _q(v)) for k, v in _clean_fields(raw, compiled))
+        fields = sorted(_clean_fields(_form_fields(body_query or ""), compiled))
         pairs = params + [(BODY_PREFIX + k, v) for k, v in fields]
         body_text = f"__wb_method={method.lower()}" + "".join(f"&{k}={v}" for k, v in fields)
         text = f"{text}&{body_text}" if text else body_text
     key = group + ("?" + text if text else "")
     return CanonicalRequest(key, group, pairs)
+
+
+def body_form(method: str, content_type: str | None, body: bytes | None) -> str | None:
+    """A raw request body in the index's form (the pywb convention), ``None`` when it has none.
+
+    Archived bodies are indexed with the same function
+    (:func:`ego2web_replay.snapshots.postform.request_body_query`), so both
+    sides of a comparison are in one form.
+    """
+    if not body or method.upper() in ("GET", "HEAD"):
+        return None
+    return request_body_query(content_type, body)
+
+
+def _form_fields(query: str) -> list[tuple[str, str]]:
+    """A body in the index's form as canonically encoded (name, value) fields."""
+    out: list[tuple[str, str]] = []
+    for item in query.split("&"):
+        if item:
+            name, _, value = item.partition("=")
+            out.append((_encode(name), _encode(value)))
+    return out
 
 
 def match_key(method: str, url: str, body: bytes | None, content_type: str | None, rules: MatchRules) -> str:
@@ -344,5 +250,6 @@ def match_key(method: str, url: str, body: bytes | None, content_type: str | Non
     ``METHOD scheme://(surt,host,)/path?params[&__wb_method=post&fields]`` with
     the URL canonicalised, volatile parameters and body fields dropped by
     ``rules`` (see the module docstring and ``rules.yaml``), and the rest sorted.
+    ``body`` is the raw request body; it is put in the index's form first.
     """
-    return canonicalize(method, url, body, content_type, rules).key
+    return canonicalize(method, url, body_form(method, content_type, body), rules).key

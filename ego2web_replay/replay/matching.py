@@ -10,13 +10,14 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 from urllib.parse import unquote_plus
 
-from .canonical import BODY_PREFIX, CanonicalRequest, canonicalize, match_key, post_query, url_host
+from ..snapshots.volatility import path_group
+from .canonical import BODY_PREFIX, CanonicalRequest, body_form, canonicalize, match_key, url_host
 from .rules import MatchRules, default_rules
 
 __all__ = [
@@ -29,26 +30,36 @@ __all__ = [
     "describe_key",
     "similarity",
     "match_key",
-    "post_query",
 ]
 
 MATCH_STAGES = """\
-How a request is matched, in plain words:
+How a request is matched, in plain words (the full rule, with examples, is
+docs/matching.md). Replay never answers a request with a capture whose
+content-bearing parameters differ: only volatile parts may differ.
 
 1. **exact**: an archived request with the same method, the very same URL and
-   the same body bytes.
+   the same body (in the index's POST form).
 2. **canonical**: an archived request with the same match key
    (:func:`match_key`): the URL in canonical SURT form with its query sorted
-   and volatile parameters (cache-busters, session ids, tracking tags, epoch
-   times, JSONP callback values) dropped, and the body read as fields with
-   volatile fields (timestamps, nonces, request ids) ignored.
-3. **fuzzy**: among archived requests with the same method, scheme, host and
-   path, the one whose query parameters and body fields are most alike
-   (Jaccard similarity over name=value pairs; a name present on both sides
-   with a different value earns half credit), if that similarity reaches the
-   host's threshold (0.5 by default). Ties go to the capture closest in
-   recorded order to the capture served last.
-4. **miss**: nothing matched; the replay proxy answers with a synthetic miss.
+   and the parameters volatile BY RULE dropped (cache-busters, session ids,
+   tracking tags, epoch times, JSONP callback values), and the body read as
+   fields with volatile fields (timestamps, nonces, request ids) ignored.
+   Also **canonical**: the same key once the names LEARNED volatile for this
+   path at record time are dropped too (``volatile.json`` of the snapshot: a
+   name whose value changed between captures of the path while the response
+   stayed the same).
+3. **miss**: nothing else matches; the replay proxy answers with a synthetic
+   miss. A different search term, id, page number, facet, sort order or JSON
+   field is a miss.
+
+Only when asked for (``fuzzy=True``, ``--fuzzy``; for diagnosis, counted
+apart as ``fuzzy``) a request that would miss is answered by the **nearest
+capture**: among archived requests with the same method, scheme, host and
+path, the one whose query parameters and body fields are most alike (Jaccard
+similarity over name=value pairs; a name on both sides with a different value
+earns half credit), if that similarity reaches the host's threshold (0.5 by
+default); ties go to the capture closest in recorded order to the capture
+served last. Such an answer is another page's content.
 
 When several captures share an exact or canonical key (a page polling the
 same URL), the ``sequence`` policy serves them in recorded order, skipping
@@ -67,18 +78,24 @@ Outcome = Literal["exact", "canonical", "fuzzy", "miss"]
 class Capture(NamedTuple):
     """One archived request/response pair, as the matcher sees it.
 
-    ``body`` and ``content_type`` are those of the archived REQUEST (for POST
-    matching); ``timestamp`` is the capture's 14-digit WARC time; ``ref`` is
-    opaque to the matcher (the caller keeps its index entry there). A named
-    tuple, so that 100k captures are built in a fraction of a second.
+    ``body`` is the archived REQUEST body in the index's POST form (the CDXJ
+    ``requestBody``; :func:`~.canonical.body_form` turns a raw body into it);
+    ``timestamp`` is the capture's 14-digit WARC time; ``ref`` is opaque to the
+    matcher (the caller keeps its index entry there). A named tuple, so that
+    100k captures are built in a fraction of a second.
     """
 
     url: str
     method: str = "GET"
-    body: bytes | None = None
-    content_type: str | None = None
+    body: str | None = None
     timestamp: str = ""
     ref: Any = None
+
+    @classmethod
+    def of_request(cls, url: str, method: str = "GET", body: bytes | None = None,
+                   content_type: str | None = None, timestamp: str = "", ref: Any = None) -> Capture:
+        """A capture from a raw request body and its content type."""
+        return cls(url, method, body_form(method, content_type, body), timestamp, ref)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,14 +108,20 @@ class MatchResult:
     key: str
 
 
-def _exact_key(method: str, url: str, body: bytes | None) -> tuple[str, str, bytes]:
-    return (method.upper(), url, body or b"")
+def _exact_key(method: str, url: str, body: str | None) -> tuple[str, str, str]:
+    return (method.upper(), url, body or "")
 
 
-def _exact_key_text(key: tuple[str, str, bytes]) -> str:
+def _exact_key_text(key: tuple[str, str, str]) -> str:
     method, url, body = key
     text = f"{method} {url}"
-    return f"{text} body=sha256:{hashlib.sha256(body).hexdigest()}" if body else text
+    return f"{text} body=sha256:{hashlib.sha256(body.encode()).hexdigest()}" if body else text
+
+
+def _learned_key(canon: CanonicalRequest, names: frozenset[str]) -> str:
+    """The canonical key without the names learned volatile for the request's path."""
+    kept = [f"{k}={v}" for k, v in canon.pairs if unquote_plus(k.removeprefix(BODY_PREFIX)) not in names]
+    return canon.group + "?" + "&".join(kept)
 
 
 def _value_sets(pairs: Iterable[tuple[str, str]]) -> dict[str, frozenset[str]]:
@@ -136,16 +159,17 @@ def describe_key(method: str, url: str, body: bytes | None = None, content_type:
                  rules: MatchRules | None = None) -> str:
     """A few lines explaining how this request is matched (for ``--explain`` output and docs)."""
     rules = rules or default_rules()
-    canon = canonicalize(method, url, body, content_type, rules)
+    form = body_form(method, content_type, body)
+    canon = canonicalize(method, url, form, rules)
     raw_names = [part.partition("=")[0] for part in url.partition("?")[2].partition("#")[0].split("&") if part]
     kept = {unquote_plus(name) for name, _ in canon.pairs}
     dropped = [name for name in raw_names if unquote_plus(name) not in kept]
     lines = [
-        f"exact key:     {_exact_key_text(_exact_key(method, url, body))}",
+        f"exact key:     {_exact_key_text(_exact_key(method, url, form))}",
         f"canonical key: {canon.key}",
         "dropped:       " + (", ".join(dropped) or "(nothing)") + " (volatile query parameters)",
-        f"fuzzy group:   {canon.group}",
-        "fuzzy fields:  " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
+        f"path group:    {canon.group}",
+        "fields:        " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
     ]
     return "\n".join(lines)
 
@@ -181,6 +205,7 @@ class _Entry:
 class _HostTables:
     canonical: dict[str, list[int]]
     groups: dict[str, list[_Entry]]
+    learned: dict[str, list[int]]
 
 
 class MatchIndex:
@@ -191,6 +216,8 @@ class MatchIndex:
     computed the first time a request to that host is not an exact match
     (:meth:`prepare` computes them all up front). :meth:`match` uses the
     index's own default :class:`ReplaySession`; :meth:`session` makes another.
+    ``learned`` maps a path group (:func:`~ego2web_replay.snapshots.volatility.path_group`)
+    to the names learned volatile there; ``fuzzy`` turns on the opt-in nearest-capture stage.
     """
 
     def __init__(
@@ -199,12 +226,17 @@ class MatchIndex:
         rules: MatchRules | None = None,
         policy: SequencePolicy = "sequence",
         fuzzy_threshold: float | None = None,
+        *,
+        fuzzy: bool = False,
+        learned: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.captures: list[Capture] = list(captures)
         self.rules = rules or default_rules()
         self.policy: SequencePolicy = policy
+        self.fuzzy = fuzzy
         self.fuzzy_threshold = fuzzy_threshold
-        self.exact: dict[tuple[str, str, bytes], list[int]] = {}
+        self.learned: dict[str, frozenset[str]] = {g: frozenset(n) for g, n in (learned or {}).items() if n}
+        self.exact: dict[tuple[str, str, str], list[int]] = {}
         self._by_host: dict[str, list[int]] = {}
         self._tables: dict[str, _HostTables] = {}
         self._build_lock = threading.Lock()
@@ -219,7 +251,7 @@ class MatchIndex:
         for position, capture in enumerate(self.captures):
             method = capture.method.upper()
             methods.add(method)
-            key = (method, capture.url, capture.body or b"")
+            key = (method, capture.url, capture.body or "")
             hit = exact.get(key)
             if hit is None:
                 exact[key] = [position]
@@ -249,14 +281,18 @@ class MatchIndex:
             if tables is None:
                 canonical: dict[str, list[int]] = {}
                 groups: dict[str, list[_Entry]] = {}
-                rules = self.rules
+                learned: dict[str, list[int]] = {}
+                rules, volatile = self.rules, self.learned
                 with _no_gc():
                     for position in self._by_host.get(host, ()):
                         c = self.captures[position]
-                        canon = canonicalize(c.method, c.url, c.body, c.content_type, rules)
+                        canon = canonicalize(c.method, c.url, c.body, rules)
                         canonical.setdefault(canon.key, []).append(position)
                         groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
-                tables = _HostTables(canonical, groups)
+                        names = volatile.get(path_group(c.method, c.url)) if volatile else None
+                        if names:
+                            learned.setdefault(_learned_key(canon, names), []).append(position)
+                tables = _HostTables(canonical, groups, learned)
                 self._tables[host] = tables
         return tables
 
@@ -270,7 +306,7 @@ class MatchIndex:
         return ReplaySession(self, policy or self.policy)
 
     def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
-        """Match a request in the index's default session (see :class:`ReplaySession`)."""
+        """Match a request (raw body) in the index's default session (see :class:`ReplaySession`)."""
         return self._default.match(method, url, body, content_type)
 
     def reset(self) -> None:
@@ -327,16 +363,17 @@ class ReplaySession:
         return position
 
     def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
-        """Match one request: exact, then canonical, then fuzzy, else a miss."""
+        """Match one request: exact, then canonical (rules, then learned names), then, only when
+        the index has ``fuzzy`` on, the nearest capture; else a miss. ``body`` is the raw body."""
         method = method.upper()
-        result = self._match(method, url, body, content_type)
+        result = self._match(method, url, body_form(method, content_type, body))
         if result.outcome == "miss" and method == "HEAD" and "HEAD" not in self.index.methods:
-            fallback = self._match("GET", url, None, None)
+            fallback = self._match("GET", url, None)
             if fallback.outcome != "miss":
                 return fallback
         return result
 
-    def _match(self, method: str, url: str, body: bytes | None, content_type: str | None) -> MatchResult:
+    def _match(self, method: str, url: str, body: str | None) -> MatchResult:
         index = self.index
         exact = _exact_key(method, url, body)
         positions = index.exact.get(exact)
@@ -344,7 +381,7 @@ class ReplaySession:
             with self._lock:
                 position = self._pick("exact", exact, positions)
             return MatchResult("exact", index.captures[position], 1.0, _exact_key_text(exact))
-        canon: CanonicalRequest = canonicalize(method, url, body, content_type, index.rules)
+        canon: CanonicalRequest = canonicalize(method, url, body, index.rules)
         host = url_host(url)
         tables = index.tables(host)
         positions = tables.canonical.get(canon.key)
@@ -352,7 +389,16 @@ class ReplaySession:
             with self._lock:
                 position = self._pick("canonical", canon.key, positions)
             return MatchResult("canonical", index.captures[position], 1.0, canon.key)
-        entries = tables.groups.get(canon.group)
+        names = index.learned.get(path_group(method, url)) if index.learned else None
+        if names:
+            learned_key = _learned_key(canon, names)
+            positions = tables.learned.get(learned_key)
+            if positions:
+                with self._lock:
+                    position = self._pick("canonical", learned_key, positions)
+                return MatchResult("canonical", index.captures[position], 1.0,
+                                   f"{learned_key} (learned volatile: {', '.join(sorted(names))})")
+        entries = tables.groups.get(canon.group) if index.fuzzy else None
         if entries:
             threshold = index.threshold_for(host)
             mine = _value_sets(canon.pairs)

@@ -30,59 +30,52 @@ from typing import Any
 from ..errors import ArchiveError, ReplayError, SnapshotError
 from ..guard import UpstreamGuard
 from ..models import ReplayStats, save_model
+from ..models.replay_config import MISS_POLICIES, ReplayConfig
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
+from ..validity import classify
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
 
-__all__ = ["Replay", "replay_addons", "load_captures", "MISS_POLICIES"]
-
-MISS_POLICIES = "a status code (404, 410, 502, 504 ...) or 'live'"
-
+__all__ = ["Replay", "ReplayConfig", "replay_addons", "load_captures", "load_learned", "MISS_POLICIES"]
 
 def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
     """Captures of every indexed response/revisit/resource, snapshot by snapshot, in recorded order.
 
     The index is read in one pass into light tuples; an entry is parsed fully
     (:class:`~ego2web_replay.snapshots.cdxj.CdxjEntry`) only when it is served, so a
-    100k-line index loads in well under a second. POST/PUT request bodies are taken
-    from the index in the pywb form (``__wb_method=post&...``); incoming bodies are
-    put in the same form before matching (see :func:`request_body_form`).
+    100k-line index loads in well under a second. Request bodies stay in the index's
+    POST form (``requestBody``); the matcher puts incoming bodies in the same form.
     """
     caps: list[Capture] = []
-    form = "application/x-www-form-urlencoded"
     new = tuple.__new__  # Capture is a named tuple; building it this way is 3x faster for big indexes
     for n, snap in enumerate(snapshots):
         for ts, _offset, url, method, body_query, line in index_rows(Path(snap.index_path)):
-            body = body_query.encode("utf-8") if body_query else None
-            caps.append(new(Capture, (url, method, body, form if body else None, ts, (n, line))))
+            caps.append(new(Capture, (url, method, body_query or None, ts, (n, line))))
     return caps
 
 
-def request_body_form(method: str, content_type: str | None, body: bytes) -> tuple[bytes | None, str | None]:
-    """An incoming request body in the same form as the index keeps archived ones."""
-    if not body or method.upper() in ("GET", "HEAD"):
-        return None, None
-    from ..snapshots.cdxj import request_body_query
+def load_learned(snapshots: Sequence[Any]) -> dict[str, frozenset[str]]:
+    """The names learned volatile at record time, over all snapshots (``volatile.json``).
 
-    return request_body_query(content_type, body).encode("utf-8"), "application/x-www-form-urlencoded"
+    A snapshot written before learning existed has no file: its index is read to learn them now.
+    """
+    from ..snapshots.volatility import (
+        VOLATILE_FILE,
+        learn_from_index,
+        merge_volatile,
+        read_volatile,
+    )
 
-
-class _FormMatchIndex(MatchIndex):
-    """A MatchIndex whose sessions see request bodies in the index's form."""
-
-    def session(self, policy: Any = None) -> Any:
-        inner = super().session(policy)
-        outer_match = inner.match
-
-        def match(method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> Any:
-            b, ct = request_body_form(method, content_type, body or b"")
-            return outer_match(method, url, b, ct)
-
-        inner.match = match  # type: ignore[method-assign]
-        return inner
+    found = []
+    for snap in snapshots:
+        if (Path(snap.path) / VOLATILE_FILE).is_file():
+            found.append(read_volatile(snap.path))
+        else:
+            found.append(learn_from_index(snap.entries()))
+    return merge_volatile(*found)
 
 
 def _capture_time(snapshot: Any, captures: Sequence[Capture]) -> dt.datetime:
@@ -115,24 +108,20 @@ def replay_addons(replayer: Replayer) -> list[Any]:
 class Replay:
     """A running hermetic replay of one or more snapshots (see the module docstring)."""
 
-    def __init__(self, snapshots: Sequence[str | Path], *, host: str = "127.0.0.1", port: int = 0,
-                 ca: ProjectCA | None = None, miss: str = "404", policy: str = "sequence", freeze: bool = True,
-                 seed: int | None = None, rules_files: Sequence[Path] = (),
-                 fuzzy_threshold: float | None = None, guard_mode: str = "open") -> None:
+    def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
+                 host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
+                 **overrides: Any) -> None:
+        """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
+        (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
+        ``seed``, ``rules_files``)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
-        if miss != "live":
-            try:
-                code = int(miss)
-            except ValueError:
-                raise ReplayError(f"unknown miss policy {miss!r}; use {MISS_POLICIES}") from None
-            if not 100 <= code <= 599:
-                raise ReplayError(f"miss status {code} is not an HTTP status")
+        if "policy" in overrides:
+            overrides["sequence"] = overrides.pop("policy")
+        base = config or ReplayConfig()
+        self.config = ReplayConfig.make(**{**base.model_dump(), **overrides}) if overrides else base
         self.paths = [Path(p) for p in snapshots]
-        self.host, self.port, self.miss, self.policy, self.freeze = host, port, miss, policy, freeze
-        self.seed = seed
-        self.rules_files = list(rules_files)
-        self.fuzzy_threshold = fuzzy_threshold
+        self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.ca = ca
         self.snapshots: list[Any] = []
@@ -142,6 +131,18 @@ class Replay:
         self.init_script: str = ""
         self.load_seconds = 0.0
         self.captures = 0
+
+    @property
+    def miss(self) -> str:
+        return self.config.miss
+
+    @property
+    def policy(self) -> str:
+        return self.config.sequence
+
+    @property
+    def freeze(self) -> bool:
+        return self.config.freeze
 
     # -- what a client needs -------------------------------------------------
     @property
@@ -161,9 +162,14 @@ class Replay:
         return self.ca.spki
 
     def stats(self) -> ReplayStats:
+        """The counts so far, with the replay configuration they were served under."""
         if self.replayer is None:
-            return ReplayStats(snapshots=[str(p) for p in self.paths])
-        return self.replayer.snapshot_stats()
+            stats = ReplayStats(snapshots=[str(p) for p in self.paths])
+        else:
+            stats = self.replayer.snapshot_stats()
+        stats.config = self.config.model_dump(mode="json")
+        stats.validity = classify(stats.log)
+        return stats
 
     def write_stats(self, path: Path) -> None:
         save_model(path, self.stats())
@@ -198,19 +204,20 @@ class Replay:
         captures = load_captures(self.snapshots)
         if not captures:
             raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")
-        rules = load_rules(self.rules_files) if self.rules_files else None
-        index = _FormMatchIndex(captures, rules=rules, policy=self.policy,  # type: ignore[arg-type]
-                                fuzzy_threshold=self.fuzzy_threshold)
+        cfg = self.config
+        rules = load_rules(cfg.rules_paths()) if cfg.rules_files else None
+        index = MatchIndex(captures, rules=rules, policy=cfg.sequence, fuzzy_threshold=cfg.fuzzy_threshold,
+                           fuzzy=cfg.fuzzy, learned=load_learned(self.snapshots))
         self.captures = len(captures)
         self.capture_time = _capture_time(self.snapshots[0], [c for c in captures if c.ref[0] == 0])
-        if self.freeze:
+        if cfg.freeze:
             from .freeze import freeze_script
 
-            seed = self.seed if self.seed is not None else int(
+            seed = cfg.seed if cfg.seed is not None else int(
                 hashlib.sha256(self.paths[0].name.encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
-        self.replayer = Replayer(index, self._resolve, miss=self.miss,
-                                 freeze_script=self.init_script or None, policy=self.policy,
+        self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
+                                 freeze_script=self.init_script or None, policy=cfg.sequence,
                                  snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
         self.load_seconds = time.perf_counter() - t0
 

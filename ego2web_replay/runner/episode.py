@@ -20,7 +20,7 @@ from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
 from ..browser import BrowserSession, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
-from ..models import AgentSpec, ReplayStats, Step, Trajectory, episode_dir, save_model
+from ..models import AgentSpec, ReplayConfig, ReplayStats, Step, Trajectory, episode_dir, save_model
 from ..proxy import project_ca
 from ..redaction import Redactor
 from ..tasks import Task
@@ -56,7 +56,7 @@ class EpisodeRequest:
     action_timeout_s: float = 20.0
     guard: str = "open"
     upstream_ca: Path | None = None
-    miss_policy: str = "404"
+    replay: ReplayConfig = field(default_factory=ReplayConfig)
     keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
 
@@ -178,7 +178,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), snap.name
-                replay = stack.enter_context(Replay([snap], ca=ca, miss=req.miss_policy))
+                replay = stack.enter_context(Replay([snap], req.replay, ca=ca))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions

@@ -88,8 +88,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, miss_policy=s.miss_policy, keep_credentials=s.keep_credentials,
-                inputs=s.inputs)
+                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,

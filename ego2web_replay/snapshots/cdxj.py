@@ -10,13 +10,8 @@ Lines are sorted bytewise, as ``LC_ALL=C sort`` does.
 
 from __future__ import annotations
 
-import base64
-import json
 from dataclasses import dataclass
-from email.parser import BytesParser
-from email.policy import HTTP
 from pathlib import Path
-from urllib.parse import unquote_plus, urlencode
 
 import surt
 from warcio.timeutils import iso_date_to_timestamp
@@ -24,11 +19,14 @@ from warcio.timeutils import iso_date_to_timestamp
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
 from ..models.index import IndexEntry
+from .postform import MAX_QUERY_LENGTH, post_query, request_body_query
 from .reader import ArchiveRecord, iter_records, normalize_digest, sha1_digest
 
-__all__ = ["IndexEntry", "CdxjEntry", "build_index", "write_index", "read_index", "post_query", "request_body_query", "surt_key"]
+__all__ = [
+    "IndexEntry", "CdxjEntry", "build_index", "write_index", "read_index", "parse_index", "index_text", "post_query",
+    "request_body_query", "surt_key", "MAX_QUERY_LENGTH",
+]
 
-MAX_QUERY_LENGTH = 4096
 _INDEXED = ("response", "revisit", "resource")
 
 
@@ -41,103 +39,6 @@ def surt_key(url: str) -> str:
         return surt.surt(url)
     except Exception:  # surt raises assorted errors for odd URLs; fall back to the URL
         return url.lower()
-
-
-def _flatten_json(body: bytes) -> str:
-    pairs: list[tuple[str, str]] = []
-    seen: dict[str, int] = {}
-
-    def add(name: str, value: object) -> None:
-        key = name
-        if any(k == name for k, _ in pairs):
-            seen[name] = seen.get(name, 1) + 1
-            key = f"{name}.{seen[name]}_"
-        pairs.append((key, str(value)))
-
-    def walk(node: object, name: str = "") -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, str(k))
-        elif isinstance(node, list):
-            for v in node:
-                walk(v, name)
-        elif name:
-            add(name, node)
-
-    try:
-        walk(json.loads(body))
-    except json.JSONDecodeError:
-        if b"\n" not in body:
-            raise
-        for line in body.split(b"\n"):
-            if line.strip():
-                walk(json.loads(line))
-    return urlencode(pairs)
-
-
-def _multipart(content_type: str, body: bytes) -> str:
-    message = BytesParser(policy=HTTP).parsebytes(
-        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body
-    )
-    if not message.is_multipart():
-        raise ValueError("not multipart")
-    values: list[tuple[str, str | bytes]] = []
-    for part in message.iter_parts():
-        name = part.get_param("name", header="content-disposition")
-        if name is None:
-            continue
-        raw = part.get_payload(decode=True)
-        data = raw if isinstance(raw, bytes) else b""
-        if part.get_filename():
-            values.append((str(name), data))
-        else:
-            values.append((str(name), data.decode("utf-8", "replace")))
-    return urlencode(values, True)
-
-
-def request_body_query(content_type: str | None, body: bytes) -> str:
-    """Turn a request body into a query string (the pywb / cdxj-indexer convention).
-
-    Form bodies are unquoted, JSON is flattened to its leaf ``key=value`` pairs,
-    multipart bodies become their fields (no boundary), anything else becomes
-    ``__wb_post_data=<base64>``. The result is cut at 4096 characters.
-    """
-    mime = (content_type or "").lower()
-    binary = "__wb_post_data=" + base64.b64encode(body).decode("ascii")
-    query = ""
-    if mime.startswith("application/x-www-form-urlencoded"):
-        try:
-            query = unquote_plus(body.decode("utf-8"))
-        except UnicodeDecodeError:
-            query = binary
-    elif mime.startswith("multipart/"):
-        try:
-            query = _multipart(content_type or "", body)
-        except (ValueError, UnicodeError):
-            query = binary
-    elif mime.startswith("application/json"):
-        try:
-            query = _flatten_json(body)
-        except (ValueError, UnicodeDecodeError):
-            query = ""
-    elif mime.startswith("text/plain"):
-        try:
-            query = _flatten_json(body)
-        except (ValueError, UnicodeDecodeError):
-            query = binary
-    elif body:
-        query = binary
-    return query[:MAX_QUERY_LENGTH]
-
-
-def post_query(method: str, content_type: str | None, body: bytes) -> str:
-    """The ``__wb_method=<method>[&<body query>]`` string appended to a non-GET request's URL."""
-    query = "__wb_method=" + method.lower()
-    if method.upper() in ("POST", "PUT"):
-        body_query = request_body_query(content_type, body)
-        if body_query:
-            query += "&" + body_query
-    return query
 
 
 def _key_url(url: str, query: str) -> str:
@@ -262,11 +163,16 @@ def _entry(record: ArchiveRecord, filename: str, request: tuple[str, str | None,
     )
 
 
+def index_text(entries: list[IndexEntry]) -> str:
+    """The CDXJ file of ``entries``: one line each, sorted bytewise."""
+    lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
+    return "".join(line + "\n" for line in lines)
+
+
 def write_index(entries: list[IndexEntry], path: Path) -> None:
     """Write entries to ``path`` (sorted bytewise), atomically."""
-    lines = sorted((e.to_line() for e in entries), key=lambda s: s.encode("utf-8"))
     try:
-        atomic_write_text(path, "".join(line + "\n" for line in lines))
+        atomic_write_text(path, index_text(entries))
     except OSError as e:
         raise ArchiveError(f"{path}: cannot write the index ({e.strerror})") from None
 
@@ -280,6 +186,11 @@ def read_index(path: Path) -> list[IndexEntry]:
         raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ArchiveError(f"{path}: cannot read the index ({e})") from None
+    return parse_index(text, path)
+
+
+def parse_index(text: str, path: Path | str) -> list[IndexEntry]:
+    """The entries of CDXJ ``text`` (the content of ``path``); a corrupt line raises :class:`ArchiveError`."""
     entries = []
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip() or line.startswith("!"):  # blank, or a header line (!meta, !OpenWayback ...)

@@ -11,6 +11,12 @@ Three layouts are read, detected from the first bytes (not the file name):
   leading dictionary in a skippable frame with magic ``0x184D2A5D``;
 * ``.warc.gz``: one gzip member per record;
 * ``.warc``: plain records, each ``header CRLF block CRLF CRLF``.
+
+Reading is bounded (:mod:`ego2web_replay.limits`): a unit is inflated in
+streaming steps and refused, with one line naming the file, the byte offset
+and the limit, as soon as it passes the record size cap or the inflation
+ratio; a declared length is checked against the cap and the file's size
+before anything is read.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from typing import BinaryIO, Literal
 import zstandard
 
 from ..errors import ArchiveError
+from ..limits import InputLimitError, check_inflation, human, max_record_bytes
 
 __all__ = ["Unit", "Truncated", "detect_format", "iter_units", "read_unit", "Format"]
 
@@ -111,6 +118,10 @@ def read_unit(fh: BinaryIO, path: Path, offset: int) -> Unit:
 
 
 def _read_exact(fh: BinaryIO, n: int, unit_offset: int) -> bytes:
+    if n > max_record_bytes():
+        raise InputLimitError(f"{getattr(fh, 'name', 'the archive')}: the unit at byte {unit_offset} declares "
+                              f"{n} bytes, over the record limit of {human(max_record_bytes())} "
+                              "(EGO2WEB_MAX_RECORD_BYTES)")
     data = fh.read(n)
     if len(data) < n:
         raise Truncated(unit_offset)
@@ -174,12 +185,27 @@ def _zstd_units(
             raise ArchiveError(f"{path}: corrupt archive: no zstd frame at byte {offset}")
         frame = bytearray(head)
         frame += _frame_rest(fh, offset, path)
-        try:
-            data = dctx.decompressobj().decompress(bytes(frame))
-        except zstandard.ZstdError as e:
-            raise ArchiveError(f"{path}: corrupt zstd frame at byte {offset} ({e})") from None
+        data = _inflate_zstd(dctx, bytes(frame), path, offset)
         yield Unit(offset, len(frame), data)
         offset += len(frame)
+
+
+def _inflate_zstd(dctx: zstandard.ZstdDecompressor, frame: bytes, path: Path, offset: int) -> bytes:
+    """One frame inflated in steps, stopped at the record cap or the inflation ratio."""
+    parts: list[bytes] = []
+    total = 0
+    try:
+        with dctx.stream_reader(frame, read_across_frames=False) as reader:
+            while True:
+                chunk = reader.read(_CHUNK)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                total += len(chunk)
+                check_inflation(f"{path}: the zstd frame at byte {offset}", total, len(frame))
+    except zstandard.ZstdError as e:
+        raise ArchiveError(f"{path}: corrupt zstd frame at byte {offset} ({e})") from None
+    return b"".join(parts)
 
 
 def _frame_rest(fh: BinaryIO, offset: int, path: Path) -> bytes:
@@ -201,6 +227,9 @@ def _frame_rest(fh: BinaryIO, offset: int, path: Path) -> bytes:
         if block_type == 3:
             raise ArchiveError(f"{path}: corrupt zstd block in the frame at byte {offset}")
         out += _read_exact(fh, 1 if block_type == 1 else size, offset)
+        if len(out) > max_record_bytes():
+            raise InputLimitError(f"{path}: the zstd frame at byte {offset} is over the record limit of "
+                                  f"{human(max_record_bytes())} (EGO2WEB_MAX_RECORD_BYTES)")
         if last:
             break
     if checksum:
@@ -221,26 +250,46 @@ def _gzip_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
                 return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
         parts: list[bytes] = []
-        consumed = 0
-        while True:
+        total = 0
+        fed = len(buf)  # compressed bytes handed to this member so far
+        data = buf
+        while True:  # inflate at most _CHUNK at a time, checking the limits after each step
             try:
-                parts.append(d.decompress(buf))
+                out = d.decompress(data, _CHUNK)
             except zlib.error as e:
                 raise ArchiveError(f"{path}: corrupt gzip member at byte {offset} ({e})") from None
+            parts.append(out)
+            total += len(out)
+            check_inflation(f"{path}: the gzip member at byte {offset}", total, fed)
             if d.eof:
-                rest = d.unused_data
-                consumed += len(buf) - len(rest)
-                buf = rest
+                buf = d.unused_data
+                consumed = fed - len(buf)
                 break
-            consumed += len(buf)
-            buf = fh.read(_CHUNK)
-            if not buf:
-                raise Truncated(offset)
+            if d.unconsumed_tail:
+                data = d.unconsumed_tail
+            elif len(out) == _CHUNK:
+                data = b""  # output may still be pending inside zlib
+            else:
+                data = fh.read(_CHUNK)
+                if not data:
+                    raise Truncated(offset)
+                fed += len(data)
         yield Unit(offset, consumed, b"".join(parts))
         offset += consumed
 
 
 # -- plain WARC --------------------------------------------------------------
+
+_MAX_LINE = 1 << 20
+
+
+def _line(fh: BinaryIO, path: Path, offset: int) -> bytes:
+    """One header line, refused past 1 MiB (a file without line ends is not read whole)."""
+    line = fh.readline(_MAX_LINE + 1)
+    if len(line) > _MAX_LINE:
+        raise InputLimitError(f"{path}: a WARC header line in the record at byte {offset} is over the "
+                              f"limit of {human(_MAX_LINE)}")
+    return line
 
 
 def _plain_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
@@ -248,11 +297,11 @@ def _plain_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
     pending = b""
     while True:
         # skip blank lines between records
-        line = pending or fh.readline()
+        line = pending or _line(fh, path, offset)
         pending = b""
         while line and not line.strip():
             offset += len(line)
-            line = fh.readline()
+            line = _line(fh, path, offset)
         if not line:
             return
         if not line.startswith(b"WARC/"):
@@ -260,7 +309,7 @@ def _plain_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
         parts = [line]
         length: int | None = None
         while True:
-            line = fh.readline()
+            line = _line(fh, path, offset)
             if not line.endswith(b"\n"):
                 raise Truncated(offset)
             parts.append(line)
@@ -278,7 +327,7 @@ def _plain_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
         # consume the record's closing CRLF CRLF (tolerate LF-only or missing at EOF)
         tail = b""
         while True:
-            line = fh.readline()
+            line = _line(fh, path, offset)
             if line and not line.strip():
                 tail += line
                 continue

@@ -9,15 +9,18 @@ resolved through the index.
 
 from __future__ import annotations
 
-import json
+import io
 import shutil
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from ..errors import ArchiveError, SnapshotError
+from ..limits import RATIO_FLOOR, InputLimitError, human, loads, max_inflation, max_json_bytes
 from ..models import SnapshotManifest
 from .export import MANIFEST_RECORD_URI
 from .framing import Truncated, iter_units
@@ -105,6 +108,32 @@ def _restore_manifest(record: ArchiveRecord, writer: SnapshotWriter) -> bool:
     return True
 
 
+def _copy_member(zf: zipfile.ZipFile, name: str, dst: BinaryIO, path: Path, limit: int | None) -> int:
+    """Inflate one zip member into ``dst`` in steps, within ``limit`` bytes and the inflation ratio."""
+    info = zf.getinfo(name)
+    where = f"{path}: the WACZ member {name}"
+    total = 0
+    try:
+        with zf.open(info) as src:
+            while chunk := src.read(1 << 20):
+                total += len(chunk)
+                if limit is not None and total > limit:
+                    raise InputLimitError(f"{where} is over the limit of {human(limit)} (EGO2WEB_MAX_JSON_BYTES)")
+                if total > RATIO_FLOOR and total > max_inflation() * max(info.compress_size, 1):
+                    raise InputLimitError(f"{where} inflates past the ratio limit of {max_inflation()}:1 "
+                                          "(EGO2WEB_MAX_INFLATION); the WACZ may be a decompression bomb")
+                dst.write(chunk)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise ArchiveError(f"{where} is corrupt ({e})") from None
+    return total
+
+
+def _read_member(zf: zipfile.ZipFile, name: str, path: Path) -> bytes:
+    buf = io.BytesIO()
+    _copy_member(zf, name, buf, path, limit=max_json_bytes())
+    return buf.getvalue()
+
+
 @contextmanager
 def _open_zip(path: Path) -> Iterator[zipfile.ZipFile]:
     try:
@@ -121,21 +150,22 @@ def _import_wacz(path: Path, writer: SnapshotWriter) -> None:
             raise ArchiveError(f"{path}: the WACZ has no archive/*.warc* files")
         for name in names:
             target = Path(tmp) / PurePosixPath(name).name
-            with zf.open(name) as src, open(target, "wb") as dst:
-                shutil.copyfileobj(src, dst)
+            with open(target, "wb") as dst:
+                _copy_member(zf, name, dst, path, limit=None)
             _copy_records(target, writer)
         if any(n.startswith("exported snapshot") for n in writer.notes):  # our export: start URL, pages known
             return
         if "datapackage.json" in zf.namelist() and writer.start_url is None:
             try:
-                writer.start_url = json.loads(zf.read("datapackage.json")).get("mainPageURL") or None
-            except (json.JSONDecodeError, AttributeError):
+                package = loads(_read_member(zf, "datapackage.json", path), f"{path}: datapackage.json", ValueError)
+                writer.start_url = package.get("mainPageURL") or None
+            except (ValueError, AttributeError):
                 pass
         for name in sorted(n for n in zf.namelist() if n.startswith("pages/") and n.endswith(".jsonl")):
-            for line in zf.read(name).decode("utf-8", "replace").splitlines():
+            for n, line in enumerate(_read_member(zf, name, path).decode("utf-8", "replace").splitlines(), 1):
                 try:
-                    page = json.loads(line)
-                except json.JSONDecodeError:
+                    page = loads(line, f"{path}: {name} line {n}", ValueError)
+                except ValueError:
                     continue
                 if isinstance(page, dict) and isinstance(page.get("url"), str):
                     writer.add_page(page["url"])

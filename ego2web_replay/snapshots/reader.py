@@ -12,9 +12,10 @@ killed recorder.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from warcio.statusandheaders import StatusAndHeadersParser, StatusAndHeadersParserException
 
@@ -30,6 +31,8 @@ __all__ = [
     "ScanResult",
     "iter_records",
     "read_record",
+    "read_record_at",
+    "open_archive",
     "scan_archive",
     "parse_record",
     "digest_problems",
@@ -291,17 +294,12 @@ class RecordStream(Iterator[ArchiveRecord]):
     set with ``tolerate_truncation=True``; otherwise truncation raises).
     """
 
-    def __init__(self, path: Path, tolerate_truncation: bool = False) -> None:
+    def __init__(self, path: Path, tolerate_truncation: bool = False, fh: BinaryIO | None = None) -> None:
         self.path = Path(path)
         self.tolerate_truncation = tolerate_truncation
         self.whole_records = 0
         self.truncated_at: int | None = None
-        try:
-            self._fh = open(self.path, "rb")  # noqa: SIM115 - closed when iteration ends
-        except FileNotFoundError:
-            raise ArchiveError(f"{self.path}: archive not found") from None
-        except OSError as e:
-            raise ArchiveError(f"{self.path}: cannot read the archive ({e.strerror})") from None
+        self._fh = fh if fh is not None else open_archive(lambda: open(self.path, "rb"), self.path)
         self._units = iter_units(self._fh, self.path)
 
     def __iter__(self) -> RecordStream:
@@ -336,19 +334,33 @@ class RecordStream(Iterator[ArchiveRecord]):
         self._fh.close()
 
 
-def iter_records(path: Path, tolerate_truncation: bool = False) -> RecordStream:
-    """Iterate over every record of an archive, in file order, with offsets."""
-    return RecordStream(path, tolerate_truncation)
+def open_archive(opener: Callable[[], BinaryIO], path: Path) -> BinaryIO:
+    """``opener()``, with a missing or unreadable archive turned into :class:`ArchiveError` naming ``path``."""
+    try:
+        return opener()
+    except FileNotFoundError:
+        raise ArchiveError(f"{path}: archive not found") from None
+    except OSError as e:
+        raise ArchiveError(f"{path}: cannot read the archive ({e.strerror})") from None
+
+
+def iter_records(path: Path, tolerate_truncation: bool = False, fh: BinaryIO | None = None) -> RecordStream:
+    """Iterate over every record of an archive, in file order, with offsets (from ``fh`` when given;
+    ``path`` then only names it in errors)."""
+    return RecordStream(path, tolerate_truncation, fh)
 
 
 def read_record(path: Path, offset: int, length: int | None = None) -> ArchiveRecord:
     """Read the record at ``offset`` (from the index); ``length`` is checked when given."""
     path = Path(path)
+    with open_archive(lambda: open(path, "rb"), path) as fh:
+        return read_record_at(fh, path, offset, length)
+
+
+def read_record_at(fh: BinaryIO, path: Path, offset: int, length: int | None = None) -> ArchiveRecord:
+    """Read the record at ``offset`` of the open archive ``fh`` (``path`` names it in errors)."""
     try:
-        with open(path, "rb") as fh:
-            unit = read_unit(fh, path, offset)
-    except FileNotFoundError:
-        raise ArchiveError(f"{path}: archive not found") from None
+        unit = read_unit(fh, path, offset)
     except OSError as e:
         raise ArchiveError(f"{path}: cannot read the archive ({e.strerror})") from None
     if length is not None and unit.length != length:

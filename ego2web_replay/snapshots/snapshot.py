@@ -14,15 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
-from ..models import FileDigest, SnapshotManifest, read_model, save_model
+from ..models import FileDigest, SnapshotManifest, parse_model
 from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
-from .cdxj import IndexEntry, build_index, read_index, surt_key, write_index
-from .reader import ArchiveRecord, iter_records, read_record
+from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
+from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
+from .storage import LocalStorage, Storage, SubStorage
+from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
 from .warc import ArchiveWriter, Compression, naive_utc
 
 __all__ = [
@@ -59,56 +61,75 @@ def find_archive(folder: Path) -> Path | None:
     return None
 
 
-def load_manifest(folder: Path) -> SnapshotManifest:
-    """Read ``manifest.json``; :class:`SnapshotError` if missing or invalid."""
+def load_manifest(folder: Path, storage: Storage | None = None) -> SnapshotManifest:
+    """Read ``manifest.json`` (through ``storage``, default the folder on disk); :class:`SnapshotError`
+    if missing or invalid."""
     path = folder / MANIFEST
+    store = storage or LocalStorage(folder)
     try:
-        return read_model(path, SnapshotManifest, "snapshot manifest", SnapshotError)
+        data = store.read(MANIFEST)
     except FileNotFoundError:
-        if not folder.exists():
+        if storage is None and not folder.exists():
             raise SnapshotError(f"{folder}: no such snapshot folder") from None
-        hint = " (the recording did not finish?)" if find_archive(folder) else ""
+        unfinished = any(store.exists(name) for name in ARCHIVE_NAMES.values())
+        hint = " (the recording did not finish?)" if unfinished else ""
         raise SnapshotError(
             f"{folder}: not a snapshot, {MANIFEST} is missing{hint}; "
             "`ego2web-replay snapshot verify` tells what is there"
         ) from None
+    except OSError as e:
+        raise SnapshotError(f"{path}: cannot read the snapshot manifest ({e.strerror or e})") from None
+    return parse_model(data, path, SnapshotManifest, "snapshot manifest", SnapshotError)
 
 
 class Snapshot:
     """An opened snapshot folder: manifest, index entries and records."""
 
-    def __init__(self, path: Path, manifest: SnapshotManifest) -> None:
+    def __init__(self, path: Path, manifest: SnapshotManifest, storage: Storage | None = None) -> None:
         self.path = Path(path)
+        self.storage: Storage = storage or LocalStorage(self.path)
         self.manifest = manifest
         self.archive_path = self.path / manifest.archive
         self.index_path = self.path / manifest.index
         self._entries: list[IndexEntry] | None = None
 
     @classmethod
-    def open(cls, path: Path) -> Snapshot:
-        """Open a snapshot folder; :class:`SnapshotError` if it is not one."""
+    def open(cls, path: Path, storage: Storage | None = None) -> Snapshot:
+        """Open a snapshot folder (its files read through ``storage``, default the folder on disk;
+        ``path`` then names it in messages); :class:`SnapshotError` if it is not one."""
         path = Path(path)
-        if path.is_file() and path.name == MANIFEST:
+        if storage is None and path.is_file() and path.name == MANIFEST:
             path = path.parent
-        manifest = load_manifest(path)
-        snap = cls(path, manifest)
-        if not snap.archive_path.is_file():
+        manifest = load_manifest(path, storage)
+        snap = cls(path, manifest, storage)
+        if not snap.storage.exists(manifest.archive):
             raise SnapshotError(f"{path}: the archive {manifest.archive} is missing")
         return snap
 
     def entries(self) -> list[IndexEntry]:
         """The index entries (read once, sorted)."""
         if self._entries is None:
-            self._entries = read_index(self.index_path)
+            try:
+                text = self.storage.read(self.manifest.index).decode("utf-8")
+            except FileNotFoundError:
+                raise ArchiveError(f"{self.index_path}: index not found; build it with "
+                                   "`ego2web-replay snapshot index`") from None
+            except (OSError, UnicodeDecodeError) as e:
+                raise ArchiveError(f"{self.index_path}: cannot read the index ({e})") from None
+            self._entries = parse_index(text, self.index_path)
         return self._entries
 
+    def _open_archive(self) -> BinaryIO:
+        return open_archive(lambda: self.storage.open(self.manifest.archive), self.archive_path)
+
     def record(self, entry: IndexEntry) -> ArchiveRecord:
-        """The record an index entry points at."""
-        return read_record(self.archive_path, entry.offset, entry.length)
+        """The record an index entry points at (read by its byte range)."""
+        with self._open_archive() as fh:
+            return read_record_at(fh, self.archive_path, entry.offset, entry.length)
 
     def records(self) -> list[ArchiveRecord]:
         """Every record of the archive, in file order (small snapshots, tests)."""
-        return list(iter_records(self.archive_path))
+        return list(iter_records(self.archive_path, fh=self._open_archive()))
 
     def find_original(self, entry: IndexEntry) -> IndexEntry | None:
         """The capture a revisit entry refers to, or ``None`` if it is not in this snapshot.
@@ -211,6 +232,7 @@ class SnapshotWriter:
             task_dir.mkdir(parents=True, exist_ok=True)
             self.path, self.snapshot_id = self._claim(task_dir, base, exact=snapshot_id is not None)
             (self.path / "screenshots").mkdir()
+            self.storage = LocalStorage(self.path)  # the archive is appended here; index and manifest go through it
         except OSError as e:
             raise SnapshotError(f"cannot create a snapshot folder under {task_dir} ({e.strerror}); "
                                 "check that the snapshots folder is writable") from None
@@ -264,7 +286,7 @@ class SnapshotWriter:
         self.writer.close()
         archive = self.writer.path
         entries = build_index(archive)
-        write_index(entries, self.path / INDEX)
+        self._write(INDEX, index_text(entries).encode("utf-8"), "the index")
         if len(entries) >= 2000:
             from .index_cache import warm_cache
 
@@ -275,7 +297,9 @@ class SnapshotWriter:
             counts[record.rec_type] += 1
             if record.rec_type in ("response", "resource"):
                 payload_bytes += len(record.payload)
-        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path)]
+        self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries)), "the learned volatility")
+        files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
+                 file_digest(self.path / VOLATILE_FILE, self.path)]
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))
@@ -301,11 +325,14 @@ class SnapshotWriter:
             screenshots=self.screenshots,
             notes=[red.text(n) for n in self.notes],
         )
-        try:
-            save_model(self.path / MANIFEST, manifest)
-        except OSError as e:
-            raise SnapshotError(f"{self.path}: cannot write the manifest ({e.strerror})") from None
+        self._write(MANIFEST, (manifest.model_dump_json(indent=2) + "\n").encode("utf-8"), "the manifest")
         return manifest
+
+    def _write(self, name: str, data: bytes, what: str) -> None:
+        try:
+            self.storage.write_atomic(name, data)
+        except OSError as e:
+            raise SnapshotError(f"{self.path}: cannot write {what} ({e.strerror or e})") from None
 
     def __enter__(self) -> SnapshotWriter:
         return self
@@ -331,22 +358,27 @@ class SnapshotInfo:
         return self.manifest is not None
 
 
-def list_snapshots(root: Path) -> list[SnapshotInfo]:
-    """Every snapshot folder under ``root``: tasks in name order, newest snapshot first."""
+def list_snapshots(root: Path, storage: Storage | None = None) -> list[SnapshotInfo]:
+    """Every snapshot folder under ``root`` (read through ``storage``, default the folder on disk):
+    tasks in name order, newest snapshot first."""
     root = Path(root)
-    if not root.exists():
+    if storage is None and not root.is_dir():
         raise SnapshotError(f"{root}: snapshots folder not found")
+    store = storage or LocalStorage(root)
     found: list[SnapshotInfo] = []
-    for task_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+    for task in (n for n in store.list() if n.endswith("/")):
         infos = []
-        for snap_dir in (p for p in task_dir.iterdir() if p.is_dir()):
-            if not (snap_dir / MANIFEST).exists() and find_archive(snap_dir) is None:
+        for snap in (n for n in store.list(task) if n.endswith("/")):
+            files = {name.rsplit("/", 1)[-1] for name in store.list(snap)}
+            if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
                 continue
+            task_id, snapshot_id = snap.strip("/").split("/")
             try:
-                manifest: SnapshotManifest | None = load_manifest(snap_dir)
+                manifest: SnapshotManifest | None = load_manifest(root / task_id / snapshot_id,
+                                                                  SubStorage(store, snap) if storage else None)
             except SnapshotError:
                 manifest = None
-            infos.append(SnapshotInfo(snap_dir, task_dir.name, snap_dir.name, manifest))
+            infos.append(SnapshotInfo(root / task_id / snapshot_id, task_id, snapshot_id, manifest))
         infos.sort(key=_newest_key, reverse=True)
         found.extend(infos)
     return found

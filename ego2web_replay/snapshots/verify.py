@@ -19,6 +19,7 @@ from .cdxj import IndexEntry, build_index, read_index, write_index
 from .dedup import external_original, verify_store
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
+from .volatility import learn_from_index, write_volatile
 
 __all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot"]
 
@@ -146,11 +147,13 @@ def reindex_snapshot(path: Path) -> int:
         from .index_cache import warm_cache
 
         warm_cache(index)
+    volatile = write_volatile(folder, learn_from_index(entries))
     if manifest:
-        fresh = file_digest(index, folder)
-        files = [fresh if d.path == fresh.path else d for d in manifest.files]
-        if fresh.path not in {d.path for d in files}:
-            files.append(fresh)
+        files = list(manifest.files)
+        for fresh in (file_digest(index, folder), file_digest(volatile, folder)):
+            files = [fresh if d.path == fresh.path else d for d in files]
+            if fresh.path not in {d.path for d in files}:
+                files.append(fresh)
         try:
             save_model(folder / MANIFEST, manifest.model_copy(update={"files": files}))
         except OSError as e:

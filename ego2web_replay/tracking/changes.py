@@ -21,7 +21,8 @@ and says, in this order of precedence:
     the visible-text lines removed and added, for JSON the leaf fields whose
     values changed (old and new), for images their bytes.
 ``unchanged``
-    the same bytes, or differences only in volatile content: timestamps and
+    the same bytes, the same visible text in other markup, or differences
+    only in volatile content: timestamps and
     clock times, "N minutes ago", "took N ms", epoch numbers, long random
     tokens, advertising containers, and JSON fields named like timestamps,
     request ids, nonces or CSRF tokens (``volatile_only`` says so).
@@ -232,7 +233,9 @@ def _quote(lines: list[str], sign: str) -> str:
 def _text_change(old_lines: list[str], new_lines: list[str]) -> Change:
     na, nb = [normalize_text(x) for x in old_lines], [normalize_text(x) for x in new_lines]
     if na == nb:
-        return Change(status="unchanged", volatile_only=True, detail="only volatile content differs")
+        return Change(status="unchanged", volatile_only=True, detail="no visible difference beyond volatile content")
+    if " ".join(na).split() == " ".join(nb).split():  # the same words, broken into other blocks
+        return Change(status="unchanged", detail="markup only: the same visible text in other elements")
     removed: list[str] = []
     added: list[str] = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, na, nb, autojunk=False).get_opcodes():

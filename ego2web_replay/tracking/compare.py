@@ -27,6 +27,7 @@ from ..errors import TrackingError
 from .attribution import DEFAULT_PROBE_WINDOW, Attribution, attach_attributions
 from .db import read_connection
 from .stats import PairedCounts, bootstrap_diff_ci, mcnemar_exact, paired_counts, rate
+from .validity import FrozenValidity, attach_validity
 
 __all__ = [
     "SELECTION",
@@ -68,6 +69,7 @@ class FrozenEpisode(BaseModel):
     miss_rate: float | None
     missed_urls: list[str] = Field(default_factory=list)
     flagged: bool = Field(description="True when the replay had misses: the score may reflect them.")
+    validity: str | None = Field(default=None, description="complete, degraded or off-snapshot.")
 
 
 class Flip(BaseModel):
@@ -109,6 +111,8 @@ class GroupComparison(BaseModel):
     flips: list[Flip]
     judge_errors: int = Field(default=0, description="Episodes whose verdict is a judge error (not counted).")
     judge_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out for a judge error.")
+    frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
+                                                   "complete episodes, and the share of each validity class.")
 
 
 class Comparison(BaseModel):
@@ -181,6 +185,7 @@ def compare(
         g.judge_errors, g.judge_error_tasks = errors, error_tasks
         groups.append(g)
     attach_attributions(db_path, groups, probe_window)
+    attach_validity(db_path, groups)
     return Comparison(db=str(db_path), generated_at=datetime.now(UTC), iterations=iterations, seed=seed,
                       level=level, groups=groups)
 

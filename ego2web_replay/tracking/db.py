@@ -34,7 +34,7 @@ import duckdb
 
 from ..config import DEFAULT_DB
 from ..errors import TrackingError
-from .schema import CURRENT_VERSION, migrate, schema_version
+from .schema import CURRENT_VERSION, migrate, missing_migrations, schema_version
 
 __all__ = ["DEFAULT_DB", "LOCK_TIMEOUT_S", "write_connection", "read_connection", "lock_path"]
 
@@ -182,9 +182,10 @@ def read_connection(
         con = _connect(path, read_only=True, timeout=timeout)
         try:
             version = _checked_version(con, path)
+            stale = version < CURRENT_VERSION or bool(missing_migrations(con))
         finally:
             con.close()
-    if version < CURRENT_VERSION:
+    if stale:
         with write_connection(path, timeout=timeout):
             pass
     with _file_lock(path, exclusive=False, timeout=timeout):

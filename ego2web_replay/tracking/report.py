@@ -6,6 +6,7 @@ Layout::
     <out>/report.css                       the only stylesheet (shipped in this package)
     <out>/episodes/<run>/<task>-<mode>.html      one page per episode
     <out>/episodes/<run>/<task>-<mode>_files/    its screenshots and video keyframes (copied)
+    <out>/flips/<agent>-<judge>/<task>-<live run>.html   one page per flip (:mod:`.report_flips`)
 
 Video keyframes are the images in the episode's ``keyframes/`` folder and in
 the judge's keyframe cache beside the task's video (``<video>.keyframes/``,
@@ -45,7 +46,7 @@ _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif"}
 _EPISODES = """
 SELECT e.run_id, e.task_id, e.mode, coalesce(e.category, 'unknown'), e.agent, e.snapshot_id, e.steps, e.end_reason,
        e.answer, e.error, e.replay_exact, e.replay_canonical, e.replay_fuzzy, e.replay_miss,
-       coalesce(e.missed_urls, '[]'), e.path
+       coalesce(e.missed_urls, '[]'), e.path, e.validity
 FROM episodes e LEFT JOIN runs r USING (run_id)
 ORDER BY r.started_at DESC NULLS LAST, e.run_id, e.task_id, e.mode
 """
@@ -98,6 +99,22 @@ def _ok(success: bool | None) -> str:
 # -- index -------------------------------------------------------------------------------
 
 
+def _validity_html(comp: Comparison) -> str:
+    """Frozen success is never shown without its coverage: success over all and over complete episodes."""
+    rows = []
+    for g in comp.groups:
+        v = g.frozen_validity
+        if v is None:
+            continue
+        rows.append([escape(g.agent), escape(g.judge), str(v.episodes), pct(v.success_rate), str(v.complete),
+                     pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
+                     pct(v.shares.get("off-snapshot"))])
+    return ("<p>Frozen coverage: <em>complete</em> episodes saw only recorded pages; <em>off-snapshot</em> "
+            "ones missed a document or content fetch (marked in the episode list).</p>"
+            + _table(["agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
+                      "complete", "degraded", "off-snapshot"], rows, numeric=set(range(2, 9))))
+
+
 def _comparison_html(comp: Comparison) -> str:
     if not comp.groups:
         return '<p class="note">No episodes with verdicts yet.</p>'
@@ -116,18 +133,25 @@ def _comparison_html(comp: Comparison) -> str:
              f"{comp.iterations} resamples, seed {comp.seed}. McNemar: exact two-sided test on discordant pairs.</p>",
              _table(["agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                      "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"],
-                    rows, numeric=set(range(2, 15)))]
+                    rows, numeric=set(range(2, 15))),
+             _validity_html(comp)]
     for g in comp.groups:
         parts.append(f"<h3>{escape(g.agent)} · {escape(g.judge)}</h3>")
         parts.append(_table(["category", "paired tasks", "live", "frozen"],
                             [[escape(c.category), str(c.n), pct(c.live_rate), pct(c.frozen_rate)]
                              for c in g.categories], numeric={1, 2, 3}))
         if g.flips:
-            parts.append("<p>Flips (success in one mode only) and what drift probes say about the task's pages:</p>")
+            from .report_flips import flip_page_path
+
+            parts.append("<p>Flips (success in one mode only) and what had changed at the time of the live run:</p>")
             parts.append(_table(
-                ["task", "category", "success in", "drift probe", "probed at", "frozen misses", "episodes"],
-                [[escape(f.task_id), escape(f.category), f.direction, escape(f.drift_status),
-                  f.probed_at.strftime("%Y-%m-%d %H:%M") if f.probed_at else "–", str(f.frozen_misses),
+                ["task", "category", "success in", "site at live run", "from", "likeliest cause", "frozen misses",
+                 "episodes"],
+                [[f'<a href="{flip_page_path(g.agent, g.judge, f.task_id, f.live_run)}">{escape(f.task_id)}</a>',
+                  escape(f.category), f.direction, escape(f.drift_status),
+                  escape(f.attribution.source if f.attribution else "none"),
+                  escape(f"{f.attribution.resources[0].status} {f.attribution.resources[0].url}")
+                  if f.attribution and f.attribution.resources else "–", str(f.frozen_misses),
                   f'<a href="{episode_page_path(f.live_run, f.task_id, "live")}">live</a> · '
                   f'<a href="{episode_page_path(f.frozen_run, f.task_id, "frozen")}">frozen</a>'] for f in g.flips]))
         flagged = [e for e in g.frozen_episodes if e.flagged]
@@ -163,9 +187,11 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
         vs = verdicts.get((run_id, task_id, mode), [])
         vtext = ", ".join(f"{escape(v[3])}: {'✓' if v[5] else '✗'}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
+        if e[16]:
+            misses += f" ({escape(e[16])})"
         rows.append([f'<a href="{episode_page_path(run_id, task_id, mode)}">{escape(task_id)}</a>', escape(mode),
                      escape(run_id), escape(e[4] or "?"), escape(e[3]), str(e[6]), escape(e[7] or ""), vtext, misses])
-    flags = ["flag" if e[13] else "" for e in episodes]
+    flags = ["flag" if e[13] or e[16] == "off-snapshot" else "" for e in episodes]
     return "\n".join([
         "<h2>Live vs frozen</h2>", _comparison_html(comp),
         "<h2>Drift since capture</h2>", _drift_html(drift),
@@ -247,7 +273,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
             traj = None
     facts = [["task", escape(task_id)], ["run", escape(run_id)], ["agent", escape(agent or "?")], ["category", escape(category)],
              ["mode", escape(mode)], ["snapshot", escape(e[5] or "–")], ["steps", str(e[6])],
-             ["end reason", escape(e[7] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
+             ["end reason", escape(e[7] or "–")], ["validity", escape(e[16] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
     if e[9]:
         facts.append(["error", f'<span class="fail">{escape(e[9])}</span>'])
     parts = [_table(None, facts)]
@@ -319,7 +345,28 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2]), []), page, video_frames.get((e[0], e[1])))
         assets += n
         page.write_text(_page(f"{e[1]} · {e[2]} · {e[0]}", body, "../../", generated), "utf-8")
+    assets += _write_flip_pages(comp, episodes, out, generated)
     index = out / "index.html"
     index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
                            generated), "utf-8")
     return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets)
+
+
+def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, generated: str) -> int:
+    """One page per flip (:mod:`.report_flips`); returns the images copied."""
+    from .report_flips import flip_body, flip_page_path
+
+    paths = {(e[0], e[1], e[2]): e[15] for e in episodes}
+    assets = 0
+    for g in comp.groups:
+        for f in g.flips:
+            page = out / flip_page_path(g.agent, g.judge, f.task_id, f.live_run)
+            page.parent.mkdir(parents=True, exist_ok=True)
+            if (files := page.with_name(page.stem + "_files")).exists():
+                shutil.rmtree(files)
+            body, n = flip_body(f, g.agent, g.judge, {"live": paths.get((f.live_run, f.task_id, "live")),
+                                                      "frozen": paths.get((f.frozen_run, f.task_id, "frozen"))}, page)
+            assets += n
+            page.write_text(_page(f"Flip: {f.task_id} ({f.direction})", body, "../../", generated), "utf-8")
+    return assets
+

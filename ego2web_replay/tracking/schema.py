@@ -134,6 +134,8 @@ _V3 = (
     "ALTER TABLE episodes ADD COLUMN missed_urls VARCHAR DEFAULT '[]'",
 )
 
+_V4 = ("ALTER TABLE episodes ADD COLUMN validity VARCHAR",)  # complete / degraded / off-snapshot (frozen)
+
 _V6 = (
     """CREATE TABLE pair_diffs (
         run_id VARCHAR NOT NULL,          -- the live episode's run
@@ -168,6 +170,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
     Migration(3, "episode blocked/live counts and missed URLs", _V3),
+    Migration(4, "episode validity (complete / degraded / off-snapshot)", _V4),
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
@@ -188,17 +191,28 @@ def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(row[0]) if row and row[0] is not None else 0
 
 
-def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> list[int]:
-    """Apply every migration above the database's version, up to ``target``.
+def missing_migrations(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """Versions of this program's migrations that the database's ledger lacks."""
+    try:
+        done = {int(row[0]) for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+    except duckdb.CatalogException:
+        done = set()
+    return [m.version for m in MIGRATIONS if m.version not in done]
 
-    Runs inside the caller's transaction. Returns the versions applied.
+
+def migrate(con: duckdb.DuckDBPyConnection, target: int | None = None) -> list[int]:
+    """Apply every migration not yet in the ledger, in version order, up to ``target``.
+
+    Versions are reserved per change and may land out of order (6 before 4): a
+    database at version 6 still gets 4 when it arrives. Runs inside the
+    caller's transaction. Returns the versions applied.
     """
     target = CURRENT_VERSION if target is None else target
     con.execute(_LEDGER)
-    have = schema_version(con)
+    missing = set(missing_migrations(con))
     applied: list[int] = []
     for m in MIGRATIONS:
-        if have < m.version <= target:
+        if m.version in missing and m.version <= target:
             for sql in m.statements:
                 con.execute(sql)
             con.execute(

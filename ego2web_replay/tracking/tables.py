@@ -7,7 +7,7 @@ from rich.table import Table
 from .compare import Comparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "comparison_tables", "drift_tables"]
+__all__ = ["pct", "comparison_tables", "drift_tables", "validity_table"]
 
 
 def pct(x: float | None) -> str:
@@ -26,7 +26,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                 "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors"):
         summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
                            no_wrap=col in ("agent", "judge") or col.endswith("CI"))
-    tables = [summary]
+    tables = [summary, validity_table(comp)]
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
         summary.add_row(g.agent, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
@@ -40,14 +40,14 @@ def comparison_tables(comp: Comparison) -> list[Table]:
         for c in g.categories:
             cats.add_row(c.category, str(c.n), pct(c.live_rate), pct(c.frozen_rate))
         tables.append(cats)
-        flagged = [e for e in g.frozen_episodes if e.flagged]
+        flagged = [e for e in g.frozen_episodes if e.flagged or e.validity == "off-snapshot"]
         if flagged:
             t = Table(title=f"{g.agent} · {g.judge}: frozen episodes with replay misses")
-            for col in ("task", "run", "success", "score", "misses", "miss rate"):
+            for col in ("task", "run", "success", "score", "misses", "miss rate", "validity"):
                 t.add_column(col)
             for e in flagged:
                 t.add_row(e.task_id, e.run_id, "yes" if e.success else "no", f"{e.score:.2f}", str(e.misses),
-                          pct(e.miss_rate))
+                          pct(e.miss_rate), e.validity or "–")
             tables.append(t)
         if g.flips:
             t = Table(title=f"{g.agent} · {g.judge}: live/frozen flips")
@@ -62,6 +62,23 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                           f"{cause.status} {cause.url} {cause.detail}"[:90] if cause else "–", str(f.frozen_misses))
             tables.append(t)
     return tables
+
+
+def validity_table(comp: Comparison) -> Table:
+    """Frozen success with its coverage: over all frozen episodes and over complete ones, and each class's share."""
+    t = Table(title="frozen success and coverage (complete: only recorded pages seen)")
+    for col in ("agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
+                "complete %", "degraded %", "off-snapshot %", "unknown %"):
+        t.add_column(col, justify="left" if col in ("agent", "judge") else "right")
+    for g in comp.groups:
+        v = g.frozen_validity
+        if v is None:
+            t.add_row(g.agent, g.judge, "0", *["–"] * 7)
+            continue
+        t.add_row(g.agent, g.judge, str(v.episodes), pct(v.success_rate), str(v.complete),
+                  pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
+                  pct(v.shares.get("off-snapshot")), pct(v.shares.get("unknown")))
+    return t
 
 
 def drift_tables(series: DriftSeries) -> list[Table]:

@@ -1,0 +1,54 @@
+"""The replay options, declared once: ``serve`` and ``run`` (frozen mode) take exactly these.
+
+:func:`replay_options` adds them to a command and hands the command one
+``replay`` argument, a validated :class:`~ego2web_replay.models.ReplayConfig`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+__all__ = ["replay_options"]
+
+_OPTIONS = [
+    click.option("--rules", "replay_rules", multiple=True,
+                 type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                 help="Replay: extra matching rules (YAML, same format as the bundled rules.yaml); repeatable."),
+    click.option("--sequence", "replay_sequence", type=click.Choice(["sequence", "first", "last"]),
+                 default="sequence", show_default=True,
+                 help="Replay: repeated captures of one request: in recorded order then the last, "
+                      "always the first, or always the last."),
+    click.option("--no-freeze", "replay_no_freeze", is_flag=True,
+                 help="Replay: do not inject the clock/random freezing script into HTML."),
+    click.option("--miss", "replay_miss", default="404", show_default=True,
+                 help="Replay: answer a request that is not in the snapshots with this HTTP status, or 'live' "
+                      "(forward to the live web; for diagnosis only, flagged in the stats)."),
+    click.option("--fuzzy", "replay_fuzzy", is_flag=True,
+                 help="Replay, diagnosis only: answer a request that would miss with the nearest capture of the "
+                      "same path (another page's content), counted apart as 'fuzzy'. See docs/matching.md."),
+    click.option("--fuzzy-threshold", "replay_fuzzy_threshold", type=click.FloatRange(0, 1), default=None,
+                 help="Replay: least similarity for --fuzzy (default: the rules', 0.5)."),
+]
+
+
+def replay_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add the replay options to a click command; it receives ``replay: ReplayConfig``."""
+
+    @functools.wraps(command)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from ..models import ReplayConfig
+
+        kwargs["replay"] = ReplayConfig.make(
+            rules_files=kwargs.pop("replay_rules"), sequence=kwargs.pop("replay_sequence"),
+            freeze=not kwargs.pop("replay_no_freeze"), miss=kwargs.pop("replay_miss"),
+            fuzzy=kwargs.pop("replay_fuzzy"), fuzzy_threshold=kwargs.pop("replay_fuzzy_threshold"))
+        return command(*args, **kwargs)
+
+    for option in reversed(_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper

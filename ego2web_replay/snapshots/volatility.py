@@ -1,0 +1,144 @@
+"""Volatility learned at record time: parameters whose value changed while the response did not.
+
+A page that sends a per-request token (``/api/stock?tok=8f3a...``) cannot be
+matched by rules nobody wrote for it. The recording itself holds the evidence:
+when two captures of the same method and path (scheme, host, port, path) got
+the very same response body (equal payload digests) although a query parameter
+or body field had another value, that name did not choose the content. Such a
+name is *learned volatile* for that path, unless the same recording also shows
+it mattering: captures of that path that differ only in learned names but got
+different responses cancel those names again.
+
+The result is stored in the snapshot folder as ``volatile.json``
+(``{"version": 1, "paths": {"GET https://host/path": ["tok"]}}``) when the
+snapshot is written or re-indexed; replay drops learned names for their path
+only (see ``docs/matching.md``). Names are compared decoded (``unquote_plus``);
+body fields are read from the index's POST form.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from urllib.parse import unquote_plus
+
+from ..atomic import atomic_write_text
+from .cdxj import CdxjEntry
+
+__all__ = ["VOLATILE_FILE", "path_group", "learn_volatile", "learn_from_index", "volatile_text", "write_volatile", "read_volatile", "merge_volatile"]
+
+VOLATILE_FILE = "volatile.json"
+_VERSION = 1
+
+Fields = dict[str, tuple[str, ...]]
+
+
+def path_group(method: str, url: str) -> str:
+    """``METHOD scheme://host[:port]/path``: the captures whose volatility is learned together."""
+    base = url.partition("#")[0].partition("?")[0]
+    scheme, sep, rest = base.partition("://")
+    if not sep:
+        return f"{method.upper()} {base}"
+    authority, slash, path = rest.partition("/")
+    return f"{method.upper()} {scheme.lower()}://{authority.lower()}/{path if slash else ''}"
+
+
+def _fields(url: str, body_query: str | None) -> Fields:
+    found: dict[str, list[str]] = {}
+    query = url.partition("#")[0].partition("?")[2]
+    for text in (query, body_query or ""):
+        for item in text.split("&"):
+            if item:
+                name, _, value = item.partition("=")
+                found.setdefault(unquote_plus(name), []).append(unquote_plus(value))
+    return {name: tuple(values) for name, values in found.items()}
+
+
+def _varying(members: list[Fields]) -> set[str]:
+    """Names present in every member whose values are not all the same."""
+    common = set(members[0]).intersection(*members[1:])
+    return {name for name in common if len({m[name] for m in members}) > 1}
+
+
+def _without(fields: Fields, names: set[str]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    return tuple(sorted((k, v) for k, v in fields.items() if k not in names))
+
+
+def _learn_group(captures: list[tuple[Fields, str]]) -> set[str]:
+    by_digest: dict[str, list[Fields]] = {}
+    for fields, digest in captures:
+        by_digest.setdefault(digest, []).append(fields)
+    learned: set[str] = set()
+    for members in by_digest.values():
+        if len(members) > 1:
+            learned |= _varying(members)
+    while learned:  # names that made a difference in this recording are not volatile
+        rest: dict[tuple[tuple[str, tuple[str, ...]], ...], list[tuple[Fields, str]]] = {}
+        for fields, digest in captures:
+            rest.setdefault(_without(fields, learned), []).append((fields, digest))
+        meaningful: set[str] = set()
+        for same in rest.values():
+            if len({digest for _, digest in same}) > 1:
+                meaningful |= {n for n in learned if len({f.get(n) for f, _ in same}) > 1}
+        if not meaningful:
+            break
+        learned -= meaningful
+    return learned
+
+
+def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict[str, list[str]]:
+    """Learned volatile names per path group from ``(method, url, body query, payload digest)``.
+
+    Only paths with at least two captures can teach anything; revisits count
+    with the digest of the payload they refer to.
+    """
+    groups: dict[str, list[tuple[Fields, str]]] = {}
+    for method, url, body_query, digest in captures:
+        if "?" not in url and not body_query:
+            continue
+        groups.setdefault(path_group(method, url), []).append((_fields(url, body_query), digest))
+    learned: dict[str, list[str]] = {}
+    for group, members in groups.items():
+        if len(members) > 1:
+            names = _learn_group(members)
+            if names:
+                learned[group] = sorted(names)
+    return dict(sorted(learned.items()))
+
+
+def learn_from_index(entries: Iterable[CdxjEntry]) -> dict[str, list[str]]:
+    """:func:`learn_volatile` over the servable entries of a CDXJ index."""
+    return learn_volatile((e.method, e.url, e.request_body_query, e.digest) for e in entries
+                          if e.record_type in ("response", "revisit"))
+
+
+def volatile_text(learned: Mapping[str, list[str]]) -> bytes:
+    """The bytes of ``volatile.json``."""
+    return (json.dumps({"version": _VERSION, "paths": dict(learned)}, indent=2) + "\n").encode("utf-8")
+
+
+def write_volatile(folder: Path, learned: Mapping[str, list[str]]) -> Path:
+    """Write ``volatile.json`` into a snapshot folder (atomically)."""
+    path = Path(folder) / VOLATILE_FILE
+    atomic_write_text(path, volatile_text(learned).decode("utf-8"))
+    return path
+
+
+def read_volatile(folder: Path) -> dict[str, list[str]]:
+    """The learned names of a snapshot folder (empty when it has no readable ``volatile.json``)."""
+    try:
+        data = json.loads((Path(folder) / VOLATILE_FILE).read_text("utf-8"))
+        paths = data.get("paths", {})
+        return {str(k): [str(n) for n in v] for k, v in paths.items() if isinstance(v, list)}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def merge_volatile(*learned: Mapping[str, list[str]]) -> dict[str, frozenset[str]]:
+    """The union of several snapshots' learned names, per path group."""
+    out: dict[str, set[str]] = {}
+    for one in learned:
+        for group, names in one.items():
+            out.setdefault(group, set()).update(names)
+    return {group: frozenset(names) for group, names in out.items()}

@@ -1,0 +1,94 @@
+"""Frozen success with its coverage: over all frozen episodes, over ``complete`` ones, and each class's share.
+
+A frozen score is never shown without its coverage: an ``off-snapshot``
+episode saw pages that were not recorded (a missed document or content fetch),
+a ``degraded`` one missed only subresources, a ``complete`` one saw only
+recorded pages (see ``ego2web_replay.validity``). Selection is the one
+``compare`` uses: the most recent run per (agent, judge, task) with a verdict.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel, Field
+
+from ..validity import VALIDITIES
+from .stats import rate
+
+__all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_note"]
+
+_QUERY = """
+WITH joined AS (
+    SELECT e.agent, v.judge, e.task_id, v.success, coalesce(e.validity, 'unknown') AS validity,
+           row_number() OVER (PARTITION BY e.agent, v.judge, e.task_id
+                              ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
+    FROM episodes e
+    JOIN verdicts v ON v.run_id = e.run_id AND v.task_id = e.task_id AND v.mode = e.mode
+    LEFT JOIN runs r ON r.run_id = e.run_id
+    WHERE e.mode = 'frozen'
+)
+SELECT agent, judge, task_id, success, validity FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id
+"""
+
+
+class FrozenValidity(BaseModel):
+    """One agent's frozen success under one judge, with the validity of its episodes."""
+
+    episodes: int = Field(description="Frozen episodes (all, paired or not).")
+    successes: int
+    success_rate: float | None = Field(description="Frozen success over all frozen episodes.")
+    complete: int = Field(description="Episodes that saw only recorded pages.")
+    complete_successes: int
+    complete_success_rate: float | None = Field(description="Frozen success over complete episodes only.")
+    counts: dict[str, int] = Field(description="Episodes per class: complete, degraded, off-snapshot, unknown.")
+    shares: dict[str, float | None] = Field(description="Share of each class among the frozen episodes.")
+
+
+def frozen_validity(con: duckdb.DuckDBPyConnection) -> tuple[dict[tuple[str, str], FrozenValidity],
+                                                              dict[tuple[str, str, str], str]]:
+    """Per (agent, judge): frozen success and validity shares; and per (agent, judge, task) the validity."""
+    rows = con.execute(_QUERY).fetchall()
+    groups: dict[tuple[str, str], list[tuple[bool, str]]] = defaultdict(list)
+    per_task: dict[tuple[str, str, str], str] = {}
+    for agent, judge, task, success, validity in rows:
+        groups[(agent, judge)].append((bool(success), validity))
+        per_task[(agent, judge, task)] = validity
+    return {key: _summary(eps) for key, eps in groups.items()}, per_task
+
+
+def _summary(eps: list[tuple[bool, str]]) -> FrozenValidity:
+    counts = {name: 0 for name in (*VALIDITIES, "unknown")}
+    for _, validity in eps:
+        counts[validity if validity in counts else "unknown"] += 1
+    complete = [ok for ok, validity in eps if validity == "complete"]
+    n = len(eps)
+    return FrozenValidity(
+        episodes=n, successes=sum(ok for ok, _ in eps), success_rate=rate([ok for ok, _ in eps]),
+        complete=len(complete), complete_successes=sum(complete), complete_success_rate=rate(complete),
+        counts=counts, shares={k: (v / n if n else None) for k, v in counts.items()})
+
+
+def attach_validity(db_path: Any, groups: list[Any]) -> None:
+    """Put each group's :class:`FrozenValidity` and each frozen episode's class onto compare's groups."""
+    from .db import read_connection
+
+    with read_connection(db_path) as con:
+        summaries, per_task = frozen_validity(con)
+    for g in groups:
+        g.frozen_validity = summaries.get((g.agent, g.judge))
+        for e in g.frozen_episodes:
+            e.validity = per_task.get((g.agent, g.judge, e.task_id))
+
+
+def validity_note(v: FrozenValidity | None) -> str:
+    """``complete 3/4 (75%), success on complete 67%, off-snapshot 25%``: the coverage beside a frozen score."""
+    if v is None or not v.episodes:
+        return "no frozen episodes"
+    def pct(x: float | None) -> str:
+        return "–" if x is None else f"{100 * x:.0f}%"
+    return (f"complete {v.complete}/{v.episodes}, success over all {pct(v.success_rate)}, over complete "
+            f"{pct(v.complete_success_rate)}; degraded {pct(v.shares['degraded'])}, "
+            f"off-snapshot {pct(v.shares['off-snapshot'])}")

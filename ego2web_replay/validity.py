@@ -1,0 +1,83 @@
+"""Episode validity: did the agent see only recorded pages?
+
+Every frozen episode is classified from its replay log:
+
+* ``complete``: no miss and no nearest-capture (``fuzzy``) answer;
+* ``degraded``: misses only on subresources that do not carry the page's
+  content: images, fonts, style sheets, media, favicons, analytics and beacons;
+* ``off-snapshot``: a document (page or frame), a script, or a fetch/XHR whose
+  response the page may render was missed, answered by the nearest capture, or
+  forwarded to the live web.
+
+What a request was for comes from the browser's ``Sec-Fetch-Dest`` header
+(kept on each log entry as ``kind``); for clients that do not send it, from
+``Accept`` and the URL's extension.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Literal
+
+__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity"]
+
+Validity = Literal["complete", "degraded", "off-snapshot"]
+VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
+
+_DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
+_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt"}
+_SUBRESOURCE_EXT = re.compile(
+    r"\.(png|jpe?g|gif|webp|avif|svg|ico|bmp|woff2?|ttf|otf|eot|css|mp4|webm|mp3|ogg|wav|m4a|vtt|map)$", re.I)
+_BEACON = re.compile(
+    r"google-analytics|googletagmanager|doubleclick|/gtag/|/collect\b|/beacon|/track(ing)?\b|/telemetry|"
+    r"/metrics\b|/pixel|/ping\b|/gen_204|/log(ging)?\b|/analytics|/rum\b|favicon\.ico", re.I)
+
+
+def request_kind(dest: str | None, accept: str | None, url: str, mode: str | None = None) -> str:
+    """``document``, ``content`` (script, fetch/XHR) or ``subresource`` (everything that is not content)."""
+    path = url.partition("#")[0].partition("?")[0]
+    dest = (dest or "").lower()
+    if dest in _DOCUMENT_DESTS:
+        return "document"
+    if _BEACON.search(url):
+        return "subresource"
+    if dest == "empty" and (mode or "").lower() == "no-cors":  # navigator.sendBeacon and no-cors pings
+        return "subresource"
+    if dest in _CONTENT_DESTS:
+        return "content"
+    if dest:
+        return "subresource"  # image, font, style, audio, video, track, manifest, report ...
+    if "text/html" in (accept or "").lower():
+        return "document"
+    return "subresource" if _SUBRESOURCE_EXT.search(path) else "content"
+
+
+def is_content(kind: str | None, url: str) -> bool:
+    """Whether a missed request of this kind takes the episode off the snapshot."""
+    if kind is None:  # an entry written before kinds were logged
+        kind = request_kind(None, None, url)
+    return kind in ("document", "content")
+
+
+def classify(entries: Iterable[object]) -> Validity:
+    """The validity of a replay from its log entries (``outcome``, ``url`` and ``kind`` attributes)."""
+    degraded = False
+    for e in entries:
+        outcome = getattr(e, "outcome", None)
+        if outcome not in ("miss", "fuzzy", "live"):
+            continue
+        if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
+            return "off-snapshot"
+        degraded = True
+    return "degraded" if degraded else "complete"
+
+
+def episode_validity(traj: object) -> str | None:
+    """A frozen trajectory's validity (from its replay stats, or classified from its log); None for live."""
+    if getattr(traj, "mode", None) != "frozen":
+        return None
+    stats = getattr(traj, "replay", None)
+    if stats is None:
+        return None
+    return getattr(stats, "validity", None) or classify(getattr(stats, "log", []))

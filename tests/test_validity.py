@@ -1,0 +1,97 @@
+"""Episode validity end to end: a frozen episode that follows the recording is complete, one that searches
+for something else is off-snapshot; runs show, the database, compare and the report all say so."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from ego2web_replay.cli import main
+from ego2web_replay.models import ReplayLogEntry, load_trajectory
+from ego2web_replay.validity import classify, request_kind
+
+MUG = "shop-mug-price"
+ELSEWHERE = "shop-mug-elsewhere"
+
+
+def test_request_kinds_and_classes():
+    assert request_kind("document", None, "https://e.com/login") == "document"
+    assert request_kind("empty", None, "https://e.com/api/price?id=1", "cors") == "content"
+    assert request_kind("empty", None, "https://e.com/api/event", "no-cors") == "subresource"  # sendBeacon
+    assert request_kind("image", None, "https://e.com/p.png") == "subresource"
+    assert request_kind("script", None, "https://www.googletagmanager.com/gtag/js?id=G-1") == "subresource"
+    assert request_kind(None, "text/html,application/xhtml+xml", "https://e.com/a") == "document"
+    assert request_kind(None, "*/*", "https://e.com/font.woff2") == "subresource"
+    assert request_kind(None, "*/*", "https://e.com/api/items") == "content"
+
+    def log(*entries: tuple[str, str, str | None]) -> list[ReplayLogEntry]:
+        return [ReplayLogEntry(method="GET", url=u, outcome=o, kind=k) for o, u, k in entries]  # type: ignore[arg-type]
+
+    assert classify(log(("exact", "https://e.com/", "document"))) == "complete"
+    assert classify(log(("exact", "https://e.com/", "document"), ("miss", "https://e.com/a.png", "subresource"))) \
+        == "degraded"
+    assert classify(log(("miss", "https://e.com/api/x", "content"))) == "off-snapshot"
+    assert classify(log(("fuzzy", "https://e.com/s?q=b", "document"))) == "off-snapshot"  # a substitution
+    assert classify(log(("miss", "https://e.com/old", None))) == "off-snapshot"  # no kind: judged by the URL
+
+
+@pytest.mark.slow
+def test_following_is_complete_and_searching_elsewhere_is_off_snapshot(tmp_path, ca, capsys):
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.judge.run import judge_run
+    from ego2web_replay.recorder.session import RecordOptions, record_task
+    from ego2web_replay.runner.run import RunSettings, run_suite
+    from ego2web_replay.tasks import load_tasks
+    from ego2web_replay.tracking.compare import compare
+    from ego2web_replay.tracking.ingest import ingest
+    from ego2web_replay.tracking.report import build_report
+
+    with DemoSite() as site:
+        suite_path = write_demo_suite(tmp_path / "suite", site.url, [MUG])
+        suite = load_tasks(suite_path)
+        snapshots = tmp_path / "snapshots"
+        recorded = record_task(suite.get(MUG), snapshots, RecordOptions(guard="loopback"), ca=ca)
+        assert recorded.ok, recorded.error
+    # a second task replays the same snapshot, but its agent searches for something that was never recorded
+    line = json.loads(suite_path.read_text("utf-8").splitlines()[0])
+    line["id"] = ELSEWHERE
+    line["reference_actions"] = [{"kind": "goto", "url": f"{site.url}/shop/search?q=teapot"},
+                                 {"kind": "answer", "answer": "$12.99"}]
+    with suite_path.open("a", encoding="utf-8") as fh:
+        fh.write(json.dumps(line) + "\n")
+    shutil.copytree(recorded.snapshot, snapshots / ELSEWHERE / recorded.snapshot.name)
+    settings = RunSettings(mode="frozen", snapshots_root=str(snapshots), timeout_s=60, action_timeout_s=10)
+    run_dir, results = run_suite(load_tasks(suite_path), agent_name="scripted", out=tmp_path / "runs",
+                                 settings=settings)
+    assert all(r.end_reason == "answered" for r in results), results
+    ok = load_trajectory(run_dir / "episodes" / MUG / "frozen")
+    off = load_trajectory(run_dir / "episodes" / ELSEWHERE / "frozen")
+    assert ok.replay.validity == "complete" and ok.replay.config["miss"] == "404"
+    assert off.replay.validity == "off-snapshot"
+    stats = json.loads((run_dir / "episodes" / ELSEWHERE / "frozen" / "replay_stats.json").read_text("utf-8"))
+    assert stats["validity"] == "off-snapshot" and stats["config"]["fuzzy"] is False
+    run_json = json.loads((run_dir / "run.json").read_text("utf-8"))
+    assert run_json["settings"]["replay"]["sequence"] == "sequence"
+
+    capsys.readouterr()
+    assert main(["runs", "show", str(run_dir)]) == 0
+    shown = capsys.readouterr().out
+    assert "off-snapshot" in shown and "complete" in shown and "frozen episodes: 2" in shown
+
+    judge_run(run_dir, "rule", tasks=suite_path, progress=False)  # the off-path page lacks the cues
+    db = tmp_path / "track.duckdb"
+    ingest(db, [run_dir])
+    comp = compare(db)
+    v = comp.groups[0].frozen_validity
+    assert (v.episodes, v.successes, v.complete, v.complete_successes) == (2, 1, 1, 1)
+    assert (v.success_rate, v.complete_success_rate) == (0.5, 1.0)
+    assert v.shares["complete"] == v.shares["off-snapshot"] == 0.5
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "frozen success and coverage" in out and "off-snapshot %" in out
+    build_report(db, tmp_path / "report")
+    index = (tmp_path / "report" / "index.html").read_text("utf-8")
+    assert "(off-snapshot)" in index and "success (complete)" in index

@@ -1,0 +1,64 @@
+"""Volatility learned at record time (snapshots.volatility) and its use by the matcher."""
+
+from __future__ import annotations
+
+from ego2web_replay.replay.matching import Capture, MatchIndex
+from ego2web_replay.replay.rules import default_rules
+from ego2web_replay.snapshots.volatility import (
+    learn_volatile,
+    merge_volatile,
+    path_group,
+    read_volatile,
+    write_volatile,
+)
+
+RULES = default_rules()
+
+
+def test_path_group_ignores_query_and_fragment():
+    assert path_group("get", "HTTP://Shop.Example:8080/api/stock?tok=1#x") == "GET http://shop.example:8080/api/stock"
+    assert path_group("POST", "https://e.com") == "POST https://e.com/"
+
+
+def test_token_with_same_response_is_learned():
+    learned = learn_volatile([
+        ("GET", "https://e.com/api/stock?id=4&tok=a81f", None, "sha1:X"),
+        ("GET", "https://e.com/api/stock?id=4&tok=77c0", None, "sha1:X"),
+        ("GET", "https://e.com/api/stock?id=5&tok=1b2e", None, "sha1:Y"),
+        ("POST", "https://e.com/api/log", "event=view&rid=1", "sha1:Z"),
+        ("POST", "https://e.com/api/log", "event=view&rid=2", "sha1:Z"),
+    ])
+    assert learned == {"GET https://e.com/api/stock": ["tok"], "POST https://e.com/api/log": ["rid"]}
+
+
+def test_a_name_that_changed_the_response_is_not_learned():
+    # page differs with the same response once (an empty last page) but also changed the response
+    learned = learn_volatile([
+        ("GET", "https://e.com/list?page=8", None, "sha1:EMPTY"),
+        ("GET", "https://e.com/list?page=9", None, "sha1:EMPTY"),
+        ("GET", "https://e.com/list?page=1", None, "sha1:P1"),
+    ])
+    assert learned == {}
+    # one capture per path teaches nothing; different responses teach nothing
+    assert learn_volatile([("GET", "https://e.com/s?q=a", None, "sha1:A"),
+                           ("GET", "https://e.com/s?q=b", None, "sha1:B")]) == {}
+
+
+def test_learned_names_file_roundtrip(tmp_path):
+    write_volatile(tmp_path, {"GET https://e.com/a": ["tok"]})
+    assert read_volatile(tmp_path) == {"GET https://e.com/a": ["tok"]}
+    assert read_volatile(tmp_path / "missing") == {}
+    merged = merge_volatile({"GET https://e.com/a": ["tok"]}, {"GET https://e.com/a": ["rid"]})
+    assert merged == {"GET https://e.com/a": frozenset({"tok", "rid"})}
+
+
+def test_matcher_drops_learned_names_for_their_path_only():
+    captures = [Capture("https://e.com/api/stock?id=4&tok=a81f", ref=1),
+                Capture("https://e.com/other?id=4&tok=a81f", ref=2)]
+    learned = {"GET https://e.com/api/stock": frozenset({"tok"})}
+    index = MatchIndex(captures, RULES, learned=learned)
+    hit = index.match("GET", "https://e.com/api/stock?tok=ffff&id=4")
+    assert hit.outcome == "canonical" and hit.capture.ref == 1 and "learned volatile: tok" in hit.key
+    assert index.match("GET", "https://e.com/api/stock?id=5&tok=ffff").outcome == "miss"  # id still matters
+    assert index.match("GET", "https://e.com/other?id=4&tok=ffff").outcome == "miss"  # other path: not learned
+    assert MatchIndex(captures, RULES).match("GET", "https://e.com/api/stock?id=4&tok=ffff").outcome == "miss"
