@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import Ego2WebError
 from ..media.video import write_clip
-from ..tasks import load_tasks
+from ..models import load_tasks
 from .clips import DEMO_CLIPS
 from .site import DemoSite
 

@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..media.keyframes import Keyframe, extract_keyframes
-from ..models import JudgeSpec, Verdict
-from ..tasks import Task
+from ..models import JudgeSpec, Task, Verdict
 from .client import ChatResult, Image, LLMClient, Message
 from .episode import Shot, load_episode
 from .prompts import (
