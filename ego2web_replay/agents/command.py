@@ -43,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..browser import sealed_chromium_args
+from ..lifeline import preexec_die_with_parent
 from ..models import Action, AgentSpec, Step, Task, Trajectory
 from .base import EpisodeEnv
 from .browser_use import convert_browser_use_history
@@ -165,7 +166,8 @@ def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[i
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(program, shell=True, env=env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=preexec_die_with_parent)
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

@@ -6,6 +6,7 @@ the suite from it; the tracker loads it into the ``runs`` table.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -17,7 +18,7 @@ from .base import FileModel, read_model
 from .replay_config import ReplayConfig
 from .trajectory import AgentSpec
 
-__all__ = ["InputSettings", "RunSettings", "RunManifest", "load_run", "RUN_MANIFEST"]
+__all__ = ["InputSettings", "RunSettings", "RunManifest", "load_run", "end_reason_counts", "RUN_MANIFEST"]
 
 RUN_MANIFEST = "run.json"
 
@@ -81,3 +82,17 @@ def load_run(run_dir: Path) -> RunManifest:
         return read_model(p, RunManifest, "run manifest")
     except FileNotFoundError:
         raise Ego2WebError(f"{run_dir}: not a run folder (no {RUN_MANIFEST})") from None
+
+
+def end_reason_counts(run_dir: Path) -> dict[str, int]:
+    """How the run's finished episodes ended: counts by ``end_reason`` (``unreadable`` for a
+    trajectory that cannot be read), from the ``trajectory.json`` files as they are now."""
+    counts: dict[str, int] = {}
+    for path in Path(run_dir).glob("episodes/*/*/trajectory.json"):
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            reason = str(data.get("end_reason", "?")) if isinstance(data, dict) else "unreadable"
+        except (OSError, ValueError):
+            reason = "unreadable"
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts
