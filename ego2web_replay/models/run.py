@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -18,9 +18,20 @@ from .base import FileModel, read_model
 from .replay_config import ReplayConfig
 from .trajectory import AgentSpec
 
-__all__ = ["RunSettings", "RunManifest", "load_run", "end_reason_counts", "RUN_MANIFEST"]
+__all__ = ["InputSettings", "RunSettings", "RunManifest", "load_run", "end_reason_counts", "RUN_MANIFEST"]
 
 RUN_MANIFEST = "run.json"
+
+
+class InputSettings(BaseModel):
+    """How the task's video reaches the agent (recorded in the run manifest and the agent spec)."""
+
+    modality: Literal["video", "keyframes", "captions", "none"] | None = Field(default=None, description="None: the agent's own default.")
+    keyframes: int = Field(default=8, ge=1, description="keyframes: frames sampled over the whole video.")
+    video_fps: float = Field(default=1.0, gt=0, description="video: frames per second when sent as frames.")
+    video_transport: Literal["frames", "video_url"] = Field(
+        default="frames", description="video: dense frames, or the file as a video_url content part.")
+    max_side: int = Field(default=512, ge=16, description="Longest side of the frames sent, in pixels.")
 
 
 class RunSettings(BaseModel):
@@ -38,6 +49,7 @@ class RunSettings(BaseModel):
                                  "(rules, repeated captures, freeze, miss policy, opt-in nearest capture).")
     keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
                                                               "trajectories instead of redacting them.")
+    inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")
 
 
 class RunManifest(FileModel):

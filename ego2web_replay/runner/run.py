@@ -33,6 +33,7 @@ from ..models import (
 from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
+from .inputs import apply_inputs
 from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
@@ -96,7 +97,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials)
+                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs)
 
 
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
@@ -124,6 +125,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             raise Ego2WebError(str(e)) from None
     agent_settings = dict(agent_settings or {})
     agent = make_agent(agent_name, **agent_settings)  # validates the name and settings before any work
+    apply_inputs(agent.spec, settings.inputs)
     out = Path(out)
     run_dir: Path | None = None
     if isinstance(resume, Path):
