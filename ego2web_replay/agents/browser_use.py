@@ -114,7 +114,8 @@ def _screenshot(raw: Any, out_dir: Path, index: int) -> str | None:
 
 
 def _thought(output: dict[str, Any]) -> str | None:
-    brain = output.get("current_state") if isinstance(output.get("current_state"), dict) else output
+    state = output.get("current_state")
+    brain: dict[str, Any] = state if isinstance(state, dict) else output
     parts = [str(brain[k]) for k in ("thinking", "next_goal") if brain.get(k)]
     if not parts:
         parts = [str(brain[k]) for k in ("evaluation_previous_goal", "memory") if brain.get(k)][:1]
