@@ -16,10 +16,17 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:
-    from .actions import Action
     from .errors import Ego2WebError
-    from .models import AgentSpec, ReplayStats, Step, Trajectory
-    from .tasks import Task, TaskSuite, load_tasks
+    from .models import (
+        Action,
+        AgentSpec,
+        ReplayStats,
+        Step,
+        Task,
+        TaskSuite,
+        Trajectory,
+        load_tasks,
+    )
 
 __all__ = [
     "__version__",

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .actions import Action
 from .errors import BrowserError
+from .models import Action
 
 __all__ = [
     "CHROMIUM_FLAGS",

@@ -1,10 +1,12 @@
-"""One way to retry a call that can fail for a moment: the agent's and the judge's model calls.
+"""One way to retry a call that can fail for a moment: the agent's and the judge's model calls,
+and opening the tracking database while another program holds its lock.
 
 :func:`retry_call` calls again after a transient error (by default
 :func:`is_transient_http`: timeouts, refused or broken connections, HTTP 408,
 429 and 5xx from the ``openai`` client), waiting ``backoff_s`` and doubling the
-wait each time up to ``backoff_max_s``. Any other error propagates at once;
-when every try failed, :class:`RetriesExhausted` carries the last error.
+wait each time up to ``backoff_max_s``, for at most ``retries`` more tries and/or
+until ``timeout_s`` has passed. Any other error propagates at once; when it gives
+up, :class:`RetriesExhausted` carries the last error.
 """
 
 from __future__ import annotations
@@ -40,19 +42,24 @@ def backoff_delay(attempt: int, backoff_s: float, backoff_max_s: float) -> float
     return 0.0 if attempt <= 0 else min(backoff_max_s, backoff_s * 2 ** (attempt - 1))
 
 
-def retry_call[T](call: Callable[[], T], *, retries: int, backoff_s: float, backoff_max_s: float = 30.0,
+def retry_call[T](call: Callable[[], T], *, retries: int | None = None, timeout_s: float | None = None,
+                  backoff_s: float, backoff_max_s: float = 30.0,
                   transient: Callable[[Exception], bool] = is_transient_http,
-                  sleep: Callable[[float], None] = time.sleep) -> T:
-    """``call()``, tried at most ``retries + 1`` times while it fails with a transient error."""
-    last: Exception | None = None
-    for attempt in range(max(0, retries) + 1):
-        if attempt:
-            sleep(backoff_delay(attempt, backoff_s, backoff_max_s))
+                  sleep: Callable[[float], None] = time.sleep,
+                  clock: Callable[[], float] = time.monotonic) -> T:
+    """``call()``, tried again while it fails with a transient error: at most ``retries``
+    more times, and no longer than ``timeout_s`` (give one or both)."""
+    if retries is None and timeout_s is None:
+        raise ValueError("retry_call needs retries, timeout_s or both")
+    deadline = None if timeout_s is None else clock() + timeout_s
+    attempt = 0
+    while True:
         try:
             return call()
         except Exception as e:
             if not transient(e):
                 raise
-            last = e
-    assert last is not None
-    raise RetriesExhausted(last, max(0, retries) + 1)
+            attempt += 1
+            if (retries is not None and attempt > retries) or (deadline is not None and clock() >= deadline):
+                raise RetriesExhausted(e, attempt) from e
+            sleep(backoff_delay(attempt, backoff_s, backoff_max_s))

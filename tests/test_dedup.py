@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import subprocess
@@ -111,15 +112,15 @@ def test_dictionary_archives_use_the_iipc_layout(suite_root, tmp_path):
     assert verify_snapshot(result.snapshots[0]).ok
 
 
-def _flip(pack: Path, member: str, out: Path) -> None:
-    """Copy ``pack`` with one byte flipped in the middle of ``member``'s stored data."""
+def _flip(pack: Path, member: str, out: Path, where: float) -> None:
+    """Copy ``pack`` with one byte flipped in ``member``'s stored data, ``where`` of the way through it."""
     with zipfile.ZipFile(pack) as zf:
         info = zf.getinfo(member)
     raw = bytearray(pack.read_bytes())
     name_len = int.from_bytes(raw[info.header_offset + 26 : info.header_offset + 28], "little")
     extra_len = int.from_bytes(raw[info.header_offset + 28 : info.header_offset + 30], "little")
     start = info.header_offset + 30 + name_len + extra_len
-    raw[start + info.compress_size // 2] ^= 0x01
+    raw[start + min(info.compress_size - 1, int(info.compress_size * where))] ^= 0x01
     out.write_bytes(bytes(raw))
 
 
@@ -130,8 +131,8 @@ def test_pack_unpack_round_trip_and_a_flipped_byte_is_refused(suite_root, tmp_pa
     with zipfile.ZipFile(pack) as zf:
         names = zf.namelist()
         manifest = json.loads(zf.read("pack.json"))
-    assert names[0] == "pack.json" and "tasks/tasks.jsonl" in names
-    assert {f["path"] for f in manifest["files"]} == set(names[1:])
+    assert names[-1] == "pack.json" and "tasks/tasks.jsonl" in names
+    assert {f["path"] for f in manifest["files"]} == set(names[:-1])
 
     dest = tmp_path / "unpacked"
     u = unpack_suite(pack, dest)
@@ -142,10 +143,10 @@ def test_pack_unpack_round_trip_and_a_flipped_byte_is_refused(suite_root, tmp_pa
         unpack_suite(pack, dest)
 
     archive = next(n for n in names if n.endswith("t3/s1/archive.warc.zst"))
-    for member in (archive, "snapshots/t1/s1/index.cdxj", "pack.json"):
+    for member, where in itertools.product((archive, "snapshots/t1/s1/index.cdxj", "pack.json"), (0, 0.5, 1)):
         bad = tmp_path / "bad.pack"
-        _flip(pack, member, bad)
-        fresh = tmp_path / f"fresh-{member.replace('/', '_')}"
+        _flip(pack, member, bad, where)
+        fresh = tmp_path / f"fresh-{member.replace('/', '_')}-{where}"
         with pytest.raises(SnapshotError) as err:
             unpack_suite(bad, fresh)
         assert member in str(err.value), str(err.value)

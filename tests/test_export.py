@@ -159,3 +159,17 @@ def test_pywb_replays_the_exported_wacz_byte_exact(snap_path, tmp_path):
     out = tmp_path / "shop.wacz"
     export_snapshot(snap_path, out, "wacz")
     assert pywb_serves(out, tmp_path / "pywb", Snapshot.open(snap_path)) == 5
+
+
+def test_export_reads_through_the_storage_interface(snap_path, tmp_path):
+    from ego2web_replay.snapshots.storage import LocalStorage, copy_snapshot
+    from ego2web_replay.testing.storage import MemoryStorage
+
+    mem = MemoryStorage()
+    copy_snapshot(LocalStorage(snap_path), mem)
+    remote = Snapshot.open(Path("memory/shop/s1"), storage=mem)
+    when = lambda: datetime(2026, 12, 1, 9, 0)  # noqa: E731
+    for fmt in ("warc.gz", "wacz"):
+        a = export_snapshot(snap_path, tmp_path / f"disk.{fmt}", fmt, clock=when)  # type: ignore[arg-type]
+        b = export_snapshot(remote, tmp_path / f"mem.{fmt}", fmt, clock=when)  # type: ignore[arg-type]
+        assert a.path.read_bytes() == b.path.read_bytes()

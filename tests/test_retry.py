@@ -74,3 +74,22 @@ def test_success_after_a_failure_and_no_retry_of_other_errors() -> None:
     with pytest.raises(KeyError):
         retry_call(broken, retries=5, backoff_s=0.5, transient=_is_flaky, sleep=lambda s: None)
     assert len(tries) == 1
+
+
+def test_a_deadline_instead_of_a_count() -> None:
+    now = [0.0]
+    waits: list[float] = []
+
+    def sleep(s: float) -> None:
+        waits.append(s)
+        now[0] += s
+
+    def call() -> str:
+        raise Flaky()
+
+    with pytest.raises(RetriesExhausted) as e:
+        retry_call(call, timeout_s=1.0, backoff_s=0.1, backoff_max_s=0.4, transient=_is_flaky, sleep=sleep,
+                   clock=lambda: now[0])
+    assert waits == [0.1, 0.2, 0.4, 0.4] and e.value.attempts == 5
+    with pytest.raises(ValueError, match="needs retries, timeout_s or both"):
+        retry_call(call, backoff_s=0.1, transient=_is_flaky)

@@ -18,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..actions import Action
-from ..models import AgentSpec, Trajectory
-from ..tasks import Task
+from ..models import Action, AgentSpec, Task, Trajectory
 
 __all__ = ["Observation", "EpisodeEnv", "StepAgent", "ProgramAgent", "InputModality"]
 

@@ -16,8 +16,7 @@ import binascii
 from pathlib import Path
 from typing import Any
 
-from ..actions import Action
-from ..models import Step
+from ..models import Action, Step
 
 __all__ = ["convert_browser_use_history"]
 

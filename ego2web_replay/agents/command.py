@@ -37,10 +37,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..actions import Action
 from ..browser import sealed_chromium_args
-from ..models import AgentSpec, Step, Trajectory
-from ..tasks import Task
+from ..models import Action, AgentSpec, Step, Task, Trajectory
 from .base import EpisodeEnv
 from .browser_use import convert_browser_use_history
 

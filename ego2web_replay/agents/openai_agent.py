@@ -21,11 +21,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..actions import Action
 from ..errors import AgentError
-from ..models import AgentSpec
+from ..models import Action, AgentSpec, Task
 from ..retry import RetriesExhausted, retry_call
-from ..tasks import Task
 from .base import Observation
 
 __all__ = ["OpenAIAgent", "parse_action_reply", "MalformedReply"]

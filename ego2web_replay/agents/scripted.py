@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from ..actions import Action
-from ..models import AgentSpec
-from ..tasks import Task
+from ..models import Action, AgentSpec, Task
 from .base import Observation
 
 __all__ = ["ScriptedAgent"]

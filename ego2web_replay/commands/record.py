@@ -50,8 +50,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
 
     One line per task and the progress bar go to stderr; the summary to stdout.
     """
+    from ..models import load_tasks
     from ..recorder.session import RecordOptions, record_task
-    from ..tasks import load_tasks
 
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))

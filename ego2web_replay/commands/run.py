@@ -57,8 +57,8 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     One line per episode and the progress bar go to stderr; the run folder to stdout.
     """
     from ..errors import Ego2WebError
+    from ..models import load_tasks
     from ..runner.run import RunSettings, run_suite
-    from ..tasks import load_tasks
 
     suite = load_tasks(tasks_file)
     suite.select(list(task_ids))

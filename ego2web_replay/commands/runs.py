@@ -99,4 +99,30 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
                   highlight=False, markup=False)
 
 
+@runs_group.command("coverage")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--runs", "runs_root", type=click.Path(path_type=Path), default=None,
+              help="Where to look for live-run archives (default: the run folder's parent).")
+@json_option("the coverage per task")
+def runs_coverage(run_dir: Path, runs_root: Path | None, json_out: str | None) -> None:
+    """List, per frozen episode of RUN_DIR, the documents and content fetches that missed and which
+    archived live runs hold them (merge those with `snapshot extend`)."""
+    import json
+
+    from ..tracking.coverage import run_coverage
+
+    report = run_coverage(run_dir, runs_root)
+    if json_out:
+        emit_machine(json_out, json.dumps([t.model_dump(mode="json") for t in report], indent=2) + "\n")
+        if is_stdout(json_out):
+            return
+    out = console()
+    for t in report:
+        out.print(f"{t.task_id}: {t.validity or 'unknown'}, {len(t.missed)} missed document(s)/content fetch(es)",
+                  highlight=False, markup=False)
+        for m in t.missed:
+            held = ", ".join(m.held_by) if m.held_by else "no live-run archive holds it"
+            out.print(f"  {m.method} {m.url}  [{m.kind or '?'}]  -> {held}", highlight=False, markup=False)
+
+
 COMMANDS = [runs_group]

@@ -133,4 +133,31 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path, snapshot_i
     click.echo(f"imported {m.exchanges} captures into {snap.path}")
 
 
+@snapshot.command("extend")
+@click.argument("base", type=click.Path(path_type=Path))
+@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--window", default=None,
+              help="Merge only captures made within this time of the base's capture (90s, 30m, 2h, 1d); "
+                   "default: no limit.")
+def extend_command(base: Path, sources: tuple[Path, ...], window: str | None) -> None:
+    """Make a new snapshot of BASE's task: its captures plus those of SOURCES (other snapshots of the task,
+    or run/episode folders holding live-run archives) for requests BASE does not hold, with provenance."""
+    from ..replay.canonical import canonicalize
+    from ..replay.rules import default_rules
+    from ..snapshots.extend import extend_snapshot, parse_window
+
+    rules = default_rules()
+
+    def same_request(entry) -> str:  # noqa: ANN001 - an index entry
+        return canonicalize(entry.method, entry.url, entry.request_body_query, rules).key
+
+    result = extend_snapshot(base, list(sources), window=parse_window(window) if window else None,
+                             request_key=same_request)
+    click.echo(f"extended snapshot {result.path}: {result.base_captures} base captures + {result.merged} merged")
+    for s in result.sources:
+        click.echo(f"  {s.snapshot_id} ({s.source}): merged {s.merged}, already held {s.already_held}, "
+                   f"outside the window {s.outside_window}" + (f", unresolved revisits {s.unresolved_revisits}"
+                                                              if s.unresolved_revisits else ""))
+
+
 COMMANDS = [snapshot]

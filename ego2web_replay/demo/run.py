@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..tasks import load_tasks
+from ..models import load_tasks
 from .site import DemoSite
 from .video import DEMO_CLIPS, write_clip
 

@@ -16,8 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..models import JudgeSpec, Verdict
-from ..tasks import Task
+from ..models import JudgeSpec, Task, Verdict
 from .client import ChatResult, Image, LLMClient, Message
 from .episode import Shot, load_episode
 from .keyframes import Keyframe, extract_keyframes

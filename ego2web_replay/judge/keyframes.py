@@ -23,8 +23,8 @@ from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_bytes, atomic_write_text
 from ..errors import JudgeError
+from ..models import TimeRange
 from ..png import png_from_array
-from ..tasks import TimeRange
 
 __all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir"]
 

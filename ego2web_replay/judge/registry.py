@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import JudgeError
-from ..models import JudgeSpec, Verdict
+from ..models import JudgeSpec, Task, Verdict
 from ..plugins import JUDGE_GROUP, PluginError, build, find_factory, plugin_names
-from ..tasks import Task
 from .client import LLMClient, LLMConfig, resolve_config
 from .ego2web import PipelineJudge
 from .episode import load_episode

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import JudgeError
-from ..models import JudgeSpec, Verdict
-from ..tasks import Task
+from ..models import JudgeSpec, Task, Verdict
 from .episode import Episode, load_episode
 from .pages import PageSource, SnapshotPages
 

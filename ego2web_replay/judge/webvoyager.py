@@ -5,8 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
-from ..models import JudgeSpec, Verdict
-from ..tasks import Task
+from ..models import JudgeSpec, Task, Verdict
 from .client import Image, LLMClient, Message
 from .episode import load_episode
 from .prompts import PromptSet, parse_final

@@ -11,7 +11,7 @@ from .base import FileModel
 
 __all__ = ["FileDigest", "SnapshotManifest", "SnapshotSource"]
 
-SnapshotSource = Literal["record", "live-run", "probe", "import"]
+SnapshotSource = Literal["record", "live-run", "probe", "import", "extend"]
 
 
 class FileDigest(BaseModel):
@@ -32,7 +32,8 @@ class SnapshotManifest(FileModel):
     snapshot_id: str = Field(description="The snapshot's id (its folder name).")
     created_at: datetime = Field(description="Capture start (UTC).")
     finished_at: datetime | None = Field(default=None, description="Capture end (UTC).")
-    source: SnapshotSource = Field(default="record", description="What made it: record, live-run, probe or import.")
+    source: SnapshotSource = Field(default="record", description="What made it: record, live-run, probe, import or extend "
+                                  "(a base snapshot merged with others; see provenance.json).")
     start_url: str | None = Field(default=None, description="Where the capture started.")
     pages: list[str] = Field(default_factory=list, description="Main-document URLs visited, in order.")
     archive: str = Field(description="Archive file name, e.g. archive.warc.zst.")

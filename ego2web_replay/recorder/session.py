@@ -17,10 +17,9 @@ from typing import Any, Literal
 from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
 from ..errors import Ego2WebError, RecordingError
 from ..guard import UpstreamGuard
-from ..models import SnapshotManifest
+from ..models import SnapshotManifest, Task
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
-from ..tasks import Task
 from ..versions import tool_versions
 from .addon import Recorder
 
@@ -209,7 +208,7 @@ def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: R
                  recorder: Recorder) -> None:
     steps = list(actions)
     if not steps or steps[0].kind != "goto":
-        from ..actions import Action
+        from ..models import Action
 
         steps.insert(0, Action(kind="goto", url=task.start_url))
     for i, action in enumerate(steps):

@@ -15,15 +15,23 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..actions import Action
 from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
 from ..browser import BrowserSession, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
-from ..models import AgentSpec, ReplayConfig, ReplayStats, Step, Trajectory, episode_dir, save_model
+from ..models import (
+    Action,
+    AgentSpec,
+    ReplayConfig,
+    ReplayStats,
+    Step,
+    Task,
+    Trajectory,
+    episode_dir,
+    save_model,
+)
 from ..proxy import project_ca
 from ..redaction import Redactor
-from ..tasks import Task
 
 __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot"]
 

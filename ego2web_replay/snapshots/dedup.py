@@ -40,6 +40,7 @@ from .export import materialize_revisit, serialize_record
 from .framing import Unit, iter_units
 from .reader import ArchiveRecord, parse_record, read_record
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest
+from .storage import walk
 
 __all__ = ["DedupResult", "SharedStore", "dedup_snapshots", "external_original", "open_store", "verify_store",
            "SHARED_DIR", "STORE_MANIFEST"]
@@ -122,7 +123,7 @@ def _payload_key(record: ArchiveRecord, min_size: int) -> str | None:
 def _records(snap: Snapshot) -> Iterator[tuple[Unit, ArchiveRecord]]:
     """A snapshot's records as whole units; revisits of payloads outside it are made whole first."""
     by_offset = {e.offset: e for e in snap.entries()}
-    with open(snap.archive_path, "rb") as fh:
+    with snap.storage.open(snap.manifest.archive) as fh:
         for unit in iter_units(fh, snap.archive_path):
             if not unit.data.strip():
                 continue
@@ -267,11 +268,10 @@ def _write_snapshot(snap: Snapshot, out_root: Path, store: RecordFrameWriter,
             records[kind] += 1
             out.write(data)
     write_index(build_index(archive), folder / INDEX)
-    shots = snap.path / "screenshots"
-    if shots.is_dir():
-        shutil.copytree(shots, folder / "screenshots")
-    else:
-        (folder / "screenshots").mkdir()
+    (folder / "screenshots").mkdir()
+    for name in walk(snap.storage, "screenshots/"):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(snap.storage.read(name))
     files = [file_digest(archive, folder), file_digest(folder / INDEX, folder)]
     files += [file_digest(p, folder) for p in sorted((folder / "screenshots").rglob("*")) if p.is_file()]
     rel = Path("..") / ".." / SHARED_DIR / store.path.parent.name

@@ -35,7 +35,8 @@ from ..errors import SnapshotError
 from .cdxj import CdxjEntry, build_index
 from .framing import iter_units
 from .reader import ArchiveRecord, parse_record, sha1_digest
-from .snapshot import Snapshot
+from .snapshot import MANIFEST, Snapshot
+from .storage import walk
 
 __all__ = ["ExportFormat", "ExportResult", "export_snapshot", "MANIFEST_RECORD_URI", "materialize_revisit",
            "serialize_record"]
@@ -108,7 +109,7 @@ def _write_warc_gz(snap: Snapshot, out: Path, when: datetime) -> tuple[int, int]
     """Write the snapshot's records as one gzip member each; return (records, materialized)."""
     by_offset = {e.offset: e for e in snap.entries()}
     records = materialized = 0
-    with open(snap.archive_path, "rb") as src, open(out, "wb") as dst:
+    with snap.storage.open(snap.manifest.archive) as src, open(out, "wb") as dst:
         for unit in iter_units(src, snap.archive_path):
             if not unit.data.strip():
                 continue
@@ -151,11 +152,11 @@ def _write_wacz(snap: Snapshot, out: Path, warc: Path, when: datetime) -> None:
         (f"archive/{WARC_NAME}", warc, zipfile.ZIP_STORED),
         ("indexes/index.cdx", index, zipfile.ZIP_DEFLATED),
         ("pages/pages.jsonl", _pages_jsonl(snap, entries), zipfile.ZIP_DEFLATED),
-        ("ego2web/manifest.json", (snap.path / "manifest.json").read_bytes(), zipfile.ZIP_DEFLATED),
+        ("ego2web/manifest.json", snap.storage.read(MANIFEST), zipfile.ZIP_DEFLATED),
     ]
-    for shot in sorted((snap.path / "screenshots").glob("*")):
-        if shot.is_file():
-            members.append((f"screenshots/{shot.name}", shot, zipfile.ZIP_STORED))
+    for name in sorted(walk(snap.storage, "screenshots/")):
+        if name.count("/") == 1:  # one folder deep, as WACZ validators expect
+            members.append((name, snap.storage.read(name), zipfile.ZIP_STORED))
     stamp = when.timetuple()[:6]
     resources = []
     with zipfile.ZipFile(out, "w") as zf:
@@ -202,16 +203,19 @@ def _chunks(path: Path) -> Iterator[bytes]:
 
 
 def export_snapshot(
-    path: Path,
+    path: Path | Snapshot,
     out: Path,
     fmt: ExportFormat = "wacz",
     *,
     clock: Callable[[], datetime] | None = None,
 ) -> ExportResult:
-    """Export the snapshot folder ``path`` to ``out`` (written atomically, never over ``path``'s files)."""
+    """Export the snapshot folder ``path`` (or an opened :class:`Snapshot`, in any storage) to ``out``.
+
+    ``out`` is written atomically; a failed export leaves nothing behind.
+    """
     if fmt not in ("wacz", "warc.gz"):
         raise SnapshotError(f"unknown export format {fmt!r}; use wacz or warc.gz")
-    snap = Snapshot.open(Path(path))
+    snap = path if isinstance(path, Snapshot) else Snapshot.open(Path(path))
     out = Path(out)
     if out.is_dir():
         raise SnapshotError(f"{out}: is a folder; give the file to write, e.g. {out / (snap.manifest.task_id + '.' + fmt)}")

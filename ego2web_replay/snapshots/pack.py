@@ -26,6 +26,7 @@ import zlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 
 from .. import __version__
 from ..errors import SnapshotError
@@ -129,14 +130,38 @@ def pack_suite(root: Path, out: Path, *, tasks_file: Path | None = None, diction
         }
         partial = Path(tmp) / "suite.pack"
         with zipfile.ZipFile(partial, "w") as zf:
-            zf.writestr(_info(PACK_MANIFEST, zipfile.ZIP_DEFLATED), json.dumps(manifest, indent=2) + "\n")
             for name, path in members:
                 method = zipfile.ZIP_STORED if name.endswith(_STORED_SUFFIXES) else zipfile.ZIP_DEFLATED
                 with open(path, "rb") as src, zf.open(_info(name, method), "w") as dst:
                     shutil.copyfileobj(src, dst, 1 << 20)
+        # the digest of each member's bytes as stored in the zip too: a flipped byte that leaves the
+        # decompressed content unchanged (a deflate flag, padding) is still caught
+        with open(partial, "rb") as fh, zipfile.ZipFile(partial) as zf:
+            raw = {info.filename: _raw_sha256(fh, info) for info in zf.infolist()}
+        for entry in files:
+            entry["stored_sha256"] = raw[str(entry["path"])]
+        with zipfile.ZipFile(partial, "a") as zf:  # the manifest last, uncompressed (its CRC covers every byte)
+            zf.writestr(_info(PACK_MANIFEST, zipfile.ZIP_STORED), json.dumps(manifest, indent=2) + "\n")
         os.replace(partial, out)
     return PackResult(out, manifest["snapshots"], len(files), out.stat().st_size,  # type: ignore[arg-type]
                       source_bytes, result.revisits, result.stored_payloads, result.dictionary_bytes, result.notes)
+
+
+def _raw_sha256(fh: BinaryIO, info: zipfile.ZipInfo) -> str:
+    """sha256 of a member's data as stored in the zip (after its local header)."""
+    fh.seek(info.header_offset)
+    header = fh.read(30)
+    if len(header) < 30 or header[:4] != b"PK\x03\x04":
+        raise SnapshotError(f"{info.filename}: no zip local header at byte {info.header_offset}")
+    fh.seek(info.header_offset + 30 + int.from_bytes(header[26:28], "little") + int.from_bytes(header[28:30], "little"))
+    h, left = hashlib.sha256(), info.compress_size
+    while left > 0:
+        chunk = fh.read(min(left, 1 << 20))
+        if not chunk:
+            break
+        h.update(chunk)
+        left -= len(chunk)
+    return h.hexdigest()
 
 
 def _info(name: str, method: int) -> zipfile.ZipInfo:
@@ -158,8 +183,8 @@ def _read_manifest(zf: zipfile.ZipFile, pack: Path) -> dict:
         manifest = json.loads(zf.read(PACK_MANIFEST))
     except KeyError:
         raise SnapshotError(f"{pack}: not a suite pack ({PACK_MANIFEST} is missing)") from None
-    except zipfile.BadZipFile:
-        raise SnapshotError(f"{pack}: {PACK_MANIFEST} is corrupt (its CRC does not match)") from None
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:
+        raise SnapshotError(f"{pack}: {PACK_MANIFEST} is corrupt ({e}); refusing the pack") from None
     except (ValueError, UnicodeDecodeError):
         raise SnapshotError(f"{pack}: {PACK_MANIFEST} is not valid JSON") from None
     if not isinstance(manifest, dict) or manifest.get("format") != PACK_FORMAT:
@@ -170,6 +195,7 @@ def _read_manifest(zf: zipfile.ZipFile, pack: Path) -> dict:
 def _extract_checked(zf: zipfile.ZipFile, pack: Path, manifest: dict, staging: Path) -> int:
     try:
         listed = {str(f["path"]): (str(f["sha256"]), int(f["size"])) for f in manifest["files"]}
+        stored = {str(f["path"]): str(f["stored_sha256"]) for f in manifest["files"]}
     except (KeyError, TypeError, ValueError):
         raise SnapshotError(f"{pack}: {PACK_MANIFEST} has no valid file list") from None
     names = [n for n in zf.namelist() if n != PACK_MANIFEST and not n.endswith("/")]
@@ -179,6 +205,11 @@ def _extract_checked(zf: zipfile.ZipFile, pack: Path, manifest: dict, staging: P
     missing = sorted(set(listed) - set(names))
     if missing:
         raise SnapshotError(f"{pack}: {missing[0]} is listed in {PACK_MANIFEST} but missing; refusing the pack")
+    with open(pack, "rb") as fh:
+        for info in zf.infolist():
+            if info.filename in stored and _raw_sha256(fh, info) != stored[info.filename]:
+                raise SnapshotError(f"{pack}: {info.filename}: its stored bytes differ from {PACK_MANIFEST} "
+                                    "(damaged in transit?); refusing the pack")
     for name in names:
         target = staging / _safe_member(name)
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -189,7 +220,7 @@ def _extract_checked(zf: zipfile.ZipFile, pack: Path, manifest: dict, staging: P
                     h.update(chunk)
                     size += len(chunk)
                     dst.write(chunk)
-        except (zipfile.BadZipFile, zlib.error) as e:
+        except (zipfile.BadZipFile, zlib.error, EOFError) as e:
             raise SnapshotError(f"{pack}: {name} is corrupt ({e}); refusing the pack") from None
         if (h.hexdigest(), size) != listed[name]:
             raise SnapshotError(f"{pack}: {name}: sha256 differs from {PACK_MANIFEST}; refusing the pack")

@@ -202,7 +202,7 @@ def _check_id(kind: str, value: str) -> str:
     return value
 
 
-_SOURCES = ("record", "live-run", "probe", "import")
+_SOURCES = ("record", "live-run", "probe", "import", "extend")
 
 
 class SnapshotWriter:
@@ -244,6 +244,7 @@ class SnapshotWriter:
         self.pages: list[str] = []
         self.screenshots: list[str] = []
         self.notes: list[str] = []
+        self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
         self.writer = ArchiveWriter(
             self.path / ARCHIVE_NAMES[compression],
             compression=compression,
@@ -300,6 +301,7 @@ class SnapshotWriter:
         self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries)), "the learned volatility")
         files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
                  file_digest(self.path / VOLATILE_FILE, self.path)]
+        files += [file_digest(self.path / name, self.path) for name in self.extra_files]
         for shot in sorted((self.path / "screenshots").rglob("*")):
             if shot.is_file():
                 files.append(file_digest(shot, self.path))

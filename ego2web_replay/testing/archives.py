@@ -33,9 +33,9 @@ class Fetch:
 def record_requests(task_id: str, fetches: Sequence[Fetch], root: Path, *, source: str = "record",
                     ca: object | None = None) -> Path:
     """Fetch ``fetches`` in order through a recording proxy into ``root/<task_id>/<id>/``; the snapshot path."""
+    from ..models import Task
     from ..proxy import project_ca
     from ..recorder.session import LiveRecording, RecordOptions
-    from ..tasks import Task
 
     task = Task(id=task_id, instruction="record requests", start_url=fetches[0].url if fetches else "http://invalid/")
     live = LiveRecording(task, root, RecordOptions(guard="loopback", source=source, screenshots=False),

@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from ..actions import Action
 from ..models import (
     RUN_MANIFEST,
+    Action,
     AgentSpec,
     Mode,
     RunManifest,

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from ..actions import Action
 from ..models import (
     RUN_MANIFEST,
+    Action,
     AgentSpec,
     JudgeSpec,
     ReplayStats,

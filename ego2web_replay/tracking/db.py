@@ -28,18 +28,36 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import overload
 
 import duckdb
 
 from ..config import DEFAULT_DB
 from ..errors import TrackingError
+from ..retry import RetriesExhausted, retry_call
 from .schema import CURRENT_VERSION, migrate, missing_migrations, schema_version
 
-__all__ = ["DEFAULT_DB", "LOCK_TIMEOUT_S", "write_connection", "read_connection", "lock_path"]
+__all__ = ["DEFAULT_DB", "LOCK_TIMEOUT_S", "write_connection", "read_connection", "lock_path", "db_time"]
 
 LOCK_TIMEOUT_S = 120.0
 _POLL_S = 0.005
+
+
+@overload
+def db_time(ts: datetime) -> datetime: ...
+
+
+@overload
+def db_time(ts: None) -> None: ...
+
+
+def db_time(ts: datetime | None) -> datetime | None:
+    """A time as the tables keep it: naive UTC (DuckDB's TIMESTAMP has no zone)."""
+    if ts is None or ts.tzinfo is None:
+        return ts
+    return ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def lock_path(db_path: str | os.PathLike[str]) -> Path:
@@ -94,24 +112,25 @@ def _is_lock_conflict(e: duckdb.Error) -> bool:
     return "Could not set lock" in text or "Conflicting lock" in text
 
 
+def _is_lock_error(e: Exception) -> bool:
+    return isinstance(e, duckdb.Error) and _is_lock_conflict(e)
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
 def _connect(db_path: Path, read_only: bool, timeout: float) -> duckdb.DuckDBPyConnection:
-    delay = 0.02
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            return duckdb.connect(str(db_path), read_only=read_only)
-        except duckdb.Error as e:
-            if _is_lock_conflict(e) and time.monotonic() < deadline:
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)
-                continue
-            first = str(e).splitlines()[0] if str(e) else type(e).__name__
-            if _is_lock_conflict(e):
-                raise TrackingError(f"{db_path}: locked by another program ({first})") from None
-            raise TrackingError(
-                f"{db_path}: not a readable DuckDB database ({first}); move it away and rebuild it with "
-                "`ego2web-replay ingest`"
-            ) from None
+    try:
+        return retry_call(lambda: duckdb.connect(str(db_path), read_only=read_only), timeout_s=timeout,
+                          backoff_s=0.02, backoff_max_s=1.0, transient=_is_lock_error)
+    except RetriesExhausted as e:
+        raise TrackingError(f"{db_path}: locked by another program ({_first_line(e.last)})") from None
+    except duckdb.Error as e:
+        raise TrackingError(
+            f"{db_path}: not a readable DuckDB database ({_first_line(e)}); move it away and rebuild it with "
+            "`ego2web-replay ingest`"
+        ) from None
 
 
 def _require_file(db_path: Path) -> None:

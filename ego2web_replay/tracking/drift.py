@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Literal
 from urllib.parse import urlsplit
 
 import duckdb
 from pydantic import BaseModel, Field, model_validator
 
-from .db import read_connection, write_connection
+from .db import db_time, read_connection, write_connection
 
 __all__ = [
     "UrlStatus",
@@ -101,10 +101,6 @@ class DriftSeries(BaseModel):
         return out
 
 
-def _naive(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is None else ts.astimezone(UTC).replace(tzinfo=None)
-
-
 def _task_status(statuses: Iterable[str]) -> str:
     """A task's status from its URLs': the most severe probed one (blocked > gone > changed >
     unchanged), ignoring failed probes; ``unknown`` when every probe failed."""
@@ -122,7 +118,7 @@ def record_probe(db_path: str | os.PathLike[str], rows: Iterable[ProbeResult]) -
         if items:
             con.executemany(
                 "INSERT INTO probes VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [[r.probe_id, _naive(r.probed_at), r.task_id, r.snapshot_id, r.url, r.host, r.status_then,
+                [[r.probe_id, db_time(r.probed_at), r.task_id, r.snapshot_id, r.url, r.host, r.status_then,
                   r.status_now, r.digest_equal, r.text_similarity, r.url_status, r.task_status, r.error]
                  for r in items],
             )

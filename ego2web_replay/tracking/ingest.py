@@ -35,7 +35,7 @@ from ..models import (
     read_model,
 )
 from ..validity import episode_validity
-from .db import write_connection
+from .db import db_time, write_connection
 
 __all__ = [
     "SourceFileError",
@@ -73,12 +73,6 @@ class IngestSummary(BaseModel):
 def agent_label(spec: AgentSpec) -> str:
     """The name agents are compared under: ``name`` or ``name:model``."""
     return f"{spec.name}:{spec.model}" if spec.model else spec.name
-
-
-def _naive(ts: datetime | None) -> datetime | None:
-    if ts is None or ts.tzinfo is None:
-        return ts
-    return ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def _now() -> datetime:
@@ -156,7 +150,7 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
     con.execute("DELETE FROM resources WHERE task_id = ? AND snapshot_id = ?", key)
     con.execute(
         "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [m.task_id, m.snapshot_id, str(snapshot_dir.resolve()), _naive(m.created_at), _naive(m.finished_at),
+        [m.task_id, m.snapshot_id, str(snapshot_dir.resolve()), db_time(m.created_at), db_time(m.finished_at),
          m.source, m.start_url, json.dumps(m.pages), m.archive, m.exchanges, m.payload_bytes,
          m.archive_bytes, _now()],
     )
@@ -178,7 +172,7 @@ def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest | None, run_
     con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
     con.execute(
         "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [run_id, _naive(run.started_at) if run else None, run.suite_path if run else None,
+        [run_id, db_time(run.started_at) if run else None, run.suite_path if run else None,
          run.suite_sha256 if run else None, agent_label(spec) if spec else None,
          spec.model_dump_json() if spec else None, json.dumps(run.modes if run else []),
          json.dumps(run.versions if run else {}), json.dumps(run.machine if run else {}),
@@ -193,7 +187,7 @@ def _write_verdict(con: duckdb.DuckDBPyConnection, run_id: str, verdict: Verdict
     con.execute(
         "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         [*key, verdict.judge.name, verdict.judge.model, verdict.judge.model_dump_json(), verdict.success,
-         verdict.score, verdict.thoughts, verdict.error, _naive(verdict.judged_at),
+         verdict.score, verdict.thoughts, verdict.error, db_time(verdict.judged_at),
          str(path.resolve()) if path else None, _now()],
     )
 
@@ -211,7 +205,7 @@ def _write_episode(con: duckdb.DuckDBPyConnection, run_id: str, traj: Trajectory
                replay_miss, path, ingested_at, replay_blocked, replay_live, missed_urls, validity)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [*key, category, agent_label(traj.agent), traj.snapshot_id, len(traj.steps), traj.end_reason,
-         traj.answer, traj.error, _naive(traj.started_at), _naive(traj.finished_at),
+         traj.answer, traj.error, db_time(traj.started_at), db_time(traj.finished_at),
          r.exact if r else None, r.canonical if r else None, r.fuzzy if r else None, r.miss if r else None,
          str(episode_dir.resolve()), _now(), r.blocked if r else None, r.live if r else None,
          json.dumps(r.missed_urls if r else []), episode_validity(traj)],

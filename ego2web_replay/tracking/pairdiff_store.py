@@ -10,18 +10,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from datetime import UTC, datetime
 
 import duckdb
 
-from .db import write_connection
+from .db import db_time, write_connection
 from .pairdiff import PairDiff, dumps
 
 __all__ = ["record_pair_diffs", "load_pair_diff"]
-
-
-def _naive(ts: datetime) -> datetime:
-    return ts if ts.tzinfo is None else ts.astimezone(UTC).replace(tzinfo=None)
 
 
 def record_pair_diffs(db_path: str | os.PathLike[str], diffs: Iterable[PairDiff]) -> int:
@@ -34,7 +29,7 @@ def record_pair_diffs(db_path: str | os.PathLike[str], diffs: Iterable[PairDiff]
             con.execute("DELETE FROM resource_changes WHERE run_id = ? AND task_id = ? AND frozen_snapshot_id = ?", key)
             counts = d.counts()
             con.execute("INSERT INTO pair_diffs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
-                d.run_id, d.task_id, d.live_snapshot_id, d.frozen_snapshot_id, _naive(d.live_at), _naive(d.diffed_at),
+                d.run_id, d.task_id, d.live_snapshot_id, d.frozen_snapshot_id, db_time(d.live_at), db_time(d.diffed_at),
                 d.status, len(d.resources), len(d.resources) - counts["unchanged"], dumps(d)])
             rows = [[d.run_id, d.task_id, d.frozen_snapshot_id, rank, r.url, r.method, r.kind, r.status, r.status_then,
                      r.status_now, r.detail, r.final_page,

@@ -180,9 +180,9 @@ def probe_snapshots(snapshots: Sequence[Path], *, archive_root: Path, guard: str
     Returns the probe id and the :class:`~ego2web_replay.tracking.drift.ProbeResult` rows; storing
     them (:func:`~ego2web_replay.tracking.drift.record_probe`) is the caller's choice.
     """
+    from ..models import Task
     from ..recorder.session import LiveRecording, RecordOptions
     from ..snapshots.snapshot import Snapshot
-    from ..tasks import Task
     from .drift import ProbeResult
 
     probe_id = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + uuid.uuid4().hex[:6]

@@ -1,0 +1,84 @@
+"""Coverage of a frozen run: which documents and content fetches missed, and which live runs hold them.
+
+:func:`run_coverage` reads a run's frozen episodes (their ``replay_stats.json``
+log), keeps the misses that matter for validity (documents, scripts,
+fetch/XHR; see :mod:`ego2web_replay.validity`), and looks each up in the
+archives live runs keep of the same task (``episodes/<task>/live/snapshots/``
+under the runs folder), matched the way replay matches (exact or canonical,
+learned volatility included). ``snapshot extend`` then merges those archives.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..errors import Ego2WebError
+from ..models import load_trajectory
+from ..validity import is_content
+
+__all__ = ["MissedRequest", "TaskCoverage", "run_coverage", "live_archives"]
+
+
+class MissedRequest(BaseModel):
+    method: str
+    url: str
+    kind: str | None = None
+    held_by: list[str] = Field(default_factory=list, description="Live-run archives (snapshot folders) that hold it.")
+
+
+class TaskCoverage(BaseModel):
+    task_id: str
+    validity: str | None
+    snapshot: str | None
+    missed: list[MissedRequest] = Field(default_factory=list)
+
+
+def live_archives(runs_root: Path, task_id: str) -> list[Path]:
+    """Every finished live-run archive of ``task_id`` under a runs folder, oldest first."""
+    found = sorted({m.parent for m in Path(runs_root).glob(f"*/episodes/{task_id}/live/snapshots/{task_id}/*/manifest.json")})
+    return found
+
+
+def _holders(archives: list[Path]) -> list[tuple[Path, Any]]:
+    from ..replay.matching import MatchIndex
+    from ..replay.session import load_captures, load_learned
+    from ..snapshots.snapshot import Snapshot
+
+    out: list[tuple[Path, Any]] = []
+    for path in archives:
+        try:
+            snap = Snapshot.open(path)
+            out.append((path, MatchIndex(load_captures([snap]), learned=load_learned([snap]))))
+        except Ego2WebError:
+            continue
+    return out
+
+
+def run_coverage(run_dir: Path, runs_root: Path | None = None) -> list[TaskCoverage]:
+    """Per frozen episode of ``run_dir``: its validity and the content requests it missed, with their holders."""
+    run_dir = Path(run_dir)
+    if not (run_dir / "episodes").is_dir():
+        raise Ego2WebError(f"{run_dir}: not a run folder (no episodes/); give a folder under runs/")
+    root = Path(runs_root) if runs_root is not None else run_dir.parent
+    report = []
+    for traj_file in sorted(run_dir.glob("episodes/*/frozen/trajectory.json")):
+        traj = load_trajectory(traj_file)
+        stats = traj.replay
+        entries = [e for e in (stats.log if stats else []) if e.outcome in ("miss", "fuzzy", "live")
+                   and is_content(e.kind, e.url)]
+        seen: set[tuple[str, str]] = set()
+        missed = []
+        indexes = _holders(live_archives(root, traj.task_id)) if entries else []
+        for e in entries:
+            if (e.method, e.url) in seen:
+                continue
+            seen.add((e.method, e.url))
+            held = [str(path) for path, index in indexes
+                    if index.session().match(e.method, e.url).outcome in ("exact", "canonical")]
+            missed.append(MissedRequest(method=e.method, url=e.url, kind=e.kind, held_by=held))
+        report.append(TaskCoverage(task_id=traj.task_id, validity=stats.validity if stats else None,
+                                   snapshot=traj.snapshot_path, missed=missed))
+    return report
