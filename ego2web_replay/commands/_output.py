@@ -31,8 +31,8 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-__all__ = ["Output", "console", "emit_machine", "is_stdout", "line", "output", "progress", "say", "table", "warn",
-           "STDOUT"]
+__all__ = ["Output", "bar_wanted", "console", "emit_machine", "is_stdout", "line", "output", "progress", "say",
+           "table", "warn", "STDOUT"]
 
 #: The value of a file option that means "write to stdout".
 STDOUT = "-"
@@ -157,6 +157,12 @@ def progress(label: str) -> Progress:
     err = console(stderr=True)
     return Progress(TextColumn(f"{label} {{task.description}}", markup=False), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=err, disable=not (output().progress and err.is_interactive))
+
+
+def bar_wanted() -> bool:
+    """Whether a progress bar drawn by a library function (``progress=``) should show: the same rule as
+    :func:`progress` (an interactive stderr, no ``--no-progress``/``-q``)."""
+    return output().progress and console(stderr=True).is_interactive
 
 
 def say(target: Any, message: str, *, status: str = "", style: str = "") -> None:

@@ -8,7 +8,7 @@ from typing import Any
 import click
 
 from ._options import db_options, iterations_option, json_option
-from ._output import console, emit_machine, is_stdout, output, table, warn
+from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
 JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
@@ -97,7 +97,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
             sink.verdict_made(episode, verdict)  # under the judge's own name, as its verdict file
 
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
-                         progress=output().progress, settings=settings, cache_dir=cache_dir,
+                         progress=bar_wanted(), settings=settings, cache_dir=cache_dir,
                          task_ids=list(task_ids) or None, on_verdict=on_verdict)
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
