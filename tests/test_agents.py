@@ -223,6 +223,39 @@ def test_openai_agent_backs_off_on_server_errors(tmp_path):
     assert len(srv.requests) == 1
 
 
+def test_openai_agent_honours_retry_after_and_scales_screenshots(tmp_path, monkeypatch):
+    import ego2web_replay.agents.openai_agent as oa
+
+    waits: list[float] = []
+    monkeypatch.setattr(oa.time, "sleep", waits.append)
+    ok = '{"action": {"kind": "stop"}}'
+    obs = _obs(tmp_path)
+    obs.screenshot.write_bytes(png_bytes(64, 40, (10, 200, 30)))
+    with FakeOpenAIServer([Reply(status=429, headers={"Retry-After": "7"}), Reply(status=503), ok]) as srv:
+        agent = _agent(srv, http_retries=3, backoff_s=0.5, image_max_side=16, temperature=0.3, timeout_s=5)
+        assert agent.act(obs).kind == "stop"
+    assert waits == [7.0, 1.0]  # the server's Retry-After, then the doubled backoff
+    body = srv.requests[-1]
+    assert body["temperature"] == 0.3 and "seed" not in body and "max_completion_tokens" not in body
+    url = next(p["image_url"]["url"] for p in body["messages"][1]["content"] if p["type"] == "image_url")
+    import io
+
+    import av
+
+    with av.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])), "r") as c:
+        frame = next(c.decode(video=0))
+    assert (frame.width, frame.height) == (16, 10)
+    assert agent.spec.settings["image_max_side"] == 16 and agent.spec.settings["timeout_s"] == 5
+
+
+def test_openai_agent_opens_the_start_url_first(tmp_path):
+    obs = _obs(tmp_path)
+    obs.step, obs.url = 0, "about:blank"
+    with FakeOpenAIServer([]) as srv:
+        action = _agent(srv).act(obs)
+    assert action.kind == "goto" and action.url == "http://127.0.0.1:1/" and srv.requests == []
+
+
 # -- the openai agent in real episodes ----------------------------------------------------------------------------
 MUG, WIKI = "shop-mug-price", "wiki-lighthouse-built"
 
@@ -247,12 +280,12 @@ def test_openai_agent_episodes(tmp_path, ca):
         if "Task: Find the mug" not in text:
             return "The lighthouse was built in 1874."  # never JSON
         step = int(re.search(r"Step (\d+)\.", text).group(1))
-        if step == 0:
+        if step == 1:  # step 0 opened the start URL (the shop) without a model call
             if not failed_once:
                 failed_once.append(True)
                 return Reply(status=500, error="overloaded")
-            return json.dumps({"thought": "open the shop", "action": {"kind": "goto", "url": f"{site.url}/shop"}})
-        if step == 1:
+            return json.dumps({"thought": "look again", "action": {"kind": "scroll", "dy": 100}})
+        if step == 2:
             n = re.search(r"\[(\d+)\] a 'Red Ceramic Mug'", text).group(1)
             return json.dumps({"thought": "the red mug", "action": {"kind": "click", "element": int(n)}})
         return '{"thought": "price is shown", "action": {"kind": "answer", "answer": "$12.99"}}'
@@ -261,37 +294,41 @@ def test_openai_agent_episodes(tmp_path, ca):
         suite = load_tasks(write_demo_suite(tmp_path / "suite", site.url, [MUG, WIKI]))
         settings = RunSettings(mode="live", guard="loopback", timeout_s=60, max_steps=6)
         agent_settings = {"model": "fake-model", "base_url": srv.base_url, "backoff_s": 0.01,
-                          "input_modality": "keyframes"}
+                          "input_modality": "keyframes", "seed": 7, "max_output_tokens": 300}
         run_dir, results = run_suite(suite, agent_name="openai", agent_settings=agent_settings,
                                      out=tmp_path / "runs", settings=settings)
     by = {r.task_id: r for r in results}
     good = load_trajectory(episode_dir(run_dir, MUG, "live"))
     assert good.end_reason == "answered" and good.answer == "$12.99", good.error
-    assert [s.action.kind for s in good.steps] == ["goto", "click", "answer"]
-    assert [s.url for s in good.steps] == [f"{site.url}/shop", f"{site.url}/shop/item/7", f"{site.url}/shop/item/7"]
-    assert [s.thought for s in good.steps] == ["open the shop", "the red mug", "price is shown"]
+    assert [s.action.kind for s in good.steps] == ["goto", "scroll", "click", "answer"]
+    assert [s.url for s in good.steps] == [f"{site.url}/shop"] * 2 + [f"{site.url}/shop/item/7"] * 2
+    assert [s.thought for s in good.steps] == ["open the task's start URL", "look again", "the red mug",
+                                               "price is shown"]
     assert good.agent.name == "openai" and good.agent.model == "fake-model"
     assert good.agent.input_modality == "keyframes"
     assert "$12.99" in good.final_page_text
     assert good.extra["usage"]["calls"] == 3
 
     mug_requests = [b for b in srv.requests if "Task: Find the mug" in _texts(b)]
-    assert len(mug_requests) == 4  # step 0 twice (a 500 first), then steps 1 and 2
-    for i, body in enumerate(mug_requests):
+    assert len(mug_requests) == 4  # step 1 twice (a 500 first), then steps 2 and 3
+    for body in mug_requests:
+        assert body["seed"] == 7 and body["max_completion_tokens"] == 300 and "max_tokens" not in body
         parts = body["messages"][1]["content"]
-        assert any(p["type"] == "text" and p["text"].startswith("Keyframes from the video") for p in parts)
+        assert any(p["type"] == "text" and p["text"].startswith("Keyframes sampled over the whole video")
+                   for p in parts)
         stamps = [p["text"] for p in parts if p["type"] == "text" and re.fullmatch(r"t=\d+\.\ds", p["text"])]
-        # the evidence range is 00:02-00:04
-        assert stamps and all(2.0 <= float(t[2:-1]) <= 4.0 for t in stamps)
+        # the whole 5-second video, not only the evidence range 00:02-00:04
+        assert len(stamps) >= 6 and float(stamps[0][2:-1]) < 1.0 and float(stamps[-1][2:-1]) > 4.0
         images = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
         assert all(u.startswith("data:image/png;base64,") for u in images)
-        # a keyframe per timestamp, then the screenshot from step 1 on (step 0 is a blank page)
-        assert len(images) == len(stamps) + (1 if i >= 2 else 0)
+        assert len(images) == len(stamps) + 1  # a keyframe per timestamp, then the screenshot
     assert "a 'Red Ceramic Mug' -> /shop/item/7" in _texts(mug_requests[2])
+    assert "Start URL: " + f"{site.url}/shop" in _texts(mug_requests[0])
 
     bad = load_trajectory(episode_dir(run_dir, WIKI, "live"))
-    assert bad.end_reason == "agent_error" and bad.steps == [] and bad.answer is None
-    assert "agent failed at step 0: MalformedReply" in bad.error and "after 3 tries" in bad.error
+    assert bad.end_reason == "agent_error"
+    assert [s.action.kind for s in bad.steps] == ["goto"] and bad.answer is None
+    assert "agent failed at step 1: MalformedReply" in bad.error and "after 3 tries" in bad.error
     assert by[MUG].ok and not by[WIKI].ok
     wiki_requests = [b for b in srv.requests if "Task: Find the mug" not in _texts(b)]
     assert len(wiki_requests) == 3

@@ -108,6 +108,10 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         click.echo(f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
                    f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+    if verdicts and all(v.error for v in verdicts):
+        from ..errors import JudgeError
+
+        raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
 
 
 @judge.command("agreement")

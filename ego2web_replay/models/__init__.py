@@ -26,7 +26,7 @@ from .base import FileModel, describe_validation_error, parse_model, read_model,
 from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
 from .replay_config import ReplayConfig
-from .run import RUN_MANIFEST, RunManifest, RunSettings, load_run
+from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reason_counts, load_run
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import AgentSpec, EndReason, Mode, Step, Trajectory, episode_dir, load_trajectory
@@ -42,6 +42,7 @@ __all__ = [
     "FileModel",
     "IndexEntry",
     "IndexRow",
+    "InputSettings",
     "JudgeSpec",
     "MatchOutcome",
     "Mode",
@@ -61,6 +62,7 @@ __all__ = [
     "Trajectory",
     "Verdict",
     "describe_validation_error",
+    "end_reason_counts",
     "episode_dir",
     "index_row",
     "load_run",
