@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
-from ..models import FileDigest, SnapshotManifest, parse_model
+from ..models import FileDigest, SnapshotManifest, check_id, parse_model
 from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
@@ -199,7 +199,10 @@ def _snapshot_id(now: datetime) -> str:
 def _check_id(kind: str, value: str) -> str:
     if not _SAFE_ID.match(value):
         raise SnapshotError(f"invalid {kind} {value!r}: use letters, digits, '.', '_' and '-' only")
-    return value
+    try:
+        return check_id(kind, value)
+    except ValueError as e:
+        raise SnapshotError(str(e)) from None
 
 
 _SOURCES = ("record", "live-run", "probe", "import", "extend")
