@@ -11,6 +11,7 @@ import click
 from ..config import DEFAULT_RUNS
 from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
 from ._output import progress, say, warn
+from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
+@executor_options
 @db_options("the run and each episode as they finish")
 @click.option("--keep-credentials", is_flag=True,
               help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            replay: ReplayConfig, db: Path | None, keep_credentials: bool) -> None:
+            replay: ReplayConfig, db: Path | None, keep_credentials: bool, executor: ExecutorChoice) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -96,7 +98,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
-                               on_start=on_start)
+                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)))
     click.echo(f"run folder: {run_dir}")
     if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:
         raise Ego2WebError(f"every episode failed to set up; first error: {failures[0].error}")
