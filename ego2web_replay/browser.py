@@ -34,6 +34,7 @@ __all__ = [
     "CHROMIUM_FLAGS",
     "WEBRTC_SEALING_FLAGS",
     "sealed_chromium_args",
+    "settle_page",
     "chromium_executable",
     "chromium_version",
     "acquire_playwright",
@@ -283,8 +284,29 @@ def perform_action(page: Any, action: Action, *, timeout_s: float = 30.0) -> Non
         _settle(page, t)
 
 
+SETTLE_JS = """(horizonMs) => {
+  const f = globalThis.__ego2webFreeze;
+  return f && typeof f.settle === "function" ? f.settle(horizonMs, 5000) : -1;
+}"""
+
+
+def settle_page(page: Any, horizon_ms: float = 5000.0) -> int:
+    """Advance a frozen page's virtual time until pending short timers and animation frames have run.
+
+    With the determinism freeze installed (frozen mode), one-shot timers due within ``horizon_ms``
+    and pending ``requestAnimationFrame`` callbacks run now, in due order, so what a screenshot
+    shows does not depend on how busy the machine was; CSS animations and transitions are finished
+    by the screenshot itself (``animations="disabled"``). Without the freeze it does nothing (-1).
+    """
+    try:
+        return int(page.evaluate(SETTLE_JS, horizon_ms))
+    except Exception:  # noqa: BLE001 - a page mid-navigation: nothing to settle
+        return -1
+
+
 def take_screenshot(page: Any, path: Path) -> Path:
-    """Viewport screenshot as PNG (animations off, caret hidden, so it is repeatable)."""
+    """Viewport screenshot as PNG (page time settled, animations off, caret hidden, so it is repeatable)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    settle_page(page)
     page.screenshot(path=str(path), animations="disabled", caret="hide", timeout=30000)
     return path

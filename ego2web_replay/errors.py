@@ -20,6 +20,7 @@ __all__ = [
     "AgentError",
     "JudgeError",
     "TrackingError",
+    "MediaError",
 ]
 
 
@@ -67,3 +68,7 @@ class JudgeError(Ego2WebError):
 
 class TrackingError(Ego2WebError):
     """The tracking database is missing, corrupt or locked."""
+
+
+class MediaError(Ego2WebError):
+    """A task's video is missing or cannot be decoded, or its captions cannot be made."""

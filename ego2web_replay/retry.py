@@ -5,8 +5,10 @@ and opening the tracking database while another program holds its lock.
 :func:`is_transient_http`: timeouts, refused or broken connections, HTTP 408,
 429 and 5xx from the ``openai`` client), waiting ``backoff_s`` and doubling the
 wait each time up to ``backoff_max_s``, for at most ``retries`` more tries and/or
-until ``timeout_s`` has passed. Any other error propagates at once; when it gives
-up, :class:`RetriesExhausted` carries the last error.
+until ``timeout_s`` has passed; when the server says how long to wait (a
+``Retry-After`` header, in seconds or as an HTTP date) that wait is used instead,
+capped at ``retry_after_max_s``. Any other error propagates at once; when it
+gives up, :class:`RetriesExhausted` carries the last error.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["RetriesExhausted", "retry_call", "is_transient_http", "backoff_delay"]
+__all__ = ["RetriesExhausted", "retry_call", "is_transient_http", "backoff_delay", "retry_after"]
 
 
 class RetriesExhausted(Exception):
@@ -42,11 +44,31 @@ def backoff_delay(attempt: int, backoff_s: float, backoff_max_s: float) -> float
     return 0.0 if attempt <= 0 else min(backoff_max_s, backoff_s * 2 ** (attempt - 1))
 
 
+def retry_after(error: Exception, cap: float) -> float | None:
+    """The wait a ``Retry-After`` header on the error's HTTP response asks for (capped), or None."""
+    from email.utils import parsedate_to_datetime
+
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    value = headers.get("retry-after") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, min(cap, float(value)))
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, min(cap, when.timestamp() - time.time()))
+
+
 def retry_call[T](call: Callable[[], T], *, retries: int | None = None, timeout_s: float | None = None,
                   backoff_s: float, backoff_max_s: float = 30.0,
                   transient: Callable[[Exception], bool] = is_transient_http,
                   sleep: Callable[[float], None] = time.sleep,
-                  clock: Callable[[], float] = time.monotonic) -> T:
+                  clock: Callable[[], float] = time.monotonic, retry_after_max_s: float = 120.0) -> T:
     """``call()``, tried again while it fails with a transient error: at most ``retries``
     more times, and no longer than ``timeout_s`` (give one or both)."""
     if retries is None and timeout_s is None:
@@ -62,4 +84,5 @@ def retry_call[T](call: Callable[[], T], *, retries: int | None = None, timeout_
             attempt += 1
             if (retries is not None and attempt > retries) or (deadline is not None and clock() >= deadline):
                 raise RetriesExhausted(e, attempt) from e
-            sleep(backoff_delay(attempt, backoff_s, backoff_max_s))
+            asked = retry_after(e, retry_after_max_s)
+            sleep(backoff_delay(attempt, backoff_s, backoff_max_s) if asked is None else asked)

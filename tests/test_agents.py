@@ -63,40 +63,41 @@ def test_scripted_agent_starts_at_the_start_url_then_stops():
 
 # -- browser-use history ------------------------------------------------------------------------------------
 def _browser_use_history(shot_b64: str, shot_file: str) -> dict:
-    """A realistic AgentHistoryList as browser-use's ``save_to_file`` writes it."""
+    """An AgentHistoryList as browser-use 0.13's ``save_to_file`` writes it (the third item in the older
+    ``current_state``/``xpath`` form, which is read too)."""
     return {"history": [
-        {"model_output": {"current_state": {"evaluation_previous_goal": "Unknown - just started",
-                                            "memory": "Need the mug's price.", "next_goal": "Open the shop"},
-                          "action": [{"go_to_url": {"url": "https://shop.example/"}}]},
-         "result": [{"is_done": False, "success": None, "extracted_content": "🔗  Navigated to https://shop.example/",
-                     "error": None, "include_in_memory": True}],
-         "state": {"tabs": [{"page_id": 0, "url": "about:blank", "title": ""}], "screenshot": shot_b64,
+        {"model_output": {"thinking": "The task needs the mug's price.", "evaluation_previous_goal": "Start",
+                          "memory": "Need the mug's price.", "next_goal": "Open the shop",
+                          "action": [{"navigate": {"url": "https://shop.example/", "new_tab": False}}]},
+         "result": [{"is_done": False, "extracted_content": "🔗 Navigated to https://shop.example/"}],
+         "state": {"tabs": [{"url": "about:blank", "title": "", "target_id": "AB12"}], "screenshot_path": None,
                    "interacted_element": [None], "url": "about:blank", "title": ""},
-         "metadata": {"step_start_time": 1.0, "step_end_time": 2.5, "input_tokens": 1200, "step_number": 1}},
-        {"model_output": {"current_state": {"evaluation_previous_goal": "Success", "memory": "",
-                                            "next_goal": "Search for the mug"},
-                          "action": [{"input_text": {"index": 3, "text": "red mug"}},
+         "metadata": {"step_start_time": 1.0, "step_end_time": 2.5, "step_number": 1}},
+        {"model_output": {"evaluation_previous_goal": "Success", "memory": "", "next_goal": "Search for the mug",
+                          "action": [{"input": {"index": 3, "text": "red mug", "clear": True}},
                                      {"send_keys": {"keys": "Enter"}}]},
-         "result": [{"is_done": False, "extracted_content": "⌨️  Input red mug into index 3", "error": None},
-                    {"is_done": False, "extracted_content": "⌨️  Sent keys: Enter", "error": None}],
+         "result": [{"is_done": False, "extracted_content": "Typed 'red mug'"},
+                    {"is_done": False, "extracted_content": "Sent keys: Enter"}],
          "state": {"url": "https://shop.example/", "title": "Shop", "screenshot_path": shot_file,
                    "interacted_element": [
-                       {"tag_name": "input", "xpath": "html/body/main/form/input", "highlight_index": 3,
-                        "attributes": {"id": "q", "name": "q"}, "css_selector": "html > body > main > form > input"},
-                       None]}},
+                       {"node_id": 5, "backend_node_id": 9, "frame_id": None, "node_type": 1, "node_value": "",
+                        "node_name": "INPUT", "attributes": {"id": "q", "name": "q"},
+                        "x_path": "html/body/main/form/input", "element_hash": 1, "stable_hash": 1},
+                       None]},
+         "metadata": {"step_start_time": 2.5, "step_end_time": 4.5, "step_number": 2}},
         {"model_output": {"current_state": {"next_goal": "Open the red mug"},
-                          "action": [{"click_element_by_index": {"index": 7}}, {"scroll_down": {"amount": None}},
-                                     {"extract_content": {"goal": "price"}}]},
-         "result": [{"is_done": False, "extracted_content": "🖱️  Clicked button with index 7"},
+                          "action": [{"click_element_by_index": {"index": 7}}, {"scroll": {"down": True, "pages": 0.5}},
+                                     {"extract": {"query": "price"}}]},
+         "result": [{"is_done": False, "extracted_content": "Clicked button with index 7"},
                     {"is_done": False, "error": "scroll failed: page is not scrollable"},
                     {"is_done": False, "extracted_content": "price: $12.99"}],
-         "state": {"url": "https://shop.example/search?q=red+mug", "title": "Search",
+         "state": {"url": "https://shop.example/search?q=red+mug", "title": "Search", "screenshot": shot_b64,
                    "interacted_element": [{"tag_name": "a", "xpath": "/html/body/main/div[2]/a",
                                            "highlight_index": 7}, None, None]}},
         {"model_output": None,
-         "result": [{"is_done": False, "error": "Rate limit error; retrying", "include_in_memory": True}],
+         "result": [{"is_done": False, "error": "Rate limit error; retrying"}],
          "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug", "interacted_element": []}},
-        {"model_output": {"current_state": {"next_goal": "Report"},
+        {"model_output": {"next_goal": "Report",
                           "action": [{"go_back": {}}, {"done": {"text": "The mug costs $12.99", "success": True}}]},
          "result": [{"is_done": False}, {"is_done": True, "success": True, "extracted_content": "The mug costs $12.99"}],
          "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug",
@@ -105,7 +106,8 @@ def _browser_use_history(shot_b64: str, shot_file: str) -> dict:
 
 
 def test_browser_use_history_becomes_our_steps(tmp_path):
-    shot_file = tmp_path / "bu-shot.png"
+    shot_file = tmp_path / "bu-tmp" / "step_2.png"
+    shot_file.parent.mkdir()
     shot_file.write_bytes(PNG)
     data = _browser_use_history(base64.b64encode(PNG).decode(), str(shot_file))
     out = tmp_path / "agent"
@@ -117,20 +119,26 @@ def test_browser_use_history_becomes_our_steps(tmp_path):
         "type selector='xpath=/html/body/main/form/input' value='red mug'",
         "press key='Enter'",
         "click selector='xpath=/html/body/main/div[2]/a'",
-        "scroll dy=600",
+        "scroll dy=400",
         "wait seconds=0.0",
         "back",
         "answer answer='The mug costs $12.99'",
     ]
-    # the page state before each action, the model's goal as the thought, errors per action
-    assert steps[0].url == "about:blank" and steps[1].url == "https://shop.example/" and steps[1].title == "Shop"
-    assert steps[0].thought == "Open the shop"
+    # the URL after each item's actions is the next item's page
+    assert [s.url for s in steps] == ["https://shop.example/", "https://shop.example/search?q=red+mug",
+                                      "https://shop.example/search?q=red+mug"] + ["https://shop.example/item/7"] * 5
+    assert steps[0].title == "Shop"
+    assert steps[0].thought == "The task needs the mug's price. | Open the shop"
+    assert steps[1].thought == "Search for the mug" and steps[3].thought == "Open the red mug"
+    assert [s.duration_s for s in steps[:3]] == [1.5, 1.0, 1.0]
     assert steps[4].error == "scroll failed: page is not scrollable"
-    assert "'extract_content' has no counterpart" in steps[5].thought
-    # screenshots: base64 decoded into the output folder, a file path kept as is
-    assert steps[0].screenshot == "screenshots/step-000.png"
-    assert (out / steps[0].screenshot).read_bytes() == PNG
-    assert steps[1].screenshot == str(shot_file) and steps[3].screenshot is None
+    assert "'extract' has no counterpart" in steps[5].thought
+    # screenshots after each item, copied into the episode (a file in browser-use's temp folder, or base64)
+    assert steps[0].screenshot == "screenshots/step-000.png" and (out / steps[0].screenshot).read_bytes() == PNG
+    assert steps[2].screenshot == "screenshots/step-002.png" and (out / steps[2].screenshot).read_bytes() == PNG
+    assert steps[1].screenshot is None and steps[5].screenshot is None
+    shot_file.unlink()  # browser-use's temp folder goes away; the episode keeps its copy
+    assert (out / "screenshots/step-000.png").exists()
 
 
 def test_browser_use_history_answer_from_is_done_and_bare_lists(tmp_path):
@@ -223,6 +231,39 @@ def test_openai_agent_backs_off_on_server_errors(tmp_path):
     assert len(srv.requests) == 1
 
 
+def test_openai_agent_honours_retry_after_and_scales_screenshots(tmp_path, monkeypatch):
+    import ego2web_replay.agents.openai_agent as oa
+
+    waits: list[float] = []
+    monkeypatch.setattr(oa.time, "sleep", waits.append)
+    ok = '{"action": {"kind": "stop"}}'
+    obs = _obs(tmp_path)
+    obs.screenshot.write_bytes(png_bytes(64, 40, (10, 200, 30)))
+    with FakeOpenAIServer([Reply(status=429, headers={"Retry-After": "7"}), Reply(status=503), ok]) as srv:
+        agent = _agent(srv, http_retries=3, backoff_s=0.5, image_max_side=16, temperature=0.3, timeout_s=5)
+        assert agent.act(obs).kind == "stop"
+    assert waits == [7.0, 1.0]  # the server's Retry-After, then the doubled backoff
+    body = srv.requests[-1]
+    assert body["temperature"] == 0.3 and "seed" not in body and "max_completion_tokens" not in body
+    url = next(p["image_url"]["url"] for p in body["messages"][1]["content"] if p["type"] == "image_url")
+    import io
+
+    import av
+
+    with av.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])), "r") as c:
+        frame = next(c.decode(video=0))
+    assert (frame.width, frame.height) == (16, 10)
+    assert agent.spec.settings["image_max_side"] == 16 and agent.spec.settings["timeout_s"] == 5
+
+
+def test_openai_agent_opens_the_start_url_first(tmp_path):
+    obs = _obs(tmp_path)
+    obs.step, obs.url = 0, "about:blank"
+    with FakeOpenAIServer([]) as srv:
+        action = _agent(srv).act(obs)
+    assert action.kind == "goto" and action.url == "http://127.0.0.1:1/" and srv.requests == []
+
+
 # -- the openai agent in real episodes ----------------------------------------------------------------------------
 MUG, WIKI = "shop-mug-price", "wiki-lighthouse-built"
 
@@ -247,12 +288,12 @@ def test_openai_agent_episodes(tmp_path, ca):
         if "Task: Find the mug" not in text:
             return "The lighthouse was built in 1874."  # never JSON
         step = int(re.search(r"Step (\d+)\.", text).group(1))
-        if step == 0:
+        if step == 1:  # step 0 opened the start URL (the shop) without a model call
             if not failed_once:
                 failed_once.append(True)
                 return Reply(status=500, error="overloaded")
-            return json.dumps({"thought": "open the shop", "action": {"kind": "goto", "url": f"{site.url}/shop"}})
-        if step == 1:
+            return json.dumps({"thought": "look again", "action": {"kind": "scroll", "dy": 100}})
+        if step == 2:
             n = re.search(r"\[(\d+)\] a 'Red Ceramic Mug'", text).group(1)
             return json.dumps({"thought": "the red mug", "action": {"kind": "click", "element": int(n)}})
         return '{"thought": "price is shown", "action": {"kind": "answer", "answer": "$12.99"}}'
@@ -261,37 +302,41 @@ def test_openai_agent_episodes(tmp_path, ca):
         suite = load_tasks(write_demo_suite(tmp_path / "suite", site.url, [MUG, WIKI]))
         settings = RunSettings(mode="live", guard="loopback", timeout_s=60, max_steps=6)
         agent_settings = {"model": "fake-model", "base_url": srv.base_url, "backoff_s": 0.01,
-                          "input_modality": "keyframes"}
+                          "input_modality": "keyframes", "seed": 7, "max_output_tokens": 300}
         run_dir, results = run_suite(suite, agent_name="openai", agent_settings=agent_settings,
                                      out=tmp_path / "runs", settings=settings)
     by = {r.task_id: r for r in results}
     good = load_trajectory(episode_dir(run_dir, MUG, "live"))
     assert good.end_reason == "answered" and good.answer == "$12.99", good.error
-    assert [s.action.kind for s in good.steps] == ["goto", "click", "answer"]
-    assert [s.url for s in good.steps] == [f"{site.url}/shop", f"{site.url}/shop/item/7", f"{site.url}/shop/item/7"]
-    assert [s.thought for s in good.steps] == ["open the shop", "the red mug", "price is shown"]
+    assert [s.action.kind for s in good.steps] == ["goto", "scroll", "click", "answer"]
+    assert [s.url for s in good.steps] == [f"{site.url}/shop"] * 2 + [f"{site.url}/shop/item/7"] * 2
+    assert [s.thought for s in good.steps] == ["open the task's start URL", "look again", "the red mug",
+                                               "price is shown"]
     assert good.agent.name == "openai" and good.agent.model == "fake-model"
     assert good.agent.input_modality == "keyframes"
     assert "$12.99" in good.final_page_text
     assert good.extra["usage"]["calls"] == 3
 
     mug_requests = [b for b in srv.requests if "Task: Find the mug" in _texts(b)]
-    assert len(mug_requests) == 4  # step 0 twice (a 500 first), then steps 1 and 2
-    for i, body in enumerate(mug_requests):
+    assert len(mug_requests) == 4  # step 1 twice (a 500 first), then steps 2 and 3
+    for body in mug_requests:
+        assert body["seed"] == 7 and body["max_completion_tokens"] == 300 and "max_tokens" not in body
         parts = body["messages"][1]["content"]
-        assert any(p["type"] == "text" and p["text"].startswith("Keyframes from the video") for p in parts)
+        assert any(p["type"] == "text" and p["text"].startswith("Keyframes sampled over the whole video")
+                   for p in parts)
         stamps = [p["text"] for p in parts if p["type"] == "text" and re.fullmatch(r"t=\d+\.\ds", p["text"])]
-        # the evidence range is 00:02-00:04
-        assert stamps and all(2.0 <= float(t[2:-1]) <= 4.0 for t in stamps)
+        # the whole 5-second video, not only the evidence range 00:02-00:04
+        assert len(stamps) >= 6 and float(stamps[0][2:-1]) < 1.0 and float(stamps[-1][2:-1]) > 4.0
         images = [p["image_url"]["url"] for p in parts if p["type"] == "image_url"]
         assert all(u.startswith("data:image/png;base64,") for u in images)
-        # a keyframe per timestamp, then the screenshot from step 1 on (step 0 is a blank page)
-        assert len(images) == len(stamps) + (1 if i >= 2 else 0)
+        assert len(images) == len(stamps) + 1  # a keyframe per timestamp, then the screenshot
     assert "a 'Red Ceramic Mug' -> /shop/item/7" in _texts(mug_requests[2])
+    assert "Start URL: " + f"{site.url}/shop" in _texts(mug_requests[0])
 
     bad = load_trajectory(episode_dir(run_dir, WIKI, "live"))
-    assert bad.end_reason == "agent_error" and bad.steps == [] and bad.answer is None
-    assert "agent failed at step 0: MalformedReply" in bad.error and "after 3 tries" in bad.error
+    assert bad.end_reason == "agent_error"
+    assert [s.action.kind for s in bad.steps] == ["goto"] and bad.answer is None
+    assert "agent failed at step 1: MalformedReply" in bad.error and "after 3 tries" in bad.error
     assert by[MUG].ok and not by[WIKI].ok
     wiki_requests = [b for b in srv.requests if "Task: Find the mug" not in _texts(b)]
     assert len(wiki_requests) == 3

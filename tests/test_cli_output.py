@@ -130,7 +130,7 @@ def test_quiet_and_no_progress(long_run, data_home):
     *_, args, _ = long_run
     quiet = _piped("-q", *args, "--run-id", "quiet", data_home=data_home)
     assert quiet.returncode == 1 and quiet.stdout.startswith("run folder: ")
-    assert quiet.stderr.startswith("error: every episode failed to set up") and quiet.stderr.count("\n") == 1
+    assert quiet.stderr.startswith("error: every episode errored (1: setup_error)") and quiet.stderr.count("\n") == 1
     # rich draws the bar when told stderr is an interactive terminal; --no-progress keeps only the lines
     tty = {"TTY_COMPATIBLE": "1", "TTY_INTERACTIVE": "1"}
     drawn = _piped(*args, "--run-id", "drawn", data_home=data_home, env=tty)

@@ -142,6 +142,25 @@ def test_compare_cli(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str
     assert "ingest" in err and err.count("\n") == 1
 
 
+def test_judge_errors_are_neither_success_nor_failure(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping", "t3": "knowledge"})
+    a = AgentSpec(name="openai", model="gpt-x")
+    eps = [EpisodeSpec("t1", "live", {"ego2web": True}),
+           EpisodeSpec("t1", "frozen", verdict_errors={"ego2web": "judge endpoint rejected the request"}),
+           EpisodeSpec("t2", "live", {"ego2web": True}), EpisodeSpec("t2", "frozen", {"ego2web": False}),
+           EpisodeSpec("t3", "live", {"ego2web": True}), EpisodeSpec("t3", "frozen", {"ego2web": True})]
+    make_run(tmp_path / "runs", "r", a, eps, suite=suite)
+    path = tmp_path / "e.duckdb"
+    ingest(path, [tmp_path / "runs"])
+    (g,) = compare(path).groups
+    assert g.judge_errors == 1 and g.judge_error_tasks == ["t1"]
+    assert g.paired == 2 and g.live_rate == 1.0 and g.frozen_rate == 0.5  # t1 counts nowhere
+    assert [f.task_id for f in g.flips] == ["t2"]  # not t1: an unmade verdict is no "live only" flip
+    assert g.counts.live_only == 1 and g.counts.both == 1
+    row = next(r for r in csv.DictReader(csv_text(compare(path)).splitlines()) if r["category"] == "overall")
+    assert row["judge_errors"] == "1"
+
+
 def test_compare_json_and_csv_to_stdout(db: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

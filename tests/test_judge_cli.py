@@ -128,3 +128,13 @@ def test_help(capsys):
         assert main(args) == 0
     out = capsys.readouterr().out
     assert "task_id,mode,label" in out and "--base-url" in out
+
+
+def test_judge_exits_non_zero_when_every_verdict_errored(run, tmp_path, capsys):
+    for task in ("T1", "T2"):
+        (run / f"episodes/{task}/frozen/trajectory.json").unlink()
+    assert main(["judge", str(run), "--judge", "rule", "--no-progress", "--no-db"]) == 1
+    captured = capsys.readouterr()
+    assert "frozen: 0/0 success (n/a), 2 error(s)" in captured.out
+    assert captured.err.startswith("error: every verdict errored (2); first error:") and captured.err.count("\n") == 1
+    assert json.loads((run / "episodes/T1/frozen/verdicts/rule.json").read_text())["error"]  # still written

@@ -19,6 +19,7 @@ from ego2web_replay.models import (
     IndexEntry,
     RunManifest,
     RunSettings,
+    end_reason_counts,
     index_row,
     load_run,
     load_tasks,
@@ -104,6 +105,8 @@ def test_run_json_written_by_the_runner_is_read_by_ingest(tmp_path: Path) -> Non
         cats = con.execute("SELECT task_id, category FROM episodes ORDER BY task_id").fetchall()
     assert row == ("r1", suite.sha256, "scripted", '["frozen"]')
     assert cats == [("t1", "shopping"), ("t2", "knowledge")]
+    (run_dir / "episodes/t2/frozen/trajectory.json").write_text("{not json")
+    assert end_reason_counts(run_dir) == {"setup_error": 1, "unreadable": 1}
 
 
 def _bump(path: Path, version: int = 99) -> None:

@@ -161,3 +161,17 @@ def test_failed_write_stops_recording(site, ca, tmp_path):
             opener.open(site.http_url + "/", timeout=10)
         assert e.value.code == 502
     assert rec.failed and "No space left" in rec.failed and rec.exchanges == 0
+
+
+def test_untrusted_certificate_is_a_clear_error(site, ca, tmp_path):
+    """Without --upstream-ca the test site's certificate is not trusted: the error names the certificate
+    problem and the option, at once, instead of a click timing out on the proxy's error page."""
+    task = Task(id="untrusted", instruction="x", start_url=site.https_url + "/",
+                reference_actions=[Action(kind="goto", url=site.https_url + "/"),
+                                   Action(kind="click", selector="#product-link")])
+    started = time.monotonic()
+    result = record_task(task, tmp_path / "snaps", RecordOptions(guard="loopback", action_timeout_s=20), ca=ca)
+    assert not result.ok and result.error is not None
+    assert "certificate" in result.error and "--upstream-ca" in result.error and "127.0.0.1" in result.error
+    assert "step 1" not in result.error  # it stopped at the goto, before the click could time out
+    assert time.monotonic() - started < 20

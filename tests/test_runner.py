@@ -367,6 +367,17 @@ def test_cli_run_with_no_snapshots_at_all_fails(demo, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 1
     last = captured.err.strip().splitlines()[-1]  # after the per-episode progress lines
-    assert last.startswith("error: every episode failed to set up; first error: no snapshot of task")
+    assert last.startswith("error: every episode errored (2: setup_error); first error: no snapshot of task")
     assert "run folder:" in captured.out
     assert load_run(tmp_path / "runs" / "r").episodes == {"setup_error": 2}
+
+
+def test_cli_run_exits_non_zero_when_every_episode_errored(demo, tmp_path, capsys):
+    args = ["run", str(demo["suite_path"]), "--mode", "frozen", "--task", MUG, "--snapshots", str(demo["snapshots"]),
+            "--out", str(tmp_path / "runs"), "--no-db"]
+    assert main([*args, "--agent", _command(demo, "fail"), "--run-id", "bad"]) == 1
+    captured = capsys.readouterr()
+    last = captured.err.strip().splitlines()[-1]  # after the per-episode progress lines
+    assert last.startswith("error: every episode errored (1: agent_error); first error: the program exited "
+                           "with code 3 (agent: cannot cope)")
+    assert main([*args, "--agent", _command(demo, "ours"), "--run-id", "good"]) == 0

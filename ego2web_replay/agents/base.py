@@ -27,7 +27,12 @@ InputModality = Literal["video", "keyframes", "captions", "none"]
 
 @dataclass
 class Observation:
-    """What a step agent sees before choosing its next action."""
+    """What a step agent sees before choosing its next action.
+
+    ``task`` is the task as agents see it (no evidence ranges, no judge references);
+    ``video``, ``keyframes`` and ``captions`` hold what the input modality sends, all
+    derived from the whole video.
+    """
 
     task: Task
     step: int
@@ -54,6 +59,7 @@ class EpisodeEnv:
     mode: str
     max_steps: int
     timeout_s: float
+    inputs: Path | None = None
 
 
 @runtime_checkable

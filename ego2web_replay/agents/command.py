@@ -16,6 +16,11 @@ The program is started (through the shell) with these environment variables:
 ``EGO2WEB_OUT``             a folder to write the trajectory into
 ``EGO2WEB_MODE``            ``live`` or ``frozen``
 ``EGO2WEB_MAX_STEPS``       the step budget
+``EGO2WEB_MODALITY``        the input modality (video, keyframes, captions, none)
+``EGO2WEB_INPUTS``          a JSON file: ``modality``, ``video`` (path or null),
+                            ``frames`` (``[{t, path}]``, from the whole video),
+                            ``captions`` (lines)
+``EGO2WEB_VIDEO``           the video file (``video`` modality only)
 ==========================  ==================================================
 
 It writes ``$EGO2WEB_OUT/trajectory.json`` (our schema; ``task_id``, ``mode``
@@ -38,6 +43,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from ..browser import sealed_chromium_args
+from ..lifeline import preexec_die_with_parent
 from ..models import Action, AgentSpec, Step, Task, Trajectory
 from .base import EpisodeEnv
 from .browser_use import convert_browser_use_history
@@ -68,8 +74,17 @@ class CommandAgent:
             "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "NODE_EXTRA_CA_CERTS": ca,
             "EGO2WEB_SPKI": env.spki, "EGO2WEB_TASK_FILE": str(env.task_file), "EGO2WEB_OUT": str(env.out_dir),
             "EGO2WEB_MODE": env.mode, "EGO2WEB_MAX_STEPS": str(env.max_steps),
+            "EGO2WEB_MODALITY": self.spec.input_modality,
             "EGO2WEB_CHROMIUM_ARGS": json.dumps(sealed_chromium_args(env.proxy_url)),
         })
+        if env.inputs is not None:
+            out["EGO2WEB_INPUTS"] = str(env.inputs)
+            try:
+                video = json.loads(env.inputs.read_text("utf-8")).get("video")
+            except (OSError, ValueError):
+                video = None
+            if video:
+                out["EGO2WEB_VIDEO"] = video
         return out
 
     def run_episode(self, task: Task, env: EpisodeEnv) -> Trajectory:
@@ -151,7 +166,8 @@ def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[i
     """
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(program, shell=True, env=env, cwd=os.getcwd(), stdin=subprocess.DEVNULL,
-                                stdout=out, stderr=err, start_new_session=True)
+                                stdout=out, stderr=err, start_new_session=True,
+                                preexec_fn=preexec_die_with_parent)
         try:
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:

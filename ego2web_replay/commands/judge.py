@@ -62,6 +62,8 @@ def judge() -> None:
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
               help="ego2web: sample keyframes evenly or at scene changes (default even).")
+@click.option("--keyframe-size", "keyframe_max_side", type=click.IntRange(16),
+              help="ego2web: longest side of keyframes sent, in pixels (default 512).")
 @click.option("--last-k", type=click.IntRange(0), help="webvoyager: last screenshots shown (default 3).")
 @click.option("--prompt-version", help="Packaged prompt version, e.g. v1.")
 @click.option("--prompts-dir", type=click.Path(path_type=Path, file_okay=False),
@@ -108,6 +110,10 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         click.echo(f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
                    f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+    if verdicts and all(v.error for v in verdicts):
+        from ..errors import JudgeError
+
+        raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
 
 
 @judge.command("agreement")

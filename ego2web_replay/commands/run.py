@@ -45,6 +45,25 @@ if TYPE_CHECKING:
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
 @executor_options
+@click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
+              help="What the agent gets of the task's video, always derived from the whole video "
+                   "(default: the agent's own: openai keyframes, command video, scripted none).")
+@click.option("--keyframes", "n_keyframes", type=click.IntRange(1), default=8, show_default=True,
+              help="keyframes: frames sampled uniformly over the whole video.")
+@click.option("--video-fps", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+              help="video: frames per second sent when the video goes as frames.")
+@click.option("--video-transport", type=click.Choice(["frames", "video_url"]), default="frames", show_default=True,
+              help="video: dense frames, or the file as a video_url part (endpoints that take video, e.g. vLLM).")
+@click.option("--frame-size", type=click.IntRange(16), default=512, show_default=True,
+              help="Longest side of video frames sent to the agent, in pixels.")
+@click.option("--temperature", type=float, default=None, help="openai agent: sampling temperature (default 0).")
+@click.option("--seed", type=int, default=None, help="openai agent: sampling seed sent to the endpoint.")
+@click.option("--max-output-tokens", type=click.IntRange(1), default=None,
+              help="openai agent: reply limit (sent as max_completion_tokens, as reasoning models require).")
+@click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
+              help="openai agent: seconds to wait for one model reply (default 60).")
+@click.option("--image-size", type=click.IntRange(16), default=None,
+              help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @db_options("the run and each episode as they finish")
 @click.option("--keep-credentials", is_flag=True,
               help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
@@ -52,7 +71,10 @@ if TYPE_CHECKING:
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
-            replay: ReplayConfig, db: Path | None, keep_credentials: bool, executor: ExecutorChoice) -> None:
+            modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
+            frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
+            agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
+            executor: ExecutorChoice) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -60,15 +82,21 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     """
     from ..errors import Ego2WebError
     from ..models import load_tasks
+    from ..runner.episode import ERROR_REASONS
+    from ..runner.inputs import InputSettings
     from ..runner.run import RunSettings, run_suite
 
     suite = load_tasks(tasks_file)
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, replay=replay, keep_credentials=keep_credentials)
-    agent_settings = {"model": model, "base_url": base_url} if agent_name == "openai" else {}
-    failures = []
+                           guard=guard, replay=replay, keep_credentials=keep_credentials,
+                           inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
+                                                video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
+                                                max_side=frame_size))
+    agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
+                      "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
+                      "image_max_side": image_size} if agent_name == "openai" else {}
     sink = None
     with progress("run") as bars:
         bar = bars.add_task("starting", total=None)
@@ -91,8 +119,6 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
             say(bars, f"{s.task_id}/{s.mode}: {s.steps} steps{misses}; answer={s.answer!r}"
                       + (f"; {s.error}" if s.error else ""), status=f"{s.end_reason:12}",
                 style="green" if s.ok else "red")
-            if not s.ok:
-                failures.append(s)
             bars.advance(bar)
 
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
@@ -100,8 +126,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
                                on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)))
     click.echo(f"run folder: {run_dir}")
-    if failures and all(f.end_reason == "setup_error" for f in failures) and len(failures) == len(_) and _:
-        raise Ego2WebError(f"every episode failed to set up; first error: {failures[0].error}")
+    if _ and all(s.end_reason in ERROR_REASONS for s in _):
+        raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "
+                           f"first error: {_[0].error}")
 
 
 COMMANDS = [run_cmd]

@@ -25,9 +25,10 @@ def runs_list(out: Path, json_out: str | None) -> None:
     """List the runs under --out, newest first."""
     import json
 
+    from ..models import end_reason_counts
     from ..runner.run import list_runs
 
-    runs = [(d, m, m.episodes or _count_end_reasons(d)) for d, m in list_runs(out)]
+    runs = [(d, m, m.episodes or end_reason_counts(d)) for d, m in list_runs(out)]
     if json_out:
         emit_machine(json_out, json.dumps([{"run": d.name, "path": str(d), "episodes": counts,
                                             "manifest": m.model_dump(mode="json")} for d, m, counts in runs],
@@ -45,19 +46,6 @@ def runs_list(out: Path, json_out: str | None) -> None:
         rows.add_row(d.name, m.started_at.strftime("%Y-%m-%d %H:%M"), m.agent_name, "+".join(m.modes),
                      str(len(m.task_ids)), eps)
     console().print(rows)
-
-
-def _count_end_reasons(run_dir: Path) -> dict[str, int]:
-    import json
-
-    counts: dict[str, int] = {}
-    for f in run_dir.glob("episodes/*/*/trajectory.json"):
-        try:
-            reason = json.loads(f.read_text("utf-8")).get("end_reason", "?")
-        except (OSError, ValueError):
-            reason = "unreadable"
-        counts[reason] = counts.get(reason, 0) + 1
-    return counts
 
 
 @runs_group.command("show")

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
+from ..media.video import write_clip
 from ..models import load_tasks
+from .clips import DEMO_CLIPS
 from .site import DemoSite
-from .video import DEMO_CLIPS, write_clip
 
 __all__ = ["DemoResult", "run_demo", "write_demo_suite"]
 
@@ -91,7 +92,7 @@ def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, 
         suite_path = write_demo_suite(out, site.url, task_ids)
         suite = load_tasks(suite_path)
         say(f"demo site   {site.url} (shop, encyclopedia, videos); {len(suite)} tasks in {suite_path}")
-        from ..judge.keyframes import extract_keyframes
+        from ..media.keyframes import extract_keyframes
 
         frames = 0
         for task in suite:

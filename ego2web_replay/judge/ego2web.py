@@ -16,10 +16,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..media.keyframes import Keyframe, extract_keyframes
 from ..models import JudgeSpec, Task, Verdict
 from .client import ChatResult, Image, LLMClient, Message
 from .episode import Shot, load_episode
-from .keyframes import Keyframe, extract_keyframes
 from .prompts import (
     PromptSet,
     ScreenshotScore,

@@ -22,17 +22,29 @@ loaded from these models and the report is drawn from them.
 from __future__ import annotations
 
 from .action import ACTION_KINDS, Action, ActionKind
-from .base import FileModel, describe_validation_error, parse_model, read_model, save_model
+from .base import (
+    MAX_ID_LENGTH,
+    FileModel,
+    check_id,
+    check_relative_path,
+    describe_validation_error,
+    parse_model,
+    read_model,
+    save_model,
+)
 from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
 from .replay_config import ReplayConfig
-from .run import RUN_MANIFEST, RunManifest, RunSettings, load_run
+from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reason_counts, load_run
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import AgentSpec, EndReason, Mode, Step, Trajectory, episode_dir, load_trajectory
 from .verdict import JudgeSpec, Verdict
 
 __all__ = [
+    "MAX_ID_LENGTH",
+    "check_id",
+    "check_relative_path",
     "ACTION_KINDS",
     "Action",
     "ActionKind",
@@ -42,6 +54,7 @@ __all__ = [
     "FileModel",
     "IndexEntry",
     "IndexRow",
+    "InputSettings",
     "JudgeSpec",
     "MatchOutcome",
     "Mode",
@@ -61,6 +74,7 @@ __all__ = [
     "Trajectory",
     "Verdict",
     "describe_validation_error",
+    "end_reason_counts",
     "episode_dir",
     "index_row",
     "load_run",

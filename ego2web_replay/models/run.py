@@ -6,9 +6,10 @@ the suite from it; the tracker loads it into the ``runs`` table.
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -17,9 +18,20 @@ from .base import FileModel, read_model
 from .replay_config import ReplayConfig
 from .trajectory import AgentSpec
 
-__all__ = ["RunSettings", "RunManifest", "load_run", "RUN_MANIFEST"]
+__all__ = ["InputSettings", "RunSettings", "RunManifest", "load_run", "end_reason_counts", "RUN_MANIFEST"]
 
 RUN_MANIFEST = "run.json"
+
+
+class InputSettings(BaseModel):
+    """How the task's video reaches the agent (recorded in the run manifest and the agent spec)."""
+
+    modality: Literal["video", "keyframes", "captions", "none"] | None = Field(default=None, description="None: the agent's own default.")
+    keyframes: int = Field(default=8, ge=1, description="keyframes: frames sampled over the whole video.")
+    video_fps: float = Field(default=1.0, gt=0, description="video: frames per second when sent as frames.")
+    video_transport: Literal["frames", "video_url"] = Field(
+        default="frames", description="video: dense frames, or the file as a video_url content part.")
+    max_side: int = Field(default=512, ge=16, description="Longest side of the frames sent, in pixels.")
 
 
 class RunSettings(BaseModel):
@@ -37,6 +49,7 @@ class RunSettings(BaseModel):
                                  "(rules, repeated captures, freeze, miss policy, opt-in nearest capture).")
     keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
                                                               "trajectories instead of redacting them.")
+    inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")
 
 
 class RunManifest(FileModel):
@@ -69,3 +82,17 @@ def load_run(run_dir: Path) -> RunManifest:
         return read_model(p, RunManifest, "run manifest")
     except FileNotFoundError:
         raise Ego2WebError(f"{run_dir}: not a run folder (no {RUN_MANIFEST})") from None
+
+
+def end_reason_counts(run_dir: Path) -> dict[str, int]:
+    """How the run's finished episodes ended: counts by ``end_reason`` (``unreadable`` for a
+    trajectory that cannot be read), from the ``trajectory.json`` files as they are now."""
+    counts: dict[str, int] = {}
+    for path in Path(run_dir).glob("episodes/*/*/trajectory.json"):
+        try:
+            data = json.loads(path.read_text("utf-8"))
+            reason = str(data.get("end_reason", "?")) if isinstance(data, dict) else "unreadable"
+        except (OSError, ValueError):
+            reason = "unreadable"
+        counts[reason] = counts.get(reason, 0) + 1
+    return counts

@@ -52,6 +52,7 @@ class Recorder:
         self.payload_bytes = 0
         self.failed: str | None = None
         self.errors: list[str] = []
+        self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self._lock = threading.Lock()
 
     def load(self, loader: Any) -> None:
@@ -118,6 +119,16 @@ class Recorder:
         self.payload_bytes += len(body)
         if self.on_exchange is not None:
             self.on_exchange(flow)
+
+    def tls_failed_server(self, data: Any) -> None:
+        """An upstream TLS handshake failed: keep certificate problems for a clear recording error."""
+        conn = getattr(data, "conn", None)
+        why = str(getattr(conn, "error", "") or "")
+        if "certificate" in why.lower():
+            host = getattr(conn, "sni", None) or (getattr(conn, "address", None) or ("?",))[0]
+            with self._lock:
+                if len(self.untrusted) < 20:
+                    self.untrusted.append(f"{host}: {why}")
 
     def error(self, flow: Any) -> None:
         if flow.error and not flow.metadata.get("ego2web"):

@@ -204,6 +204,15 @@ def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Seque
         context.close()
 
 
+def _check_trust(task: Task, recorder: Recorder) -> None:
+    """Stop with the certificate problem itself, not a click timeout on an error page."""
+    if recorder.untrusted:
+        raise RecordingError(
+            f"task {task.id}: the recorder does not trust the certificate of {recorder.untrusted[0]}; "
+            "if the site is yours or a test site, pass --upstream-ca CA.pem (the CA that signed its "
+            "certificate) to trust it")
+
+
 def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: RecordOptions,
                  recorder: Recorder) -> None:
     steps = list(actions)
@@ -217,8 +226,10 @@ def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: R
         try:
             perform_action(page, action, timeout_s=opts.action_timeout_s)
         except Exception as e:  # noqa: BLE001
+            _check_trust(task, recorder)
             raise RecordingError(f"task {task.id}: step {i} ({action.describe()}) failed: "
                                  f"{str(e).splitlines()[0]}") from None
+        _check_trust(task, recorder)
         if recorder.failed:
             raise RecordingError(recorder.failed)
         if opts.screenshots:

@@ -17,6 +17,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from ..models import ReplayLogEntry, ReplayStats
@@ -31,6 +32,7 @@ from .httputil import (
     preflight_response,
     reason_phrase,
     rewrite_jsonp,
+    shift_dates,
 )
 from .matching import MatchIndex, ReplaySession
 
@@ -70,6 +72,12 @@ def _rename_jsonp(body: bytes, headers: list[tuple[str, str]], archived_url: str
         return body, headers
     kept = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
     return renamed, kept + [("Content-Length", str(len(renamed)))]
+
+
+def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
+    """The archived response was sent chunked (no Content-Length): serve it chunked too."""
+    te = (_header(headers, "transfer-encoding") or "").lower()
+    return "chunked" in te and _header(headers, "content-length") is None
 
 
 def _set_header(headers: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -184,7 +192,9 @@ class Replayer:
                 rbody, headers = self._injected(ref, rbody, headers)
             elif status == 200 and result.outcome != "exact" and result.capture.url != url:
                 rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
-        headers = _set_header(headers, REPLAY_HEADER, result.outcome)
+        headers = shift_dates(headers, datetime.now(UTC))
+        if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
+            headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._serve(flow, status, reason, headers, rbody, method)
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
 
@@ -203,7 +213,9 @@ class Replayer:
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         status, reason, headers, body = self.resolve(ref)
-        value = (status, reason or reason_phrase(status), clean_response_headers(headers), body)
+        chunked = _chunked_without_length(headers)
+        cleaned = clean_response_headers(headers) + ([("Transfer-Encoding", "chunked")] if chunked else [])
+        value = (status, reason or reason_phrase(status), cleaned, body)
         self._remember(("r", ref), value, len(body))
         return value
 
@@ -229,7 +241,9 @@ class Replayer:
             timestamp_start=time.time(), timestamp_end=time.time())
         if method != "HEAD":
             resp.raw_content = body
-            if status not in (204, 304) and not (100 <= status < 200):
+            if "chunked" in resp.headers.get("transfer-encoding", "").lower():
+                resp.headers.pop("Content-Length", None)  # served chunked, as the live page got it
+            elif status not in (204, 304) and not (100 <= status < 200):
                 resp.headers["Content-Length"] = str(len(body))
         flow.metadata["ego2web"] = "replayed"
         flow.response = resp

@@ -23,7 +23,8 @@
   if (g.__ego2webFreeze) {
     return;
   }
-  Object.defineProperty(g, "__ego2webFreeze", { value: { timeMs: CONFIG.timeMs, seed: CONFIG.seed }, enumerable: false });
+  Object.defineProperty(g, "__ego2webFreeze", { value: { timeMs: CONFIG.timeMs, seed: CONFIG.seed, settle: null },
+    enumerable: false });
 
   // ---- seeded generator: splitmix32 expands the seed, sfc32 draws ----------
   function splitmix32(state) {
@@ -137,18 +138,38 @@
     var ms = Number(delay);
     return ms > 0 ? Math.round(ms * 1000) : 0;
   }
+  var realClearTimeout = g.clearTimeout;
+  var pendingTimers = {}; // real timer id -> {id, due, run, done}: one-shot timers not yet run
   if (realSetTimeout) {
     g.setTimeout = function setTimeout(handler, delay) {
       if (typeof handler !== "function") {
         return realSetTimeout.apply(g, arguments);
       }
       var extra = Array.prototype.slice.call(arguments, 2);
-      var due = elapsedUs + delayUs(delay);
-      return realSetTimeout.call(g, function () {
-        advanceToUs(due);
+      var entry = { id: 0, due: elapsedUs + delayUs(delay), done: false, run: null };
+      entry.run = function () {
+        if (entry.done) {
+          return undefined;
+        }
+        entry.done = true;
+        delete pendingTimers[entry.id];
+        advanceToUs(entry.due);
         return handler.apply(g, extra);
-      }, delay);
+      };
+      entry.id = realSetTimeout.call(g, entry.run, delay);
+      pendingTimers[entry.id] = entry;
+      return entry.id;
     };
+    if (realClearTimeout) {
+      g.clearTimeout = function clearTimeout(id) {
+        var entry = pendingTimers[id];
+        if (entry) {
+          entry.done = true;
+          delete pendingTimers[id];
+        }
+        return realClearTimeout.call(g, id);
+      };
+    }
   }
   if (realSetInterval) {
     g.setInterval = function setInterval(handler, delay) {
@@ -166,12 +187,21 @@
     };
   }
   var realRAF = g.requestAnimationFrame;
+  var FRAME_US = 16667;
+  var lastRealFrame = null;
+  var frameUs = 0;
+  var pendingFrames = {}; // real frame id -> {id, cb, done}
+  var runFrame = null;
   if (realRAF) {
-    var FRAME_US = 16667;
-    var lastRealFrame = null;
-    var frameUs = 0;
+    var realCancelRAF = g.cancelAnimationFrame;
     g.requestAnimationFrame = function requestAnimationFrame(callback) {
-      return realRAF.call(g, function (realTimestamp) {
+      var entry = { id: 0, cb: callback, done: false };
+      entry.id = realRAF.call(g, function (realTimestamp) {
+        if (entry.done) {
+          return undefined;
+        }
+        entry.done = true;
+        delete pendingFrames[entry.id];
         if (realTimestamp !== lastRealFrame) {
           lastRealFrame = realTimestamp;
           advanceToUs(frameUs + FRAME_US);
@@ -179,8 +209,84 @@
         }
         return callback(frameUs / 1000);
       });
+      pendingFrames[entry.id] = entry;
+      return entry.id;
+    };
+    if (realCancelRAF) {
+      g.cancelAnimationFrame = function cancelAnimationFrame(id) {
+        var entry = pendingFrames[id];
+        if (entry) {
+          entry.done = true;
+          delete pendingFrames[id];
+        }
+        return realCancelRAF.call(g, id);
+      };
+    }
+    runFrame = function () {
+      // one virtual frame: every callback requested so far, with one timestamp
+      var ids = Object.keys(pendingFrames);
+      advanceToUs(frameUs + FRAME_US);
+      frameUs = elapsedUs;
+      lastRealFrame = null;
+      for (var i = 0; i < ids.length; i++) {
+        var entry = pendingFrames[ids[i]];
+        if (!entry || entry.done) {
+          continue;
+        }
+        entry.done = true;
+        delete pendingFrames[ids[i]];
+        if (realCancelRAF) {
+          realCancelRAF.call(g, entry.id);
+        }
+        try {
+          entry.cb(frameUs / 1000);
+        } catch (err) {
+          /* a failing callback fails as it would have */
+        }
+      }
     };
   }
+
+  // ---- settle: run what is pending now, in virtual time --------------------------
+  // Before a screenshot the driver calls __ego2webFreeze.settle(): one-shot timers due within
+  // horizonMs and pending animation frames run now, in due order, advancing the virtual clock, so
+  // a smooth-scroll loop or a JS animation has finished whatever the machine's load was.
+  function settle(horizonMs, maxSteps) {
+    var limit = elapsedUs + Math.round((horizonMs === undefined ? 1000 : horizonMs) * 1000);
+    var budget = maxSteps === undefined ? 5000 : maxSteps;
+    var steps = 0;
+    while (steps < budget) {
+      var next = null;
+      for (var key in pendingTimers) {
+        var e = pendingTimers[key];
+        if (!next || e.due < next.due) {
+          next = e;
+        }
+      }
+      var framesPending = runFrame && Object.keys(pendingFrames).length > 0;
+      var frameDue = frameUs + FRAME_US;
+      if (framesPending && (!next || next.due > frameDue)) {
+        if (frameDue > limit) {
+          break;
+        }
+        runFrame();
+      } else if (next && next.due <= limit) {
+        if (realClearTimeout) {
+          realClearTimeout.call(g, next.id);
+        }
+        try {
+          next.run();
+        } catch (err) {
+          /* as above */
+        }
+      } else {
+        break;
+      }
+      steps++;
+    }
+    return steps;
+  }
+  g.__ego2webFreeze.settle = settle;
 
   // ---- crypto draws from the same generator --------------------------------------
   var cryptoProto = g.Crypto && g.Crypto.prototype;

@@ -18,8 +18,8 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Iterable
-from datetime import datetime
-from email.utils import parsedate_to_datetime
+from datetime import UTC, datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import parse_qsl, urlsplit
 
 from ..web import RequestHeaders, decode_body, get_header, reason_phrase
@@ -39,6 +39,7 @@ __all__ = [
     "preflight_response",
     "reason_phrase",
     "rewrite_jsonp",
+    "shift_dates",
 ]
 
 Headers = list[tuple[str, str]]
@@ -257,3 +258,37 @@ def rewrite_jsonp(body: bytes, archived_url: str, request_url: str,
     if m is None:
         return body
     return m.group(1) + new[1].encode() + m.group(2) + body[m.end():]
+
+
+_DATED = ("expires", "last-modified")
+
+
+def shift_dates(headers: Headers, now: datetime) -> Headers:
+    """``Date`` set to ``now`` and ``Expires``/``Last-Modified`` moved by the same amount.
+
+    A browser judges freshness against its real clock; served with the archived
+    dates, a file fresh for an hour at capture would be stale (and revalidated)
+    a day later. Shifted together, every lifetime (Expires - Date, the
+    Last-Modified heuristic) is what the live browser saw. No header is added;
+    a response without a parseable ``Date`` is left as it is.
+    """
+    date = get_header(headers, "date")
+    then = _aware(_http_date(date))
+    if then is None:
+        return headers
+    delta = now - then
+    out: Headers = []
+    for key, value in headers:
+        lk = key.lower()
+        if lk == "date":
+            value = format_datetime(now.astimezone(UTC), usegmt=True)
+        elif lk in _DATED:
+            moved = _aware(_http_date(value))
+            if moved is not None:
+                value = format_datetime((moved + delta).astimezone(UTC), usegmt=True)
+        out.append((key, value))
+    return out
+
+
+def _aware(when: datetime | None) -> datetime | None:
+    return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)

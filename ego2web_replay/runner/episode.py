@@ -27,13 +27,25 @@ from ..models import (
     Step,
     Task,
     Trajectory,
+    check_id,
     episode_dir,
     save_model,
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
+from .inputs import (
+    AgentInputs,
+    InputSettings,
+    agent_task,
+    apply_inputs,
+    prepare_inputs,
+    write_inputs_file,
+)
 
-__all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot"]
+__all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot", "ERROR_REASONS"]
+
+# End reasons that mean the episode could not be run (not that the agent failed the task).
+ERROR_REASONS = frozenset({"setup_error", "agent_error", "browser_error", "infra_error"})
 
 
 @dataclass
@@ -55,6 +67,7 @@ class EpisodeRequest:
     upstream_ca: Path | None = None
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     keep_credentials: bool = False
+    inputs: InputSettings = field(default_factory=InputSettings)
 
 
 @dataclass
@@ -75,6 +88,10 @@ def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> P
     if root is None:
         raise SnapshotError("frozen mode needs --snapshots (the folder holding recorded snapshots)")
     if snapshot_id:
+        try:
+            check_id("snapshot id", snapshot_id)  # '../other/ID' would replay another task's snapshot
+        except ValueError as e:
+            raise SnapshotError(str(e)) from None
         p = Path(root) / task_id / snapshot_id
         if not (p / "manifest.json").exists():
             raise SnapshotError(f"snapshot {p} not found (or has no manifest.json)")
@@ -84,25 +101,10 @@ def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> P
     return Path(latest_snapshot(Path(root), task_id))
 
 
-def _keyframes(task: Task, suite_dir: Path | None, modality: str) -> tuple[list[tuple[float, Path]], str | None]:
-    video = task.video_path(suite_dir)
-    if video is None or modality not in ("keyframes", "video"):
-        return [], None
-    try:
-        from ..judge.keyframes import extract_keyframes
-
-        frames = extract_keyframes(video, task.evidence)
-        return [(f.timestamp, Path(f.path)) for f in frames], None
-    except Ego2WebError as e:
-        return [], str(e)
-
-
-def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory) -> None:
+def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs) -> None:
     t0 = time.monotonic()
-    kf, kf_error = _keyframes(req.task, req.suite_dir, agent.spec.input_modality)
-    if kf_error:
-        traj.extra["keyframes_error"] = kf_error
-    agent.start(req.task)
+    task = agent_task(req.task, scripted=agent.spec.name == "scripted", video=inputs.video)
+    agent.start(task)
     last_shot: Path | None = None
     last_error: str | None = None
     history: list[Action] = []
@@ -112,9 +114,9 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
             traj.end_reason = "timeout"
             traj.error = f"episode timeout ({req.timeout_s:g} s) reached after {i} steps"
             return
-        obs = Observation(task=req.task, step=i, url=page.url, title=_title(page), screenshot=last_shot,
-                          elements=list_elements(page), video=req.task.video_path(req.suite_dir), keyframes=kf,
-                          last_error=last_error, history=list(history))
+        obs = Observation(task=task, step=i, url=page.url, title=_title(page), screenshot=last_shot,
+                          elements=list_elements(page), video=inputs.video, keyframes=inputs.frames,
+                          captions=inputs.captions, last_error=last_error, history=list(history))
         started = datetime.now(UTC)
         s0 = time.monotonic()
         try:
@@ -178,7 +180,10 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     live = None
     try:
         agent = make_agent(req.agent_name, **req.agent_settings)
+        apply_inputs(agent.spec, req.inputs)
         traj.agent = agent.spec
+        inputs = prepare_inputs(req.task, req.suite_dir, agent.spec.input_modality, req.inputs)
+        traj.extra["inputs"] = inputs.record()
         ca = project_ca()
         with ExitStack() as stack:
             if req.mode == "frozen":
@@ -198,20 +203,22 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 proxy_url, init_scripts = live.proxy_url, []
             if isinstance(agent, ProgramAgent) and not hasattr(agent, "act"):
                 task_file = out / "task.json"
-                task_file.write_text(req.task.model_dump_json(indent=2), "utf-8")
+                task_file.write_text(agent_task(req.task, video=inputs.video).model_dump_json(indent=2), "utf-8")
                 env = EpisodeEnv(proxy_url=proxy_url, ca_file=ca.cert_path, spki=ca.spki, task_file=task_file,
                                  out_dir=out / "agent", mode=req.mode, max_steps=req.max_steps,
-                                 timeout_s=req.timeout_s)
+                                 timeout_s=req.timeout_s, inputs=write_inputs_file(inputs, out))
                 got = agent.run_episode(req.task, env)
                 _adopt_program_output(got, out)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
+                got.extra.setdefault("inputs", traj.extra["inputs"])
+                got.agent = traj.agent
                 traj = got
             else:
                 browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
                 context = browser.new_context(init_scripts=init_scripts)
                 page = context.new_page()
                 try:
-                    _step_loop(req, agent, page, out, traj)
+                    _step_loop(req, agent, page, out, traj, inputs)
                 finally:
                     traj.final_page_text = _page_text(page)
                     usage = getattr(agent, "usage", None)

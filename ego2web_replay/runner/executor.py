@@ -19,10 +19,12 @@ worker into a failed summary with :func:`crashed` rather than an exception.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Protocol, runtime_checkable
 
+from ..lifeline import die_with_parent
 from ..models import episode_dir
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
@@ -59,7 +61,9 @@ class ProcessExecutor:
 
     def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]:
         ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx) as pool:
+        # workers (and through their pipes, their Playwright drivers and Chromiums) die with this process
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=die_with_parent,
+                                 initargs=(os.getpid(),)) as pool:
             pending: dict[Future[EpisodeSummary], EpisodeRequest] = {}
             queue = list(jobs)
             try:

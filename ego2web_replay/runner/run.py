@@ -21,10 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..models import RunManifest, RunSettings, TaskSuite, episode_dir, load_run, save_model
+from ..models import (
+    RunManifest,
+    RunSettings,
+    TaskSuite,
+    check_id,
+    end_reason_counts,
+    episode_dir,
+    load_run,
+    save_model,
+)
 from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
+from .inputs import apply_inputs
+from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
 
@@ -87,7 +98,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 agent_settings=agent_settings,
                 snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                 max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials)
+                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs)
 
 
 def _lost_to_infrastructure(episode: Path) -> bool:
@@ -116,8 +127,14 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
 
     if settings.mode not in MODES:
         raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
+    if run_id is not None:
+        try:
+            check_id("run id", run_id)  # '/tmp/x', '..' or 'a b' would write outside --out or collide
+        except ValueError as e:
+            raise Ego2WebError(str(e)) from None
     agent_settings = dict(agent_settings or {})
     agent = make_agent(agent_name, **agent_settings)  # validates the name and settings before any work
+    apply_inputs(agent.spec, settings.inputs)
     out = Path(out)
     run_dir: Path | None = None
     if isinstance(resume, Path):
@@ -127,6 +144,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         if run_dir is None:
             raise Ego2WebError(f"nothing to resume under {out} for this suite and agent; run without --resume")
     if run_dir is not None:
+        held = RunFolderLock(run_dir).acquire()  # released when the run ends or this process dies
         manifest = load_run(run_dir)
         if manifest.suite_sha256 and manifest.suite_sha256 != suite.sha256:
             raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
@@ -142,6 +160,10 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             run_dir.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise Ego2WebError(f"cannot create the run folder {run_dir}: {e.strerror or e}") from None
+        held = RunFolderLock(run_dir).acquire()
+        if (run_dir / "run.json").exists():  # another run took this id between the check and the lock
+            held.release()
+            raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
         manifest = RunManifest(run_id=run_dir.name, started_at=datetime.now(UTC),
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
                                task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
@@ -171,15 +193,9 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         done(summary)
     manifest = load_run(run_dir)
     manifest.finished_at = datetime.now(UTC)
-    counts: dict[str, int] = {}
-    for d in (run_dir / "episodes").glob("*/*/trajectory.json"):
-        try:
-            reason = json.loads(d.read_text("utf-8")).get("end_reason", "?")
-        except (OSError, ValueError):
-            reason = "unreadable"
-        counts[reason] = counts.get(reason, 0) + 1
-    manifest.episodes = counts
+    manifest.episodes = end_reason_counts(run_dir)
     save_model(run_dir / "run.json", manifest)
+    held.release()  # on an exception the lock file closes with this frame (or with the process)
     return run_dir, results
 
 

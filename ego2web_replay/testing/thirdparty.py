@@ -27,7 +27,7 @@ from typing import Any, Self
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["DatasetteSite", "MkDocsSite", "PRODUCTS", "available"]
+__all__ = ["DatasetteSite", "MkDocsSite", "PRODUCTS", "available", "proxy_get"]
 
 PRODUCTS = [
     ("walnut coffee", "Kitchen", 12.5), ("walnut tea", "Kitchen", 8.0), ("oak table", "Furniture", 240.0),
@@ -48,6 +48,18 @@ def available(module: str) -> bool:
     except ImportError:
         return False
     return True
+
+
+def proxy_get(proxy: str, url: str, timeout: float = 20) -> tuple[int, dict[str, str], bytes]:
+    """GET an ``http://`` URL through a proxy: status, headers (last value per name) and body."""
+    import urllib.error
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+    try:
+        with opener.open(url, timeout=timeout) as r:
+            return r.status, dict(r.headers.items()), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers.items()), e.read()
 
 
 def _free_port() -> int:

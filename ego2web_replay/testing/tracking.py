@@ -77,6 +77,7 @@ class EpisodeSpec:
     answer: str | None = "42"
     screenshots: int = 1
     keyframes: int = 0
+    verdict_errors: dict[str, str] = field(default_factory=dict)  # judge -> error: a verdict not made
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -117,5 +118,9 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
             v = Verdict(task_id=e.task_id, mode=e.mode, judge=JudgeSpec(name=judge, model="m1"),  # type: ignore[arg-type]
                         success=ok, score=1.0 if ok else 0.0, thoughts=f"{judge} thinks {'yes' if ok else 'no'}",
                         judged_at=started_at + timedelta(minutes=1))
+            save_model(ed / "verdicts" / f"{judge}.json", v)
+        for judge, error in e.verdict_errors.items():
+            v = Verdict(task_id=e.task_id, mode=e.mode, judge=JudgeSpec(name=judge, model="m1"),  # type: ignore[arg-type]
+                        success=False, score=0.0, error=error, judged_at=started_at + timedelta(minutes=1))
             save_model(ed / "verdicts" / f"{judge}.json", v)
     return rd

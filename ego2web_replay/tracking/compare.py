@@ -4,6 +4,10 @@ Which episodes count: for each (agent, judge, task, mode) the **most recent
 run** (by the run's start time) that has a verdict from that judge. A task is
 *paired* when it has both a live and a frozen episode; rates, the paired
 table, McNemar's test and the bootstrap interval use paired tasks only.
+
+A verdict the judge could not make (its ``error`` is set) is neither a success
+nor a failure: the task is left out of the pairs and rates, and counted in
+``judge_errors`` (episodes) and ``judge_error_tasks``.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ class GroupComparison(BaseModel):
     flagged_episodes: int
     frozen_episodes: list[FrozenEpisode]
     flips: list[Flip]
+    judge_errors: int = Field(default=0, description="Episodes whose verdict is a judge error (not counted).")
+    judge_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out for a judge error.")
     frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
                                                    "complete episodes, and the share of each validity class.")
 
@@ -128,13 +134,14 @@ WITH joined AS (
            coalesce(e.replay_exact, 0) + coalesce(e.replay_canonical, 0) + coalesce(e.replay_fuzzy, 0)
                + coalesce(e.replay_miss, 0) AS requests,
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
+           v.error AS judge_error,
            row_number() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
     JOIN verdicts v ON v.run_id = e.run_id AND v.task_id = e.task_id AND v.mode = e.mode
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
-SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls
+SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode
 """
 
@@ -171,12 +178,35 @@ def compare(
         if (agents and agent not in agents) or (judges and judge not in judges):
             continue
         by_group[(agent, judge)][task][mode] = row
-    groups = [_group(agent, judge, tasks, iterations, seed, level)
-              for (agent, judge), tasks in sorted(by_group.items())]
+    groups = []
+    for (agent, judge), tasks in sorted(by_group.items()):
+        judged, errors, error_tasks = _without_judge_errors(tasks)
+        g = _group(agent, judge, judged, iterations, seed, level)
+        g.judge_errors, g.judge_error_tasks = errors, error_tasks
+        groups.append(g)
     attach_attributions(db_path, groups, probe_window)
     attach_validity(db_path, groups)
     return Comparison(db=str(db_path), generated_at=datetime.now(UTC), iterations=iterations, seed=seed,
                       level=level, groups=groups)
+
+
+def _without_judge_errors(tasks: dict[str, dict[str, tuple]]) -> tuple[dict[str, dict[str, tuple]], int, list[str]]:
+    """Tasks whose selected verdicts were all made; the number of errored verdicts; the tasks left out.
+
+    A task with a judge error in any mode is left out entirely: pairing its other
+    mode would count an unmade verdict as a failure (a spurious flip).
+    """
+    kept: dict[str, dict[str, tuple]] = {}
+    errors = 0
+    left_out: list[str] = []
+    for task, modes in tasks.items():
+        bad = sum(1 for row in modes.values() if row[11])
+        if bad:
+            errors += bad
+            left_out.append(task)
+        else:
+            kept[task] = modes
+    return kept, errors, sorted(left_out)
 
 
 def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], iterations: int,
@@ -227,7 +257,7 @@ def _rates(category: str, live: list[bool], frozen: list[bool]) -> CategoryRates
 
 _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_successes", "live_rate", "frozen_rate",
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
-               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes"]
+               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -243,7 +273,7 @@ def csv_text(comparison: Comparison) -> str:
             if c.category == "overall":
                 row.update(g.counts.model_dump(), mcnemar_p=g.mcnemar_p, ci_low=g.ci_low, ci_high=g.ci_high,
                            frozen_mean_score=g.frozen_mean_score, frozen_miss_rate=g.frozen_miss_rate,
-                           flagged_episodes=g.flagged_episodes)
+                           flagged_episodes=g.flagged_episodes, judge_errors=g.judge_errors)
             w.writerow(row)
     return buf.getvalue()
 

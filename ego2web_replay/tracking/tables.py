@@ -23,7 +23,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
         return [empty]
     summary = Table(title=f"live vs frozen ({comp.selection})")
     for col in ("agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
-                "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"):
+                "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors"):
         summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
                            no_wrap=col in ("agent", "judge") or col.endswith("CI"))
     tables = [summary, validity_table(comp)]
@@ -33,7 +33,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                         ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
-                        pct(g.frozen_miss_rate), str(g.flagged_episodes))
+                        pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors))
         cats = Table(title=f"{g.agent} · {g.judge}: by category")
         for col in ("category", "n", "live", "frozen"):
             cats.add_column(col, justify="left" if col == "category" else "right")

@@ -1,4 +1,8 @@
-"""Keyframes from a task's video, for the judge to compare with the web result.
+"""Keyframes from a task's video: for the judge (evidence ranges) and for agents (the whole video).
+
+The evidence firewall: :func:`sample_video` is what agents get (frames sampled
+uniformly over the whole video, never the evidence ranges); only judges call
+:func:`extract_keyframes` with ``task.evidence``.
 
 From each evidence time range a few frames are taken, either evenly spaced
 (``even``: the range's ends and points between; one frame, the middle, for a
@@ -22,11 +26,11 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_bytes, atomic_write_text
-from ..errors import JudgeError
+from ..errors import MediaError
 from ..models import TimeRange
 from ..png import png_from_array
 
-__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "keyframe_dir"]
+__all__ = ["Keyframe", "KeyframeError", "extract_keyframes", "sample_video", "keyframe_dir"]
 
 INDEX_VERSION = 1
 _LOCKS: dict[str, threading.Lock] = {}
@@ -34,7 +38,7 @@ _LOCKS_GUARD = threading.Lock()
 Method = Literal["even", "scene"]
 
 
-class KeyframeError(JudgeError):
+class KeyframeError(MediaError):
     """A task's video is missing or cannot be decoded."""
 
 
@@ -75,6 +79,30 @@ def extract_keyframes(video: str | Path, ranges: Sequence[TimeRange], *, per_ran
         lock = _LOCKS.setdefault(str(path.resolve()), threading.Lock())
     with lock:
         return _extract(path, ranges, per_range, method, max_side, cache_dir)
+
+
+def sample_video(video: str | Path, *, frames: int | None = None, fps: float | None = None,
+                 max_side: int = 512, cache_dir: Path | None = None) -> list[Keyframe]:
+    """Frames sampled uniformly over the **whole** video: ``frames`` of them, or ``fps`` per second.
+
+    Each frame is the centre of one of N equal segments of the video, so no part
+    of the video (and no annotated range) is favoured. This is what agents get.
+    """
+    from .video import video_duration
+
+    if (frames is None) == (fps is None):
+        raise KeyframeError("sample_video needs exactly one of frames= or fps=")
+    duration = video_duration(video)
+    n = frames if frames is not None else max(1, int(round(duration * float(fps or 0))))
+    if n < 1:
+        raise KeyframeError(f"cannot sample {n} frames; ask for at least one")
+    instants = [TimeRange(start=duration * (i + 0.5) / n, end=duration * (i + 0.5) / n) for i in range(n)]
+    got = extract_keyframes(video, instants, per_range=1, max_side=max_side, cache_dir=cache_dir)
+    out: list[Keyframe] = []
+    for k in got:  # neighbouring segments of a short video can land on one frame: keep it once
+        if not out or out[-1].timestamp != k.timestamp:
+            out.append(k.model_copy(update={"range_index": -1}))
+    return out
 
 
 def _extract(path: Path, ranges: Sequence[TimeRange], per_range: int, method: Method, max_side: int,

@@ -8,7 +8,7 @@ import av
 import numpy as np
 import pytest
 
-from ego2web_replay.judge.keyframes import KeyframeError, extract_keyframes, keyframe_dir
+from ego2web_replay.media.keyframes import KeyframeError, extract_keyframes, keyframe_dir
 from ego2web_replay.tasks import TimeRange
 from ego2web_replay.testing.episodes import COLOURS, make_video
 
@@ -42,7 +42,7 @@ def test_even_keyframes_have_timestamps_and_the_right_frames(video):
 
 def test_keyframes_are_cached_next_to_the_video(video, monkeypatch):
     first = extract_keyframes(video, [TimeRange(start=0, end=1)], per_range=2)
-    import ego2web_replay.judge.keyframes as kf
+    import ego2web_replay.media.keyframes as kf
 
     def no_decode(*a, **k):
         raise AssertionError("decoded again")
