@@ -115,3 +115,7 @@ def test_drift_diff_command(archives, tmp_path):
         assert con.execute("SELECT run_id, status FROM pair_diffs").fetchall() == [("run-1", "blocked")]
     bad = CliRunner().invoke(cli, ["drift", "diff", str(tmp_path / "nope")])
     assert bad.exit_code != 0 and "nope" in bad.output
+    # any snapshot of the task: here the live archive itself, so nothing differs
+    same = CliRunner().invoke(cli, ["drift", "diff", str(rd), "--against", str(archives["live"]), "--no-db"])
+    assert same.exit_code == 0, same.output
+    assert "demo-task: unchanged" in same.output and "recorded in" not in same.output

@@ -80,11 +80,13 @@ def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[
 @click.option("--snapshots", "snapshots_root", type=click.Path(exists=True, file_okay=False, path_type=Path),
               help="For tasks without a frozen episode, diff against their newest snapshot under this root.")
 @click.option("--task", "task_ids", multiple=True, help="Only this task (repeatable).")
+@click.option("--against", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="Diff the live episode of this snapshot's task against this snapshot folder instead.")
 @db_options("the pair diffs")
 @json_option("the diffs")
 @click.option("--all", "show_all", is_flag=True, help="Also list unchanged resources.")
-def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], db: Path | None,
-                       json_out: str | None, show_all: bool) -> None:
+def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tuple[str, ...], against: Path | None,
+                       db: Path | None, json_out: str | None, show_all: bool) -> None:
     """Diff each live episode's own archive in RUN against the frozen snapshot, resource by resource.
 
     Documents, fetch/XHR responses and images the agent's pages used are each
@@ -95,7 +97,7 @@ def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tup
     from ..tracking.episode_diff import diff_run
     from ..tracking.report_diff import diff_lines
 
-    result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids)
+    result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids, against=against)
     for line in result.skipped:
         click.secho(f"skipped {line}", fg="yellow", err=True)
     if not is_stdout(json_out):

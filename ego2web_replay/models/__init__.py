@@ -22,7 +22,16 @@ loaded from these models and the report is drawn from them.
 from __future__ import annotations
 
 from .action import ACTION_KINDS, Action, ActionKind
-from .base import FileModel, describe_validation_error, parse_model, read_model, save_model
+from .base import (
+    MAX_ID_LENGTH,
+    FileModel,
+    check_id,
+    check_relative_path,
+    describe_validation_error,
+    parse_model,
+    read_model,
+    save_model,
+)
 from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
 from .replay_config import ReplayConfig
@@ -33,6 +42,9 @@ from .trajectory import AgentSpec, EndReason, Mode, Step, Trajectory, episode_di
 from .verdict import JudgeSpec, Verdict
 
 __all__ = [
+    "MAX_ID_LENGTH",
+    "check_id",
+    "check_relative_path",
     "ACTION_KINDS",
     "Action",
     "ActionKind",

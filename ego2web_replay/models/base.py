@@ -10,6 +10,7 @@ models and models files.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -19,7 +20,8 @@ from ..atomic import atomic_write_text
 from ..errors import Ego2WebError
 from ..limits import loads, read_text
 
-__all__ = ["FileModel", "read_model", "parse_model", "save_model", "describe_validation_error"]
+__all__ = ["FileModel", "read_model", "parse_model", "save_model", "describe_validation_error", "check_id",
+           "check_relative_path", "MAX_ID_LENGTH"]
 
 
 class FileModel(BaseModel):
@@ -91,3 +93,24 @@ def parse_model[M: BaseModel](text: str | bytes, where: str | os.PathLike[str], 
 def save_model(path: str | os.PathLike[str], model: BaseModel) -> None:
     """Write a model as indented JSON, atomically."""
     atomic_write_text(path, model.model_dump_json(indent=2) + "\n")
+
+
+MAX_ID_LENGTH = 200  # a path component: 255 bytes at most, with room for ".partial" and the like
+_ID = re.compile(r"[A-Za-z0-9._-]+")
+
+
+def check_id(kind: str, value: str) -> str:
+    """A task, run or snapshot id that is safe as one path component; ValueError saying why not."""
+    if not _ID.fullmatch(value) or value in (".", ".."):
+        raise ValueError(f"invalid {kind} {value!r}: use only letters, digits, '.', '_' and '-'")
+    if len(value) > MAX_ID_LENGTH:
+        raise ValueError(f"invalid {kind}: {len(value)} characters, over the limit of {MAX_ID_LENGTH}")
+    return value
+
+
+def check_relative_path(value: str) -> str:
+    """A path that must stay inside its folder: relative, without '..'; ValueError otherwise."""
+    posix = value.replace("\\", "/")
+    if not posix or posix.startswith("/") or re.match(r"^[A-Za-z]:", posix) or ".." in posix.split("/"):
+        raise ValueError(f"the path {value!r} leaves its folder (absolute or with '..')")
+    return value

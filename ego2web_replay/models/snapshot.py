@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
-from .base import FileModel
+from .base import FileModel, check_id, check_relative_path
 
 __all__ = ["FileDigest", "SnapshotManifest", "SnapshotSource"]
 
@@ -20,6 +20,11 @@ class FileDigest(BaseModel):
     path: str = Field(description="Path relative to the snapshot folder.")
     sha256: str = Field(description="sha256 of the file's bytes (hex).")
     size: int = Field(description="Size in bytes.")
+
+    @field_validator("path")
+    @classmethod
+    def _inside(cls, v: str) -> str:
+        return check_relative_path(v)
 
 
 class SnapshotManifest(FileModel):
@@ -47,5 +52,20 @@ class SnapshotManifest(FileModel):
     settings: dict[str, Any] = Field(default_factory=dict, description="Recording settings (format, redaction ...).")
     screenshots: list[str] = Field(default_factory=list, description="Screenshots taken while recording.")
     notes: list[str] = Field(default_factory=list, description="Anything worth knowing about the capture.")
+    @field_validator("archive", "index")
+    @classmethod
+    def _inside(cls, v: str) -> str:  # an absolute or '..' path would read files outside the snapshot
+        return check_relative_path(v)
+
+    @field_validator("screenshots")
+    @classmethod
+    def _all_inside(cls, v: list[str]) -> list[str]:
+        return [check_relative_path(x) for x in v]
+
+    @field_validator("task_id", "snapshot_id")
+    @classmethod
+    def _ids(cls, v: str) -> str:
+        return check_id("id", v)
+
     shared: list[str] = Field(default_factory=list, description="Shared payload stores (suite-level "
                               "deduplication) its revisits refer to, as paths relative to the snapshot folder.")

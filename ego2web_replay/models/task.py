@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from ..errors import TaskFileError
 from ..limits import InputLimitError, human, loads, max_json_bytes
 from .action import Action
-from .base import FileModel, describe_validation_error
+from .base import FileModel, check_id, describe_validation_error
 
 __all__ = ["TimeRange", "Task", "TaskSuite", "load_tasks", "parse_timestamp", "TASK_VERSION"]
 
@@ -132,7 +132,7 @@ class Task(FileModel):
     def _safe_id(cls, v: str) -> str:
         if not re.fullmatch(r"[A-Za-z0-9._-]+", v) or v in (".", ".."):
             raise ValueError("task ids may hold only letters, digits, '.', '_' and '-'")
-        return v
+        return check_id("task id", v)
 
     @field_validator("start_url")
     @classmethod

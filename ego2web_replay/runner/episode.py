@@ -27,6 +27,7 @@ from ..models import (
     Step,
     Task,
     Trajectory,
+    check_id,
     episode_dir,
     save_model,
 )
@@ -87,6 +88,10 @@ def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> P
     if root is None:
         raise SnapshotError("frozen mode needs --snapshots (the folder holding recorded snapshots)")
     if snapshot_id:
+        try:
+            check_id("snapshot id", snapshot_id)  # '../other/ID' would replay another task's snapshot
+        except ValueError as e:
+            raise SnapshotError(str(e)) from None
         p = Path(root) / task_id / snapshot_id
         if not (p / "manifest.json").exists():
             raise SnapshotError(f"snapshot {p} not found (or has no manifest.json)")

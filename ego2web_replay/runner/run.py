@@ -24,6 +24,7 @@ from ..models import (
     RunManifest,
     RunSettings,
     TaskSuite,
+    check_id,
     end_reason_counts,
     episode_dir,
     load_run,
@@ -117,6 +118,11 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
 
     if settings.mode not in MODES:
         raise Ego2WebError(f"unknown mode {settings.mode!r}; use live, frozen or both")
+    if run_id is not None:
+        try:
+            check_id("run id", run_id)  # '/tmp/x', '..' or 'a b' would write outside --out or collide
+        except ValueError as e:
+            raise Ego2WebError(str(e)) from None
     agent_settings = dict(agent_settings or {})
     agent = make_agent(agent_name, **agent_settings)  # validates the name and settings before any work
     apply_inputs(agent.spec, settings.inputs)

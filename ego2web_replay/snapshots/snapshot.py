@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
-from ..models import FileDigest, SnapshotManifest, parse_model
+from ..models import FileDigest, SnapshotManifest, check_id, parse_model
 from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
@@ -199,7 +199,10 @@ def _snapshot_id(now: datetime) -> str:
 def _check_id(kind: str, value: str) -> str:
     if not _SAFE_ID.match(value):
         raise SnapshotError(f"invalid {kind} {value!r}: use letters, digits, '.', '_' and '-' only")
-    return value
+    try:
+        return check_id(kind, value)
+    except ValueError as e:
+        raise SnapshotError(str(e)) from None
 
 
 _SOURCES = ("record", "live-run", "probe", "import", "extend")
@@ -245,6 +248,7 @@ class SnapshotWriter:
         self.screenshots: list[str] = []
         self.notes: list[str] = []
         self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
+        self.shared: list[str] = []  # shared payload stores its revisits refer to (relative to the folder)
         self.writer = ArchiveWriter(
             self.path / ARCHIVE_NAMES[compression],
             compression=compression,
@@ -326,6 +330,7 @@ class SnapshotWriter:
             settings=self.settings,
             screenshots=self.screenshots,
             notes=[red.text(n) for n in self.notes],
+            shared=self.shared,
         )
         self._write(MANIFEST, (manifest.model_dump_json(indent=2) + "\n").encode("utf-8"), "the manifest")
         return manifest

@@ -5,7 +5,7 @@ A live episode keeps its own archive under ``<episode>/snapshots/<task>/<id>/``
 replayed. :func:`diff_run` diffs, for every task of a run with a live episode,
 that archive against the snapshot the task's frozen episode replayed, or,
 for a task without one, against the newest snapshot of the task under
-``snapshots_root``.
+``snapshots_root``; or against any one snapshot of a task (``against``).
 """
 
 from __future__ import annotations
@@ -57,11 +57,23 @@ def frozen_snapshot(episode: Path, traj: Trajectory, snapshots_root: Path | None
     return None
 
 
-def diff_run(run_dir: Path, *, snapshots_root: Path | None = None, task_ids: Sequence[str] = ()) -> RunDiff:
-    """Pair diffs of every task of ``run_dir`` that has a live episode (see the module docstring)."""
+def diff_run(run_dir: Path, *, snapshots_root: Path | None = None, task_ids: Sequence[str] = (),
+             against: Path | None = None) -> RunDiff:
+    """Pair diffs of every task of ``run_dir`` that has a live episode (see the module docstring).
+
+    ``against`` (a snapshot folder) replaces the frozen side for the live episode of its own task,
+    which alone is diffed then.
+    """
     from .ingest import read_run_manifest, run_id_of
 
     run_dir = Path(run_dir)
+    if against is not None:
+        from ..snapshots import Snapshot
+
+        try:
+            task_ids = [Snapshot.open(against).manifest.task_id]
+        except SnapshotError as e:
+            raise SnapshotError(f"cannot diff against {against}: {e}") from None
     run_id = run_id_of(read_run_manifest(run_dir), run_dir)
     out = RunDiff(run_id=run_id)
     tasks = sorted(p.name for p in (run_dir / "episodes").iterdir() if p.is_dir()) \
@@ -81,9 +93,9 @@ def diff_run(run_dir: Path, *, snapshots_root: Path | None = None, task_ids: Seq
         if archive is None:
             out.skipped.append(f"{task}: the live episode has no archive of its own")
             continue
-        snap = None
+        snap = Path(against) if against is not None else None
         frozen_ep = episode_dir(run_dir, task, "frozen")
-        if (frozen_ep / "trajectory.json").is_file():
+        if snap is None and (frozen_ep / "trajectory.json").is_file():
             try:
                 snap = frozen_snapshot(frozen_ep, load_trajectory(frozen_ep), snapshots_root)
             except Ego2WebError:

@@ -204,9 +204,12 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
 # -- episode pages -----------------------------------------------------------------------
 
 
-def _copy_asset(src: Path, files_dir: Path, copied: set[Path]) -> str | None:
-    """Copy an image next to the page; return its path relative to the page, or None if missing."""
+def _copy_asset(src: Path, files_dir: Path, copied: set[Path], inside: Path | None = None) -> str | None:
+    """Copy an image next to the page; return its path relative to the page, or None if missing
+    (or, with ``inside``, outside that folder: a trajectory cannot make the report copy any file)."""
     if not src.is_file() or src.suffix.lower() not in _IMAGE_SUFFIXES:
+        return None
+    if inside is not None and not src.resolve().is_relative_to(inside.resolve()):
         return None
     files_dir.mkdir(parents=True, exist_ok=True)
     dest = files_dir / _safe(src.name)
@@ -293,7 +296,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
     else:
         steps = []
         for s in traj.steps:
-            img = _copy_asset(ep_dir / s.screenshot, files_dir, copied) if s.screenshot and ep_dir else None
+            img = _copy_asset(ep_dir / s.screenshot, files_dir, copied, inside=ep_dir) if s.screenshot and ep_dir else None
             shot = f'<img src="{escape(img)}" alt="screenshot after step {s.index}">' if img else "–"
             info = [f"<code>{escape(s.action.describe())}</code>"]
             if s.url:
