@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -38,6 +39,8 @@ from ..validity import classify
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Replay", "ReplayConfig", "replay_addons", "load_captures", "load_learned", "MISS_POLICIES"]
 
@@ -229,6 +232,8 @@ class Replay:
                                  freeze_script=self.init_script or None, policy=cfg.sequence,
                                  snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
         self.load_seconds = time.perf_counter() - t0
+        log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
+                 self.load_seconds)
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
         from ..snapshots.cdxj import CdxjEntry
