@@ -221,3 +221,39 @@ def test_ingest_cli(tmp_path: Path, data: tuple[Path, Path], capsys: pytest.Capt
     assert main(["ingest", str(runs), "--db", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "not a readable DuckDB database" in err and err.count("\n") == 1
+
+
+def test_writers_refuse_what_readers_refuse(tmp_path: Path) -> None:
+    """Another program's DuckDB file and a newer schema are refused by writers too, untouched."""
+    other = tmp_path / "other.duckdb"
+    duckdb.connect(str(other)).execute("CREATE TABLE x(a INT)").close()
+    with pytest.raises(TrackingError, match="not a tracking database"):
+        with write_connection(other):
+            pass
+    con = duckdb.connect(str(other))
+    try:
+        tables = {r[0] for r in con.execute("SELECT table_name FROM information_schema.tables").fetchall()}
+    finally:
+        con.close()
+    assert tables == {"x"}  # nothing was migrated into it
+
+    newer = tmp_path / "newer.duckdb"
+    with write_connection(newer):
+        pass
+    con = duckdb.connect(str(newer))
+    con.execute("INSERT INTO schema_migrations VALUES (?, now(), 'from the future')", [CURRENT_VERSION + 50])
+    con.close()
+    with pytest.raises(TrackingError, match="newer than this program"):
+        with write_connection(newer):
+            pass
+
+
+def test_lock_file_that_cannot_be_created_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the database folder should be")
+    db = blocker / "sub" / "x.duckdb"
+    with pytest.raises(TrackingError, match="cannot create its lock file"):
+        with write_connection(db):
+            pass
+    assert main(["compare", "--db", str(tmp_path / "missing" / "x.duckdb")]) == 1
+    assert "Traceback" not in capsys.readouterr().err

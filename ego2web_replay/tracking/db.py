@@ -90,10 +90,18 @@ def _file_lock(db_path: Path, exclusive: bool, timeout: float) -> Iterator[None]
     lock cannot take it straight back while another process is waiting, so
     bulk writers alternate instead of starving each other.
     """
-    db_path.parent.mkdir(parents=True, exist_ok=True)
     main = lock_path(db_path)
-    lock_fd = os.open(main, os.O_RDWR | os.O_CREAT, 0o644)
-    queue_fd = os.open(main.with_name(main.name + ".queue"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        db_path.parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(main, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise TrackingError(f"{db_path}: cannot create its lock file {main.name} ({e.strerror or e}); "
+                            "choose a --db in a writable folder") from None
+    try:
+        queue_fd = os.open(main.with_name(main.name + ".queue"), os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as e:
+        os.close(lock_fd)
+        raise TrackingError(f"{db_path}: cannot create its lock file {main.name}.queue ({e.strerror or e})") from None
     deadline = time.monotonic() + timeout
     try:
         _acquire(queue_fd, fcntl.LOCK_EX, deadline, db_path, timeout)
@@ -154,6 +162,7 @@ def write_connection(
     with _file_lock(path, exclusive=True, timeout=timeout):
         con = _connect(path, read_only=False, timeout=timeout)
         try:
+            _checked_version(con, path)  # writers refuse what readers refuse: another program's file, a newer schema
             con.execute("BEGIN TRANSACTION")
             try:
                 migrate(con)
