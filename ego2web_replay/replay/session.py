@@ -35,6 +35,7 @@ from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
 from ..validity import classify
+from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
@@ -131,6 +132,7 @@ class Replay:
         self.init_script: str = ""
         self.load_seconds = 0.0
         self.captures = 0
+        self._frozen = False
 
     @property
     def miss(self) -> str:
@@ -219,6 +221,8 @@ class Replay:
         self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
                                  freeze_script=self.init_script or None, policy=cfg.sequence,
                                  snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
+        if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
+            self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
@@ -252,6 +256,9 @@ class Replay:
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None
+        if self._frozen:
+            self._frozen = False
+            gcfreeze.release()
 
     def __enter__(self) -> Replay:
         return self.start()
