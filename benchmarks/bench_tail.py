@@ -97,7 +97,8 @@ absolute-form requests over {_SAMPLE:,} URLs spread across the snapshot (all exa
 the match index is built, `gc.freeze()` moves it into the collector's permanent generation, so full
 collections no longer walk it (`ego2web_replay/replay/gcfreeze.py`); "not frozen" turns that off.
 The target (issue 16): p99 within 2x of p50 at every size. The load client shares the machine's
-two cores with the server, so its own scheduling adds to every figure.
+two cores with the server, so its own scheduling adds to every figure; with the load average
+above the core count, p99 measures the scheduler as much as the server: compare sizes within one run.
 
 {markdown_table(header, rows)}
 
