@@ -1,4 +1,9 @@
-"""Atomic file writes: write to a temporary file in the same folder, fsync, rename."""
+"""Atomic file writes: write to a temporary file in the same folder, fsync, rename.
+
+Files are written mode 0644 (``mode=``): what the project writes this way (manifests, indexes,
+trajectories, run manifests, compare outputs) is made to be shared, and a tarball or another user's
+pywb must be able to read it. Secrets (the CA key) are not written here.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +14,13 @@ from pathlib import Path
 __all__ = ["atomic_write_bytes", "atomic_write_text"]
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, mode)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

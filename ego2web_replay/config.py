@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from .errors import Ego2WebError
+
 __all__ = ["data_dir", "DEFAULT_SNAPSHOTS", "DEFAULT_RUNS", "DEFAULT_DB"]
 
 DEFAULT_SNAPSHOTS = Path("snapshots")
@@ -27,4 +29,27 @@ def data_dir() -> Path:
         base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         path = Path(base) / "ego2web-replay"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    check_private_dir(path)
     return path
+
+
+def check_private_dir(path: Path) -> None:
+    """The data folder holds the CA key and pickled caches: nobody else may write to it.
+
+    A folder writable by group or others is fixed (made 0700) when it is ours alone, refused when it
+    belongs to someone else or is a shared sticky folder such as /tmp.
+    """
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise Ego2WebError(f"cannot use the data folder {path} ({e.strerror or e})") from None
+    if not st.st_mode & 0o022:
+        return
+    if st.st_uid != os.getuid() or st.st_mode & 0o1000:  # someone else's, or a shared one like /tmp
+        raise Ego2WebError(f"the data folder {path} is writable by other users and not yours alone; "
+                           "use a folder of its own as EGO2WEB_REPLAY_HOME, writable by its owner only")
+    try:
+        os.chmod(path, 0o700)
+    except OSError as e:
+        raise Ego2WebError(f"the data folder {path} is writable by other users and cannot be fixed "
+                           f"({e.strerror or e}); run chmod 700 on it") from None

@@ -63,40 +63,41 @@ def test_scripted_agent_starts_at_the_start_url_then_stops():
 
 # -- browser-use history ------------------------------------------------------------------------------------
 def _browser_use_history(shot_b64: str, shot_file: str) -> dict:
-    """A realistic AgentHistoryList as browser-use's ``save_to_file`` writes it."""
+    """An AgentHistoryList as browser-use 0.13's ``save_to_file`` writes it (the third item in the older
+    ``current_state``/``xpath`` form, which is read too)."""
     return {"history": [
-        {"model_output": {"current_state": {"evaluation_previous_goal": "Unknown - just started",
-                                            "memory": "Need the mug's price.", "next_goal": "Open the shop"},
-                          "action": [{"go_to_url": {"url": "https://shop.example/"}}]},
-         "result": [{"is_done": False, "success": None, "extracted_content": "🔗  Navigated to https://shop.example/",
-                     "error": None, "include_in_memory": True}],
-         "state": {"tabs": [{"page_id": 0, "url": "about:blank", "title": ""}], "screenshot": shot_b64,
+        {"model_output": {"thinking": "The task needs the mug's price.", "evaluation_previous_goal": "Start",
+                          "memory": "Need the mug's price.", "next_goal": "Open the shop",
+                          "action": [{"navigate": {"url": "https://shop.example/", "new_tab": False}}]},
+         "result": [{"is_done": False, "extracted_content": "🔗 Navigated to https://shop.example/"}],
+         "state": {"tabs": [{"url": "about:blank", "title": "", "target_id": "AB12"}], "screenshot_path": None,
                    "interacted_element": [None], "url": "about:blank", "title": ""},
-         "metadata": {"step_start_time": 1.0, "step_end_time": 2.5, "input_tokens": 1200, "step_number": 1}},
-        {"model_output": {"current_state": {"evaluation_previous_goal": "Success", "memory": "",
-                                            "next_goal": "Search for the mug"},
-                          "action": [{"input_text": {"index": 3, "text": "red mug"}},
+         "metadata": {"step_start_time": 1.0, "step_end_time": 2.5, "step_number": 1}},
+        {"model_output": {"evaluation_previous_goal": "Success", "memory": "", "next_goal": "Search for the mug",
+                          "action": [{"input": {"index": 3, "text": "red mug", "clear": True}},
                                      {"send_keys": {"keys": "Enter"}}]},
-         "result": [{"is_done": False, "extracted_content": "⌨️  Input red mug into index 3", "error": None},
-                    {"is_done": False, "extracted_content": "⌨️  Sent keys: Enter", "error": None}],
+         "result": [{"is_done": False, "extracted_content": "Typed 'red mug'"},
+                    {"is_done": False, "extracted_content": "Sent keys: Enter"}],
          "state": {"url": "https://shop.example/", "title": "Shop", "screenshot_path": shot_file,
                    "interacted_element": [
-                       {"tag_name": "input", "xpath": "html/body/main/form/input", "highlight_index": 3,
-                        "attributes": {"id": "q", "name": "q"}, "css_selector": "html > body > main > form > input"},
-                       None]}},
+                       {"node_id": 5, "backend_node_id": 9, "frame_id": None, "node_type": 1, "node_value": "",
+                        "node_name": "INPUT", "attributes": {"id": "q", "name": "q"},
+                        "x_path": "html/body/main/form/input", "element_hash": 1, "stable_hash": 1},
+                       None]},
+         "metadata": {"step_start_time": 2.5, "step_end_time": 4.5, "step_number": 2}},
         {"model_output": {"current_state": {"next_goal": "Open the red mug"},
-                          "action": [{"click_element_by_index": {"index": 7}}, {"scroll_down": {"amount": None}},
-                                     {"extract_content": {"goal": "price"}}]},
-         "result": [{"is_done": False, "extracted_content": "🖱️  Clicked button with index 7"},
+                          "action": [{"click_element_by_index": {"index": 7}}, {"scroll": {"down": True, "pages": 0.5}},
+                                     {"extract": {"query": "price"}}]},
+         "result": [{"is_done": False, "extracted_content": "Clicked button with index 7"},
                     {"is_done": False, "error": "scroll failed: page is not scrollable"},
                     {"is_done": False, "extracted_content": "price: $12.99"}],
-         "state": {"url": "https://shop.example/search?q=red+mug", "title": "Search",
+         "state": {"url": "https://shop.example/search?q=red+mug", "title": "Search", "screenshot": shot_b64,
                    "interacted_element": [{"tag_name": "a", "xpath": "/html/body/main/div[2]/a",
                                            "highlight_index": 7}, None, None]}},
         {"model_output": None,
-         "result": [{"is_done": False, "error": "Rate limit error; retrying", "include_in_memory": True}],
+         "result": [{"is_done": False, "error": "Rate limit error; retrying"}],
          "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug", "interacted_element": []}},
-        {"model_output": {"current_state": {"next_goal": "Report"},
+        {"model_output": {"next_goal": "Report",
                           "action": [{"go_back": {}}, {"done": {"text": "The mug costs $12.99", "success": True}}]},
          "result": [{"is_done": False}, {"is_done": True, "success": True, "extracted_content": "The mug costs $12.99"}],
          "state": {"url": "https://shop.example/item/7", "title": "Red Ceramic Mug",
@@ -105,7 +106,8 @@ def _browser_use_history(shot_b64: str, shot_file: str) -> dict:
 
 
 def test_browser_use_history_becomes_our_steps(tmp_path):
-    shot_file = tmp_path / "bu-shot.png"
+    shot_file = tmp_path / "bu-tmp" / "step_2.png"
+    shot_file.parent.mkdir()
     shot_file.write_bytes(PNG)
     data = _browser_use_history(base64.b64encode(PNG).decode(), str(shot_file))
     out = tmp_path / "agent"
@@ -117,20 +119,26 @@ def test_browser_use_history_becomes_our_steps(tmp_path):
         "type selector='xpath=/html/body/main/form/input' value='red mug'",
         "press key='Enter'",
         "click selector='xpath=/html/body/main/div[2]/a'",
-        "scroll dy=600",
+        "scroll dy=400",
         "wait seconds=0.0",
         "back",
         "answer answer='The mug costs $12.99'",
     ]
-    # the page state before each action, the model's goal as the thought, errors per action
-    assert steps[0].url == "about:blank" and steps[1].url == "https://shop.example/" and steps[1].title == "Shop"
-    assert steps[0].thought == "Open the shop"
+    # the URL after each item's actions is the next item's page
+    assert [s.url for s in steps] == ["https://shop.example/", "https://shop.example/search?q=red+mug",
+                                      "https://shop.example/search?q=red+mug"] + ["https://shop.example/item/7"] * 5
+    assert steps[0].title == "Shop"
+    assert steps[0].thought == "The task needs the mug's price. | Open the shop"
+    assert steps[1].thought == "Search for the mug" and steps[3].thought == "Open the red mug"
+    assert [s.duration_s for s in steps[:3]] == [1.5, 1.0, 1.0]
     assert steps[4].error == "scroll failed: page is not scrollable"
-    assert "'extract_content' has no counterpart" in steps[5].thought
-    # screenshots: base64 decoded into the output folder, a file path kept as is
-    assert steps[0].screenshot == "screenshots/step-000.png"
-    assert (out / steps[0].screenshot).read_bytes() == PNG
-    assert steps[1].screenshot == str(shot_file) and steps[3].screenshot is None
+    assert "'extract' has no counterpart" in steps[5].thought
+    # screenshots after each item, copied into the episode (a file in browser-use's temp folder, or base64)
+    assert steps[0].screenshot == "screenshots/step-000.png" and (out / steps[0].screenshot).read_bytes() == PNG
+    assert steps[2].screenshot == "screenshots/step-002.png" and (out / steps[2].screenshot).read_bytes() == PNG
+    assert steps[1].screenshot is None and steps[5].screenshot is None
+    shot_file.unlink()  # browser-use's temp folder goes away; the episode keeps its copy
+    assert (out / "screenshots/step-000.png").exists()
 
 
 def test_browser_use_history_answer_from_is_done_and_bare_lists(tmp_path):

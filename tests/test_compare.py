@@ -176,3 +176,16 @@ def test_compare_json_and_csv_to_stdout(db: Path, tmp_path: Path, capsys: pytest
     assert json.loads(out_json.read_text())["groups"][0]["counts"]["both"] == 3
     assert main([*base, "--csv", "-", "--json", "-"]) == 2
     assert "both want stdout" in capsys.readouterr().err
+
+
+def test_modality_is_a_compare_column(tmp_path: Path) -> None:
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping"})
+    eps = [EpisodeSpec("t1", m, {"rule": True}) for m in ("live", "frozen")]
+    make_run(tmp_path / "runs", "a", AgentSpec(name="openai", model="x", input_modality="captions"), eps, suite=suite)
+    make_run(tmp_path / "runs", "b", AgentSpec(name="scripted"), eps, suite=suite)
+    path = tmp_path / "m.duckdb"
+    ingest(path, [tmp_path / "runs"])
+    got = {g.agent: g.modality for g in compare(path).groups}
+    assert got == {"openai:x": "captions", "scripted": "none"}
+    rows = list(csv.DictReader(csv_text(compare(path)).splitlines()))
+    assert {(r["agent"], r["modality"]) for r in rows} == {("openai:x", "captions"), ("scripted", "none")}

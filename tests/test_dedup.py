@@ -168,3 +168,16 @@ def test_cli_suite_pack_unpack_dedup(suite_root, tmp_path, capsys):
     (tmp_path / "notzip.pack").write_bytes(b"hello")
     assert main(["suite", "unpack", str(tmp_path / "notzip.pack"), "--snapshots", str(tmp_path / "x")]) == 1
     assert "not a valid pack" in capsys.readouterr().err
+
+
+def test_extending_a_deduplicated_snapshot_keeps_its_store(suite_root, tmp_path):
+    from ego2web_replay.snapshots.extend import extend_snapshot
+
+    result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16)
+    grown = extend_snapshot(result.snapshots[0], [suite_root / "t1" / "s1"], root=tmp_path / "elsewhere")
+    snap = Snapshot.open(grown.path)
+    assert snap.manifest.shared == [f"../../../dedup/{SHARED_DIR}/{result.store.name}"]
+    assert any(e.record_type == "revisit" for e in snap.entries())
+    assert served(snap) == served(Snapshot.open(suite_root / "t1" / "s1"))
+    report = verify_snapshot(grown.path)
+    assert report.ok and not report.warnings, (report.problems, report.warnings)

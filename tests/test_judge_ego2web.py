@@ -91,7 +91,7 @@ def test_three_stages_send_the_expected_inputs(run, tmp_path):
     assert v.success and v.score == 1.0 and v.thoughts == "the red mug matches the video."
     assert v.key_points == ["a red mug", "add it to the cart"]
     assert v.kept_screenshots == ["screenshots/step-002.png", "screenshots/step-004.png"]
-    assert v.judge.name == "ego2web" and v.judge.prompt_version == "ego2web-v1" and v.judge.model == "judge-m"
+    assert v.judge.name == "ego2web" and v.judge.prompt_version == "ego2web-v2" and v.judge.model == "judge-m"
     assert v.judge.settings["threshold"] == 3 and v.judge.settings["max_screenshots"] == 2
     assert len(v.calls) == 6 and len(v.cache_keys) == 6 and v.prompt_tokens > 0 and v.completion_tokens > 0
     assert v.calls[-1]["reply"].endswith("Status: success") and v.calls[-1]["parsed"]["status"] == "success"
@@ -132,10 +132,10 @@ def test_judge_run_end_to_end_with_cache_and_failures(run, tmp_path):
         judge_run(run, "ego2web", model="other", base_url=srv.base_url, progress=False, task_ids=["T2"])
         assert len(srv.requests) == 3
         custom = tmp_path / "prompts"
-        shutil.copytree(PROMPTS_DIR / "ego2web-v1", custom)
+        shutil.copytree(PROMPTS_DIR / "ego2web-v2", custom)
         f = custom / "final.txt"
         f.write_text(f.read_text().replace("strict evaluator", "very strict evaluator"))
-        vs = judge_run(run, "ego2web", model="m", base_url=srv.base_url, progress=False, task_ids=["T2"],
+        vs = judge_run(run, "ego2web", model="other", base_url=srv.base_url, progress=False, task_ids=["T2"],
                        settings={"prompts_dir": str(custom)})
         assert len(srv.requests) == 4  # key points and screenshot were cached; only the final stage changed
         assert vs[0].judge.prompt_version.startswith("custom-")

@@ -160,3 +160,21 @@ def test_resolve_config_from_environment(monkeypatch):
     cfg = resolve_config(backoff_s=0.5)
     assert (cfg.model, cfg.base_url, cfg.backoff_s) == ("qwen", "http://127.0.0.1:9/v1", 0.5)
     assert resolve_config(model="x", base_url="http://127.0.0.1:1/v1").model == "x"
+
+
+def test_cache_key_holds_the_endpoint_and_identical_calls_in_flight_are_made_once(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    msgs = [Message("system", ["rules"]), Message("user", ["same question"])]
+    with FakeOpenAIServer([Reply("Status: success", delay=0.5)]) as srv:
+        client = LLMClient(_cfg(srv, tmp_path))
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(lambda _: client.chat(msgs, _status, stage="final"), range(4)))
+        assert len(srv.requests) == 1 and client.calls == 1
+        assert sum(not r.cached for r in results) == 1 and {r.parsed for r in results} == {"success"}
+    # the same model name behind another endpoint is another call, not a cache hit
+    with FakeOpenAIServer(["Status: failure"]) as other:
+        elsewhere = LLMClient(_cfg(other, tmp_path))
+        got = elsewhere.chat(msgs, _status, stage="final")
+        assert not got.cached and got.parsed == "failure" and len(other.requests) == 1
+        assert got.cache_key != results[0].cache_key

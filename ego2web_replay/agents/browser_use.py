@@ -1,53 +1,79 @@
 """Convert browser-use's history JSON (``AgentHistoryList``) into our steps.
 
-browser-use writes ``{"history": [{"model_output": {"current_state": {...},
-"action": [{"go_to_url": {"url": ...}}, ...]}, "result": [{"is_done": ...,
-"extracted_content": ..., "error": ...}], "state": {"url": ..., "title": ...,
-"screenshot": <base64 or path>, "interacted_element": [...]}}]}``. Each action
-of each history item becomes one :class:`Step`; element indexes are resolved to
-the XPath browser-use recorded for them when present. Actions with no
-counterpart in our vocabulary become ``wait`` steps that name the original.
+Written for browser-use 0.13 (``Agent.history.save_to_file``)::
+
+    {"history": [{"model_output": {"thinking", "evaluation_previous_goal", "memory", "next_goal",
+                                   "action": [{"navigate": {"url": ...}}, {"input": {"index", "text"}}, ...]},
+                  "result": [{"is_done", "success", "extracted_content", "error"}, ...],
+                  "state": {"url", "title", "screenshot_path", "interacted_element": [{"x_path", ...} | null]},
+                  "metadata": {"step_start_time", "step_end_time", "step_number"}}]}
+
+Each action of each history item becomes one :class:`Step`. An item's
+``state`` is the page the model **saw** before acting, so the URL and title
+*after* an item's actions are those of the next item's state (the last item
+keeps its own), and so is the screenshot. Element indexes are resolved to the element's XPath
+(``x_path``); typed text is kept; the model's thinking and next goal become
+the thought; the item's duration (``metadata``) is shared by its actions;
+screenshots (files browser-use leaves in its temporary folder, or base64) are
+copied into the episode. Older histories (``current_state``, ``xpath``,
+``go_to_url``/``input_text``/``click_element_by_index``) are read too. Actions
+with no counterpart in our vocabulary become ``wait`` steps that name the original.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import shutil
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote_plus
 
-from ..models import Action, Step
+from ..actions import Action
+from ..models import Step
 
 __all__ = ["convert_browser_use_history"]
 
+SEARCH_ENGINES = {"duckduckgo": "https://duckduckgo.com/?q=", "google": "https://www.google.com/search?q=",
+                  "bing": "https://www.bing.com/search?q="}
+PAGE_PX = 800  # browser-use scrolls in pages; one page ~ one viewport height
+
+
+def _xpath(element: dict[str, Any] | None) -> str | None:
+    raw = (element or {}).get("x_path") or (element or {}).get("xpath")
+    return f"xpath=/{str(raw).lstrip('/')}" if raw else None
+
 
 def _click(params: dict[str, Any], element: dict[str, Any] | None) -> Action:
-    if element and element.get("xpath"):
-        return Action(kind="click", selector=f"xpath=/{element['xpath'].lstrip('/')}")
+    if sel := _xpath(element):
+        return Action(kind="click", selector=sel)
     if "xpath" in params:
         return Action(kind="click", selector=f"xpath=/{str(params['xpath']).lstrip('/')}")
-    if "x" in params and "y" in params:
-        return Action(kind="click", x=float(params["x"]), y=float(params["y"]))
+    x, y = params.get("coordinate_x", params.get("x")), params.get("coordinate_y", params.get("y"))
+    if x is not None and y is not None:
+        return Action(kind="click", x=float(x), y=float(y))
     return Action(kind="click", selector=f"[data-browser-use-index='{params.get('index')}']")
 
 
 def _convert(name: str, params: dict[str, Any], element: dict[str, Any] | None) -> tuple[Action, str | None]:
     p = params or {}
-    if name in ("go_to_url", "open_tab", "navigate"):
+    if name in ("navigate", "go_to_url", "open_tab"):
         return Action(kind="goto", url=p.get("url", "about:blank")), None
-    if name in ("search_google", "search"):
-        from urllib.parse import quote_plus
-
-        return Action(kind="goto", url="https://www.google.com/search?q=" + quote_plus(str(p.get("query", "")))), None
-    if name in ("click_element", "click_element_by_index", "click"):
+    if name in ("search", "search_google"):
+        engine = SEARCH_ENGINES.get(str(p.get("engine") or ("google" if name == "search_google" else "duckduckgo")),
+                                    SEARCH_ENGINES["duckduckgo"])
+        return Action(kind="goto", url=engine + quote_plus(str(p.get("query", "")))), None
+    if name in ("click", "click_element", "click_element_by_index"):
         return _click(p, element), None
-    if name in ("input_text", "type"):
-        sel = f"xpath=/{element['xpath'].lstrip('/')}" if element and element.get("xpath") else None
-        return Action(kind="type", selector=sel, value=str(p.get("text", ""))), None
+    if name in ("input", "input_text", "type"):
+        return Action(kind="type", selector=_xpath(element), value=str(p.get("text", ""))), None
     if name in ("send_keys", "press"):
         return Action(kind="press", key=str(p.get("keys") or p.get("key") or "Enter")), None
-    if name in ("scroll_down", "scroll_up", "scroll"):
-        amount = int(p.get("amount") or 600)
+    if name in ("scroll", "scroll_down", "scroll_up"):
+        if "pages" in p:
+            amount = int(round(float(p.get("pages") or 1.0) * PAGE_PX))
+        else:
+            amount = int(p.get("amount") or 600)
         if name == "scroll_up" or p.get("down") is False:
             amount = -amount
         return Action(kind="scroll", dy=amount), None
@@ -56,24 +82,53 @@ def _convert(name: str, params: dict[str, Any], element: dict[str, Any] | None) 
     if name == "wait":
         return Action(kind="wait", seconds=float(p.get("seconds", 1))), None
     if name == "done":
-        return Action(kind="answer", answer=str(p.get("text", ""))), None
+        text = p.get("text")
+        if text is None and "data" in p:  # structured output
+            import json
+
+            text = json.dumps(p["data"], sort_keys=True)
+        return Action(kind="answer", answer=str(text or "")), None
     return Action(kind="wait", seconds=0), f"browser-use action {name!r} has no counterpart: {p}"
 
 
 def _screenshot(raw: Any, out_dir: Path, index: int) -> str | None:
+    """The item's screenshot copied into ``out_dir/screenshots/`` (file or base64); None when absent."""
     if not raw or not isinstance(raw, str):
         return None
+    rel = f"screenshots/step-{index:03d}.png"
     candidate = Path(raw)
-    if len(raw) < 4096 and candidate.suffix in (".png", ".jpg", ".jpeg") and candidate.exists():
-        return str(candidate)
+    if len(raw) < 4096 and candidate.suffix.lower() in (".png", ".jpg", ".jpeg"):
+        if not candidate.is_file():
+            return None
+        rel = f"screenshots/step-{index:03d}{candidate.suffix.lower()}"
+        (out_dir / "screenshots").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(candidate, out_dir / rel)
+        return rel
     try:
         data = base64.b64decode(raw, validate=True)
     except (binascii.Error, ValueError):
         return None
-    rel = f"screenshots/step-{index:03d}.png"
     (out_dir / "screenshots").mkdir(parents=True, exist_ok=True)
     (out_dir / rel).write_bytes(data)
     return rel
+
+
+def _thought(output: dict[str, Any]) -> str | None:
+    state = output.get("current_state")
+    brain: dict[str, Any] = state if isinstance(state, dict) else output
+    parts = [str(brain[k]) for k in ("thinking", "next_goal") if brain.get(k)]
+    if not parts:
+        parts = [str(brain[k]) for k in ("evaluation_previous_goal", "memory") if brain.get(k)][:1]
+    return " | ".join(parts) or None
+
+
+def _duration(meta: Any, n: int) -> float:
+    if not isinstance(meta, dict) or n <= 0:
+        return 0.0
+    try:
+        return round(max(0.0, float(meta["step_end_time"]) - float(meta["step_start_time"])) / n, 3)
+    except (KeyError, TypeError, ValueError):
+        return 0.0
 
 
 def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], str | None]:
@@ -82,34 +137,46 @@ def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], s
         data = {"history": data}
     if not isinstance(data, dict) or not isinstance(data.get("history"), list):
         raise ValueError("browser-use history must be an object with a 'history' list")
+    items = data["history"]
+    if not all(isinstance(item, dict) for item in items):
+        raise ValueError("a browser-use history item is not an object")
     steps: list[Step] = []
     answer: str | None = None
-    for item in data["history"]:
-        if not isinstance(item, dict):
-            raise ValueError("a browser-use history item is not an object")
+    for n, item in enumerate(items):
         output = item.get("model_output") or {}
         state = item.get("state") or {}
+        after = (items[n + 1].get("state") or {}) if n + 1 < len(items) else state
         results = item.get("result") or []
         elements = state.get("interacted_element") or []
-        thought = None
-        cs = output.get("current_state") or {}
-        if isinstance(cs, dict):
-            thought = cs.get("next_goal") or cs.get("evaluation_previous_goal") or cs.get("memory")
-        for i, act in enumerate(output.get("action") or []):
-            if not isinstance(act, dict) or not act:
-                continue
+        actions = [a for a in output.get("action") or [] if isinstance(a, dict) and a]
+        thought = _thought(output)
+        duration = _duration(item.get("metadata"), len(actions))
+        shot = after.get("screenshot_path") or after.get("screenshot")
+        for i, act in enumerate(actions):
             name, params = next(iter(act.items()))
             element = elements[i] if i < len(elements) and isinstance(elements[i], dict) else None
             action, note = _convert(name, params if isinstance(params, dict) else {}, element)
             result = results[i] if i < len(results) and isinstance(results[i], dict) else {}
             index = len(steps)
-            steps.append(Step(index=index, action=action, url=state.get("url"), title=state.get("title"),
-                              screenshot=_screenshot(state.get("screenshot") or state.get("screenshot_path"),
-                                                     out_dir, index),
-                              error=result.get("error"), thought=note or thought))
+            last = i == len(actions) - 1
+            steps.append(Step(index=index, action=action,
+                              url=after.get("url") if last else None, title=after.get("title") if last else None,
+                              screenshot=_screenshot(shot, out_dir, index) if last else None,
+                              error=result.get("error"), thought=note or thought, duration_s=duration))
             if action.kind == "answer":
                 answer = action.answer
         for r in results:
             if isinstance(r, dict) and r.get("is_done") and r.get("extracted_content") and answer is None:
                 answer = str(r["extracted_content"])
+    _fill_urls(steps)
     return steps, answer
+
+
+def _fill_urls(steps: list[Step]) -> None:
+    """Actions before an item's last one carry no URL of their own; the item's after-URL is the best known."""
+    known_url, known_title = None, None
+    for step in reversed(steps):
+        if step.url is not None:
+            known_url, known_title = step.url, step.title
+        else:
+            step.url, step.title = known_url, known_title

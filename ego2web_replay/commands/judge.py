@@ -62,6 +62,8 @@ def judge() -> None:
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
               help="ego2web: sample keyframes evenly or at scene changes (default even).")
+@click.option("--keyframe-size", "keyframe_max_side", type=click.IntRange(16),
+              help="ego2web: longest side of keyframes sent, in pixels (default 512).")
 @click.option("--last-k", type=click.IntRange(0), help="webvoyager: last screenshots shown (default 3).")
 @click.option("--prompt-version", help="Packaged prompt version, e.g. v1.")
 @click.option("--prompts-dir", type=click.Path(path_type=Path, file_okay=False),

@@ -178,6 +178,7 @@ class LLMClient:
         self.cache = CallCache(config.cache_dir) if config.cache_dir else None
         self._slots = threading.BoundedSemaphore(max(1, config.concurrency))
         self._lock = threading.Lock()
+        self._inflight: dict[str, list[Any]] = {}  # cache key -> [lock, waiters]
         self._client: openai.OpenAI | None = None
         self.calls = 0
         self.cache_hits = 0
@@ -201,9 +202,23 @@ class LLMClient:
         the model is then asked again (``format_retries`` times) with the
         problem stated. Only accepted replies are cached.
         """
-        request = {"model": self.config.model, "messages": [m.canonical() for m in messages],
-                   "params": self.params()}
+        request = {"endpoint": self.config.base_url.rstrip("/"), "model": self.config.model,
+                   "messages": [m.canonical() for m in messages], "params": self.params()}
         key = request_key(request)
+        with self._lock:  # identical calls in flight at once are made once: the others wait, then hit the cache
+            entry = self._inflight.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        try:
+            with entry[0]:
+                return self._chat(request, key, messages, parse, stage)
+        finally:
+            with self._lock:
+                entry[1] -= 1
+                if entry[1] == 0:
+                    self._inflight.pop(key, None)
+
+    def _chat[T](self, request: dict[str, Any], key: str, messages: list[Message], parse: Callable[[str], T],
+                 stage: str) -> ChatResult[T]:
         audit = [m.audit() for m in messages]
         if self.cache is not None and (hit := self.cache.get(key)) is not None:
             try:

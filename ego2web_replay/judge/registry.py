@@ -56,6 +56,9 @@ def _client(settings: dict[str, Any], client_settings: dict[str, Any]) -> LLMCli
     return LLMClient(resolve_config(settings.get("model"), settings.get("base_url"), **client_settings))
 
 
+# ego2web-v2: the paper's full verdict rules and its failure checklist (v1 kept five of the rules)
+DEFAULT_PROMPTS = {"ego2web": "v2"}
+
 _PIPELINE = {"threshold", "max_screenshots", "keyframes_per_range", "keyframe_method", "keyframe_max_side",
              "reference_key_points", "prompt_version", "prompts_dir"}
 
@@ -64,7 +67,8 @@ def _pipeline(name: str, use_video: bool) -> Callable[..., Judge]:
     def factory(**settings: Any) -> Judge:
         client_settings, own = _split(name, settings, _PIPELINE if use_video else
                                       _PIPELINE - {"keyframes_per_range", "keyframe_method", "keyframe_max_side"})
-        prompts = load_prompts(name, own.pop("prompt_version", "v1"), own.pop("prompts_dir", None))
+        prompts = load_prompts(name, own.pop("prompt_version", DEFAULT_PROMPTS.get(name, "v1")),
+                               own.pop("prompts_dir", None))
         return PipelineJudge(name, _client(settings, client_settings), prompts, use_video=use_video, **own)
 
     factory.__doc__ = ("Ego2WebJudge: key points, screenshot filtering, strict verdict with video keyframes."

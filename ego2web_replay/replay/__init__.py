@@ -17,7 +17,7 @@ from __future__ import annotations
 from .canonical import body_form, match_key
 from .matching import MATCH_STAGES, Capture, MatchIndex, MatchResult, ReplaySession, describe_key
 from .rules import MatchRules, load_rules
-from .session import Replay, replay_addons
+from .session import Replay, ReplayConfig, replay_addons
 
 __all__ = [
     "MATCH_STAGES",
@@ -26,6 +26,7 @@ __all__ = [
     "MatchResult",
     "MatchRules",
     "Replay",
+    "ReplayConfig",
     "ReplaySession",
     "replay_addons",
     "describe_key",

@@ -56,7 +56,7 @@ def _mime(record: ArchiveRecord) -> str:
 def _timestamp(date: str | None) -> str:
     try:
         return iso_date_to_timestamp(date or "")[:14]
-    except (ValueError, IndexError):
+    except (ValueError, IndexError, TypeError, OverflowError):  # warcio's parser on a mangled WARC-Date
         return "00000000000000"
 
 

@@ -13,6 +13,7 @@ merged, so that the replay still shows one consistent moment of the site.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -150,6 +151,9 @@ def extend_snapshot(base_path: Path, sources: Sequence[Path], *, window: timedel
                             start_url=base.manifest.start_url,
                             settings={**base.manifest.settings, "extended_from": base.manifest.snapshot_id},
                             clock=lambda: moment.astimezone(UTC).replace(tzinfo=None))
+    # revisits copied from a deduplicated snapshot keep resolving through its shared stores
+    stores = {(s.path / rel).resolve() for s in [base, *snaps] for rel in s.manifest.shared}
+    writer.shared = sorted(os.path.relpath(store, writer.path.resolve()) for store in stores)
     try:
         result, provenance = _merge(writer, base, snaps, window, moment, request_key)
         for page in base.manifest.pages:

@@ -12,6 +12,7 @@ one is rebuilt from the index.
 from __future__ import annotations
 
 import hashlib
+import os
 import pickle
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def index_rows(path: Path) -> list[IndexRow]:
     index's path, size and mtime), so a large index loads from a compact pickle afterwards.
     """
     cache = cache_file(path)
-    if cache is not None and cache.is_file():
+    if cache is not None and cache.is_file() and _trusted(cache):
         try:
             with cache.open("rb") as fh:
                 rows = pickle.load(fh)
@@ -84,3 +85,12 @@ def warm_cache(index: Path) -> None:
         index_rows(Path(index))
     except (ArchiveError, OSError):
         pass
+
+
+def _trusted(cache: Path) -> bool:
+    """A pickle runs code when loaded: load only caches this user wrote that nobody else can change."""
+    try:
+        st = cache.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022

@@ -248,6 +248,7 @@ class SnapshotWriter:
         self.screenshots: list[str] = []
         self.notes: list[str] = []
         self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
+        self.shared: list[str] = []  # shared payload stores its revisits refer to (relative to the folder)
         self.writer = ArchiveWriter(
             self.path / ARCHIVE_NAMES[compression],
             compression=compression,
@@ -329,6 +330,7 @@ class SnapshotWriter:
             settings=self.settings,
             screenshots=self.screenshots,
             notes=[red.text(n) for n in self.notes],
+            shared=self.shared,
         )
         self._write(MANIFEST, (manifest.model_dump_json(indent=2) + "\n").encode("utf-8"), "the manifest")
         return manifest

@@ -110,6 +110,8 @@ class GroupComparison(BaseModel):
     frozen_episodes: list[FrozenEpisode]
     flips: list[Flip]
     judge_errors: int = Field(default=0, description="Episodes whose verdict is a judge error (not counted).")
+    modality: str = Field(default="none", description="The agent's input modality (video, keyframes, captions, "
+                                                      "none; joined with + when the selected episodes mix them).")
     judge_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out for a judge error.")
     frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
                                                    "complete episodes, and the share of each validity class.")
@@ -134,14 +136,15 @@ WITH joined AS (
            coalesce(e.replay_exact, 0) + coalesce(e.replay_canonical, 0) + coalesce(e.replay_fuzzy, 0)
                + coalesce(e.replay_miss, 0) AS requests,
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
-           v.error AS judge_error,
+           v.error AS judge_error, coalesce(e.input_modality, 'none') AS modality,
            row_number() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
     JOIN verdicts v ON v.run_id = e.run_id AND v.task_id = e.task_id AND v.mode = e.mode
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
-SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error
+SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
+       modality
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode
 """
 
@@ -183,11 +186,17 @@ def compare(
         judged, errors, error_tasks = _without_judge_errors(tasks)
         g = _group(agent, judge, judged, iterations, seed, level)
         g.judge_errors, g.judge_error_tasks = errors, error_tasks
+        g.modality = _modalities(tasks)
         groups.append(g)
     attach_attributions(db_path, groups, probe_window)
     attach_validity(db_path, groups)
     return Comparison(db=str(db_path), generated_at=datetime.now(UTC), iterations=iterations, seed=seed,
                       level=level, groups=groups)
+
+
+def _modalities(tasks: dict[str, dict[str, tuple]]) -> str:
+    """The input modalities of the selected episodes (``keyframes``; ``captions+video`` when mixed)."""
+    return "+".join(sorted({row[12] for modes in tasks.values() for row in modes.values()})) or "none"
 
 
 def _without_judge_errors(tasks: dict[str, dict[str, tuple]]) -> tuple[dict[str, dict[str, tuple]], int, list[str]]:
@@ -257,7 +266,7 @@ def _rates(category: str, live: list[bool], frozen: list[bool]) -> CategoryRates
 
 _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_successes", "live_rate", "frozen_rate",
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
-               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors"]
+               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -267,7 +276,7 @@ def csv_text(comparison: Comparison) -> str:
     w.writeheader()
     for g in comparison.groups:
         for c in g.categories:
-            row: dict[str, object] = {"agent": g.agent, "judge": g.judge, **c.model_dump()}
+            row: dict[str, object] = {"agent": g.agent, "modality": g.modality, "judge": g.judge, **c.model_dump()}
             if c.live_rate is not None and c.frozen_rate is not None:
                 row["difference"] = c.live_rate - c.frozen_rate
             if c.category == "overall":

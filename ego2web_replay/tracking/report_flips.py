@@ -44,7 +44,7 @@ def _shots(paths: dict[str, str | None], page: Path) -> tuple[str, int]:
         traj = _trajectory(ep)
         cells = []
         for s in traj.steps if traj else []:
-            img = _copy_asset(Path(ep) / s.screenshot, files_dir, copied) if ep and s.screenshot else None
+            img = _copy_asset(Path(ep) / s.screenshot, files_dir, copied, inside=Path(ep)) if ep and s.screenshot else None
             if img is None:
                 continue
             caption = escape(f"{s.index}: {s.action.describe()}") + (f"<br>→ {escape(s.url)}" if s.url else "")

@@ -136,6 +136,8 @@ _V3 = (
 
 _V4 = ("ALTER TABLE episodes ADD COLUMN validity VARCHAR",)  # complete / degraded / off-snapshot (frozen)
 
+_V5 = ("ALTER TABLE episodes ADD COLUMN input_modality VARCHAR",)  # video / keyframes / captions / none
+
 _V6 = (
     """CREATE TABLE pair_diffs (
         run_id VARCHAR NOT NULL,          -- the live episode's run
@@ -171,6 +173,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(2, "drift probes", _V2),
     Migration(3, "episode blocked/live counts and missed URLs", _V3),
     Migration(4, "episode validity (complete / degraded / off-snapshot)", _V4),
+    Migration(5, "episode input modality", _V5),
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version

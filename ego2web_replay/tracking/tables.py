@@ -22,14 +22,14 @@ def comparison_tables(comp: Comparison) -> list[Table]:
         empty.add_column("no episodes with verdicts in the database")
         return [empty]
     summary = Table(title=f"live vs frozen ({comp.selection})")
-    for col in ("agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
+    for col in ("agent", "modality", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                 "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors"):
         summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
                            no_wrap=col in ("agent", "judge") or col.endswith("CI"))
     tables = [summary, validity_table(comp)]
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
-        summary.add_row(g.agent, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
+        summary.add_row(g.agent, g.modality, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
                         ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
