@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import gc
+import socket
 import urllib.request
 from datetime import datetime
 
+import pytest
+
+from ego2web_replay.errors import ProxyError
 from ego2web_replay.replay import gcfreeze
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
@@ -52,3 +56,13 @@ def test_freeze_can_be_turned_off(ca, tmp_path, monkeypatch):
     replay = Replay([_snapshot(tmp_path)], ca=ca)
     replay.open()
     assert gcfreeze.holders() == 0 and _tracked(replay.replayer.index.exact)
+
+
+def test_failed_start_gives_the_freeze_back(ca, tmp_path):
+    snap = _snapshot(tmp_path)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        with pytest.raises(ProxyError, match="in use"):
+            Replay([snap], ca=ca, port=sock.getsockname()[1]).start()
+    assert gcfreeze.holders() == 0 and gc.get_freeze_count() == 0

@@ -249,7 +249,12 @@ class Replay:
         # replayer's, and the replayer refuses every upstream connection (unless miss=live).
         self.proxy = ProxyServer(replay_addons(self.replayer), host=self.host, port=self.port, ca=self.ca,
                                  options={"guard_mode": self.guard_mode})
-        self.proxy.start()
+        try:
+            self.proxy.start()
+        except BaseException:
+            self.proxy = None
+            self.stop()  # gives back the collector freeze taken by open()
+            raise
         return self
 
     def stop(self) -> None:
