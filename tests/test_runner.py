@@ -381,3 +381,38 @@ def test_cli_run_exits_non_zero_when_every_episode_errored(demo, tmp_path, capsy
     assert last.startswith("error: every episode errored (1: agent_error); first error: the program exited "
                            "with code 3 (agent: cannot cope)")
     assert main([*args, "--agent", _command(demo, "ours"), "--run-id", "good"]) == 0
+
+
+LLM_PROGRAM = r'''
+import json, os, sys, urllib.request
+task = json.load(open(os.environ["EGO2WEB_TASK_FILE"]))
+out = os.environ["EGO2WEB_OUT"]
+os.makedirs(out, exist_ok=True)
+llm = sys.argv[1]  # a loopback model endpoint, named 'localhost' since the site is on 127.0.0.1
+body = json.dumps({"model": "m", "messages": [{"role": "user", "content": task["instruction"]}]}).encode()
+req = urllib.request.Request(llm + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
+with urllib.request.urlopen(req, timeout=20) as r:  # NO_PROXY: straight to the endpoint
+    reply = json.load(r)["choices"][0]["message"]["content"]
+with urllib.request.urlopen(task["start_url"], timeout=20) as r:  # through the replay
+    r.read()
+json.dump({"steps": [{"index": 0, "action": {"kind": "answer", "answer": reply}, "url": task["start_url"]}],
+           "answer": reply, "end_reason": "answered", "extra": {"no_proxy": os.environ["NO_PROXY"]}},
+          open(os.path.join(out, "trajectory.json"), "w"))
+'''
+
+
+def test_command_agent_own_loopback_llm_bypasses_the_replay(demo, tmp_path):
+    from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+    program = tmp_path / "llm_agent.py"
+    program.write_text(LLM_PROGRAM, "utf-8")
+    with FakeOpenAIServer(["$12.99"]) as srv:
+        llm = srv.base_url.replace("127.0.0.1", "localhost")
+        _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program} {llm}",
+                               out=tmp_path / "runs", task_ids=[MUG], settings=_settings(demo, mode="frozen"))
+        assert len(srv.requests) == 1  # the model call reached the endpoint, not the replay
+    (r,) = results
+    assert r.ok and r.answer == "$12.99", r.error
+    traj = load_trajectory(r.path / "trajectory.json")
+    assert traj.replay.miss == 0 and traj.replay.exact >= 1  # the page came from the snapshot
+    assert traj.extra["no_proxy"] == "localhost,::1"

@@ -3,7 +3,14 @@
 The program is started (through the shell) with these environment variables:
 
 ==========================  ==================================================
-``HTTP_PROXY``/``HTTPS_PROXY``  the proxy URL (also lowercase; ``NO_PROXY`` empty)
+``HTTP_PROXY``/``HTTPS_PROXY``  the proxy URL (also lowercase and ``ALL_PROXY``)
+``NO_PROXY``                the program's own loopback services (its browser's
+                            CDP socket, a local model endpoint) bypass the proxy:
+                            ``localhost,127.0.0.1,::1``, less any loopback name
+                            the task's pages use (a site served on 127.0.0.1
+                            leaves ``localhost,::1``: reach your own services
+                            as ``localhost``); also ``no_proxy`` and
+                            ``EGO2WEB_NO_PROXY``
 ``EGO2WEB_PROXY``           the proxy URL
 ``EGO2WEB_CA_FILE``         the proxy CA (PEM); also ``SSL_CERT_FILE``,
                             ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``
@@ -38,6 +45,7 @@ import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -69,7 +77,7 @@ class CommandAgent:
         ca = str(env.ca_file)
         out.update({
             "HTTP_PROXY": env.proxy_url, "HTTPS_PROXY": env.proxy_url, "http_proxy": env.proxy_url,
-            "https_proxy": env.proxy_url, "NO_PROXY": "", "no_proxy": "", "ALL_PROXY": env.proxy_url,
+            "https_proxy": env.proxy_url, "ALL_PROXY": env.proxy_url,
             "EGO2WEB_PROXY": env.proxy_url, "EGO2WEB_CA_FILE": ca, "SSL_CERT_FILE": ca,
             "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "NODE_EXTRA_CA_CERTS": ca,
             "EGO2WEB_SPKI": env.spki, "EGO2WEB_TASK_FILE": str(env.task_file), "EGO2WEB_OUT": str(env.out_dir),
@@ -77,6 +85,8 @@ class CommandAgent:
             "EGO2WEB_MODALITY": self.spec.input_modality,
             "EGO2WEB_CHROMIUM_ARGS": json.dumps(sealed_chromium_args(env.proxy_url)),
         })
+        bypass = ",".join(loopback_bypass(env.task_file))
+        out.update({"NO_PROXY": bypass, "no_proxy": bypass, "EGO2WEB_NO_PROXY": bypass})
         if env.inputs is not None:
             out["EGO2WEB_INPUTS"] = str(env.inputs)
             try:
@@ -155,6 +165,25 @@ class CommandAgent:
         base.end_reason = "agent_error"
         base.error = "the program wrote no trajectory.json, history.json or answer.txt in $EGO2WEB_OUT"
         return base
+
+
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def loopback_bypass(task_file: Path) -> list[str]:
+    """Loopback names the program's own traffic may use without the proxy: all of them, less those the
+    task's pages are served on (those page requests must still go through the replay)."""
+    from urllib.parse import urlsplit
+
+    try:
+        task = json.loads(task_file.read_text("utf-8"))
+    except (OSError, ValueError):
+        task = {}
+    pages: set[str] = set()
+    for url in [task.get("start_url") or "", *[f"http://{d}" for d in task.get("allowed_domains") or []]]:
+        host = (urlsplit(url).hostname or "").lower()
+        pages.add("localhost" if host.endswith(".localhost") else host)
+    return [name for name in LOOPBACK_NAMES if name not in pages]
 
 
 def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:

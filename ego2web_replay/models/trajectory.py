@@ -26,7 +26,8 @@ from .replay import ReplayStats
 __all__ = ["AgentSpec", "Step", "EndReason", "Trajectory", "Mode", "episode_dir", "load_trajectory"]
 
 Mode = Literal["live", "frozen"]
-EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions"]
+EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions",
+                    "infra_error"]
 
 
 class AgentSpec(BaseModel):

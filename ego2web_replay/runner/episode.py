@@ -45,7 +45,7 @@ from .inputs import (
 __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot", "ERROR_REASONS"]
 
 # End reasons that mean the episode could not be run (not that the agent failed the task).
-ERROR_REASONS = frozenset({"setup_error", "agent_error", "browser_error"})
+ERROR_REASONS = frozenset({"setup_error", "agent_error", "browser_error", "infra_error"})
 
 
 @dataclass

@@ -10,6 +10,7 @@ Chromium (mitmproxy allows one proxy per process). A finished episode is a
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -100,6 +101,14 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs)
 
 
+def _lost_to_infrastructure(episode: Path) -> bool:
+    """An episode recorded as ``infra_error`` (its worker or node died) is run again on resume."""
+    try:
+        return json.loads((episode / "trajectory.json").read_text("utf-8")).get("end_reason") == "infra_error"
+    except (OSError, ValueError):
+        return False
+
+
 def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSettings,
               agent_settings: dict[str, Any] | None = None, task_ids: Sequence[str] = (),
               resume: bool | Path = False, run_id: str | None = None, upstream_ca: Path | None = None,
@@ -166,7 +175,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
                          upstream_ca):
         final = episode_dir(run_dir, req.task.id, req.mode)
-        if (final / "trajectory.json").exists():
+        if (final / "trajectory.json").exists() and not _lost_to_infrastructure(final):
             continue
         todo.append(req)
     total = len(list(_requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings,

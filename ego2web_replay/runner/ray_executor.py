@@ -1,0 +1,237 @@
+"""Episodes as Ray tasks: the :class:`~.executor.Executor` for a cluster (``run --executor ray``).
+
+Each episode job becomes one Ray task that asks for ``num_cpus`` CPUs and
+``memory_mb`` of memory (one proxy and one Chromium each). Workers share no
+folder with the driver:
+
+* the project CA travels with the job from the driver (through the object
+  store) and is written on the worker into a private folder (0700, its files
+  0600), used as that worker's data folder, and removed when the episode ends;
+* the worker runs the episode into a private scratch folder, packs the
+  finished episode folder into a tar and returns it with the summary; the
+  driver unpacks it into the run folder (``<mode>.partial`` then renamed, as
+  a local run does), so the run folder and the database are written by the
+  driver only and look exactly like a local run's;
+* Chromium is looked for on the worker first; a node without it fails the
+  episode with an error naming the node.
+
+A worker that dies (its process killed, its node lost) is retried by Ray up to
+``max_retries`` times; after that the episode is recorded as an
+``infra_error``: never the agent's failure, and ``--resume`` runs it again.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import socket
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ..errors import Ego2WebError
+from ..models import AgentSpec, Trajectory, episode_dir, load_trajectory, save_model
+from .episode import EpisodeRequest, EpisodeSummary, run_episode
+
+__all__ = ["RayExecutor", "RaySettings", "infra_failure", "ray_available"]
+
+_CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
+
+
+def ray_available() -> bool:
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise Ego2WebError("--executor ray needs Ray: pip install 'ego2web-replay[ray]'") from None
+    return ray
+
+
+@dataclass(frozen=True)
+class RaySettings:
+    """Where the cluster is and what each episode asks of it."""
+
+    address: str | None = None  # None: $RAY_ADDRESS, else a cluster started for this run on this machine
+    num_cpus: float = 1.0
+    memory_mb: int | None = None
+    max_retries: int = 2
+
+
+def infra_failure(job: EpisodeRequest, error: str) -> EpisodeSummary:
+    """Record (on the driver) an episode lost to the infrastructure: a trajectory with ``infra_error``."""
+    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    if final.exists():
+        shutil.rmtree(final)
+    final.mkdir(parents=True)
+    traj = Trajectory(task_id=job.task.id, instruction=job.task.instruction, mode=job.mode,  # type: ignore[arg-type]
+                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error)
+    save_model(final / "trajectory.json", traj)
+    return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="infra_error", steps=0,
+                          answer=None, misses=None, error=error, path=final)
+
+
+# ---------------------------------------------------------------- worker side
+
+def _private_home(ca_files: dict[str, bytes]) -> Path:
+    """A new private data folder (0700) for one episode, holding the driver's CA (files 0600)."""
+    home = Path(tempfile.mkdtemp(prefix="ego2web-ray-"))  # 0700
+    ca_dir = home / "ca"
+    ca_dir.mkdir(mode=0o700)
+    for name, data in ca_files.items():
+        fd = os.open(ca_dir / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+    return home
+
+
+def _node_name() -> str:
+    try:
+        import ray
+
+        ip = ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001 - the host name alone still names the node
+        ip = "?"
+    return f"{socket.gethostname()} ({ip})"
+
+
+def _pack(folder: Path) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
+                   upstream_ca: bytes | None) -> tuple[EpisodeSummary, bytes, str]:
+    """Run one episode on a worker; returns its summary, its folder as a tar, and the scratch run folder."""
+    from ..browser import chromium_executable
+    from ..errors import BrowserError
+
+    node = _node_name()
+    try:
+        chromium_executable()
+    except BrowserError as e:
+        raise Ego2WebError(f"node {node}: {e}") from None
+    home = _private_home(ca_files)
+    scratch = home / "episode"
+    old = os.environ.get("EGO2WEB_REPLAY_HOME")
+    os.environ["EGO2WEB_REPLAY_HOME"] = str(home)
+    try:
+        ca_path = None
+        if upstream_ca is not None:
+            ca_path = home / "upstream-ca.pem"
+            with os.fdopen(os.open(ca_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+                fh.write(upstream_ca)
+        summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path))
+        return summary, _pack(summary.path), str(scratch / "run")
+    finally:
+        if old is None:
+            os.environ.pop("EGO2WEB_REPLAY_HOME", None)
+        else:
+            os.environ["EGO2WEB_REPLAY_HOME"] = old
+        shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works
+
+
+# ---------------------------------------------------------------- driver side
+
+
+def _unpack(job: EpisodeRequest, summary: EpisodeSummary, data: bytes, remote_run: str) -> EpisodeSummary:
+    """Write a worker's episode into the run folder as a local run would, and point the summary at it."""
+    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    partial = final.with_name(final.name + ".partial")
+    if partial.exists():
+        shutil.rmtree(partial)
+    partial.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(partial, filter="data")
+    traj_file = partial / "trajectory.json"
+    if traj_file.exists():
+        traj = load_trajectory(traj_file)
+        if traj.snapshot_path and traj.snapshot_path.startswith(remote_run):  # a live episode's own archive
+            traj.snapshot_path = str(job.run_dir) + traj.snapshot_path[len(remote_run):]
+            save_model(traj_file, traj)
+    if final.exists():
+        shutil.rmtree(final)
+    partial.rename(final)
+    return replace(summary, path=final)
+
+
+class RayExecutor:
+    """Each episode a Ray task on the cluster at ``settings.address``; results are written by the driver."""
+
+    def __init__(self, settings: RaySettings | None = None, *, on_info: Callable[[str], None] | None = None) -> None:
+        self.settings = settings or RaySettings()
+        self.on_info = on_info
+
+    def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]:
+        if not jobs:
+            return
+        from ..proxy import project_ca
+
+        ray = _import_ray()
+        s = self.settings
+        started_here = not ray.is_initialized()
+        if started_here:
+            try:
+                ray.init(address=s.address, log_to_driver=False, include_dashboard=False,
+                         configure_logging=False, runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
+            except (ConnectionError, RuntimeError, ValueError) as e:
+                raise Ego2WebError(f"cannot connect to the Ray cluster at {s.address or 'this machine'}: "
+                                   f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
+        try:
+            if self.on_info:
+                nodes = [n for n in ray.nodes() if n.get("Alive")]
+                cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
+                self.on_info(f"ray: {len(nodes)} node(s), {cpus:g} CPUs; {len(jobs)} episode(s) of "
+                             f"{s.num_cpus:g} CPU each")
+            yield from self._run(ray, jobs, project_ca())
+        finally:
+            if started_here:
+                ray.shutdown()
+
+    def _run(self, ray: Any, jobs: Sequence[EpisodeRequest], ca: Any) -> Iterator[EpisodeSummary]:
+        s = self.settings
+        ca_files = {name: (ca.confdir / name).read_bytes() for name in _CA_FILES if (ca.confdir / name).exists()}
+        ca_ref = ray.put(ca_files)
+        options: dict[str, Any] = {"num_cpus": s.num_cpus, "max_retries": s.max_retries,
+                                   "retry_exceptions": False, "scheduling_strategy": "SPREAD"}
+        if s.memory_mb:
+            options["memory"] = s.memory_mb * 1024 * 1024
+        task = ray.remote(remote_episode).options(**options)
+        pending: dict[Any, EpisodeRequest] = {}
+        for job in jobs:
+            upstream = Path(job.upstream_ca).read_bytes() if job.upstream_ca else None
+            pending[task.remote(job, ca_ref, upstream)] = job
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    job = pending.pop(ref)
+                    yield self._collect(ray, ref, job)
+        finally:  # interrupted or abandoned: start nothing more
+            for ref in pending:
+                ray.cancel(ref, force=True)
+
+    def _collect(self, ray: Any, ref: Any, job: EpisodeRequest) -> EpisodeSummary:
+        try:
+            summary, data, remote_run = ray.get(ref)
+        except ray.exceptions.RayTaskError as e:  # raised by our code on the worker (no Chromium, a full disk)
+            cause = e.cause if getattr(e, "cause", None) is not None else e
+            text = str(cause).strip().splitlines()
+            return infra_failure(job, text[-1] if text else type(cause).__name__)
+        except ray.exceptions.RayError as e:  # the worker or its node died, retries spent
+            first = str(e).strip().splitlines()
+            return infra_failure(job, f"worker lost ({self.settings.max_retries} retries spent): "
+                                      f"{type(e).__name__}: {first[0] if first else ''}")
+        return _unpack(job, summary, data, remote_run)

@@ -1,0 +1,186 @@
+"""Runs on a real Ray cluster on this machine (a head and a worker node on 127.0.0.1).
+
+One demo site, two recorded tasks and one cluster serve the module. A Ray run
+must equal a local run (episodes, rule-judge verdicts, database rows); a
+worker node killed mid-episode is retried elsewhere; a node without Chromium
+gives an ``infra_error`` naming the node, which a local ``--resume`` redoes.
+"""
+
+from __future__ import annotations
+
+import shutil
+import stat
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("ray")
+pytestmark = pytest.mark.slow
+
+from ego2web_replay.cli import main  # noqa: E402
+from ego2web_replay.judge.run import judge_run  # noqa: E402
+from ego2web_replay.models import load_trajectory  # noqa: E402
+from ego2web_replay.runner.ray_executor import RayExecutor, RaySettings, _private_home  # noqa: E402
+from ego2web_replay.runner.run import RunSettings, load_run, run_suite  # noqa: E402
+from ego2web_replay.tasks import load_tasks  # noqa: E402
+from ego2web_replay.tracking.db import read_connection  # noqa: E402
+from ego2web_replay.tracking.sink import TrackingSink  # noqa: E402
+
+TASKS = ["shop-mug-price", "wiki-lighthouse-built"]
+
+# A program agent: fetches the start page through the proxy and answers its <title>; on the node started
+# with EGO2WEB_TEST_NODE=worker it first leaves a marker and hangs (so the test can kill that node).
+AGENT = r'''
+import json, os, re, sys, time, urllib.request
+marker = sys.argv[1]
+if os.environ.get("EGO2WEB_TEST_NODE") == "worker":
+    open(marker, "w").write("started")
+    time.sleep(300)
+task = json.load(open(os.environ["EGO2WEB_TASK_FILE"]))
+out = os.environ["EGO2WEB_OUT"]
+os.makedirs(out, exist_ok=True)
+page = urllib.request.urlopen(task["start_url"], timeout=20).read().decode()
+title = re.search(r"<title>(.*?)</title>", page).group(1)
+json.dump({"steps": [{"index": 0, "action": {"kind": "answer", "answer": title}}], "answer": title,
+           "end_reason": "answered"}, open(os.path.join(out, "trajectory.json"), "w"))
+'''
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, ca):
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.recorder.session import RecordOptions, record_task
+
+    root = tmp_path_factory.mktemp("ray")
+    site = DemoSite().start()
+    suite_path = write_demo_suite(root / "suite", site.url, TASKS)
+    suite = load_tasks(suite_path)
+    for task_id in TASKS:
+        r = record_task(suite.get(task_id), root / "snapshots", RecordOptions(guard="loopback"), ca=ca)
+        assert r.ok, r.error
+    (root / "agent.py").write_text(AGENT, "utf-8")
+    yield {"suite": suite, "suite_path": suite_path, "snapshots": root / "snapshots", "root": root}
+    site.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ego2web_replay.testing.ray_cluster import RayCluster
+
+    c = RayCluster(head_cpus=1).start()
+    try:
+        c.add_node(cpus=1, env={"EGO2WEB_TEST_NODE": "worker"})
+        yield c
+    finally:
+        c.stop()
+
+
+def _settings(demo, **kw) -> RunSettings:
+    base = {"mode": "frozen", "snapshots_root": str(demo["snapshots"]), "guard": "loopback", "timeout_s": 120,
+            "action_timeout_s": 10}
+    return RunSettings(**{**base, **kw})
+
+
+def _run(demo, out: Path, db: Path, agent: str = "scripted", executor=None) -> tuple[Path, list]:  # noqa: ANN001
+    sink = TrackingSink(db)
+    run_dir, results = run_suite(demo["suite"], agent_name=agent, out=out, settings=_settings(demo),
+                                 on_start=lambda d, total, done: sink.run_started(d),
+                                 on_episode=lambda s: sink.episode_finished(s.path.parents[2], s.path),
+                                 executor=executor)
+    assert sink.error is None
+    return run_dir, results
+
+
+def _episodes(run_dir: Path) -> dict:
+    out = {}
+    for f in sorted(run_dir.glob("episodes/*/*/trajectory.json")):
+        t = load_trajectory(f)
+        files = sorted(p.relative_to(f.parent).as_posix() for p in f.parent.rglob("*") if p.is_file())
+        out[(t.task_id, t.mode)] = (t.end_reason, t.answer, [s.url for s in t.steps], t.snapshot_id,
+                                    t.replay.miss if t.replay else None, files)
+    return out
+
+
+def _db_rows(db: Path) -> list[tuple]:
+    with read_connection(db) as con:
+        return con.execute("SELECT task_id, mode, end_reason, steps, answer FROM episodes "
+                           "ORDER BY task_id, mode").fetchall()
+
+
+def test_worker_keeps_the_ca_private(tmp_path, ca):
+    files = {"mitmproxy-ca.pem": (ca.confdir / "mitmproxy-ca.pem").read_bytes()}
+    home = _private_home(files)
+    assert stat.S_IMODE(home.stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "ca").stat().st_mode) == 0o700
+    assert stat.S_IMODE((home / "ca" / "mitmproxy-ca.pem").stat().st_mode) == 0o600
+    assert (home / "ca" / "mitmproxy-ca.pem").read_bytes() == files["mitmproxy-ca.pem"]
+    shutil.rmtree(home)
+
+
+def test_ray_run_equals_local_run(demo, cluster, tmp_path):
+    local, _ = _run(demo, tmp_path / "local", tmp_path / "local.duckdb")
+    infos: list[str] = []
+    remote, results = _run(demo, tmp_path / "ray", tmp_path / "ray.duckdb",
+                           executor=RayExecutor(RaySettings(address=cluster.address), on_info=infos.append))
+    assert "2 node(s)" in infos[0]
+    assert sorted((r.task_id, r.end_reason) for r in results) == [(t, "answered") for t in sorted(TASKS)]
+    assert all(r.path.parents[2] == remote for r in results)
+    assert _episodes(remote) == _episodes(local) and len(_episodes(local)) == 2
+    assert load_run(remote).episodes == load_run(local).episodes == {"answered": 2}
+    assert _db_rows(tmp_path / "ray.duckdb") == _db_rows(tmp_path / "local.duckdb")
+    verdicts = [[(v.task_id, v.mode, v.success, v.score) for v in judge_run(d, "rule", tasks=demo["suite_path"],
+                                                                           progress=False)]
+                for d in (local, remote)]
+    assert verdicts[0] == verdicts[1] and all(v[2] for v in verdicts[0])
+    assert not list(remote.glob("episodes/*/*.partial"))
+
+
+def test_killed_worker_node_is_retried_and_every_episode_accounted_for(demo, cluster, tmp_path):
+    marker = tmp_path / "on-worker"
+    agent = f"command:{sys.executable} {demo['root'] / 'agent.py'} {marker}"
+    box: dict = {}
+
+    def go() -> None:
+        box["result"] = _run(demo, tmp_path / "runs", tmp_path / "t.duckdb", agent=agent,
+                             executor=RayExecutor(RaySettings(address=cluster.address, max_retries=1)))
+
+    thread = threading.Thread(target=go)
+    thread.start()
+    deadline = time.monotonic() + 180
+    while not marker.exists() and thread.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "no episode started on the worker node"
+    cluster.kill_node(1)
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+    run_dir, results = box["result"]
+    assert sorted((r.task_id, r.end_reason) for r in results) == [(t, "answered") for t in sorted(TASKS)]
+    assert load_run(run_dir).episodes == {"answered": 2}
+    assert [r[:3] for r in _db_rows(tmp_path / "t.duckdb")] == [(t, "frozen", "answered") for t in sorted(TASKS)]
+
+
+def test_node_without_chromium_is_an_infra_error_that_resume_redoes(demo, cluster, tmp_path, capsys):
+    if cluster.nodes[1].poll() is None:  # the hanging-agent node is gone after the test above; alone, stop it
+        cluster.kill_node(1)
+    cluster.add_node(cpus=1, env={"EGO2WEB_CHROMIUM": str(tmp_path / "no-chromium")})
+    agent = f"command:{sys.executable} {demo['root'] / 'agent.py'} {tmp_path / 'unused'}"
+    args = ["run", str(demo["suite_path"]), "--agent", agent, "--snapshots", str(demo["snapshots"]),
+            "--out", str(tmp_path / "runs"), "--guard", "loopback", "--run-id", "r1", "--db",
+            str(tmp_path / "t.duckdb"), "--no-progress"]
+    assert main([*args, "--executor", "ray", "--ray-address", cluster.address]) == 0
+    err = capsys.readouterr().err
+    run_dir = tmp_path / "runs" / "r1"
+    reasons = {t.task_id: (t.end_reason, t.error) for t in map(load_trajectory, run_dir.glob("episodes/*/*"))}
+    lost = [(tid, e) for tid, (r, e) in reasons.items() if r == "infra_error"]
+    assert len(lost) == 1 and [r for r, _ in reasons.values()].count("answered") == 1, reasons
+    assert lost[0][1].startswith("node ") and "Chromium not found" in lost[0][1], lost
+    assert "infra_error" in err and "ray: " in err, err
+    # resumed with the local executor: only the lost episode runs again
+    assert main([*args, "--resume"]) == 0
+    assert "1 of 2 episodes already done" in capsys.readouterr().err
+    assert load_run(run_dir).episodes == {"answered": 2}
+    assert [r[:3] for r in _db_rows(tmp_path / "t.duckdb")] == [(t, "frozen", "answered") for t in sorted(TASKS)]
