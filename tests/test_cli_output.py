@@ -66,6 +66,15 @@ def test_every_command_takes_the_output_options():
         assert {"-q", "--quiet", "-v", "--verbose", "--no-progress"} <= names, path
 
 
+def test_one_concept_one_option_record_and_run_share_keep_credentials():
+    def keep(name: str) -> list[tuple[str, str]]:
+        return [(p.name or "", p.help or "") for p in cli.commands[name].params
+                if "--keep-credentials" in getattr(p, "opts", [])]
+
+    assert keep("record") == keep("run") and len(keep("run")) == 1
+    assert keep("run")[0][0] == "keep_credentials" and "redact" in keep("run")[0][1]
+
+
 def test_judge_help_names_every_registered_judge():
     from ego2web_replay.judge.registry import JUDGES
 

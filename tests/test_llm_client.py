@@ -93,14 +93,18 @@ def test_malformed_forever_is_one_line_judge_error(tmp_path):
         assert len(CallCache(tmp_path / "cache")) == 0
 
 
-def test_cache_hit_makes_no_call_and_model_or_prompt_or_image_change_misses(tmp_path):
+def test_cache_hit_makes_no_call_and_model_or_prompt_or_image_change_misses(tmp_path, caplog):
     img = Image(b"\x89PNG-fake-bytes", label="screenshots/step-001.png")
     msgs = [Message("system", ["rules"]), Message("user", ["look", img])]
     with FakeOpenAIServer(["Status: success"] * 4) as srv:
         client = LLMClient(_cfg(srv, tmp_path))
-        first = client.chat(msgs, _status, stage="final")
-        again = client.chat(msgs, _status, stage="final")
+        with caplog.at_level("INFO", logger="ego2web_replay.judge.client"):
+            first = client.chat(msgs, _status, stage="final")
+            again = client.chat(msgs, _status, stage="final")
         assert len(srv.requests) == 1 and again.cached and again.cache_key == first.cache_key
+        logged = [r.getMessage() for r in caplog.records]  # -v shows each judge call, made or cached
+        assert logged[0].startswith("judge final: called ") and logged[1].startswith("judge final: cached reply ")
+        assert first.cache_key[:12] in logged[0] and first.cache_key[:12] in logged[1]
         assert again.reply == first.reply and again.prompt_tokens == first.prompt_tokens
         sent = srv.requests[0]["messages"][1]["content"]
         assert sent[1]["image_url"]["url"].startswith("data:image/png;base64,")

@@ -138,9 +138,10 @@ def test_scripted_live_and_frozen_agree(demo, scripted_run):
     assert not list(run_dir.glob("episodes/*/*.partial"))
 
 
-def test_two_workers_give_the_same_results(demo, scripted_run, tmp_path):
+def test_two_workers_give_the_same_results(demo, scripted_run, tmp_path, caplog):
     one, _ = scripted_run
     sink = TrackingSink(tmp_path / "t.duckdb")
+    caplog.set_level("INFO", logger="ego2web_replay.runner")
     two, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path / "runs", task_ids=[MUG],
                              settings=_settings(demo, workers=2),
                              on_start=lambda run_dir, total, done: sink.run_started(run_dir),
@@ -151,6 +152,11 @@ def test_two_workers_give_the_same_results(demo, scripted_run, tmp_path):
     with read_connection(tmp_path / "t.duckdb") as con:
         rows = con.execute("SELECT run_id, mode, end_reason FROM episodes ORDER BY mode").fetchall()
     assert sink.error is None and rows == [(two.name, "frozen", "answered"), (two.name, "live", "answered")]
+    # -v: each episode's start and end are logged in the parent, though they ran in workers
+    logged = [r.getMessage() for r in caplog.records]
+    for mode in ("live", "frozen"):
+        assert f"episode start: {MUG} {mode} (agent scripted)" in logged
+        assert any(m.startswith(f"episode end: {MUG} {mode}: answered in ") for m in logged), logged
 
 
 def test_step_budget_ends_the_episode(demo, tmp_path):

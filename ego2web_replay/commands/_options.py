@@ -18,7 +18,7 @@ from ..config import DEFAULT_DB, DEFAULT_SNAPSHOTS
 from ._output import Output, configure_logging, output
 
 __all__ = ["compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
-           "output_params",
+           "keep_credentials_option", "output_params",
            "snapshots_option", "upstream_ca_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -117,6 +117,13 @@ def guard_option(help: str = "Which upstream hosts may be contacted.") -> Callab
 def upstream_ca_option(help: str = "Also trust this CA (PEM) for upstream HTTPS.") -> Callable[[F], F]:
     """``--upstream-ca PEM``."""
     return click.option("--upstream-ca", type=click.Path(exists=True, dir_okay=False, path_type=Path), help=help)
+
+
+def keep_credentials_option[C: Callable[..., Any]](f: C) -> C:
+    """``--keep-credentials``: keep credentials in what is written instead of redacting them (``record``, ``run``)."""
+    return click.option("--keep-credentials", is_flag=True,
+                        help="Keep credentials (cookies, credential headers, tokens in URLs and bodies, URL "
+                             "userinfo) in archives and trajectories instead of redacting them.")(f)
 
 
 def _set_quiet(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -12,6 +12,7 @@ from ._options import (
     compression_option,
     db_options,
     guard_option,
+    keep_credentials_option,
     snapshots_option,
     upstream_ca_option,
 )
@@ -27,9 +28,7 @@ from ._output import progress, say, warn
 @click.option("--allow", multiple=True, help="Extra host to allow in allowlist mode (repeatable).")
 @click.option("--deny", multiple=True, help="Host never to contact (repeatable).")
 @upstream_ca_option("Also trust this CA (PEM) for upstream HTTPS, e.g. a local test site's.")
-@click.option("--keep-credentials", is_flag=True,
-              help="Keep credentials (cookies, credential headers, tokens in URLs and bodies, URL userinfo) "
-                   "instead of redacting them.")
+@keep_credentials_option
 @click.option("--redact-header", "redact_headers", multiple=True,
               help="Also redact this header's values (repeatable; Authorization, Cookie, Set-Cookie, "
                    "X-Api-Key ... are redacted already).")

@@ -9,7 +9,13 @@ from typing import TYPE_CHECKING
 import click
 
 from ..config import DEFAULT_RUNS
-from ._options import db_options, guard_option, snapshots_option, upstream_ca_option
+from ._options import (
+    db_options,
+    guard_option,
+    keep_credentials_option,
+    snapshots_option,
+    upstream_ca_option,
+)
 from ._output import progress, say, warn
 from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
@@ -65,9 +71,7 @@ if TYPE_CHECKING:
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @db_options("the run and each episode as they finish")
-@click.option("--keep-credentials", is_flag=True,
-              help="Keep credentials (cookies, tokens, passwords, URL userinfo) in live archives and "
-                   "trajectories instead of redacting them.")
+@keep_credentials_option
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from pydantic import BaseModel, Field
 from ..errors import JudgeError
 from ..retry import RetriesExhausted, retry_call
 from .cache import CallCache, request_key
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "Image",
@@ -228,6 +231,7 @@ class LLMClient:
             else:
                 with self._lock:
                     self.cache_hits += 1
+                log.info("judge %s: cached reply %s", stage, key[:12])
                 return ChatResult(stage, parsed, hit.reply, key, True, hit.prompt_tokens,
                                   hit.completion_tokens, audit)
         convo = [m.to_openai() for m in messages]
@@ -250,6 +254,8 @@ class LLMClient:
                 continue
             if self.cache is not None:
                 self.cache.put(key, request, text, prompt_tokens, completion_tokens)
+            log.info("judge %s: called %s (%d tokens in, %d out, %d tries) %s", stage, self.config.model,
+                     prompt_tokens, completion_tokens, attempt + 1, key[:12])
             return ChatResult(stage, parsed, text, key, False, prompt_tokens, completion_tokens,
                               audit, attempt + 1)
         snippet = " ".join(text.split())[:80]

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import logging
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -39,6 +40,8 @@ from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Replay", "ReplayConfig", "replay_addons", "load_captures", "load_learned", "MISS_POLICIES"]
 
@@ -224,6 +227,8 @@ class Replay:
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
+        log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
+                 self.load_seconds)
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
         from ..snapshots.cdxj import CdxjEntry

@@ -18,6 +18,7 @@ worker into a failed summary with :func:`crashed` rather than an exception.
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 from collections.abc import Iterator, Sequence
@@ -28,7 +29,9 @@ from ..lifeline import die_with_parent
 from ..models import episode_dir
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "crashed", "default_executor"]
+log = logging.getLogger(__name__)
+
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "crashed", "default_executor", "log_start"]
 
 
 @runtime_checkable
@@ -45,11 +48,20 @@ def crashed(job: EpisodeRequest, error: BaseException | str) -> EpisodeSummary:
                           path=episode_dir(job.run_dir, job.task.id, job.mode))
 
 
+def log_start(job: EpisodeRequest) -> None:
+    """INFO: an episode is handed out (logged here, in the parent, where ``-v`` set logging up).
+
+    ``run_suite`` logs each episode's end as its summary comes back, whatever the executor.
+    """
+    log.info("episode start: %s %s (agent %s)", job.task.id, job.mode, job.agent_name)
+
+
 class InlineExecutor:
     """One job at a time, in this process."""
 
     def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]:
         for job in jobs:
+            log_start(job)
             yield run_episode(job)
 
 
@@ -70,6 +82,7 @@ class ProcessExecutor:
                 while queue or pending:
                     while queue and len(pending) < self.workers:
                         job = queue.pop(0)
+                        log_start(job)
                         pending[pool.submit(run_episode, job)] = job
                     finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                     for fut in finished:

@@ -36,6 +36,7 @@ from typing import Any
 from ..errors import Ego2WebError
 from ..models import AgentSpec, Trajectory, episode_dir, load_trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
+from .executor import log_start
 
 __all__ = ["RayExecutor", "RaySettings", "infra_failure", "ray_available"]
 
@@ -212,6 +213,7 @@ class RayExecutor:
         pending: dict[Any, EpisodeRequest] = {}
         for job in jobs:
             upstream = Path(job.upstream_ca).read_bytes() if job.upstream_ca else None
+            log_start(job)
             pending[task.remote(job, ca_ref, upstream)] = job
         try:
             while pending:

@@ -11,6 +11,7 @@ Chromium (mitmproxy allows one proxy per process). A finished episode is a
 from __future__ import annotations
 
 import json
+import logging
 import os
 import platform
 import subprocess
@@ -38,6 +39,8 @@ from .inputs import apply_inputs
 from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
+
+log = logging.getLogger(__name__)
 
 MODES = {"live": ("live",), "frozen": ("frozen",), "both": ("live", "frozen")}
 
@@ -185,6 +188,9 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
     results: list[EpisodeSummary] = []
 
     def done(summary: EpisodeSummary) -> None:
+        misses = "" if summary.misses is None else f", {summary.misses} replay misses"
+        log.info("episode end: %s %s: %s in %d steps%s%s", summary.task_id, summary.mode, summary.end_reason,
+                 summary.steps, misses, f" ({summary.error})" if summary.error else "")
         results.append(summary)
         if on_episode:
             on_episode(summary)
