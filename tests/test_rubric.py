@@ -85,7 +85,7 @@ def test_llm_claims_use_archived_cited_pages_in_parallel():
 
     def answer(body):
         user = body["messages"][1]["content"]
-        assert "--- https://shop.test/x1 ---\nAcme X1\nPrice: $199" in user
+        assert "--- https://shop.test/x1 (part 1 of 1) ---\nAcme X1\nPrice: $199" in user
         assert "--- https://rev.test/x1 ---\n(not archived)" in user
         ok = "costs $199" in user
         return f"Reason: checked.\nVerdict: {'supported' if ok else 'unsupported'}"
@@ -160,3 +160,25 @@ def test_rubric_judge_over_a_run(tmp_path):
     assert make_judge("rubric", pages=PAGES).judge(run / "episodes/T1/live", Task(
         id="T1", instruction="x", start_url="http://a/",
         rubric={"id": "p", "check": {"type": "page_contains", "url": "https://shop.test/x1", "text": "$199"}})).success
+
+
+def test_claim_verifier_reads_the_whole_long_page_in_chunks():
+    filler = "<p>" + "lorem ipsum " * 1000 + "</p>"  # ~12,000 characters before the fact
+    pages = DictPages({"https://shop.test/long": filler + "<p>Warranty: 7 years</p>"})
+    answer_text = "The warranty is 7 years, see https://shop.test/long."
+    r = load_rubric({"id": "root", "children": [{"id": "w", "check": {"type": "llm_claim",
+                                                                      "claim": "the warranty is 7 years"}}]})
+
+    def answer(body):
+        user = body["messages"][1]["content"]
+        ok = "Warranty: 7 years" in user
+        return f"Reason: read.\nVerdict: {'supported' if ok else 'unsupported'}"
+
+    with FakeOpenAIServer(answer) as srv:
+        client = LLMClient(LLMConfig(model="m", base_url=srv.base_url))
+        res = evaluate_rubric(r, RubricContext(answer_text, [], pages, client, load_prompts("rubric"),
+                                               page_chars=6000))
+        parts = [b["messages"][1]["content"] for b in srv.requests]
+    assert res.root.children[0].status == "passed"
+    assert len(parts) == 3 and "(part 1 of 3)" in parts[0] and "(part 3 of 3)" in parts[2]
+    assert "Warranty: 7 years" not in parts[0]  # the first 6,000 characters alone would have missed it

@@ -50,6 +50,8 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback needs --allow-remote.")
+@click.option("--allow-corrupt", is_flag=True,
+              help="Serve snapshots whose archive or index differs from their manifest (what can be read).")
 @click.option("--allow-remote", is_flag=True,
               help="Allow a non-loopback --host: anyone who can reach it uses the proxy, unauthenticated.")
 @click.option("--port", type=click.IntRange(0, 65535), default=8899, show_default=True, help="Port (0: any free port).")
@@ -57,7 +59,7 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
               help="Write the replay stats (JSON) here on exit.")
 @click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
-def serve_cmd(snapshots: tuple[Path, ...], host: str, allow_remote: bool, port: int, replay: ReplayConfig,
+def serve_cmd(snapshots: tuple[Path, ...], host: str, allow_corrupt: bool, allow_remote: bool, port: int, replay: ReplayConfig,
               stats_file: Path | None, duration: float | None) -> None:
     """Serve one or more SNAPSHOTS as a hermetic replay proxy: no request leaves the machine,
     every miss is answered and counted."""
@@ -72,7 +74,7 @@ def serve_cmd(snapshots: tuple[Path, ...], host: str, allow_remote: bool, port: 
                     "(no authentication); keep it on a trusted network", fg="yellow", err=True)
     if stats_file is not None:
         _check_writable(stats_file)
-    server = Replay(list(snapshots), replay, host=host, port=port)
+    server = Replay(list(snapshots), replay, host=host, port=port, check=not allow_corrupt)
     stop = threading.Event()
     with server:
         click.echo(_connect_help(server))

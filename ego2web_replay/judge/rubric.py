@@ -262,16 +262,35 @@ def _claim(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
         raise JudgeError("the rubric has LLM-verified claims but no judge endpoint is configured: "
                          "pass --base-url/--model (or set OPENAI_BASE_URL)")
     urls = [c.url] if c.url else cited_urls(ctx.answer)
-    pages = []
-    for u in urls:
-        text = ctx.pages.get_text(u)
-        pages.append(f"--- {u} ---\n" + (text[: ctx.page_chars] if text is not None else "(not archived)"))
-    system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)",
-                                      pages="\n".join(pages) or "(none cited)")
-    result = ctx.client.chat([Message("system", [system]), Message("user", [user])], parse_claim,
-                             stage=f"claim:{node.id}")
+    result = None
+    for pages in _page_chunks(urls, ctx):  # the whole of every cited page, one model-sized chunk at a time
+        system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)", pages=pages)
+        result = ctx.client.chat([Message("system", [system]), Message("user", [user])], parse_claim,
+                                 stage=f"claim:{node.id}")
+        if result.parsed.supported:
+            break
+    assert result is not None
     ctx.results[node.id] = result
     return result.parsed.supported, result.parsed.reason or ("supported" if result.parsed.supported else "unsupported")
+
+
+def _page_chunks(urls: list[str], ctx: RubricContext) -> list[str]:
+    """The cited pages as prompt parts of at most ``page_chars`` characters of page text each, so a
+    fact far down a long page is read too; one part saying so when nothing is cited or archived."""
+    size = max(1, ctx.page_chars)
+    parts: list[str] = []
+    missing: list[str] = []
+    for u in urls:
+        text = ctx.pages.get_text(u)
+        if text is None:
+            missing.append(f"--- {u} ---\n(not archived)")
+            continue
+        total = max(1, -(-len(text) // size))
+        for i in range(total):
+            parts.append(f"--- {u} (part {i + 1} of {total}) ---\n" + text[i * size:(i + 1) * size])
+    if not parts:
+        return ["\n".join(missing) or "(none cited)"]
+    return [p + ("\n" + "\n".join(missing) if missing else "") for p in parts]
 
 
 def _skipped(node: RubricNode) -> NodeResult:

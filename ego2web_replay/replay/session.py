@@ -114,7 +114,7 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 **overrides: Any) -> None:
+                 check: bool = True, **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
         ``seed``, ``rules_files``)."""
@@ -127,6 +127,7 @@ class Replay:
         self.paths = [Path(p) for p in snapshots]
         self.host, self.port = host, port
         self.guard_mode = guard_mode
+        self.check = check  # compare archive and index with the manifest (size, sha256) before serving
         self.ca = ca
         self.snapshots: list[Any] = []
         self.proxy: ProxyServer | None = None
@@ -205,7 +206,15 @@ class Replay:
         for p in self.paths:
             if not p.exists():
                 raise SnapshotError(f"snapshot {p} not found")
-            self.snapshots.append(Snapshot.open(p))
+            snap = Snapshot.open(p)
+            if self.check:
+                from ..snapshots.verify import integrity_problems
+
+                problems = integrity_problems(snap)
+                if problems:
+                    raise SnapshotError(f"{p}: corrupt snapshot: {'; '.join(problems)} (run `ego2web-replay "
+                                        "snapshot verify`; `serve --allow-corrupt` serves what it can)")
+            self.snapshots.append(snap)
         captures = load_captures(self.snapshots)
         if not captures:
             raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")

@@ -19,9 +19,10 @@ from .cdxj import IndexEntry, build_index, read_index, write_index
 from .dedup import external_original, verify_store
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
+from .storage import LocalStorage
 from .volatility import learn_from_index, write_volatile
 
-__all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot"]
+__all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot", "integrity_problems"]
 
 
 @dataclass
@@ -159,3 +160,26 @@ def reindex_snapshot(path: Path) -> int:
         except OSError as e:
             raise SnapshotError(f"{folder}: cannot update the manifest ({e.strerror})") from None
     return len(entries)
+
+
+def integrity_problems(snap: Snapshot) -> list[str]:
+    """What differs between a snapshot's archive and index files and its manifest (size, then sha256).
+
+    The quick check made before a snapshot is replayed; :func:`verify_snapshot` checks much more.
+    Files read through a storage other than the local folder are not checked here.
+    """
+    if not isinstance(snap.storage, LocalStorage):
+        return []
+    wanted = {snap.manifest.archive, snap.manifest.index}
+    problems = []
+    for digest in snap.manifest.files:
+        if digest.path not in wanted:
+            continue
+        p = snap.path / digest.path
+        if not p.is_file():
+            problems.append(f"{digest.path} is missing")
+        elif p.stat().st_size != digest.size:
+            problems.append(f"{digest.path} is {p.stat().st_size} bytes, the manifest says {digest.size}")
+        elif file_digest(p, snap.path).sha256 != digest.sha256:
+            problems.append(f"{digest.path}: sha256 differs from the manifest (file changed)")
+    return problems
