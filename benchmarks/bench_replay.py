@@ -29,7 +29,6 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 
 import _peers  # noqa: E402
 from _common import (  # noqa: E402
-    OUT,
     RealisticSite,
     RecordingProxy,
     free_port,
@@ -44,6 +43,7 @@ from _common import (  # noqa: E402
     update_section,
     wait_port,
 )
+from _synthetic import synthetic_snapshot  # noqa: E402
 
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
 
@@ -110,33 +110,8 @@ def index_load(n: int) -> dict[str, float]:
     and reused by later runs; the build times of that first run are kept beside it.
     """
     from ego2web_replay.replay.session import Replay
-    from ego2web_replay.snapshots.snapshot import SnapshotWriter
 
-    root = OUT / f"index-{n}"
-    timing = root / "build.json"
-    done = sorted(root.glob("synthetic/*/manifest.json"))
-    if done and timing.exists():
-        path = done[-1].parent
-        built = json.loads(timing.read_text())
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-        t0 = time.perf_counter()
-        sw = SnapshotWriter(root, "synthetic", compression="zst", source="record")
-        for i in range(n):
-            url = f"http://127.0.0.1:9/item/{i // 100}/r{i}?q={i % 37}"
-            body = f'{{"id": {i}, "name": "item {i}"}}'.encode()
-            sw.writer.write_exchange(url=url, method="GET", request_headers=[("Host", "127.0.0.1:9")],
-                                     request_body=b"", status=200, reason="OK",
-                                     response_headers=[("Content-Type", "application/json"),
-                                                       ("Content-Length", str(len(body)))],
-                                     response_body=body)
-        t_write = time.perf_counter() - t0
-        t1 = time.perf_counter()
-        sw.finalize()
-        built = {"write_s": t_write, "finalize_s": time.perf_counter() - t1,
-                 "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-        timing.write_text(json.dumps(built))
-        path = sw.path
+    path, built = synthetic_snapshot(n)
     from ego2web_replay.snapshots.index_cache import cache_file
 
     cache = cache_file(path / "index.cdxj")  # the parsed-index cache (built with the index); dropped to time a parse

@@ -18,6 +18,7 @@ from urllib.parse import unquote_plus
 
 from ..snapshots.volatility import path_group
 from .canonical import BODY_PREFIX, CanonicalRequest, body_form, canonicalize, match_key, url_host
+from .gcfreeze import refreeze
 from .rules import MatchRules, default_rules
 
 __all__ = [
@@ -294,6 +295,7 @@ class MatchIndex:
                             learned.setdefault(_learned_key(canon, names), []).append(position)
                 tables = _HostTables(canonical, groups, learned)
                 self._tables[host] = tables
+                refreeze()  # long-lived from now on: keep them out of full collections too
         return tables
 
     def prepare(self) -> None:

@@ -36,6 +36,7 @@ from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
 from ..validity import classify
+from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, MatchIndex
 from .rules import load_rules
@@ -135,6 +136,7 @@ class Replay:
         self.init_script: str = ""
         self.load_seconds = 0.0
         self.captures = 0
+        self._frozen = False
 
     @property
     def miss(self) -> str:
@@ -231,6 +233,8 @@ class Replay:
         self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
                                  freeze_script=self.init_script or None, policy=cfg.sequence,
                                  snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
+        if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
+            self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
@@ -259,13 +263,21 @@ class Replay:
         # replayer's, and the replayer refuses every upstream connection (unless miss=live).
         self.proxy = ProxyServer(replay_addons(self.replayer), host=self.host, port=self.port, ca=self.ca,
                                  options={"guard_mode": self.guard_mode})
-        self.proxy.start()
+        try:
+            self.proxy.start()
+        except BaseException:
+            self.proxy = None
+            self.stop()  # gives back the collector freeze taken by open()
+            raise
         return self
 
     def stop(self) -> None:
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None
+        if self._frozen:
+            self._frozen = False
+            gcfreeze.release()
 
     def __enter__(self) -> Replay:
         return self.start()
