@@ -14,39 +14,11 @@ import pytest
 
 from ego2web_replay.errors import Ego2WebError
 from ego2web_replay.runner.locking import RunFolderLock
-
-
-def _processes() -> dict[int, tuple[int, str, str]]:
-    """pid -> (parent pid, state, command name), from /proc."""
-    out = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()
-        out[int(entry.name)] = (int(fields[1]), fields[0], name)
-    return out
-
-
-def _descendants(root: int) -> dict[int, str]:
-    procs = _processes()
-    found: dict[int, str] = {}
-    frontier = [root]
-    while frontier:
-        parent = frontier.pop()
-        for pid, (ppid, _state, name) in procs.items():
-            if ppid == parent and pid not in found:
-                found[pid] = name
-                frontier.append(pid)
-    return found
+from ego2web_replay.testing.procs import descendants, process_table
 
 
 def _alive(pids) -> list[int]:
-    procs = _processes()
+    procs = process_table()
     return [p for p in pids if p in procs and procs[p][1] != "Z"]
 
 
@@ -69,10 +41,10 @@ def test_sigkill_of_the_parent_of_a_two_worker_run_leaves_no_process(site, tmp_p
             assert proc.poll() is None, "the run ended before its browsers started"
             assert time.monotonic() < deadline, f"no two browsers after 90 s: {tree}"
             time.sleep(0.2)
-            tree = _descendants(proc.pid)
+            tree = descendants(proc.pid)
         time.sleep(1)
-        tree = _descendants(proc.pid)
-        workers = [p for p, name in tree.items() if _processes().get(p, (0,))[0] == proc.pid]
+        tree = descendants(proc.pid)
+        workers = [p for p, name in tree.items() if process_table().get(p, (0,))[0] == proc.pid]
         assert len(workers) >= 2, tree
         os.kill(proc.pid, signal.SIGKILL)  # the parent only, as an OOM killer or a lost terminal would
         proc.wait()

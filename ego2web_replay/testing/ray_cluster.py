@@ -19,6 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from .procs import descendants
+
 __all__ = ["RayCluster"]
 
 
@@ -54,28 +56,7 @@ def _kill(pids: list[tuple[int, str | None]]) -> None:
 
 
 def _tree(pid: int) -> list[tuple[int, str | None]]:
-    return [(p, _start_time(p)) for p in [pid, *_descendants(pid)]]
-
-
-def _descendants(pid: int) -> list[int]:
-    """Every process below ``pid`` (read from /proc), deepest last."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    out: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
+    return [(p, _start_time(p)) for p in [pid, *descendants(pid)]]
 
 
 class RayCluster:
