@@ -236,3 +236,18 @@ def test_replay_serves_from_the_mapped_index(ca, tmp_path, data_home, monkeypatc
             opener.open("http://api.example/item/99", timeout=10)
     stats = replay.stats()
     assert (stats.exact, stats.canonical, stats.miss) == (2, 1, 1)
+
+
+def test_bisection_across_sample_strides(tmp_path, monkeypatch):
+    from ego2web_replay.snapshots.sortedfile import KeyTable
+
+    monkeypatch.setattr(KeyTable, "STRIDE", 4)  # the sampled first level over a table of 3 words per key
+    keys = [f"k{i:03d}".encode() for i in range(0, 60, 2) for _ in range(3)]
+    write_sorted_file(tmp_path / "s.sorted", {}, {"t": [(k, i) for i, k in enumerate(keys)]})
+    t = SortedFile(tmp_path / "s.sorted").table("t")
+    for i in range(-1, 61):
+        key = f"k{i:03d}".encode()
+        want = [n for n, k in enumerate(keys) if k == key]
+        assert t.find(key) == want, key
+        assert t.lower_bound(key) == next((n for n, k in enumerate(keys) if k >= key), len(keys))
+    assert [k for k, _ in t.scan(b"k01")] == [k for k in keys if k.startswith(b"k01")]
