@@ -42,6 +42,9 @@ if TYPE_CHECKING:
 @click.option("--max-steps", type=click.IntRange(1), default=40, show_default=True, help="Step budget per episode.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Wall-clock limit per episode, in seconds.")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run each task this many times in each mode (agents are stochastic); compare reports "
+                   "per-task success rates, pass@k and the variance. --resume may raise it, never lower it.")
 @click.option("--resume", is_flag=True, help="Finish the newest interrupted run of this suite and agent "
                                              "(or --run-id), skipping finished episodes.")
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
@@ -73,7 +76,7 @@ if TYPE_CHECKING:
 @db_options("the run and each episode as they finish")
 @keep_credentials_option
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
-            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
+            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
@@ -94,7 +97,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, replay=replay, keep_credentials=keep_credentials,
+                           guard=guard, replay=replay, keep_credentials=keep_credentials, repeats=repeats,
                            inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))
@@ -123,7 +126,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
             if sink is not None:
                 sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
-            say(bars, f"{s.task_id}/{s.mode}: {s.steps} steps{misses}; answer={s.answer!r}"
+            say(bars, f"{s.task_id}/{s.path.name}: {s.steps} steps{misses}; answer={s.answer!r}"
                       + (f"; {s.error}" if s.error else ""), status=f"{s.end_reason:12}",
                 style="green" if s.ok else "red")
             bars.advance(bar)
