@@ -146,6 +146,7 @@ print("done", flush=True)
 '''
 
 
+@pytest.mark.slow  # a 40 MB upload
 def test_a_killed_upload_leaves_no_manifest(s3, tmp_path, capsys):
     folder = _snapshot(tmp_path / "local", big=os.urandom(40 << 20))  # 40 MB: the upload takes a while
     url = f"{s3}/p/shop/{folder.name}"
@@ -161,6 +162,7 @@ def test_a_killed_upload_leaves_no_manifest(s3, tmp_path, capsys):
     assert all(not i["complete"] for i in json.loads(capsys.readouterr().out))
 
 
+@pytest.mark.slow  # a second server, a connection refused with retries
 def test_bad_urls_and_credentials_are_one_line_errors(s3, s3_server, tmp_path, monkeypatch, capsys):
     def error(args: list[str]) -> str:
         assert main(args) == 1
