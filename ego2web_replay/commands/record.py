@@ -43,7 +43,7 @@ from ._output import progress, say, warn
 @click.option("--dedup-min-size", type=click.IntRange(min=0), default=256, show_default=True,
               help="Store identical payloads of at least this many bytes once per recording, later captures "
                    "as WARC revisit records; 0 stores every payload.")
-def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
+def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float, dedup_min_size: int) -> None:
@@ -53,7 +53,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     One line per task and the progress bar go to stderr; the summary to stdout.
     """
     from ..models import load_tasks
-    from ..recorder.session import RecordOptions, record_task
+    from ..recorder.session import RecordOptions
+    from ..recorder.upload import record_task_to
 
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))
@@ -77,12 +78,11 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout,
                                  dedup_min_size=dedup_min_size or None)
-            r = record_task(task, root, opts, ca=ca)
+            recorded = sink.snapshot_recorded if sink is not None else None
+            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
             if r.ok and r.manifest is not None and r.snapshot is not None:
-                say(bars, f"{task.id}: {r.snapshot} ({r.manifest.exchanges} exchanges, "
+                say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
-                if sink is not None:
-                    sink.snapshot_recorded(r.snapshot)
             else:
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")
@@ -92,7 +92,12 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     click.echo(f"recorded {len(tasks)} task(s) into {root}")
 
 
-def _check_writable(root: Path) -> None:
+def _check_writable(root: Path | str) -> None:
+    if isinstance(root, str):  # object storage: reachable, the bucket there, a PUT accepted
+        from ..snapshots.location import root_storage
+
+        root_storage(root, write=True)
+        return
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / ".write-test"

@@ -36,6 +36,7 @@ from ..models.replay_config import MISS_POLICIES, ReplayConfig
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
+from ..snapshots.location import as_location, name_of
 from ..validity import classify
 from . import gcfreeze
 from .addon import Replayer
@@ -148,7 +149,7 @@ class Replay:
             overrides["sequence"] = overrides.pop("policy")
         base = config or ReplayConfig()
         self.config = ReplayConfig.make(**{**base.model_dump(), **overrides}) if overrides else base
-        self.paths = [Path(p) for p in snapshots]
+        self.paths = [as_location(p) for p in snapshots]  # folders, or object-storage URLs
         self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.check = check  # compare archive and index with the manifest (size, sha256) before serving
@@ -225,13 +226,13 @@ class Replay:
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
-        from ..snapshots.snapshot import Snapshot
+        from ..snapshots.location import open_snapshot
 
         t0 = time.perf_counter()
         for p in self.paths:
-            if not p.exists():
+            if isinstance(p, Path) and not p.exists():
                 raise SnapshotError(f"snapshot {p} not found")
-            snap = Snapshot.open(p)
+            snap = open_snapshot(p)
             if self.check:
                 from ..snapshots.verify import integrity_problems
 
@@ -262,7 +263,7 @@ class Replay:
             from .freeze import freeze_script
 
             seed = cfg.seed if cfg.seed is not None else int(
-                hashlib.sha256(self.paths[0].name.encode()).hexdigest()[:8], 16)
+                hashlib.sha256(name_of(self.paths[0]).encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
         self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
                                  freeze_script=self.init_script or None, policy=cfg.sequence,
