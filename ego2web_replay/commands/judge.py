@@ -57,7 +57,9 @@ def judge() -> None:
 @click.option("--workers", default=4, show_default=True, help="Episodes judged at once (and LLM calls in flight).")
 @click.option("--threshold", type=click.IntRange(1, 5),
               help="ego2web/webjudge: keep screenshots scored at least this (default 3).")
-@click.option("--max-screenshots", type=click.IntRange(0), help="ego2web/webjudge: most screenshots kept (default 8).")
+@click.option("--max-screenshots", type=click.IntRange(0),
+              help="ego2web/webjudge: most screenshots kept (default 8); rubric: most screenshots of the cited "
+                   "pages sent with each verified claim (default 3).")
 @click.option("--keyframes", "keyframes_per_range", type=click.IntRange(1),
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
