@@ -30,7 +30,7 @@ from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol, runtime_checkable
 
 from ..lifeline import die_with_parent
-from ..models import AgentSpec, Trajectory, episode_dir, save_model
+from ..models import AgentSpec, Trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,15 @@ class Executor(Protocol):
 
 def infra_failure(job: EpisodeRequest, error: str) -> EpisodeSummary:
     """Record (in the parent) an episode lost to the infrastructure: a trajectory with ``infra_error``."""
-    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    final = job.folder
     if final.exists():
         shutil.rmtree(final)
     final.mkdir(parents=True)
     traj = Trajectory(task_id=job.task.id, instruction=job.task.instruction, mode=job.mode,  # type: ignore[arg-type]
-                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error)
+                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error, repeat=job.repeat)
     save_model(final / "trajectory.json", traj)
     return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="infra_error", steps=0,
-                          answer=None, misses=None, error=error, path=final)
+                          answer=None, misses=None, error=error, path=final, repeat=job.repeat)
 
 
 def crashed(job: EpisodeRequest, error: BaseException | str) -> EpisodeSummary:
@@ -69,7 +69,8 @@ def log_start(job: EpisodeRequest) -> None:
 
     ``run_suite`` logs each episode's end as its summary comes back, whatever the executor.
     """
-    log.info("episode start: %s %s (agent %s)", job.task.id, job.mode, job.agent_name)
+    log.info("episode start: %s %s%s (agent %s)", job.task.id, job.mode,
+             f" repeat {job.repeat}" if job.repeat else "", job.agent_name)
 
 
 class InlineExecutor:

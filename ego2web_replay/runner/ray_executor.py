@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..models import episode_dir, load_trajectory, save_model
+from ..models import load_trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 from .executor import infra_failure, log_start
 
@@ -136,7 +136,7 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
 
 def _unpack(job: EpisodeRequest, summary: EpisodeSummary, data: bytes, remote_run: str) -> EpisodeSummary:
     """Write a worker's episode into the run folder as a local run would, and point the summary at it."""
-    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    final = job.folder
     partial = final.with_name(final.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)
