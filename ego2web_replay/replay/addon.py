@@ -34,7 +34,7 @@ from .httputil import (
     rewrite_jsonp,
     shift_dates,
 )
-from .matching import MatchIndex, ReplaySession
+from .matching import IndexBase, ReplaySession
 
 __all__ = ["Replayer", "REPLAY_HEADER", "MAX_LOG"]
 
@@ -105,7 +105,7 @@ class Replayer:
     response for a capture's ``ref``. ``miss`` is a status code as text or ``live``.
     """
 
-    def __init__(self, index: MatchIndex, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
+    def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
                  policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
         self.index = index
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
