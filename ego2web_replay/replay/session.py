@@ -15,6 +15,11 @@ captures (in recorded order), starts the hermetic replay proxy on 127.0.0.1
 (``replay_addons()``: upstream guard, replayer) and yields what a client
 needs: ``proxy_url``, ``ca_file``, ``spki``, ``init_script`` (the determinism
 script, for clients that add it themselves).
+
+Two engines carry the requests to the same :class:`~.responder.Responder`: the
+fast asyncio front end (:mod:`.front`, ``engine="fast"``) and mitmproxy
+(``engine="mitmproxy"``, the only one that can forward a miss upstream with
+``miss="live"``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from ..validity import classify
 from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, MatchIndex
+from .responder import Responder
 from .rules import load_rules
 
 log = logging.getLogger(__name__)
@@ -123,15 +129,18 @@ class Replay:
         if "policy" in overrides:
             overrides["sequence"] = overrides.pop("policy")
         base = config or ReplayConfig()
-        self.config = ReplayConfig.make(**{**base.model_dump(), **overrides}) if overrides else base
+        merged = {**base.model_dump(), **overrides}
+        if "engine" not in overrides and str(overrides.get("miss", "")).strip().lower() == "live":
+            merged.pop("engine")  # live misses pick the engine that can forward them
+        self.config = ReplayConfig.make(**merged) if overrides else base
         self.paths = [Path(p) for p in snapshots]
         self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.check = check  # compare archive and index with the manifest (size, sha256) before serving
         self.ca = ca
         self.snapshots: list[Any] = []
-        self.proxy: ProxyServer | None = None
-        self.replayer: Replayer | None = None
+        self.proxy: Any = None  # a FrontServer (engine fast) or a ProxyServer (engine mitmproxy)
+        self.responder: Responder | None = None
         self.capture_time: dt.datetime | None = None
         self.init_script: str = ""
         self.load_seconds = 0.0
@@ -169,10 +178,10 @@ class Replay:
 
     def stats(self) -> ReplayStats:
         """The counts so far, with the replay configuration they were served under."""
-        if self.replayer is None:
+        if self.responder is None:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
-            stats = self.replayer.snapshot_stats()
+            stats = self.responder.snapshot_stats()
         stats.config = self.config.model_dump(mode="json")
         stats.validity = classify(stats.log)
         return stats
@@ -230,9 +239,10 @@ class Replay:
             seed = cfg.seed if cfg.seed is not None else int(
                 hashlib.sha256(self.paths[0].name.encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
-        self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
-                                 freeze_script=self.init_script or None, policy=cfg.sequence,
-                                 snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
+        self.responder = Responder(index, self._resolve, miss=cfg.miss,
+                                   freeze_script=self.init_script or None, policy=cfg.sequence,
+                                   snapshots=[str(p) for p in self.paths],
+                                   redactor=snapshots_redactor(self.snapshots))
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
@@ -256,20 +266,31 @@ class Replay:
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()
-        if self.replayer is None:
+        if self.responder is None:
             self.open()
-        assert self.replayer is not None
-        # The guard only answers browser background hosts here: every other request is the
-        # replayer's, and the replayer refuses every upstream connection (unless miss=live).
-        self.proxy = ProxyServer(replay_addons(self.replayer), host=self.host, port=self.port, ca=self.ca,
-                                 options={"guard_mode": self.guard_mode})
+        assert self.responder is not None
         try:
+            self.proxy = self._server(self.responder)
             self.proxy.start()
         except BaseException:
             self.proxy = None
             self.stop()  # gives back the collector freeze taken by open()
             raise
         return self
+
+    def _server(self, responder: Responder) -> Any:
+        """The engine that carries requests to ``responder``. The guard only answers browser
+        background hosts here (or, in loopback mode, every non-loopback host): every other request
+        is the responder's, and neither engine connects upstream (unless miss=live, mitmproxy only)."""
+        assert self.ca is not None
+        if self.config.engine == "fast":
+            from ..guard import GuardPolicy
+            from .front import FrontServer
+
+            return FrontServer(responder, ca=self.ca, host=self.host, port=self.port,
+                               guard=GuardPolicy(mode=self.guard_mode))
+        return ProxyServer(replay_addons(Replayer(responder=responder)), host=self.host, port=self.port,
+                           ca=self.ca, options={"guard_mode": self.guard_mode})
 
     def stop(self) -> None:
         if self.proxy is not None:
