@@ -51,7 +51,7 @@ def _sources(root: Path) -> list[Path]:
 
 def test_dedup_writes_revisits_that_resolve_to_the_same_bytes(suite_root, tmp_path):
     result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16)
-    assert result.stored_payloads == 4 and result.revisits == 4 * 4  # home, app.js, logo, search in each
+    assert result.stored_payloads == 5 and result.revisits == 4 * 5  # home, app.js, logo, feed, search in each
     for src, out in zip(_sources(suite_root), result.snapshots, strict=True):
         snap = Snapshot.open(out)
         assert served(snap) == served(Snapshot.open(src))
@@ -60,13 +60,13 @@ def test_dedup_writes_revisits_that_resolve_to_the_same_bytes(suite_root, tmp_pa
         assert report.ok and not report.warnings, (report.problems, report.warnings)
         revisits = [r for r in iter_records(snap.archive_path) if r.rec_type == "revisit"]
         ours = [r for r in revisits if r.headers.get("WARC-Refers-To")]
-        assert len(ours) == 4 and all(r.payload == b"" for r in ours)
+        assert len(ours) == 5 and all(r.payload == b"" for r in ours)
         for r in ours:
             assert r.headers["WARC-Profile"] == "http://netpreserve.org/warc/1.1/revisit/identical-payload-digest"
             assert r.refers_to_target_uri and r.refers_to_date and r.http_status
     # the shared payloads are stored once
     store_records = list(iter_records(result.store / "archive.warc.zst"))
-    assert len(store_records) == 4 and {r.rec_type for r in store_records} == {"response"}
+    assert len(store_records) == 5 and {r.rec_type for r in store_records} == {"response"}
     # a missing or changed store is a problem, not a silent miss
     (result.store / "index.cdxj").write_text("", "utf-8")
     assert any("sha256 differs" in p for p in verify_snapshot(result.snapshots[0]).problems)
@@ -80,7 +80,7 @@ def test_dedup_writes_revisits_that_resolve_to_the_same_bytes(suite_root, tmp_pa
 def test_exported_deduplicated_snapshot_stands_alone(suite_root, tmp_path):
     result = dedup_snapshots(_sources(suite_root), tmp_path / "dedup", min_size=16)
     out = export_snapshot(result.snapshots[1], tmp_path / "t2.wacz", "wacz")
-    assert out.materialized == 5  # the 4 shared payloads and the snapshot's own revisit of the home page
+    assert out.materialized == 6  # the 5 shared payloads and the snapshot's own revisit of the home page
     shutil.rmtree(result.store)  # the export needs nothing from the suite
     run = subprocess.run([BIN / "wacz", "validate", "-f", out.path], capture_output=True, text=True)
     assert run.returncode == 0, run.stdout
@@ -127,7 +127,7 @@ def _flip(pack: Path, member: str, out: Path, where: float) -> None:
 def test_pack_unpack_round_trip_and_a_flipped_byte_is_refused(suite_root, tmp_path):
     pack = tmp_path / "suite.pack"
     r = pack_suite(suite_root, pack, tasks_file=tmp_path / "tasks.jsonl", min_size=16)
-    assert sorted(r.snapshots) == [f"{t}/s1" for t in TASKS] and r.stored_payloads == 4
+    assert sorted(r.snapshots) == [f"{t}/s1" for t in TASKS] and r.stored_payloads == 5
     with zipfile.ZipFile(pack) as zf:
         names = zf.namelist()
         manifest = json.loads(zf.read("pack.json"))
@@ -161,7 +161,7 @@ def test_cli_suite_pack_unpack_dedup(suite_root, tmp_path, capsys):
     unpacked = json.loads(capsys.readouterr().out)
     assert len(unpacked["snapshots"]) == 4 and unpacked["files_checked"] > 8
     assert main(["suite", "dedup", str(suite_root), "--out", str(tmp_path / "d"), "--min-size", "16"]) == 0
-    assert "16 revisits" in capsys.readouterr().out
+    assert "20 revisits" in capsys.readouterr().out
     assert main(["suite", "unpack", str(tmp_path / "nope.pack"), "--snapshots", str(tmp_path / "x")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error:") and "not found" in err and len(err.strip().splitlines()) == 1

@@ -34,7 +34,8 @@ def _clock():
 
 
 def build_snapshot(root: Path, task_id: str = "shop") -> Path:
-    """A small snapshot: pages, a gzip-encoded body, a POST, an image, a same-URL revisit, a screenshot."""
+    """A small snapshot: pages, a gzip-encoded body, a gzip chunked one, a POST, an image, a same-URL revisit,
+    a screenshot."""
     w = SnapshotWriter(root, task_id, clock=_clock(), start_url=f"{BASE}/start", snapshot_id="s1")
     ex = w.writer.write_exchange
     ex(url=f"{BASE}/start", method="GET", request_headers=[], request_body=b"", status=302, reason="Found",
@@ -46,6 +47,10 @@ def build_snapshot(root: Path, task_id: str = "shop") -> Path:
        response_body=gzip.compress(b"console.log('hi');" * 50, mtime=0))
     ex(url=f"{BASE}/logo.png", method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
        response_headers=[("Content-Type", "image/png")], response_body=bytes(range(256)) * 8)
+    ex(url=f"{BASE}/feed", method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
+       response_headers=[("Content-Type", "application/json"), ("Content-Encoding", "gzip"),
+                         ("Transfer-Encoding", "chunked")],  # sent chunked: archived chunked
+       response_body=gzip.compress(b'{"items": [1, 2, 3]}' * 40, mtime=0))
     ex(url=f"{BASE}/search", method="POST", request_headers=[("Content-Type", "application/x-www-form-urlencoded")],
        request_body=b"q=red+shoes", status=200, reason="OK", response_headers=[("Content-Type", "text/html")],
        response_body=b"<p>3 results</p>")
@@ -103,7 +108,7 @@ def test_wacz_export_validates_with_py_wacz(snap_path, tmp_path):
         names = set(zf.namelist())
     assert package["mainPageURL"] == f"{BASE}/start" and package["wacz_version"] == "1.1.1"
     assert [p["url"] for p in pages[1:]] == [f"{BASE}/", f"{BASE}/search"] and pages[0]["format"]
-    assert len(index) == 6 and all('"filename": "data.warc.gz"' in line for line in index)
+    assert len(index) == 7 and all('"filename": "data.warc.gz"' in line for line in index)
     assert {"ego2web/manifest.json", "screenshots/step-000.png"} <= names
     # a tampered WACZ fails validation: the check is real
     tampered = tmp_path / "tampered.wacz"
@@ -158,7 +163,7 @@ def pywb_serves(wacz: Path, work: Path, snap: Snapshot) -> int:
 def test_pywb_replays_the_exported_wacz_byte_exact(snap_path, tmp_path):
     out = tmp_path / "shop.wacz"
     export_snapshot(snap_path, out, "wacz")
-    assert pywb_serves(out, tmp_path / "pywb", Snapshot.open(snap_path)) == 5
+    assert pywb_serves(out, tmp_path / "pywb", Snapshot.open(snap_path)) == 6
 
 
 def test_export_reads_through_the_storage_interface(snap_path, tmp_path):

@@ -52,10 +52,13 @@ def archived_gets(snap_path: Path) -> dict[str, list[tuple[int, list[tuple[str, 
 
 
 def _expected_names(headers: list[tuple[str, str]]) -> list[str]:
+    """Served header names: hop-by-hop ones dropped, but a response archived chunked keeps its
+    Transfer-Encoding where it stood (tests/test_served_as_live.py)."""
     chunked = any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers) and not any(
         k.lower() == "content-length" for k, _ in headers)
-    names = [k.lower() for k, _ in clean_response_headers(headers) if k.lower() != "content-length"]
-    return names + (["transfer-encoding"] if chunked else [])
+    names = [k.lower() for k, _ in clean_response_headers(headers, keep=("transfer-encoding",) if chunked else ())
+             if k.lower() != "content-length"]
+    return [n for i, n in enumerate(names) if n != "transfer-encoding" or "transfer-encoding" not in names[:i]]
 
 
 def assert_same(url: str, served: tuple[int, list[tuple[str, str]], bytes],

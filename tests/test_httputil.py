@@ -44,6 +44,16 @@ def test_clean_response_headers_drops_hop_by_hop_and_keeps_order_and_duplicates(
     assert clean_response_headers(headers) == [("Content-Type", "text/html"), ("Set-Cookie", "a=1"),
                                                ("Set-Cookie", "b=2"), ("ETag", '"x"')]
     assert "transfer-encoding" in HOP_BY_HOP
+    # a response served chunked keeps its Transfer-Encoding where it was
+    assert clean_response_headers(headers, keep=("transfer-encoding",))[:3] == [
+        ("Content-Type", "text/html"), ("Set-Cookie", "a=1"), ("Transfer-Encoding", "chunked")]
+
+
+def test_a_range_of_a_chunked_capture_is_a_sized_slice():
+    chunked = [("Content-Type", "application/octet-stream"), ("Transfer-Encoding", "chunked")]
+    status, headers, body = apply_range(200, chunked, BODY, "bytes=10-19")
+    assert (status, body) == (206, BODY[10:20])
+    assert get_header(headers, "transfer-encoding") is None and get_header(headers, "content-length") == "10"
 
 
 @pytest.mark.parametrize(

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import gzip
+import http.client
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
+from ego2web_replay.models import Task
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.httputil import shift_dates
 from ego2web_replay.replay.session import Replay
-from ego2web_replay.snapshots import import_warc
+from ego2web_replay.snapshots import Snapshot, import_warc, iter_records, verify_snapshot
+from ego2web_replay.snapshots.export import export_snapshot
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.testing.site import CHUNKED_PAGE
 from ego2web_replay.testing.thirdparty import proxy_get
 
 CORPUS = Path("/work/shared/corpus/warc")
@@ -63,3 +72,64 @@ def test_a_chunked_capture_is_served_chunked(tmp_path, ca, engine):
     names = {k.lower(): v for k, v in headers.items()}
     assert status == 200 and body.startswith(b"<!doctype html>")
     assert names.get("transfer-encoding") == "chunked" and "content-length" not in names
+
+
+def _wire_get(proxy_url: str, url: str) -> tuple[int, list[tuple[str, str]], bytes, bool]:
+    """GET ``url`` through an HTTP proxy as a browser would: status, headers in wire order, the body as
+    delivered (chunking undone, content-encoding kept) and whether it came chunked."""
+    proxy = urlsplit(proxy_url)
+    conn = http.client.HTTPConnection(proxy.hostname, proxy.port, timeout=20)
+    try:
+        conn.request("GET", url, headers={"Accept-Encoding": "gzip, br"})
+        resp = conn.getresponse()
+        return resp.status, resp.getheaders(), resp.read(), bool(resp.chunked)
+    finally:
+        conn.close()
+
+
+def _names(headers: list[tuple[str, str]]) -> list[str]:
+    return [k.lower() for k, _ in headers]
+
+
+def test_a_chunked_response_recorded_here_is_served_chunked(site, ca, tmp_path):
+    """Recorded through the real recorder proxy, replayed through the real replay proxy: a response that
+    came chunked (no Content-Length) is served chunked with the same headers and bytes; verify and WACZ pass."""
+    paths = ["/chunked", "/chunked-page", "/static/style.css"]  # plain chunked, gzip chunked HTML, a sized file
+    task = Task(id="chunked", instruction="open the streamed page", start_url=site.http_url + "/chunked-page")
+    with LiveRecording(task, tmp_path / "snaps", RecordOptions(guard="loopback", screenshots=False), ca=ca) as rec:
+        live = {p: _wire_get(rec.proxy_url, site.http_url + p) for p in paths}
+    assert rec.ok and rec.snapshot_path is not None, rec.error
+    snap = rec.snapshot_path
+    assert live["/chunked"][3] and live["/chunked-page"][3] and not live["/static/style.css"][3]
+
+    # the archive holds the message as received: its head unchanged, its body chunked again
+    stored = {urlsplit(r.url).path: r for r in iter_records(Snapshot.open(snap).archive_path)
+              if r.rec_type == "response"}
+    for p in ("/chunked", "/chunked-page"):
+        assert stored[p].chunked and stored[p].http_header("Content-Length") is None
+        assert stored[p].payload == live[p][2] and stored[p].stored_payload.endswith(b"\r\n0\r\n\r\n")
+    assert stored["/static/style.css"].http_header("Content-Length") == str(len(live["/static/style.css"][2]))
+    report = verify_snapshot(snap)
+    assert report.ok, report.problems
+
+    with Replay([snap], ca=ca, freeze=False) as replay:
+        replayed = {p: _wire_get(replay.proxy_url, site.http_url + p) for p in paths}
+    for p in paths:
+        status, headers, body, chunked = replayed[p]
+        l_status, l_headers, l_body, l_chunked = live[p]
+        assert (status, body, chunked) == (l_status, l_body, l_chunked), p  # same bytes, same framing
+        assert _names(headers) == _names(l_headers), p  # not one header added, dropped or moved
+        assert [h for h in headers if h[0].lower() != "date"] == [h for h in l_headers if h[0].lower() != "date"]
+    assert dict(replayed["/chunked"][1])["Transfer-Encoding"] == "chunked"
+    assert "content-length" not in _names(replayed["/chunked-page"][1])
+    assert gzip.decompress(replayed["/chunked-page"][2]).decode() == CHUNKED_PAGE  # encoding kept byte-exact
+
+    with Replay([snap], ca=ca, freeze=True) as replay:  # the page with the determinism script: still chunked
+        status, headers, body, chunked = _wire_get(replay.proxy_url, site.http_url + "/chunked-page")
+    assert status == 200 and chunked and "content-length" not in _names(headers)
+    assert b"<script>" in body and b"Streamed page" in body
+
+    wacz = tmp_path / "chunked.wacz"
+    export_snapshot(snap, wacz, "wacz")
+    run = subprocess.run([Path(sys.executable).parent / "wacz", "validate", "-f", wacz], capture_output=True, text=True)
+    assert run.returncode == 0 and "is valid" in run.stdout, run.stdout + run.stderr

@@ -22,7 +22,7 @@ from warcio.archiveiterator import ArchiveIterator
 from ego2web_replay.errors import ArchiveError
 from ego2web_replay.snapshots.framing import iter_units
 from ego2web_replay.snapshots.reader import digest_problems, iter_records, read_record, scan_archive
-from ego2web_replay.snapshots.warc import ArchiveWriter
+from ego2web_replay.snapshots.warc import ArchiveWriter, chunk_body
 
 CORPUS = Path("/work/shared/corpus/warc")
 BIG = random.Random(7).randbytes(5 * 1024 * 1024)
@@ -110,8 +110,9 @@ def test_records_read_back(sample):
         assert digest_problems(rec) == []
     html, html_req, post, post_req, big, _, h2, h2_req = records[1:]
     assert html.payload == HTML_GZ and html.ip == "127.0.0.1"
-    assert html.http_header("Transfer-Encoding") is None
-    assert html.http_header("Content-Length") == str(len(HTML_GZ))
+    # sent chunked: stored as received (chunked again, no Content-Length added), read back de-chunked
+    assert html.chunked and html.http_header("Transfer-Encoding") == "chunked"
+    assert html.http_header("Content-Length") is None and html.stored_payload == chunk_body(HTML_GZ)
     assert html.http_header("Content-Encoding") == "gzip"
     assert html_req.concurrent_to == [html.record_id]
     assert (post.http_status, post.http_reason) == (201, "Created")

@@ -1,8 +1,11 @@
 """The recording addon: every exchange the proxy completes becomes a WARC request/response pair.
 
 Bodies are archived exactly as they came off the wire (mitmproxy's
-``raw_content``: content-encoding kept, chunked framing removed; the writer
-makes Content-Length consistent). Credentials are redacted
+``raw_content``: content-encoding kept). A response that came chunked keeps its
+headers as they were and is stored chunked again, so replay serves it chunked
+and no Content-Length appears that the live page never got; any other response
+gets a true Content-Length (:meth:`~ego2web_replay.snapshots.warc.ArchiveWriter.write_exchange`).
+Credentials are redacted
 (:mod:`ego2web_replay.redaction`: headers, Set-Cookie values, query and body
 fields, URL userinfo) unless ``record_keep_credentials`` is set. A failed write stops the recording:
 the failing flow is killed and every later request is refused, so no traffic

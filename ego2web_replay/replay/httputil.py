@@ -54,21 +54,24 @@ MISS_HEADER = "X-Ego2Web-Replay"
 
 
 
-def clean_response_headers(headers: Iterable[tuple[str, str]]) -> Headers:
+def clean_response_headers(headers: Iterable[tuple[str, str]], keep: Iterable[str] = ()) -> Headers:
     """``headers`` without hop-by-hop ones (RFC 9110 §7.6.1), order and duplicates kept.
 
     Drops Connection, Keep-Alive, Transfer-Encoding, TE, Trailer, Upgrade,
-    every ``Proxy-*`` header and any header the Connection header names.
+    every ``Proxy-*`` header and any header the Connection header names, except
+    those named in ``keep`` (lower case), which stay where they were.
     """
     headers = list(headers)
     named: set[str] = set()
     for key, value in headers:
         if key.lower() == "connection":
             named.update(token.strip().lower() for token in value.split(",") if token.strip())
+    kept = set(keep)
     return [
         (key, value)
         for key, value in headers
-        if (lk := key.lower()) not in HOP_BY_HOP and not lk.startswith("proxy-") and lk not in named
+        if (lk := key.lower()) in kept
+        or (lk not in HOP_BY_HOP and not lk.startswith("proxy-") and lk not in named)
     ]
 
 
@@ -76,6 +79,7 @@ def _replace(headers: Headers, drop: set[str], add: Headers) -> Headers:
     return [(k, v) for k, v in headers if k.lower() not in drop] + add
 
 
+_RESLICED = {"content-length", "content-range", "transfer-encoding"}  # a slice is sent with its own length
 _RANGE = re.compile(r"\s*(\d*)\s*-\s*(\d*)\s*")
 
 
@@ -116,11 +120,11 @@ def apply_range(
         if suffix == 0:
             first = size
     if first >= size:
-        out = _replace(headers, {"content-length", "content-range"},
+        out = _replace(headers, _RESLICED,
                        [("Content-Range", f"bytes */{size}"), ("Content-Length", "0")])
         return 416, out, b""
     part = body[first : last + 1]
-    out = _replace(headers, {"content-length", "content-range"},
+    out = _replace(headers, _RESLICED,
                    [("Content-Range", f"bytes {first}-{last}/{size}"), ("Content-Length", str(len(part)))])
     return 206, out, part
 

@@ -69,6 +69,19 @@ class Reply(NamedTuple):
     tag: str
 
 
+def _dedupe_header(headers: Headers, name: str) -> Headers:
+    """``headers`` with only the first ``name`` header (case-insensitive) kept."""
+    seen = False
+    out = []
+    for k, v in headers:
+        if k.lower() == name:
+            if seen:
+                continue
+            seen = True
+        out.append((k, v))
+    return out
+
+
 def _set_header(headers: Headers, name: str, value: str) -> Headers:
     n = name.lower()
     return [(k, v) for k, v in headers if k.lower() != n] + [(name, value)]
@@ -250,8 +263,12 @@ class Responder:
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         status, reason, headers, body = self.resolve(ref)
-        chunked = _chunked_without_length(headers)
-        cleaned = clean_response_headers(headers) + ([("Transfer-Encoding", "chunked")] if chunked else [])
+        if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
+            cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)
+                       for k, v in clean_response_headers(headers, keep=("transfer-encoding",))]
+            cleaned = _dedupe_header(cleaned, "transfer-encoding")
+        else:
+            cleaned = clean_response_headers(headers)
         value = (status, reason or reason_phrase(status), cleaned, body)
         self._remember(("r", ref), value, len(body))
         return value
@@ -263,6 +280,9 @@ class Responder:
         from .freeze import inject_into_html
 
         value = inject_into_html(body, headers, self.freeze_script or "")
+        if _chunked_without_length(headers):  # the rewritten page is still served chunked, as it was live
+            value = (value[0], [(k, v) for k, v in value[1] if k.lower() != "content-length"]
+                     + [("Transfer-Encoding", "chunked")])
         self._remember(("i", ref), value, len(value[0]))
         return value
 

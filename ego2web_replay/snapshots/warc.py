@@ -31,7 +31,7 @@ from warcio.warcwriter import WARCWriter
 from ..errors import ArchiveError
 from ..web import reason_phrase
 
-__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc"]
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body"]
 
 Compression = Literal["zst", "gz", "none"]
 
@@ -65,6 +65,16 @@ def _default_id() -> str:
 
 def _drop_pseudo(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
     return [(k, v) for k, v in headers if not k.startswith(":")]
+
+
+def _sent_chunked(headers: list[tuple[str, str]]) -> bool:
+    """The message came with ``Transfer-Encoding: chunked`` (its length was not declared)."""
+    return any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers)
+
+
+def chunk_body(body: bytes) -> bytes:
+    """``body`` in chunked transfer coding: one data chunk (none when empty), then the last chunk."""
+    return (f"{len(body):x}\r\n".encode("ascii") + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
 
 
 def _fix_length(headers: list[tuple[str, str]], body: bytes, keep_length: bool) -> list[tuple[str, str]]:
@@ -155,7 +165,13 @@ class ArchiveWriter:
         """Write a response record and its request record; return ``[response, request]``.
 
         ``response_body`` is the wire payload (content-encoded bodies stay
-        encoded, chunking already removed). HTTP/2 and HTTP/3 exchanges are
+        encoded, chunking already removed). A response that came chunked
+        (``Transfer-Encoding: chunked``) is stored as it was framed on the wire:
+        its headers unchanged (no Content-Length added) and its body re-chunked
+        (:func:`chunk_body`), so the record block is the HTTP message as received
+        (WARC 1.1) and replay can serve it chunked; its WARC-Payload-Digest is
+        then over the chunked bytes, as warcio writes and checks it. Any other
+        response gets a true Content-Length. HTTP/2 and HTTP/3 exchanges are
         written as HTTP/1.1 with the standard reason phrase and a Host header.
         """
         when = naive_utc(date) if date is not None else self._clock()
@@ -163,7 +179,11 @@ class ArchiveWriter:
             reason = reason_phrase(status, fallback=False) or reason
         statusline = f"{status} {reason}" if reason else str(status)
         keep_length = method.upper() == "HEAD" or status in (204, 304) or 100 <= status < 200
-        resp_headers = _fix_length(_drop_pseudo(response_headers), response_body, keep_length)
+        resp_headers = _drop_pseudo(response_headers)
+        if not keep_length and _sent_chunked(resp_headers):
+            response_body = chunk_body(response_body)
+        else:
+            resp_headers = _fix_length(resp_headers, response_body, keep_length)
         response_http = StatusAndHeaders(statusline, resp_headers, protocol="HTTP/1.1")
 
         parts = urlsplit(url)

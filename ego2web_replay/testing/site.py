@@ -2,7 +2,7 @@
 
 It serves HTML with CSS, JS, images and a web font; an XHR with a cache-buster
 query; a JSON POST with a timestamp field; a 302 redirect; Set-Cookie; a
-gzip-encoded response; a chunked response; a 5 MB binary; 404 and 500
+gzip-encoded response; chunked responses (plain, and a gzip page); a 5 MB binary; 404 and 500
 responses; a clock page for determinism checks. Every response is logged in
 :attr:`TestSite.wire` with the exact body bytes put on the wire (before
 chunk framing), so tests can compare an archive against what was sent.
@@ -51,6 +51,11 @@ INDEX = """<!doctype html>
 <a id="product-link" href="/old-product">Snack 42</a>
 <a id="clock-link" href="/clock">Clock</a>
 </body></html>
+"""
+
+CHUNKED_PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>Streamed</title></head>
+<body><h1>Streamed page</h1><p>""" + "Sent in chunks, with no Content-Length. " * 60 + """</p></body></html>
 """
 
 STYLE = """@font-face { font-family: "TestFont"; src: url("/static/font.ttf") format("truetype"); }
@@ -170,6 +175,9 @@ class _Handler(BaseHTTPRequestHandler):
                        {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"})
         elif path == "/chunked":
             self._send(200, b"chunk-" * 700, "text/plain", chunked=True)
+        elif path == "/chunked-page":  # a dynamic page as many servers send it: gzip, chunked, no length
+            self._send(200, gzip.compress(CHUNKED_PAGE.encode(), mtime=0), html,
+                       {"Content-Encoding": "gzip", "Vary": "Accept-Encoding"}, chunked=True)
         elif path == "/big.bin":
             self._send(200, site.big, "application/octet-stream")
         elif path == "/old-product":
