@@ -120,10 +120,11 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 check: bool = True, **overrides: Any) -> None:
+                 check: bool = True, processes: int = 1, **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
-        ``seed``, ``rules_files``)."""
+        ``seed``, ``rules_files``). ``processes`` > 1 serves from that many worker processes on one
+        port (:mod:`.workers`; fast engine only)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -137,6 +138,12 @@ class Replay:
         self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.check = check  # compare archive and index with the manifest (size, sha256) before serving
+        if processes < 1:
+            raise ReplayError(f"processes must be at least 1, not {processes}")
+        if processes > 1 and self.config.engine != "fast":
+            raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
+        self.processes = processes
+        self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
         self.snapshots: list[Any] = []
         self.proxy: Any = None  # a FrontServer (engine fast) or a ProxyServer (engine mitmproxy)
@@ -178,7 +185,13 @@ class Replay:
 
     def stats(self) -> ReplayStats:
         """The counts so far, with the replay configuration they were served under."""
-        if self.responder is None:
+        from .workers import WorkerPool
+
+        if isinstance(self.proxy, WorkerPool):
+            stats = self.proxy.stats()
+        elif self._final is not None:
+            stats = self._final.model_copy(deep=True)
+        elif self.responder is None:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
             stats = self.responder.snapshot_stats()
@@ -283,6 +296,11 @@ class Replay:
         background hosts here (or, in loopback mode, every non-loopback host): every other request
         is the responder's, and neither engine connects upstream (unless miss=live, mitmproxy only)."""
         assert self.ca is not None
+        if self.processes > 1:
+            from .workers import WorkerPool
+
+            return WorkerPool(self.paths, self.config, ca=self.ca, host=self.host, port=self.port,
+                              guard_mode=self.guard_mode, processes=self.processes)
         if self.config.engine == "fast":
             from ..guard import GuardPolicy
             from .front import FrontServer
@@ -293,6 +311,10 @@ class Replay:
                            ca=self.ca, options={"guard_mode": self.guard_mode})
 
     def stop(self) -> None:
+        from .workers import WorkerPool
+
+        if isinstance(self.proxy, WorkerPool) and self.proxy.port is not None:
+            self._final = self.proxy.stats()
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None
