@@ -230,6 +230,7 @@ class FrontServer:
         self.certs = LeafCerts(ca, http2=http2)
         self.port: int | None = None
         self.connections: set[_Conn] = set()
+        self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -251,7 +252,10 @@ class FrontServer:
         host = url.partition("://")[2]
         host = split_authority(host[: min((i for i in (host.find("/"), host.find("?")) if i >= 0),
                                           default=len(host))], "http")[0]
-        ok, why = self.guard.allowed(host)
+        decided = self._allowed.get(host)
+        if decided is None:
+            decided = self._allowed[host] = self.guard.allowed(host)
+        ok, why = decided
         if not ok:
             return self.responder.blocked(host, why, method.upper())
         return self.responder.answer(method, url, headers, body)

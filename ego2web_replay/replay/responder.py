@@ -140,6 +140,14 @@ def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
     return "chunked" in te and get_header(headers, "content-length") is None
 
 
+def _first_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Request headers by lower-case name, first value of each."""
+    out: dict[str, str] = {}
+    for k, v in headers:
+        out.setdefault(k.lower(), v)
+    return out
+
+
 def _plain(status: int, text: str, marker: str, method: str) -> Reply:
     body = text.encode()
     headers = [("Content-Type", "text/plain"), (REPLAY_HEADER, marker), ("Cache-Control", "no-store"),
@@ -166,6 +174,8 @@ class Responder:
         self._lock = threading.Lock()
         self._cache: dict[Any, Any] = {}
         self._cached_bytes = 0
+        self._stable: dict[int, Any] = {}  # id of a cached head -> its cache entry (keeps it alive)
+        self._shifted: dict[int, tuple[Headers, int, Headers]] = {}  # cached head -> (it, second, shifted)
         self.stats = ReplayStats(snapshots=list(snapshots))
 
     # -- bookkeeping -------------------------------------------------------
@@ -199,18 +209,19 @@ class Responder:
     def answer(self, method: str, url: str, req_headers: Sequence[tuple[str, str]], body: bytes) -> Reply:
         """The reply to one request (``url`` absolute, as the client meant it)."""
         method = method.upper()
-        if (get_header(req_headers, "upgrade") or "").lower() == "websocket":
+        h = _first_values(req_headers)  # looked up a dozen times below
+        if (h.get("upgrade") or "").lower() == "websocket":
             self._log(method, url, "websocket", 403)
             return _plain(403, "ego2web-replay: websockets are not replayed\n", "websocket-refused", method)
-        kind = request_kind(get_header(req_headers, "sec-fetch-dest"), get_header(req_headers, "accept"), url,
-                            get_header(req_headers, "sec-fetch-mode"))
-        ctype = get_header(req_headers, "content-type")
+        kind = request_kind(h.get("sec-fetch-dest"), h.get("accept"), url,
+                            h.get("sec-fetch-mode"))
+        ctype = h.get("content-type")
         if self.redactor is not None:  # the archive holds redacted requests: compare like with like
             url = self.redactor.url(url)
-            body = self.redactor.body(ctype, body, get_header(req_headers, "content-encoding"))
+            body = self.redactor.body(ctype, body, h.get("content-encoding"))
         result = self.session.match(method, url, body or None, ctype)
         if result.capture is None and method == "OPTIONS":
-            status, reason, headers, rbody = preflight_response(list(req_headers))
+            status, reason, headers, rbody = preflight_response(h)
             self._log(method, url, "canonical", status, matched=None, kind=kind)
             return framed(status, reason, headers, rbody, method)
         if result.capture is None:
@@ -231,10 +242,10 @@ class Responder:
             log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
             self._log(method, url, "miss", 502, matched=result.capture.url, kind=kind)
             return _plain(502, f"ego2web-replay: archived record unreadable: {e}\n", "error", method)
-        if conditional(req_headers, status, headers):
+        if conditional(h, status, headers):
             status, reason, headers, rbody = not_modified_response(headers)
         else:
-            rng = get_header(req_headers, "range")
+            rng = h.get("range")
             if rng and status == 200:
                 status, headers, rbody = apply_range(status, headers, rbody, rng)
                 reason = reason_phrase(status)
@@ -242,18 +253,33 @@ class Responder:
                 rbody, headers = self._injected(ref, rbody, headers)
             elif status == 200 and result.outcome != "exact" and result.capture.url != url:
                 rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
-        headers = shift_dates(headers, datetime.now(UTC))
+        headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
         return framed(status, reason, headers, rbody, method)
+
+    def _dated(self, headers: Headers) -> Headers:
+        """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads."""
+        now = datetime.now(UTC)
+        second = int(now.timestamp())
+        hit = self._shifted.get(id(headers))
+        if hit is not None and hit[0] is headers and hit[1] == second:
+            return hit[2]
+        shifted = shift_dates(headers, now.replace(microsecond=0))
+        if id(headers) in self._stable:  # a cached head: the same list object comes back next time
+            self._shifted[id(headers)] = (headers, second, shifted)
+        return shifted
 
     # -- archived responses, read once ----------------------------------------
     def _remember(self, key: Any, value: Any, size: int) -> None:
         with self._lock:
             if self._cached_bytes + size > CACHE_BYTES:
                 self._cache.clear()
+                self._stable.clear()
+                self._shifted.clear()
                 self._cached_bytes = 0
+            self._stable[id(value[2] if key[0] == "r" else value[1])] = value
             self._cache[key] = value
             self._cached_bytes += size
 
