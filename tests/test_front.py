@@ -147,6 +147,7 @@ def check_every_capture(snap_path: Path) -> Counter[str]:
     return seen
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CORPUS.exists(), reason="shared corpus")
 def test_every_corpus_capture_is_served_byte_exact(tmp_path):
     totals: Counter[str] = Counter()
