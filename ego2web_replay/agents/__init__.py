@@ -3,6 +3,8 @@
 * ``scripted``: the task's reference actions (the oracle path);
 * ``command:<program>``: any program, handed the proxy, CA and task;
 * ``openai``: a multimodal browsing agent over an OpenAI-compatible endpoint;
+* ``browser-use``: the browser-use framework (the ``browser-use`` extra), its model over an
+  OpenAI-compatible endpoint, its Chromium sealed behind our proxy;
 * a plugin: the name of an ``ego2web_replay.agents`` entry point, or ``module.path:factory``
   (your own :class:`StepAgent`/:class:`ProgramAgent` factory; see :mod:`ego2web_replay.plugins`).
 """
@@ -21,7 +23,7 @@ from .scripted import ScriptedAgent
 __all__ = ["make_agent", "KNOWN_AGENTS", "Observation", "EpisodeEnv", "StepAgent", "ProgramAgent",
            "ScriptedAgent", "CommandAgent", "OpenAIAgent"]
 
-KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "<entry point>", "<module>:<factory>")
+KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "browser-use", "<entry point>", "<module>:<factory>")
 
 
 def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
@@ -32,6 +34,10 @@ def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
         return CommandAgent(name[len("command:"):])
     if name == "openai":
         return OpenAIAgent(**{k: v for k, v in settings.items() if v is not None})
+    if name == "browser-use":
+        from .browser_use_agent import BrowserUseAgent
+
+        return BrowserUseAgent(**{k: v for k, v in settings.items() if v is not None})
     try:
         factory = find_factory(name, AGENT_GROUP, "agent")
         if factory is not None:

@@ -60,6 +60,7 @@ class EpisodeEnv:
     max_steps: int
     timeout_s: float
     inputs: Path | None = None
+    repeat: int = 0
 
 
 @runtime_checkable

@@ -22,6 +22,7 @@ The program is started (through the shell) with these environment variables:
 ``EGO2WEB_TASK_FILE``       the task as JSON
 ``EGO2WEB_OUT``             a folder to write the trajectory into
 ``EGO2WEB_MODE``            ``live`` or ``frozen``
+``EGO2WEB_REPEAT``          the repeat index (0 .. K-1 under ``run --repeats K``)
 ``EGO2WEB_MAX_STEPS``       the step budget
 ``EGO2WEB_MODALITY``        the input modality (video, keyframes, captions, none)
 ``EGO2WEB_INPUTS``          a JSON file: ``modality``, ``video`` (path or null),
@@ -81,7 +82,7 @@ class CommandAgent:
             "EGO2WEB_PROXY": env.proxy_url, "EGO2WEB_CA_FILE": ca, "SSL_CERT_FILE": ca,
             "REQUESTS_CA_BUNDLE": ca, "CURL_CA_BUNDLE": ca, "NODE_EXTRA_CA_CERTS": ca,
             "EGO2WEB_SPKI": env.spki, "EGO2WEB_TASK_FILE": str(env.task_file), "EGO2WEB_OUT": str(env.out_dir),
-            "EGO2WEB_MODE": env.mode, "EGO2WEB_MAX_STEPS": str(env.max_steps),
+            "EGO2WEB_MODE": env.mode, "EGO2WEB_MAX_STEPS": str(env.max_steps), "EGO2WEB_REPEAT": str(env.repeat),
             "EGO2WEB_MODALITY": self.spec.input_modality,
             "EGO2WEB_CHROMIUM_ARGS": json.dumps(sealed_chromium_args(env.proxy_url)),
         })

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 @click.command("run")
 @click.argument("tasks_file", type=click.Path(path_type=Path))
 @click.option("--agent", "agent_name", required=True,
-              help="scripted | openai | 'command:<program>' | an installed 'ego2web_replay.agents' "
+              help="scripted | openai | browser-use | 'command:<program>' | an installed 'ego2web_replay.agents' "
                    "entry point | <module>:<factory>.")
 @click.option("--mode", type=click.Choice(["live", "frozen", "both"]), default="frozen", show_default=True,
               help="frozen: replay the newest snapshot, hermetic; live: through the recording proxy "
@@ -42,18 +42,21 @@ if TYPE_CHECKING:
 @click.option("--max-steps", type=click.IntRange(1), default=40, show_default=True, help="Step budget per episode.")
 @click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Wall-clock limit per episode, in seconds.")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True,
+              help="Run each task this many times in each mode (agents are stochastic); compare reports "
+                   "per-task success rates, pass@k and the variance. --resume may raise it, never lower it.")
 @click.option("--resume", is_flag=True, help="Finish the newest interrupted run of this suite and agent "
                                              "(or --run-id), skipping finished episodes.")
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
-@click.option("--model", default=None, help="openai agent: model name.")
-@click.option("--base-url", default=None, help="openai agent: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
+@click.option("--model", default=None, help="openai and browser-use agents: model name.")
+@click.option("--base-url", default=None, help="openai and browser-use agents: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
 @executor_options
 @click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
               help="What the agent gets of the task's video, always derived from the whole video "
-                   "(default: the agent's own: openai keyframes, command video, scripted none).")
+                   "(default: the agent's own: openai and browser-use keyframes, command video, scripted none).")
 @click.option("--keyframes", "n_keyframes", type=click.IntRange(1), default=8, show_default=True,
               help="keyframes: frames sampled uniformly over the whole video.")
 @click.option("--video-fps", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
@@ -62,18 +65,18 @@ if TYPE_CHECKING:
               help="video: dense frames, or the file as a video_url part (endpoints that take video, e.g. vLLM).")
 @click.option("--frame-size", type=click.IntRange(16), default=512, show_default=True,
               help="Longest side of video frames sent to the agent, in pixels.")
-@click.option("--temperature", type=float, default=None, help="openai agent: sampling temperature (default 0).")
-@click.option("--seed", type=int, default=None, help="openai agent: sampling seed sent to the endpoint.")
+@click.option("--temperature", type=float, default=None, help="openai and browser-use agents: sampling temperature (default 0).")
+@click.option("--seed", type=int, default=None, help="openai and browser-use agents: sampling seed sent to the endpoint.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=None,
-              help="openai agent: reply limit (sent as max_completion_tokens, as reasoning models require).")
+              help="openai and browser-use agents: reply limit (sent as max_completion_tokens, as reasoning models require).")
 @click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
-              help="openai agent: seconds to wait for one model reply (default 60).")
+              help="openai and browser-use agents: seconds to wait for one model reply (default 60; browser-use 120).")
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @db_options("the run and each episode as they finish")
 @keep_credentials_option
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
-            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, resume: bool,
+            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
@@ -94,13 +97,16 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
     suite.select(list(task_ids))
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
-                           guard=guard, replay=replay, keep_credentials=keep_credentials,
+                           guard=guard, replay=replay, keep_credentials=keep_credentials, repeats=repeats,
                            inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))
-    agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
-                      "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
-                      "image_max_side": image_size} if agent_name == "openai" else {}
+    agent_settings: dict[str, object] = {}
+    if agent_name in ("openai", "browser-use"):  # the model agents; browser-use sizes its own screenshots
+        agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
+                          "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout}
+        if agent_name == "openai":
+            agent_settings["image_max_side"] = image_size
     sink = None
     with progress("run") as bars:
         bar = bars.add_task("starting", total=None)
@@ -120,7 +126,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, 
             if sink is not None:
                 sink.episode_finished(s.path.parents[2], s.path)
             misses = f", {s.misses} misses" if s.misses is not None else ""
-            say(bars, f"{s.task_id}/{s.mode}: {s.steps} steps{misses}; answer={s.answer!r}"
+            say(bars, f"{s.task_id}/{s.path.name}: {s.steps} steps{misses}; answer={s.answer!r}"
                       + (f"; {s.error}" if s.error else ""), status=f"{s.end_reason:12}",
                 style="green" if s.ok else "red")
             bars.advance(bar)

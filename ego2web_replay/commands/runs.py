@@ -63,7 +63,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
     rows: list[dict[str, Any]] = []
     for traj_file in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
         t = load_trajectory(traj_file)
-        rows.append({"task": t.task_id, "mode": t.mode, "steps": len(t.steps), "end_reason": t.end_reason,
+        rows.append({"task": t.task_id, "mode": t.mode, "repeat": t.repeat, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
                      "missed_urls": t.replay.missed_urls if t.replay else [], "validity": episode_validity(t),
                      "error": t.error})
@@ -76,7 +76,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
               f"suite={m.suite_path}", highlight=False, markup=False)
     episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "validity", "error")
     for r in rows:
-        episodes.add_row(r["task"], r["mode"], str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
+        episodes.add_row(r["task"], r["mode"] + (f" r{r['repeat']}" if r["repeat"] else ""), str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
                          "" if r["misses"] is None else str(r["misses"]), r["validity"] or "",
                          (r["error"] or "")[:60])
     out.print(episodes)

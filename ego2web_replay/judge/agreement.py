@@ -26,7 +26,7 @@ from pydantic import BaseModel, Field
 from rich.table import Table
 
 from ..errors import Ego2WebError, JudgeError
-from ..models import load_trajectory, save_model
+from ..models import load_trajectory, parse_episode_folder, save_model
 from .run import find_episodes
 from .verdicts import read_verdict
 
@@ -168,7 +168,7 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
                 agent = traj.agent.name + (f"/{traj.agent.model}" if traj.agent.model else "")
             except Ego2WebError:
                 agent = "unknown"
-            index[(ep.parent.name, ep.name)].append((ep, agent, run.name))
+            index[(ep.parent.name, (parse_episode_folder(ep.name) or (ep.name, 0))[0])].append((ep, agent, run.name))
     votes: dict[tuple[str, str, str | None], list[bool]] = defaultdict(list)
     for lab in labels:
         votes[(lab.task_id, lab.mode, lab.agent)].append(lab.label)

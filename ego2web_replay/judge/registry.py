@@ -94,7 +94,7 @@ class RubricJudge:
     """Mind2Web 2 rubric trees; needs an endpoint only for rubrics with LLM-verified claims."""
 
     def __init__(self, client: LLMClient | None, *, pages: PageSource | None = None,
-                 prompt_version: str = "v1", prompts_dir: str | Path | None = None) -> None:
+                 prompt_version: str = "v2", prompts_dir: str | Path | None = None) -> None:
         self.client = client
         self.pages = pages
         self.prompts = load_prompts("rubric", prompt_version, prompts_dir)
@@ -112,9 +112,12 @@ class RubricJudge:
             [SnapshotPages([d]) for d in episode.snapshot_dirs()])
         traj = episode.trajectory
         visited = [s.url for s in traj.steps if s.url]
-        ctx = RubricContext(traj.answer, visited, pages, self.client, self.prompts)
+        shots = {s.url: s.path for s in episode.screenshots if s.url}  # the last screenshot of each page
+        ctx = RubricContext(traj.answer, visited, pages, self.client, self.prompts, screenshots=shots)
         result = evaluate_rubric(rubric, ctx)
         log = CallLog()
+        if ctx.extraction is not None:
+            log.add(ctx.extraction)
         for node in rubric.root.walk():
             if node.id in ctx.results:
                 log.add(ctx.results[node.id])
@@ -123,7 +126,10 @@ class RubricJudge:
              "score": r.score, "passed": r.passed, "detail": r.detail} for depth, r in result.root.walk()]
         checks.append({"kind": "rubric_summary", "score": result.score, "success": result.success,
                        "llm_calls": result.llm_calls, "skipped_llm_calls": result.skipped_llm_calls,
-                       "skipped_nodes": result.skipped_nodes})
+                       "skipped_nodes": result.skipped_nodes, "extractor_calls": result.extractor_calls})
+        if ctx.extraction is not None:
+            checks.append({"kind": "rubric_extraction",
+                           "claims": [c.model_dump() for c in ctx.extraction.parsed.claims]})
         failed = [r.id for _, r in result.root.walk() if r.status == "failed" and not r.children]
         thoughts = (f"rubric score {result.score:.3f} ({'success' if result.success else 'not complete'}); "
                     + (f"failed checks: {', '.join(failed)}" if failed else "every check passed"))

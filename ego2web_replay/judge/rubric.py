@@ -13,9 +13,13 @@ are skipped, and so are their LLM calls). A node's score:
 The episode succeeds when the root passes; the root's score is the partial
 completion. Leaf checks are deterministic (text or URL matches against the
 answer, the visited URLs or the archived pages) or ``llm_claim`` (a claim
-verified by the judge model against the answer and the archived text of the
-pages the answer cites). Cited URLs are looked up in the episode's archived
-pages only, never on the live web.
+verified by the judge model against the answer, the whole archived text of the
+pages the answer cites, in model-sized parts, and the screenshots the episode
+took of those pages). With a prompt set that has an ``extract`` stage
+(``rubric-v2``, the default) an extractor call first turns the answer into
+each claim's statement and cited URLs (:mod:`.extract`), and each claim is
+verified from those. Cited URLs are looked up in the episode's archived pages
+only, never on the live web.
 
 Check types: ``answer_contains`` (text), ``answer_regex`` (pattern),
 ``url_visited`` (pattern), ``final_url`` (pattern), ``page_contains`` (text,
@@ -36,13 +40,14 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import JudgeError
-from .client import ChatResult, LLMClient, Message
+from .client import ChatResult, Image, LLMClient, Message
+from .extract import ExtractedClaim, Extraction, extract_claims, has_extractor
 from .pages import PageSource
 from .prompts import ClaimCheck, PromptSet, parse_claim
 from .rule import normalize_text
 
 __all__ = ["RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult", "RubricContext",
-           "load_rubric", "evaluate_rubric", "cited_urls"]
+           "load_rubric", "evaluate_rubric", "cited_urls", "url_key"]
 
 CheckType = Literal["answer_contains", "answer_regex", "url_visited", "final_url", "page_contains",
                     "cited_url", "llm_claim"]
@@ -167,6 +172,7 @@ class RubricResult(BaseModel):
     llm_calls: int = Field(description="LLM-verified claims evaluated.")
     skipped_llm_calls: int = Field(description="LLM-verified claims skipped by sequential gates.")
     skipped_nodes: int
+    extractor_calls: int = Field(default=0, description="Extractor calls (one per judgment with claims).")
 
     @property
     def score(self) -> float:
@@ -190,19 +196,42 @@ def cited_urls(answer: str) -> list[str]:
     return out
 
 
+def url_key(url: str) -> str:
+    """A URL as screenshots are matched to cited URLs: no fragment, no trailing slash, lower-case host."""
+    base = url.split("#", 1)[0]
+    scheme, sep, rest = base.partition("://")
+    host, slash, path = rest.partition("/")
+    return (f"{scheme.lower()}{sep}{host.lower()}{slash}{path}" if sep else base).rstrip("/")
+
+
 class RubricContext:
-    """What the leaves look at: the answer, the URLs visited, archived pages and an optional LLM."""
+    """What the leaves look at: the answer, the URLs visited, archived pages, the episode's screenshots
+    (URL → image file, the last one taken of each page) and an optional LLM."""
 
     def __init__(self, answer: str | None, visited: list[str], pages: PageSource,
                  client: LLMClient | None = None, prompts: PromptSet | None = None,
-                 page_chars: int = 6000) -> None:
+                 page_chars: int = 6000, screenshots: dict[str, Path] | None = None,
+                 max_screenshots: int = 3) -> None:
         self.answer = answer or ""
         self.visited = visited
         self.pages = pages
         self.client = client
         self.prompts = prompts
         self.page_chars = page_chars
+        self.screenshots = {url_key(u): p for u, p in (screenshots or {}).items()}
+        self.max_screenshots = max_screenshots
         self.results: dict[str, ChatResult[ClaimCheck]] = {}
+        self.extraction: ChatResult[Extraction] | None = None
+        self.extracted: dict[str, ExtractedClaim] | None = None
+
+    def screenshots_of(self, urls: list[str]) -> list[Image]:
+        """The episode's screenshots of these pages (at most ``max_screenshots``), labelled by URL."""
+        found: list[Image] = []
+        for u in urls:
+            path = self.screenshots.get(url_key(u))
+            if path is not None and path.is_file() and len(found) < self.max_screenshots:
+                found.append(Image.from_path(path, label=f"{u}: {path.name}"))
+        return found
 
     def contains(self, text: str, needle: str) -> bool:
         return normalize_text(needle) in normalize_text(text)
@@ -262,10 +291,21 @@ def _claim(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
         raise JudgeError("the rubric has LLM-verified claims but no judge endpoint is configured: "
                          "pass --base-url/--model (or set OPENAI_BASE_URL)")
     urls = [c.url] if c.url else cited_urls(ctx.answer)
+    statement = ctx.answer or "(no answer)"
+    if ctx.extracted is not None:
+        got = ctx.extracted.get(node.id)
+        if got is None or got.statement is None:
+            return False, "the answer states nothing for this claim (extractor)"
+        statement = got.statement
+        urls = [c.url] if c.url else got.urls
+    images = ctx.screenshots_of(urls)
+    shots = (f"Screenshots ({len(images)} attached, in order): " + "; ".join(i.label for i in images)
+             if images else "Screenshots: none of these pages.")
     result = None
     for pages in _page_chunks(urls, ctx):  # the whole of every cited page, one model-sized chunk at a time
-        system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)", pages=pages)
-        result = ctx.client.chat([Message("system", [system]), Message("user", [user])], parse_claim,
+        system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)", pages=pages,
+                                          statement=statement, screenshots=shots)
+        result = ctx.client.chat([Message("system", [system]), Message("user", [user, *images])], parse_claim,
                                  stage=f"claim:{node.id}")
         if result.parsed.supported:
             break
@@ -333,9 +373,13 @@ def _evaluate(node: RubricNode, ctx: RubricContext) -> NodeResult:
 
 def evaluate_rubric(rubric: Rubric, ctx: RubricContext) -> RubricResult:
     """Score an episode against a rubric. Raises JudgeError if a claim needs a missing endpoint."""
+    leaves = [n for n in rubric.root.walk() if n.check is not None and n.check.type == "llm_claim"]
+    if leaves and has_extractor(ctx):
+        ctx.extraction = extract_claims(leaves, ctx)
+        ctx.extracted = {c.id: c for c in ctx.extraction.parsed.claims}
     root = _evaluate(rubric.root, ctx)
     by_id = {n.id: n for n in rubric.root.walk()}
     skipped = [r for _, r in root.walk() if r.status == "skipped"]
     skipped_llm = sum(1 for r in skipped if (n := by_id[r.id]).check is not None and n.check.type == "llm_claim")
     return RubricResult(root=root, llm_calls=len(ctx.results), skipped_llm_calls=skipped_llm,
-                        skipped_nodes=len(skipped))
+                        skipped_nodes=len(skipped), extractor_calls=int(ctx.extraction is not None))

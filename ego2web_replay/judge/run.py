@@ -26,6 +26,7 @@ from ..models import (
     TaskSuite,
     Verdict,
     load_tasks,
+    parse_episode_folder,
     read_model,
 )
 from .client import EndpointError
@@ -38,11 +39,11 @@ MODES: tuple[Mode, ...] = ("live", "frozen")
 
 
 def find_episodes(run_dir: Path) -> list[Path]:
-    """Episode folders ``<run>/episodes/<task>/<live|frozen>``, sorted."""
+    """Episode folders ``<run>/episodes/<task>/<live|frozen>[-r<repeat>]``, sorted."""
     root = Path(run_dir) / "episodes"
     if not root.is_dir():
         raise JudgeError(f"{run_dir}: no episodes/ folder; is this a run folder (runs/<run-id>)?")
-    found = sorted(d for d in root.glob("*/*") if d.is_dir() and d.name in MODES)
+    found = sorted(d for d in root.glob("*/*") if d.is_dir() and parse_episode_folder(d.name) is not None)
     if not found:
         raise JudgeError(f"{root}: no episodes to judge (expected episodes/<task-id>/<live|frozen>/)")
     return found
@@ -78,7 +79,8 @@ def prepare_task(task: Task, base: Path | None) -> Task:
 
 
 def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
-    task_id, mode = episode.parent.name, episode.name
+    task_id = episode.parent.name
+    mode, repeat = parse_episode_folder(episode.name) or (episode.name, 0)
     try:
         task = prepare_task(suite.get(task_id), suite.base_dir)
         verdict = judge.judge(episode, task)
@@ -88,6 +90,7 @@ def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
         verdict = error_verdict(judge.spec, task_id, mode, str(e))  # type: ignore[arg-type]
     except Exception as e:  # an unexpected failure in one episode must not lose the others
         verdict = error_verdict(judge.spec, task_id, mode, f"{type(e).__name__}: {e}")  # type: ignore[arg-type]
+    verdict.repeat = repeat
     write_verdict(episode, verdict)
     return verdict
 

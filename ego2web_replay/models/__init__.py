@@ -38,7 +38,17 @@ from .replay_config import ReplayConfig
 from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reason_counts, load_run
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
-from .trajectory import AgentSpec, EndReason, Mode, Step, Trajectory, episode_dir, load_trajectory
+from .trajectory import (
+    AgentSpec,
+    EndReason,
+    Mode,
+    Step,
+    Trajectory,
+    episode_dir,
+    episode_folder_name,
+    load_trajectory,
+    parse_episode_folder,
+)
 from .verdict import JudgeSpec, Verdict
 
 __all__ = [
@@ -76,6 +86,8 @@ __all__ = [
     "describe_validation_error",
     "end_reason_counts",
     "episode_dir",
+    "episode_folder_name",
+    "parse_episode_folder",
     "index_row",
     "load_run",
     "load_tasks",

@@ -50,6 +50,7 @@ class RunSettings(BaseModel):
     keep_credentials: bool = Field(default=False, description="Keep credentials in live archives and "
                                                               "trajectories instead of redacting them.")
     inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")
+    repeats: int = Field(default=1, ge=1, description="Times each task is run in each mode (agents are stochastic).")
 
 
 class RunManifest(FileModel):

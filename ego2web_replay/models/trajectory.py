@@ -2,7 +2,7 @@
 
 An episode is one task run by one agent in one mode. On disk it is a folder::
 
-    <run>/episodes/<task-id>/<mode>/
+    <run>/episodes/<task-id>/<mode>/          repeat 0 (``run --repeats K``: <mode>-r1 ... <mode>-r<K-1>)
         trajectory.json      Trajectory (this module)
         screenshots/         step-NNN.png, one per step
         replay_stats.json    ReplayStats (frozen runs)
@@ -23,7 +23,8 @@ from .action import Action
 from .base import FileModel, read_model
 from .replay import ReplayStats
 
-__all__ = ["AgentSpec", "Step", "EndReason", "Trajectory", "Mode", "episode_dir", "load_trajectory"]
+__all__ = ["AgentSpec", "Step", "EndReason", "Trajectory", "Mode", "episode_dir", "episode_folder_name",
+           "parse_episode_folder", "load_trajectory"]
 
 Mode = Literal["live", "frozen"]
 EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions",
@@ -65,6 +66,7 @@ class Trajectory(FileModel):
     task_id: str = Field(description="The task run.")
     instruction: str = Field(default="", description="The instruction the agent was given.")
     mode: Mode = Field(description="live (the real web) or frozen (a replayed snapshot).")
+    repeat: int = Field(default=0, ge=0, description="Which run of this task and mode (0-based; ``run --repeats``).")
     snapshot_id: str | None = Field(default=None, description="Snapshot served (frozen) or written (live).")
     snapshot_path: str | None = Field(default=None, description="Folder of that snapshot.")
     agent: AgentSpec = Field(description="The agent and its settings.")
@@ -88,9 +90,26 @@ class Trajectory(FileModel):
         return None
 
 
-def episode_dir(run_dir: Path, task_id: str, mode: str) -> Path:
-    """The folder of one episode inside a run folder."""
-    return Path(run_dir) / "episodes" / task_id / mode
+def episode_folder_name(mode: str, repeat: int = 0) -> str:
+    """``frozen`` for repeat 0 (every run without ``--repeats``), ``frozen-r2`` for repeat 2."""
+    return mode if repeat == 0 else f"{mode}-r{repeat}"
+
+
+def parse_episode_folder(name: str) -> tuple[str, int] | None:
+    """``(mode, repeat)`` of an episode folder's name; None for anything else (``frozen.partial``)."""
+    mode, sep, rest = name.partition("-r")
+    if mode not in ("live", "frozen"):
+        return None
+    if not sep:
+        return mode, 0
+    if not rest.isdigit() or rest.startswith("0"):
+        return None
+    return mode, int(rest)
+
+
+def episode_dir(run_dir: Path, task_id: str, mode: str, repeat: int = 0) -> Path:
+    """The folder of one episode (one repeat of a task in a mode) inside a run folder."""
+    return Path(run_dir) / "episodes" / task_id / episode_folder_name(mode, repeat)
 
 
 def load_trajectory(path: Path) -> Trajectory:

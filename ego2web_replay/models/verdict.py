@@ -33,6 +33,7 @@ class Verdict(FileModel):
     version: int = Field(default=1, ge=1, description="Format version of the file.")
     task_id: str = Field(description="The task judged.")
     mode: Mode = Field(description="The episode's mode (live or frozen).")
+    repeat: int = Field(default=0, ge=0, description="The episode's repeat index (``run --repeats``).")
     judge: JudgeSpec = Field(description="The judge and its settings.")
     success: bool = Field(description="Whether the judge found the task accomplished.")
     score: float = Field(ge=0, le=1, description="1.0/0.0 for binary judges; partial credit for rubrics.")

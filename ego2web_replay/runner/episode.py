@@ -68,6 +68,12 @@ class EpisodeRequest:
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
+    repeat: int = 0
+
+    @property
+    def folder(self) -> Path:
+        """Where this episode ends up: ``<run>/episodes/<task>/<mode>[-r<repeat>]``."""
+        return episode_dir(self.run_dir, self.task.id, self.mode, self.repeat)
 
 
 @dataclass
@@ -81,6 +87,7 @@ class EpisodeSummary:
     misses: int | None
     error: str | None
     path: Path
+    repeat: int = 0
 
 
 def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> Path:
@@ -168,14 +175,14 @@ def _title(page: Any) -> str:
 
 def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     """Run one episode and write it; never raises for agent or site failures."""
-    final = episode_dir(req.run_dir, req.task.id, req.mode)
+    final = req.folder
     out = final.with_name(final.name + ".partial")
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     spec = AgentSpec(name=req.agent_name)
     traj = Trajectory(task_id=req.task.id, instruction=req.task.instruction, mode=req.mode,  # type: ignore[arg-type]
-                      agent=spec, started_at=datetime.now(UTC))
+                      agent=spec, started_at=datetime.now(UTC), repeat=req.repeat)
     replay = None
     live = None
     try:
@@ -206,12 +213,12 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 task_file.write_text(agent_task(req.task, video=inputs.video).model_dump_json(indent=2), "utf-8")
                 env = EpisodeEnv(proxy_url=proxy_url, ca_file=ca.cert_path, spki=ca.spki, task_file=task_file,
                                  out_dir=out / "agent", mode=req.mode, max_steps=req.max_steps,
-                                 timeout_s=req.timeout_s, inputs=write_inputs_file(inputs, out))
+                                 timeout_s=req.timeout_s, inputs=write_inputs_file(inputs, out), repeat=req.repeat)
                 got = agent.run_episode(req.task, env)
                 _adopt_program_output(got, out)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
                 got.extra.setdefault("inputs", traj.extra["inputs"])
-                got.agent = traj.agent
+                got.agent, got.repeat = traj.agent, req.repeat
                 traj = got
             else:
                 browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
@@ -255,7 +262,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     ok = traj.end_reason in ("answered", "stopped") and not traj.error
     return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
                           steps=len(traj.steps), answer=traj.answer,
-                          misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final)
+                          misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final,
+                          repeat=req.repeat)
 
 
 def _adopt_program_output(traj: Trajectory, out: Path) -> None:

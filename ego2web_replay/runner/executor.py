@@ -26,7 +26,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from typing import Protocol, runtime_checkable
 
 from ..lifeline import die_with_parent
-from ..models import episode_dir
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,7 @@ def crashed(job: EpisodeRequest, error: BaseException | str) -> EpisodeSummary:
     """The summary of a job whose worker died before it could return one."""
     return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="browser_error", steps=0,
                           answer=None, misses=None, error=f"worker crashed: {error}",
-                          path=episode_dir(job.run_dir, job.task.id, job.mode))
+                          path=job.folder, repeat=job.repeat)
 
 
 def log_start(job: EpisodeRequest) -> None:
@@ -53,7 +52,8 @@ def log_start(job: EpisodeRequest) -> None:
 
     ``run_suite`` logs each episode's end as its summary comes back, whatever the executor.
     """
-    log.info("episode start: %s %s (agent %s)", job.task.id, job.mode, job.agent_name)
+    log.info("episode start: %s %s%s (agent %s)", job.task.id, job.mode,
+             f" repeat {job.repeat}" if job.repeat else "", job.agent_name)
 
 
 class InlineExecutor:

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..models import AgentSpec, Trajectory, episode_dir, load_trajectory, save_model
+from ..models import AgentSpec, Trajectory, load_trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 from .executor import log_start
 
@@ -71,15 +71,15 @@ class RaySettings:
 
 def infra_failure(job: EpisodeRequest, error: str) -> EpisodeSummary:
     """Record (on the driver) an episode lost to the infrastructure: a trajectory with ``infra_error``."""
-    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    final = job.folder
     if final.exists():
         shutil.rmtree(final)
     final.mkdir(parents=True)
     traj = Trajectory(task_id=job.task.id, instruction=job.task.instruction, mode=job.mode,  # type: ignore[arg-type]
-                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error)
+                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error, repeat=job.repeat)
     save_model(final / "trajectory.json", traj)
     return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="infra_error", steps=0,
-                          answer=None, misses=None, error=error, path=final)
+                          answer=None, misses=None, error=error, path=final, repeat=job.repeat)
 
 
 # ---------------------------------------------------------------- worker side
@@ -149,7 +149,7 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
 
 def _unpack(job: EpisodeRequest, summary: EpisodeSummary, data: bytes, remote_run: str) -> EpisodeSummary:
     """Write a worker's episode into the run folder as a local run would, and point the summary at it."""
-    final = episode_dir(job.run_dir, job.task.id, job.mode)
+    final = job.folder
     partial = final.with_name(final.name + ".partial")
     if partial.exists():
         shutil.rmtree(partial)

@@ -6,6 +6,9 @@ in order (``--mode both``: live then frozen, paired per task), by ``workers``
 processes at once, each with its own proxy on its own port and its own
 Chromium (mitmproxy allows one proxy per process). A finished episode is a
 ``trajectory.json`` in its folder; ``resume`` skips those and redoes the rest.
+With ``repeats`` K each task is run K times in each mode (repeat 0 in
+``episodes/<task>/<mode>``, repeat r in ``<mode>-r<r>``); resume knows which
+repeats are finished, and may raise K (never lower it).
 """
 
 from __future__ import annotations
@@ -28,7 +31,6 @@ from ..models import (
     TaskSuite,
     check_id,
     end_reason_counts,
-    episode_dir,
     load_run,
     save_model,
 )
@@ -95,13 +97,15 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
               agent_settings: dict[str, Any], s: RunSettings,
               upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
     for task in suite.select(list(task_ids)):
-        for mode in MODES[s.mode]:
-            yield EpisodeRequest(
-                run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
-                agent_settings=agent_settings,
-                snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
-                max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
-                upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs)
+        for repeat in range(s.repeats):
+            for mode in MODES[s.mode]:
+                yield EpisodeRequest(
+                    run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
+                    agent_settings=agent_settings,
+                    snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
+                    max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
+                    upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
+                    repeat=repeat)
 
 
 def _lost_to_infrastructure(episode: Path) -> bool:
@@ -153,8 +157,13 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
         if manifest.agent_name != agent_name:
             raise Ego2WebError(f"{run_dir} was run with agent {manifest.agent_name!r}, not {agent_name!r}; not resuming")
-        # the run's own settings keep its episodes comparable; only the parallelism may change
-        settings = manifest.settings.model_copy(update={"workers": settings.workers})
+        # the run's own settings keep its episodes comparable; only the parallelism may change, and
+        # the number of repeats may grow (more samples of the same tasks; never fewer)
+        settings = manifest.settings.model_copy(update={
+            "workers": settings.workers, "repeats": max(settings.repeats, manifest.settings.repeats)})
+        if settings.repeats != manifest.settings.repeats:
+            manifest.settings = manifest.settings.model_copy(update={"repeats": settings.repeats})
+            save_model(run_dir / "run.json", manifest)
     else:
         run_dir = out / (run_id or _new_run_id(agent_name))
         if (run_dir / "run.json").exists():
@@ -177,7 +186,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
                          upstream_ca):
-        final = episode_dir(run_dir, req.task.id, req.mode)
+        final = req.folder
         if (final / "trajectory.json").exists() and not _lost_to_infrastructure(final):
             continue
         todo.append(req)
@@ -189,7 +198,8 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
 
     def done(summary: EpisodeSummary) -> None:
         misses = "" if summary.misses is None else f", {summary.misses} replay misses"
-        log.info("episode end: %s %s: %s in %d steps%s%s", summary.task_id, summary.mode, summary.end_reason,
+        log.info("episode end: %s %s%s: %s in %d steps%s%s", summary.task_id, summary.mode,
+                 f" repeat {summary.repeat}" if summary.repeat else "", summary.end_reason,
                  summary.steps, misses, f" ({summary.error})" if summary.error else "")
         results.append(summary)
         if on_episode:

@@ -78,6 +78,7 @@ class EpisodeSpec:
     screenshots: int = 1
     keyframes: int = 0
     verdict_errors: dict[str, str] = field(default_factory=dict)  # judge -> error: a verdict not made
+    repeat: int = 0
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -88,10 +89,11 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
     modes = sorted({e.mode for e in episodes})
     save_model(rd / RUN_MANIFEST, RunManifest(
         run_id=run_id, started_at=started_at, suite_path=str(suite) if suite else None, agent=agent,
-        agent_name=agent.name, modes=modes, settings=RunSettings(mode=modes[0] if len(modes) == 1 else "both"),
+        agent_name=agent.name, modes=modes, settings=RunSettings(mode=modes[0] if len(modes) == 1 else "both",
+                                                                 repeats=1 + max(e.repeat for e in episodes)),
         versions={"ego2web_replay": "0.1.0"}, machine={"cpus": 2}))
     for e in episodes:
-        ed = episode_dir(rd, e.task_id, e.mode)
+        ed = episode_dir(rd, e.task_id, e.mode, e.repeat)
         (ed / "screenshots").mkdir(parents=True, exist_ok=True)
         steps = []
         for i in range(e.screenshots):
@@ -112,15 +114,15 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id="s1", agent=agent, steps=steps, answer=e.answer,
                           end_reason="answered" if e.answer else "stopped", started_at=started_at,
-                          finished_at=started_at + timedelta(seconds=30), replay=replay)
+                          finished_at=started_at + timedelta(seconds=30), replay=replay, repeat=e.repeat)
         save_model(ed / "trajectory.json", traj)
         for judge, ok in e.verdicts.items():
             v = Verdict(task_id=e.task_id, mode=e.mode, judge=JudgeSpec(name=judge, model="m1"),  # type: ignore[arg-type]
-                        success=ok, score=1.0 if ok else 0.0, thoughts=f"{judge} thinks {'yes' if ok else 'no'}",
+                        repeat=e.repeat, success=ok, score=1.0 if ok else 0.0, thoughts=f"{judge} thinks {'yes' if ok else 'no'}",
                         judged_at=started_at + timedelta(minutes=1))
             save_model(ed / "verdicts" / f"{judge}.json", v)
         for judge, error in e.verdict_errors.items():
             v = Verdict(task_id=e.task_id, mode=e.mode, judge=JudgeSpec(name=judge, model="m1"),  # type: ignore[arg-type]
-                        success=False, score=0.0, error=error, judged_at=started_at + timedelta(minutes=1))
+                        repeat=e.repeat, success=False, score=0.0, error=error, judged_at=started_at + timedelta(minutes=1))
             save_model(ed / "verdicts" / f"{judge}.json", v)
     return rd

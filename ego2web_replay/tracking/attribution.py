@@ -78,7 +78,8 @@ def _aware(ts: datetime | None) -> datetime | None:
 
 def _episode(con: duckdb.DuckDBPyConnection, run_id: str, task_id: str, mode: str) -> tuple[Any, ...] | None:
     return con.execute("SELECT path, snapshot_id, started_at, finished_at FROM episodes "
-                       "WHERE run_id = ? AND task_id = ? AND mode = ?", [run_id, task_id, mode]).fetchone()
+                       "WHERE run_id = ? AND task_id = ? AND mode = ? ORDER BY repeat_index LIMIT 1",
+                       [run_id, task_id, mode]).fetchone()
 
 
 def _from_files(con: duckdb.DuckDBPyConnection, live_path: str | None, frozen_path: str | None,

@@ -1,13 +1,22 @@
 """Live versus frozen success, paired by task, for every agent and judge.
 
 Which episodes count: for each (agent, judge, task, mode) the **most recent
-run** (by the run's start time) that has a verdict from that judge. A task is
-*paired* when it has both a live and a frozen episode; rates, the paired
-table, McNemar's test and the bootstrap interval use paired tasks only.
+run** (by the run's start time) that has a verdict from that judge, with all
+of that run's repeats (``run --repeats``). A task is *paired* when it has both
+a live and a frozen episode; rates, the paired table, McNemar's test and the
+bootstrap interval use paired tasks only.
+
+Repeats are samples of one task, never separate tasks: each task's outcome in
+a mode is its success rate over its repeats (0 or 1 without repeats), the
+group's rate is the mean of those, and the paired statistics compare each
+task's live rate with its frozen rate (see :mod:`.stats`). ``repeats`` holds
+per mode the per-task rates, pass@k and the spread of the repeats
+(:mod:`.repeats`).
 
 A verdict the judge could not make (its ``error`` is set) is neither a success
-nor a failure: the task is left out of the pairs and rates, and counted in
-``judge_errors`` (episodes) and ``judge_error_tasks``.
+nor a failure: it is not a sample, it is counted in ``judge_errors``, and a task
+left with no judged sample in one of its modes is left out of the pairs and
+rates (``judge_error_tasks``).
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from ..atomic import atomic_write_text
 from ..errors import TrackingError
 from .attribution import DEFAULT_PROBE_WINDOW, Attribution, attach_attributions
 from .db import read_connection
+from .repeats import ModeRepeats, mode_repeats
 from .stats import PairedCounts, bootstrap_diff_ci, mcnemar_exact, paired_counts, rate
 from .validity import FrozenValidity, attach_validity
 
@@ -42,18 +52,20 @@ __all__ = [
     "csv_text",
 ]
 
-SELECTION = "most recent run per (agent, judge, task, mode) with a verdict"
+SELECTION = "most recent run per (agent, judge, task, mode) with a verdict, all its repeats"
 
 
 class CategoryRates(BaseModel):
     """Success rates of the paired tasks of one category (or 'overall')."""
 
     category: str
-    n: int
-    live_successes: int
+    n: int = Field(description="Paired tasks.")
+    live_successes: int = Field(description="Successful live episodes (over all repeats).")
     frozen_successes: int
-    live_rate: float | None
+    live_rate: float | None = Field(description="Mean of the tasks' live success rates.")
     frozen_rate: float | None
+    live_samples: int = Field(default=0, description="Judged live episodes (n × repeats).")
+    frozen_samples: int = 0
 
 
 class FrozenEpisode(BaseModel):
@@ -62,6 +74,7 @@ class FrozenEpisode(BaseModel):
     task_id: str
     run_id: str
     category: str
+    repeat: int = 0
     success: bool
     score: float
     requests: int
@@ -77,7 +90,10 @@ class Flip(BaseModel):
 
     task_id: str
     category: str
-    direction: str = Field(description="'live only' or 'frozen only'.")
+    direction: str = Field(description="'live only' or 'frozen only' (with repeats: the mode whose success "
+                                       "rate on the task is higher).")
+    live_rate: float = Field(default=0.0, description="The task's live success rate over its repeats.")
+    frozen_rate: float = 0.0
     live_run: str
     frozen_run: str
     drift_status: str = Field(default="unknown", description="unchanged/changed/gone/blocked at the time of the "
@@ -115,6 +131,9 @@ class GroupComparison(BaseModel):
     judge_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out for a judge error.")
     frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
                                                    "complete episodes, and the share of each validity class.")
+    max_repeats: int = Field(default=1, description="Most judged samples of any task in any mode.")
+    repeats: list[ModeRepeats] = Field(default_factory=list, description="Per mode: per-task success rates, "
+                                       "pass@k and the variance the repeats show.")
 
 
 class Comparison(BaseModel):
@@ -137,15 +156,17 @@ WITH joined AS (
                + coalesce(e.replay_miss, 0) AS requests,
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
            v.error AS judge_error, coalesce(e.input_modality, 'none') AS modality,
-           row_number() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
+           coalesce(e.repeat_index, 0) AS repeat_index,
+           dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
     JOIN verdicts v ON v.run_id = e.run_id AND v.task_id = e.task_id AND v.mode = e.mode
+                   AND coalesce(v.repeat_index, 0) = coalesce(e.repeat_index, 0)
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
 SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
-       modality
-FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode
+       modality, repeat_index
+FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode, repeat_index
 """
 
 
@@ -175,12 +196,13 @@ def compare(
         rows = con.execute(_QUERY).fetchall()
     _check_names("agent", tuple(agents), {r[0] for r in rows})
     _check_names("judge", tuple(judges), {r[1] for r in rows})
-    by_group: dict[tuple[str, str], dict[str, dict[str, tuple]]] = defaultdict(lambda: defaultdict(dict))
+    by_group: dict[tuple[str, str], dict[str, dict[str, list[tuple]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list)))
     for row in rows:
         agent, judge, task, mode = row[:4]
         if (agents and agent not in agents) or (judges and judge not in judges):
             continue
-        by_group[(agent, judge)][task][mode] = row
+        by_group[(agent, judge)][task][mode].append(row)
     groups = []
     for (agent, judge), tasks in sorted(by_group.items()):
         judged, errors, error_tasks = _without_judge_errors(tasks)
@@ -194,55 +216,71 @@ def compare(
                       level=level, groups=groups)
 
 
-def _modalities(tasks: dict[str, dict[str, tuple]]) -> str:
+Samples = dict[str, dict[str, list[tuple]]]  # task → mode → the selected rows (one per repeat)
+
+
+def _modalities(tasks: Samples) -> str:
     """The input modalities of the selected episodes (``keyframes``; ``captions+video`` when mixed)."""
-    return "+".join(sorted({row[12] for modes in tasks.values() for row in modes.values()})) or "none"
+    return "+".join(sorted({row[12] for modes in tasks.values() for rows in modes.values() for row in rows})) or "none"
 
 
-def _without_judge_errors(tasks: dict[str, dict[str, tuple]]) -> tuple[dict[str, dict[str, tuple]], int, list[str]]:
-    """Tasks whose selected verdicts were all made; the number of errored verdicts; the tasks left out.
+def _without_judge_errors(tasks: Samples) -> tuple[Samples, int, list[str]]:
+    """The judged samples; the number of errored verdicts; the tasks left out.
 
-    A task with a judge error in any mode is left out entirely: pairing its other
-    mode would count an unmade verdict as a failure (a spurious flip).
+    An errored verdict is dropped (it is neither a success nor a failure). A task
+    left with no judged sample in one of its modes is left out entirely: pairing
+    its other mode would count an unmade verdict as a failure (a spurious flip).
     """
-    kept: dict[str, dict[str, tuple]] = {}
+    kept: Samples = {}
     errors = 0
     left_out: list[str] = []
     for task, modes in tasks.items():
-        bad = sum(1 for row in modes.values() if row[11])
-        if bad:
-            errors += bad
-            left_out.append(task)
+        judged = {mode: [r for r in rows if not r[11]] for mode, rows in modes.items()}
+        errors += sum(len(rows) - len(judged[mode]) for mode, rows in modes.items())
+        if all(judged.values()):
+            kept[task] = judged
         else:
-            kept[task] = modes
+            left_out.append(task)
     return kept, errors, sorted(left_out)
 
 
-def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], iterations: int,
+def _task_rate(rows: list[tuple]) -> float:
+    return sum(bool(r[6]) for r in rows) / len(rows)
+
+
+def _repeats(tasks: Samples) -> list[ModeRepeats]:
+    modes = sorted({m for ms in tasks.values() for m in ms}, key=lambda m: (m != "live", m))
+    return [mode_repeats(mode, {t: [(int(r[13]), bool(r[6])) for r in ms[mode]] for t, ms in tasks.items()
+                                if mode in ms}) for mode in modes]
+
+
+def _group(agent: str, judge: str, tasks: Samples, iterations: int,
            seed: int, level: float) -> GroupComparison:
     paired = sorted(t for t, m in tasks.items() if "live" in m and "frozen" in m)
-    live = [bool(tasks[t]["live"][6]) for t in paired]
-    frozen = [bool(tasks[t]["frozen"][6]) for t in paired]
+    live = [_task_rate(tasks[t]["live"]) for t in paired]
+    frozen = [_task_rate(tasks[t]["frozen"]) for t in paired]
     counts = paired_counts(zip(live, frozen, strict=True))
     ci = bootstrap_diff_ci(live, frozen, iterations=iterations, seed=seed, level=level) if paired else None
-    by_cat: dict[str, list[int]] = defaultdict(list)
-    for i, t in enumerate(paired):
-        by_cat[tasks[t]["live"][4]].append(i)
-    categories = [_rates(cat, [live[i] for i in idx], [frozen[i] for i in idx]) for cat, idx in sorted(by_cat.items())]
-    categories.append(_rates("overall", live, frozen))
+    by_cat: dict[str, list[str]] = defaultdict(list)
+    for t in paired:
+        by_cat[tasks[t]["live"][0][4]].append(t)
+    categories = [_rates(cat, ts, tasks) for cat, ts in sorted(by_cat.items())]
+    categories.append(_rates("overall", paired, tasks))
     frozen_eps = []
     for t in paired:
-        r = tasks[t]["frozen"]
-        frozen_eps.append(FrozenEpisode(
-            task_id=t, run_id=r[5], category=r[4], success=bool(r[6]), score=float(r[7] or 0.0), requests=r[8],
-            misses=r[9], miss_rate=r[9] / r[8] if r[8] else None, missed_urls=json.loads(r[10]), flagged=r[9] > 0))
+        for r in tasks[t]["frozen"]:
+            frozen_eps.append(FrozenEpisode(
+                task_id=t, run_id=r[5], category=r[4], repeat=int(r[13]), success=bool(r[6]),
+                score=float(r[7] or 0.0), requests=r[8], misses=r[9], miss_rate=r[9] / r[8] if r[8] else None,
+                missed_urls=json.loads(r[10]), flagged=r[9] > 0))
     flips = []
     for t, lv, fz in zip(paired, live, frozen, strict=True):
         if lv == fz:
             continue
-        flips.append(Flip(task_id=t, category=tasks[t]["live"][4], direction="live only" if lv else "frozen only",
-                          live_run=tasks[t]["live"][5], frozen_run=tasks[t]["frozen"][5],
-                          frozen_misses=tasks[t]["frozen"][9]))
+        fz_rows = tasks[t]["frozen"]
+        flips.append(Flip(task_id=t, category=tasks[t]["live"][0][4], direction="live only" if lv > fz else "frozen only",
+                          live_rate=lv, frozen_rate=fz, live_run=tasks[t]["live"][0][5], frozen_run=fz_rows[0][5],
+                          frozen_misses=sum(r[9] for r in fz_rows)))
     requests = sum(e.requests for e in frozen_eps)
     lr, fr = rate(live), rate(frozen)
     return GroupComparison(
@@ -256,17 +294,25 @@ def _group(agent: str, judge: str, tasks: dict[str, dict[str, tuple]], iteration
         frozen_mean_score=sum(e.score for e in frozen_eps) / len(frozen_eps) if frozen_eps else None,
         frozen_miss_rate=sum(e.misses for e in frozen_eps) / requests if requests else None,
         flagged_episodes=sum(e.flagged for e in frozen_eps), frozen_episodes=frozen_eps, flips=flips,
+        max_repeats=max((len(rows) for ms in tasks.values() for rows in ms.values()), default=1),
+        repeats=_repeats(tasks),
     )
 
 
-def _rates(category: str, live: list[bool], frozen: list[bool]) -> CategoryRates:
-    return CategoryRates(category=category, n=len(live), live_successes=sum(live), frozen_successes=sum(frozen),
-                         live_rate=rate(live), frozen_rate=rate(frozen))
+def _rates(category: str, task_ids: list[str], tasks: Samples) -> CategoryRates:
+    live, frozen = [tasks[t]["live"] for t in task_ids], [tasks[t]["frozen"] for t in task_ids]
+    return CategoryRates(category=category, n=len(task_ids),
+                         live_successes=sum(bool(r[6]) for rows in live for r in rows),
+                         frozen_successes=sum(bool(r[6]) for rows in frozen for r in rows),
+                         live_rate=rate([_task_rate(rows) for rows in live]),
+                         frozen_rate=rate([_task_rate(rows) for rows in frozen]),
+                         live_samples=sum(map(len, live)), frozen_samples=sum(map(len, frozen)))
 
 
 _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_successes", "live_rate", "frozen_rate",
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
-               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality"]
+               "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality",
+               "live_samples", "frozen_samples", "max_repeats"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -282,7 +328,8 @@ def csv_text(comparison: Comparison) -> str:
             if c.category == "overall":
                 row.update(g.counts.model_dump(), mcnemar_p=g.mcnemar_p, ci_low=g.ci_low, ci_high=g.ci_high,
                            frozen_mean_score=g.frozen_mean_score, frozen_miss_rate=g.frozen_miss_rate,
-                           flagged_episodes=g.flagged_episodes, judge_errors=g.judge_errors)
+                           flagged_episodes=g.flagged_episodes, judge_errors=g.judge_errors,
+                           max_repeats=g.max_repeats)
             w.writerow(row)
     return buf.getvalue()
 

@@ -32,6 +32,7 @@ from ..models import (
     Verdict,
     load_tasks,
     load_trajectory,
+    parse_episode_folder,
     read_model,
 )
 from ..validity import episode_validity
@@ -181,11 +182,14 @@ def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest | None, run_
 
 
 def _write_verdict(con: duckdb.DuckDBPyConnection, run_id: str, verdict: Verdict, judge: str,
-                   path: Path | None) -> None:
-    key = [run_id, verdict.task_id, verdict.mode, judge]
-    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ? AND judge = ?", key)
+                   path: Path | None, repeat: int) -> None:
+    key = [run_id, verdict.task_id, verdict.mode, judge, repeat]
+    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ? AND judge = ? "
+                "AND repeat_index = ?", key)
     con.execute(
-        "INSERT INTO verdicts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        """INSERT INTO verdicts (run_id, task_id, mode, judge, repeat_index, judge_kind, judge_model, judge_spec,
+               success, score, thoughts, error, judged_at, path, ingested_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [*key, verdict.judge.name, verdict.judge.model, verdict.judge.model_dump_json(), verdict.success,
          verdict.score, verdict.thoughts, verdict.error, db_time(verdict.judged_at),
          str(path.resolve()) if path else None, _now()],
@@ -195,15 +199,15 @@ def _write_verdict(con: duckdb.DuckDBPyConnection, run_id: str, verdict: Verdict
 def _write_episode(con: duckdb.DuckDBPyConnection, run_id: str, traj: Trajectory, category: str,
                    episode_dir: Path, warnings: list[str]) -> int:
     """The episode row and every verdict file beside it; returns the verdicts written."""
-    key = [run_id, traj.task_id, traj.mode]
-    con.execute("DELETE FROM episodes WHERE run_id = ? AND task_id = ? AND mode = ?", key)
-    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ?", key)
+    key = [run_id, traj.task_id, traj.mode, traj.repeat]
+    con.execute("DELETE FROM episodes WHERE run_id = ? AND task_id = ? AND mode = ? AND repeat_index = ?", key)
+    con.execute("DELETE FROM verdicts WHERE run_id = ? AND task_id = ? AND mode = ? AND repeat_index = ?", key)
     r = traj.replay
     con.execute(
-        """INSERT INTO episodes (run_id, task_id, mode, category, agent, snapshot_id, steps, end_reason,
-               answer, error, started_at, finished_at, replay_exact, replay_canonical, replay_fuzzy,
+        """INSERT INTO episodes (run_id, task_id, mode, repeat_index, category, agent, snapshot_id, steps,
+               end_reason, answer, error, started_at, finished_at, replay_exact, replay_canonical, replay_fuzzy,
                replay_miss, path, ingested_at, replay_blocked, replay_live, missed_urls, validity, input_modality)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [*key, category, agent_label(traj.agent), traj.snapshot_id, len(traj.steps), traj.end_reason,
          traj.answer, traj.error, db_time(traj.started_at), db_time(traj.finished_at),
          r.exact if r else None, r.canonical if r else None, r.fuzzy if r else None, r.miss if r else None,
@@ -217,7 +221,7 @@ def _write_episode(con: duckdb.DuckDBPyConnection, run_id: str, traj: Trajectory
         except SourceFileError as e:
             warnings.append(str(e))
             continue
-        _write_verdict(con, run_id, verdict, vfile.stem, vfile)
+        _write_verdict(con, run_id, verdict, vfile.stem, vfile, traj.repeat)
         written += 1
     return written
 
@@ -259,8 +263,9 @@ def record_verdict(db_path: PathLike, episode_dir: PathLike, verdict: Verdict, j
     ed = Path(episode_dir)
     rd = ed.resolve().parents[2]
     run_id = run_id_of(read_run_manifest(rd), rd)
+    repeat = (parse_episode_folder(ed.name) or (verdict.mode, verdict.repeat))[1]
     with write_connection(db_path) as con:
-        _write_verdict(con, run_id, verdict, judge or verdict.judge.name, None)
+        _write_verdict(con, run_id, verdict, judge or verdict.judge.name, None, repeat)
 
 
 def record_run(db_path: PathLike, run_dir: PathLike, warnings: list[str] | None = None) -> IngestSummary:

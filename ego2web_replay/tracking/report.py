@@ -32,12 +32,13 @@ from string import Template
 from pydantic import BaseModel
 
 from ..errors import Ego2WebError
-from ..models import Trajectory, Verdict, load_trajectory, read_model
+from ..models import Trajectory, Verdict, episode_folder_name, load_trajectory, read_model
 from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
 from .ingest import read_run_manifest, run_suite
+from .report_repeats import repeats_html
 from .tables import pct
 
 __all__ = ["ReportSummary", "build_report", "episode_page_path"]
@@ -46,13 +47,14 @@ _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".gif"}
 _EPISODES = """
 SELECT e.run_id, e.task_id, e.mode, coalesce(e.category, 'unknown'), e.agent, e.snapshot_id, e.steps, e.end_reason,
        e.answer, e.error, e.replay_exact, e.replay_canonical, e.replay_fuzzy, e.replay_miss,
-       coalesce(e.missed_urls, '[]'), e.path, e.validity
+       coalesce(e.missed_urls, '[]'), e.path, e.validity, coalesce(e.repeat_index, 0)
 FROM episodes e LEFT JOIN runs r USING (run_id)
-ORDER BY r.started_at DESC NULLS LAST, e.run_id, e.task_id, e.mode
+ORDER BY r.started_at DESC NULLS LAST, e.run_id, e.task_id, e.mode, coalesce(e.repeat_index, 0)
 """
 _RUNS = "SELECT run_id, path FROM runs WHERE path IS NOT NULL"
 _MAX_KEYFRAMES = 24
-_VERDICTS = """SELECT run_id, task_id, mode, judge, judge_model, success, score, thoughts, error, path
+_VERDICTS = """SELECT run_id, task_id, mode, judge, judge_model, success, score, thoughts, error, path,
+       coalesce(repeat_index, 0)
 FROM verdicts ORDER BY judge"""
 
 
@@ -69,9 +71,9 @@ def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", name) or "_"
 
 
-def episode_page_path(run_id: str, task_id: str, mode: str) -> str:
-    """The page of an episode, relative to the report folder."""
-    return f"episodes/{_safe(run_id)}/{_safe(task_id)}-{_safe(mode)}.html"
+def episode_page_path(run_id: str, task_id: str, mode: str, repeat: int = 0) -> str:
+    """The page of an episode (one repeat of a task in a mode), relative to the report folder."""
+    return f"episodes/{_safe(run_id)}/{_safe(task_id)}-{_safe(episode_folder_name(mode, repeat))}.html"
 
 
 def _page(title: str, body: str, root: str, generated: str) -> str:
@@ -134,7 +136,7 @@ def _comparison_html(comp: Comparison) -> str:
              _table(["agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                      "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"],
                     rows, numeric=set(range(2, 15))),
-             _validity_html(comp)]
+             _validity_html(comp), repeats_html(comp)]
     for g in comp.groups:
         parts.append(f"<h3>{escape(g.agent)} · {escape(g.judge)}</h3>")
         parts.append(_table(["category", "paired tasks", "live", "frozen"],
@@ -158,7 +160,7 @@ def _comparison_html(comp: Comparison) -> str:
         if flagged:
             parts.append("<p>Frozen episodes with replay misses (their scores may reflect missing pages):</p>")
             parts.append(_table(["task", "run", "verdict", "score", "misses", "requests", "miss rate"],
-                                [[f'<a href="{episode_page_path(e.run_id, e.task_id, "frozen")}">{escape(e.task_id)}</a>',
+                                [[f'<a href="{episode_page_path(e.run_id, e.task_id, "frozen", e.repeat)}">{escape(e.task_id)}</a>',
                                   escape(e.run_id), _ok(e.success), f"{e.score:.2f}", str(e.misses), str(e.requests),
                                   pct(e.miss_rate)] for e in flagged], row_class=["flag"] * len(flagged)))
     return "\n".join(parts)
@@ -183,13 +185,14 @@ def _drift_html(drift: DriftSeries) -> str:
 def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], verdicts: dict) -> str:
     rows = []
     for e in episodes:
-        run_id, task_id, mode = e[0], e[1], e[2]
-        vs = verdicts.get((run_id, task_id, mode), [])
+        run_id, task_id, mode, repeat = e[0], e[1], e[2], e[17]
+        vs = verdicts.get((run_id, task_id, mode, repeat), [])
         vtext = ", ".join(f"{escape(v[3])}: {'✓' if v[5] else '✗'}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
         if e[16]:
             misses += f" ({escape(e[16])})"
-        rows.append([f'<a href="{episode_page_path(run_id, task_id, mode)}">{escape(task_id)}</a>', escape(mode),
+        rows.append([f'<a href="{episode_page_path(run_id, task_id, mode, repeat)}">{escape(task_id)}</a>',
+                     escape(episode_folder_name(mode, repeat)),
                      escape(run_id), escape(e[4] or "?"), escape(e[3]), str(e[6]), escape(e[7] or ""), vtext, misses])
     flags = ["flag" if e[13] or e[16] == "off-snapshot" else "" for e in episodes]
     return "\n".join([
@@ -331,23 +334,24 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
         verdict_rows = con.execute(_VERDICTS).fetchall()
         runs = con.execute(_RUNS).fetchall()
     video_frames = _video_keyframe_dirs(runs)
-    verdicts: dict[tuple[str, str, str], list[tuple]] = defaultdict(list)
+    verdicts: dict[tuple[str, str, str, int], list[tuple]] = defaultdict(list)
     for v in verdict_rows:
-        verdicts[(v[0], v[1], v[2])].append(v)
+        verdicts[(v[0], v[1], v[2], v[10])].append(v)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(str(resources.files(__package__).joinpath("static/report.css")), out / "report.css")
     generated = f"generated {datetime.now(UTC):%Y-%m-%d %H:%M} UTC from {Path(db_path).name}"
     assets = 0
     for e in episodes:
-        rel = episode_page_path(e[0], e[1], e[2])
+        rel = episode_page_path(e[0], e[1], e[2], e[17])
         page = out / rel
         page.parent.mkdir(parents=True, exist_ok=True)
         if (files := page.with_name(page.stem + "_files")).exists():
             shutil.rmtree(files)
-        body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2]), []), page, video_frames.get((e[0], e[1])))
+        body, n = _episode_body(e, verdicts.get((e[0], e[1], e[2], e[17]), []), page, video_frames.get((e[0], e[1])))
         assets += n
-        page.write_text(_page(f"{e[1]} · {e[2]} · {e[0]}", body, "../../", generated), "utf-8")
+        page.write_text(_page(f"{e[1]} · {episode_folder_name(e[2], e[17])} · {e[0]}", body, "../../", generated),
+                        "utf-8")
     assets += _write_flip_pages(comp, episodes, out, generated)
     index = out / "index.html"
     index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
@@ -359,7 +363,9 @@ def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, genera
     """One page per flip (:mod:`.report_flips`); returns the images copied."""
     from .report_flips import flip_body, flip_page_path
 
-    paths = {(e[0], e[1], e[2]): e[15] for e in episodes}
+    paths: dict[tuple[str, str, str], str | None] = {}
+    for e in episodes:  # a flip's page shows the first repeat of each side
+        paths.setdefault((e[0], e[1], e[2]), e[15])
     assets = 0
     for g in comp.groups:
         for f in g.flips:

@@ -168,6 +168,11 @@ _V6 = (
     )""",
 )
 
+_V7 = (  # run --repeats: which run of a task and mode an episode (and its verdicts) is; 0 for older rows
+    "ALTER TABLE episodes ADD COLUMN repeat_index INTEGER DEFAULT 0",
+    "ALTER TABLE verdicts ADD COLUMN repeat_index INTEGER DEFAULT 0",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
@@ -175,6 +180,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(4, "episode validity (complete / degraded / off-snapshot)", _V4),
     Migration(5, "episode input modality", _V5),
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
+    Migration(7, "episode and verdict repeat index (run --repeats)", _V7),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

@@ -1,9 +1,13 @@
 """Paired statistics for live-versus-frozen comparisons (pure functions, numpy only).
 
-Each task run both live and frozen gives a pair of outcomes. The pairs are
-counted into a 2×2 table; McNemar's exact test asks whether the discordant
-pairs (success live only vs frozen only) are balanced; a paired bootstrap gives
-a confidence interval of the difference of success rates.
+Each task run both live and frozen gives a pair of outcomes: successes (one
+episode per mode) or, with ``run --repeats``, per-task success rates. The
+pairs are counted into a 2×2 table (a task is "live only" when its live rate is
+the higher one); McNemar's exact test asks whether those discordant pairs are
+balanced (with rates it is the sign test on the per-task differences, which is
+McNemar's test when every rate is 0 or 1); a paired bootstrap over tasks gives
+a confidence interval of the difference of the mean rates. ``pass_at_k`` is the
+unbiased estimator of the chance that at least one of k samples succeeds.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from math import comb
 import numpy as np
 from pydantic import BaseModel
 
-__all__ = ["PairedCounts", "paired_counts", "mcnemar_exact", "bootstrap_diff_ci", "rate"]
+__all__ = ["PairedCounts", "paired_counts", "mcnemar_exact", "bootstrap_diff_ci", "rate", "pass_at_k"]
 
 
 class PairedCounts(BaseModel):
@@ -30,18 +34,23 @@ class PairedCounts(BaseModel):
         return self.both + self.live_only + self.frozen_only + self.neither
 
 
-def paired_counts(pairs: Iterable[tuple[bool, bool]]) -> PairedCounts:
-    """Count ``(live_success, frozen_success)`` pairs."""
+def paired_counts(pairs: Iterable[tuple[float, float]]) -> PairedCounts:
+    """Count ``(live, frozen)`` pairs of successes (bools) or per-task success rates.
+
+    Equal values count as ``both`` (above 0) or ``neither`` (0); otherwise the
+    higher side's "only" cell.
+    """
     c = PairedCounts()
     for live, frozen in pairs:
-        if live and frozen:
-            c.both += 1
-        elif live:
+        if live == frozen:
+            if live:
+                c.both += 1
+            else:
+                c.neither += 1
+        elif live > frozen:
             c.live_only += 1
-        elif frozen:
-            c.frozen_only += 1
         else:
-            c.neither += 1
+            c.frozen_only += 1
     return c
 
 
@@ -60,14 +69,23 @@ def mcnemar_exact(b: int, c: int) -> float:
     return min(1.0, 2 * tail / 2**n)
 
 
-def rate(successes: Sequence[bool]) -> float | None:
-    """Share of successes, or None for no trials."""
-    return sum(bool(s) for s in successes) / len(successes) if successes else None
+def rate(successes: Sequence[float]) -> float | None:
+    """Share of successes (or mean of per-task rates), or None for no trials."""
+    return sum(float(s) for s in successes) / len(successes) if successes else None
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased estimate of pass@k from ``n`` samples with ``c`` successes: ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 <= c <= n:
+        raise ValueError("successes must be between 0 and the number of samples")
+    if not 1 <= k <= n:
+        raise ValueError("k must be between 1 and the number of samples")
+    return 1.0 - comb(n - c, k) / comb(n, k)
 
 
 def bootstrap_diff_ci(
-    live: Sequence[bool],
-    frozen: Sequence[bool],
+    live: Sequence[float],
+    frozen: Sequence[float],
     *,
     iterations: int = 2000,
     seed: int = 0,

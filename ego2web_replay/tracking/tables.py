@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from .compare import Comparison
+from .compare import Comparison, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "comparison_tables", "drift_tables", "validity_table"]
+__all__ = ["pct", "comparison_tables", "drift_tables", "repeats_table", "validity_table"]
 
 
 def pct(x: float | None) -> str:
@@ -49,6 +49,8 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                 t.add_row(e.task_id, e.run_id, "yes" if e.success else "no", f"{e.score:.2f}", str(e.misses),
                           pct(e.miss_rate), e.validity or "–")
             tables.append(t)
+        if g.max_repeats > 1:
+            tables.append(repeats_table(g))
         if g.flips:
             t = Table(title=f"{g.agent} · {g.judge}: live/frozen flips")
             for col in ("task", "category", "success in", "site at live run", "from", "likeliest cause",
@@ -62,6 +64,18 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                           f"{cause.status} {cause.url} {cause.detail}"[:90] if cause else "–", str(f.frozen_misses))
             tables.append(t)
     return tables
+
+
+def repeats_table(g: GroupComparison) -> Table:
+    """Per mode: tasks, episodes, mean per-task rate, pass@k, mean task variance and the std across repeats."""
+    ks = sorted({k for m in g.repeats for k in m.pass_at_k})
+    t = Table(title=f"{g.agent} · {g.judge}: repeats (per-task rates, pass@k, variance)")
+    for col in ("mode", "tasks", "episodes", "mean rate", *[f"pass@{k}" for k in ks], "task variance", "repeat std"):
+        t.add_column(col, justify="left" if col == "mode" else "right")
+    for m in g.repeats:
+        t.add_row(m.mode, str(m.tasks), str(m.samples), pct(m.mean_rate), *[pct(m.pass_at_k.get(k)) for k in ks],
+                  "–" if m.mean_task_variance is None else f"{m.mean_task_variance:.3f}", pct(m.repeat_std))
+    return t
 
 
 def validity_table(comp: Comparison) -> Table:

@@ -23,14 +23,17 @@ __all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_not
 _QUERY = """
 WITH joined AS (
     SELECT e.agent, v.judge, e.task_id, v.success, coalesce(e.validity, 'unknown') AS validity,
-           row_number() OVER (PARTITION BY e.agent, v.judge, e.task_id
+           coalesce(e.repeat_index, 0) AS repeat_index,
+           dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
     JOIN verdicts v ON v.run_id = e.run_id AND v.task_id = e.task_id AND v.mode = e.mode
+                   AND coalesce(v.repeat_index, 0) = coalesce(e.repeat_index, 0)
     LEFT JOIN runs r ON r.run_id = e.run_id
     WHERE e.mode = 'frozen'
 )
-SELECT agent, judge, task_id, success, validity FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id
+SELECT agent, judge, task_id, success, validity, repeat_index FROM joined WHERE rn = 1
+ORDER BY agent, judge, task_id, repeat_index
 """
 
 
@@ -48,14 +51,14 @@ class FrozenValidity(BaseModel):
 
 
 def frozen_validity(con: duckdb.DuckDBPyConnection) -> tuple[dict[tuple[str, str], FrozenValidity],
-                                                              dict[tuple[str, str, str], str]]:
-    """Per (agent, judge): frozen success and validity shares; and per (agent, judge, task) the validity."""
+                                                              dict[tuple[str, str, str, int], str]]:
+    """Per (agent, judge): frozen success and validity shares; per (agent, judge, task, repeat) the validity."""
     rows = con.execute(_QUERY).fetchall()
     groups: dict[tuple[str, str], list[tuple[bool, str]]] = defaultdict(list)
-    per_task: dict[tuple[str, str, str], str] = {}
-    for agent, judge, task, success, validity in rows:
+    per_task: dict[tuple[str, str, str, int], str] = {}
+    for agent, judge, task, success, validity, repeat in rows:
         groups[(agent, judge)].append((bool(success), validity))
-        per_task[(agent, judge, task)] = validity
+        per_task[(agent, judge, task, int(repeat))] = validity
     return {key: _summary(eps) for key, eps in groups.items()}, per_task
 
 
@@ -80,7 +83,7 @@ def attach_validity(db_path: Any, groups: list[Any]) -> None:
     for g in groups:
         g.frozen_validity = summaries.get((g.agent, g.judge))
         for e in g.frozen_episodes:
-            e.validity = per_task.get((g.agent, g.judge, e.task_id))
+            e.validity = per_task.get((g.agent, g.judge, e.task_id, e.repeat))
 
 
 def validity_note(v: FrozenValidity | None) -> str:

@@ -1,0 +1,165 @@
+"""``--agent browser-use``: the real browser-use package, Debian's Chromium, a real local model server.
+
+One demo task that types (search the shop), clicks and answers. The live
+episode runs against the demo site through the recording proxy and archives
+what it read; then the site is stopped, a stand-in "live" server takes its
+port, and the frozen episode replays the live archive: no miss, and not one
+request reaches the stand-in (browser-use's Chromium has no loopback bypass).
+browser-use's model is a scripted OpenAI-compatible server on 127.0.0.1 that
+answers browser-use's structured-output actions from the page state it is sent.
+"""
+
+from __future__ import annotations
+
+import json
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ego2web_replay.httpd import LoopbackHTTPServer
+from ego2web_replay.models import episode_dir, load_trajectory
+from ego2web_replay.runner.run import RunSettings, run_suite
+from ego2web_replay.tasks import load_tasks
+from ego2web_replay.testing.browser_use_llm import Act, BrowserUsePlan
+from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+pytest.importorskip("browser_use")
+pytestmark = pytest.mark.slow  # Chromium, browser-use, the demo site
+
+TASK = "shop-snack-calories"
+KEYFRAMES = 4
+
+
+class StandIn(LoopbackHTTPServer):
+    """A "live" server on the snapshot's origin that records every request and answers 200."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.requests: list[str] = []
+
+    def make_handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                return
+
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                body = b"<title>stand-in</title>the live site, reached directly"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_POST = do_GET
+
+        return Handler
+
+
+def _plan() -> BrowserUsePlan:
+    return BrowserUsePlan({
+        "/shop/search": [Act("click", element="Crunchy Corn Snack")],
+        "/shop/item/": [Act("done", text="150 kcal", success=True)],
+        "/shop": [Act("input", element="id=q", text="crunchy"), Act("send_keys", keys="Enter")],
+    })
+
+
+def _run(suite: Any, out: Path, srv: FakeOpenAIServer, **settings: Any) -> Any:
+    base = {"guard": "loopback", "timeout_s": 180, "max_steps": 8,
+            "inputs": {"modality": "keyframes", "keyframes": KEYFRAMES, "max_side": 64}}
+    base.update(settings)
+    run_dir, (summary,) = run_suite(suite, agent_name="browser-use", out=out, settings=RunSettings(**base),
+                                    agent_settings={"model": "fake-browser-use-model", "base_url": srv.base_url})
+    return run_dir, summary
+
+
+@pytest.fixture(scope="module")
+def episodes(tmp_path_factory, ca):
+    """The live episode (site up), then the frozen one (site stopped, a stand-in on its port)."""
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+
+    root = tmp_path_factory.mktemp("browser-use")
+    site = DemoSite().start()
+    suite = load_tasks(write_demo_suite(root / "suite", site.url, [TASK]))
+    live_plan, frozen_plan = _plan(), _plan()
+    try:
+        with FakeOpenAIServer(live_plan) as srv:
+            live_dir, live = _run(suite, root / "runs", srv, mode="live")
+            live_calls = list(srv.requests)
+    finally:
+        site.stop()
+    snapshots = episode_dir(live_dir, TASK, "live") / "snapshots"
+    stand_in = StandIn().start(port=site.port)  # the "live" origin answers again, but not from the site
+    try:
+        with FakeOpenAIServer(frozen_plan) as srv:
+            frozen_dir, frozen = _run(suite, root / "runs", srv, mode="frozen", snapshots_root=str(snapshots))
+            frozen_calls = list(srv.requests)
+    finally:
+        stand_in.stop()
+    return {"site": site, "live": live, "frozen": frozen, "stand_in": stand_in.requests,
+            "live_plan": live_plan, "frozen_plan": frozen_plan, "live_calls": live_calls,
+            "frozen_calls": frozen_calls, "live_dir": live_dir}
+
+
+def test_live_episode_converts_typed_text_xpath_and_after_action_urls(episodes):
+    s, site = episodes["live"], episodes["site"]
+    assert s.ok and s.answer == "150 kcal", s.error
+    assert not episodes["live_plan"].errors
+    traj = load_trajectory(s.path / "trajectory.json")
+    assert traj.agent.name == "browser-use" and traj.agent.settings["browser_use_version"].startswith("0.")
+    kinds = [st.action.kind for st in traj.steps]
+    assert kinds == ["goto", "type", "press", "click", "answer"], kinds
+    goto, typed, press, click, answer = traj.steps
+    assert goto.action.url == f"{site.url}/shop"
+    assert typed.action.value == "crunchy" and typed.action.selector.startswith("xpath=/")
+    assert "input" in typed.action.selector
+    assert press.action.key == "Enter"
+    assert click.action.selector.startswith("xpath=/") and "/a" in click.action.selector
+    # the URL each step carries is the page AFTER its action
+    assert goto.url == f"{site.url}/shop"
+    assert press.url == f"{site.url}/shop/search?q=crunchy"
+    assert click.url == f"{site.url}/shop/item/4"
+    assert answer.action.answer == "150 kcal" and answer.url == f"{site.url}/shop/item/4"
+    assert click.thought and "/shop/search" in click.thought
+    assert all(st.duration_s is not None for st in traj.steps)
+    # screenshots were copied into the episode, not left in browser-use's temporary folder
+    shots = [st.screenshot for st in traj.steps if st.screenshot]
+    assert shots and all((s.path / shot).is_file() for shot in shots)
+    assert all(not Path(shot).is_absolute() for shot in shots)
+    # the live run's archive holds the pages browser-use read through the proxy
+    index = (next((s.path / "snapshots" / TASK).iterdir()) / "index.cdxj").read_text("utf-8")
+    assert "/shop/search?q=crunchy" in index and "/shop/item/4" in index
+
+
+def test_frozen_episode_with_the_site_stopped_reads_only_the_snapshot(episodes):
+    live, frozen = episodes["live"], episodes["frozen"]
+    assert frozen.ok and frozen.answer == "150 kcal", frozen.error
+    assert not episodes["frozen_plan"].errors
+    traj = load_trajectory(frozen.path / "trajectory.json")
+    assert traj.replay is not None and traj.replay.miss == 0 and traj.replay.exact > 0, traj.replay
+    assert episodes["stand_in"] == []  # not one request went around the proxy to the "live" origin
+    live_traj = load_trajectory(live.path / "trajectory.json")
+    assert [st.url for st in traj.steps] == [st.url for st in live_traj.steps]
+    assert [st.action.value for st in traj.steps] == [st.action.value for st in live_traj.steps]
+    # the model saw the same pages live and frozen
+    assert episodes["frozen_plan"].urls == episodes["live_plan"].urls
+
+
+def test_model_is_sent_keyframes_of_the_whole_video_and_the_start_url(episodes):
+    calls = episodes["live_calls"]
+    assert len(calls) == 3  # search, click, done: the start URL is opened without a model call
+    first = calls[0]["messages"][-1]["content"]
+    images = [p for p in first if p.get("type") == "image_url"]
+    assert len(images) == KEYFRAMES + 1  # the video's keyframes and the page screenshot
+    text = "\n".join(p.get("text", "") for p in first if p.get("type") == "text")
+    assert f"{episodes['site'].url}/shop" in text and "keyframes sampled over the whole video" in text
+    traj = load_trajectory(episodes["live"].path / "trajectory.json")
+    stamps = traj.extra["inputs"]["frames"]
+    assert len(stamps) == KEYFRAMES and stamps[-1] > stamps[0] and stamps[0] < 2.0
+    assert calls[0]["response_format"]["json_schema"]["name"] == "agent_output"
+    json.dumps(calls)  # every request was plain JSON

@@ -1,0 +1,140 @@
+"""``--agent browser-use`` without a browser: how its process, Chromium and model input are wired.
+
+The end-to-end episodes (real browser-use, Chromium, live and frozen) are in test_browser_use.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.agents import EpisodeEnv, make_agent
+from ego2web_replay.agents.browser_use_main import (
+    PROXY_VARS,
+    QUIET_ENV,
+    chromium_args,
+    start_blank_profile,
+    task_text,
+)
+from ego2web_replay.errors import AgentError
+from ego2web_replay.testing.browser_use_llm import current_url, element_index
+
+pytest.importorskip("browser_use")
+
+TASK = {"id": "t1", "instruction": "Find the mug from the video.", "start_url": "http://127.0.0.1:9/shop",
+        "allowed_domains": ["127.0.0.1"]}
+
+
+def _env(tmp_path: Path, inputs: dict | None = None) -> EpisodeEnv:
+    task_file = tmp_path / "task.json"
+    task_file.write_text(json.dumps(TASK), "utf-8")
+    inputs_file = None
+    if inputs is not None:
+        inputs_file = tmp_path / "inputs.json"
+        inputs_file.write_text(json.dumps(inputs), "utf-8")
+    return EpisodeEnv(proxy_url="http://127.0.0.1:8899", ca_file=tmp_path / "ca.pem", spki="PIN=", task_file=task_file,
+                      out_dir=tmp_path / "agent", mode="frozen", max_steps=7, timeout_s=30, inputs=inputs_file)
+
+
+def test_make_agent_builds_browser_use_and_records_its_settings():
+    agent = make_agent("browser-use", model="m", base_url="http://localhost:1/v1", temperature=0.5, seed=3)
+    assert agent.spec.name == "browser-use" and agent.spec.model == "m"
+    assert agent.spec.input_modality == "keyframes"
+    assert agent.spec.settings["seed"] == 3 and agent.spec.settings["temperature"] == 0.5
+    assert agent.spec.settings["browser_use_version"].startswith("0.13.")
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"base_url": "http://localhost:1/v1"}, "needs --model"),
+    ({"model": "m"}, "needs --base-url"),
+])
+def test_browser_use_needs_a_model_and_an_endpoint(settings, message, monkeypatch):
+    monkeypatch.delenv("EGO2WEB_AGENT_MODEL", raising=False)
+    with pytest.raises(AgentError, match=message):
+        make_agent("browser-use", **settings)
+
+
+def test_only_chromium_is_given_the_proxy(tmp_path, monkeypatch):
+    """browser-use's CDP socket and model calls must not reach the replay: no proxy variable in its
+    environment (whatever the runner's own environment holds), no CA bundle override for its HTTPS."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://corporate-proxy:3128")
+    agent = make_agent("browser-use", model="m", base_url="https://api.example/v1", api_key="sk-test")
+    env = agent.environment(_env(tmp_path))
+    assert not set(PROXY_VARS) & set(env)
+    assert "NO_PROXY" not in env and "SSL_CERT_FILE" not in env
+    assert env["EGO2WEB_PROXY"] == "http://127.0.0.1:8899" and env["EGO2WEB_SPKI"] == "PIN="
+    assert {k: env[k] for k in QUIET_ENV} == QUIET_ENV
+    assert env["ANONYMIZED_TELEMETRY"] == "false" and env["BROWSER_USE_VERSION_CHECK"] == "false"
+    assert env["EGO2WEB_AGENT_API_KEY"] == "sk-test" and env["EGO2WEB_MODALITY"] == "keyframes"
+
+
+def test_chromium_is_sealed_and_pins_the_project_ca():
+    args = chromium_args("http://127.0.0.1:8899", "PIN=")
+    assert "--ignore-certificate-errors-spki-list=PIN=" in args
+    assert any(a.startswith("--host-resolver-rules=MAP * ~NOTFOUND") for a in args)
+    assert "--webrtc-ip-handling-policy=disable_non_proxied_udp" in args
+    assert "--disable-background-networking" in args and "--disable-component-update" in args
+
+
+def test_browser_use_profile_keeps_the_loopback_bypass_removed(tmp_path):
+    """What browser-use's launcher makes of our profile: the proxy with <-loopback>, no extensions, no blank-page
+    animation source, and a profile that starts on about:blank."""
+    from browser_use import BrowserProfile
+    from browser_use.browser.profile import ProxySettings
+
+    profile_dir = start_blank_profile(tmp_path / "p")
+    prefs = json.loads((profile_dir / "Default" / "Preferences").read_text("utf-8"))
+    assert prefs["session"] == {"restore_on_startup": 4, "startup_urls": ["about:blank"]}
+    profile = BrowserProfile(headless=True, user_data_dir=profile_dir, enable_default_extensions=False,
+                             proxy=ProxySettings(server="http://127.0.0.1:8899", bypass="<-loopback>"),
+                             args=chromium_args("http://127.0.0.1:8899", "PIN="))
+    launch = profile.get_args()
+    assert "--proxy-server=http://127.0.0.1:8899" in launch and "--proxy-bypass-list=<-loopback>" in launch
+    assert "--ignore-certificate-errors-spki-list=PIN=" in launch
+    assert not any(a.startswith("--load-extension") for a in launch)
+    assert f"--user-data-dir={profile_dir}" in launch
+
+
+@pytest.mark.parametrize("inputs, present, absent", [
+    ({"modality": "keyframes", "frames": [{"t": 1.0, "path": "a.png"}, {"t": 5.0, "path": "b.png"}]},
+     ["first 2 images", "keyframes sampled over the whole video", "t=1.0s, t=5.0s"], ["captions"]),
+    ({"modality": "captions", "captions": ["[00:00-00:05] a red mug on a desk"]},
+     ["its captions", "[00:00-00:05] a red mug on a desk"], ["images"]),
+    ({"modality": "none"}, ["Find the mug"], ["video"]),
+])
+def test_task_text_carries_start_url_sites_and_the_modality(inputs, present, absent):
+    text = task_text(TASK, inputs)
+    assert "Find the mug from the video." in text
+    assert "http://127.0.0.1:9/shop is already open" in text and "allowed sites: 127.0.0.1" in text
+    for p in present:
+        assert p in text
+    for a in absent:
+        assert a not in text.split("\n", 1)[1]
+
+
+def test_video_sent_as_video_url_reaches_browser_use_as_frames(tmp_path):
+    """browser-use takes images only: the whole video becomes frames at --video-fps, and the episode says so."""
+    from ego2web_replay.models import InputSettings
+    from ego2web_replay.runner.inputs import apply_inputs
+    from ego2web_replay.testing.episodes import make_video
+
+    video = make_video(tmp_path / "v.mp4", seconds=4)
+    agent = make_agent("browser-use", model="m", base_url="http://localhost:1/v1")
+    apply_inputs(agent.spec, InputSettings(modality="video", video_fps=1.0, video_transport="video_url"))
+    env = _env(tmp_path, {"modality": "video", "video": str(video), "frames": [], "captions": []})
+    note = agent._frames_for_video(env)
+    data = json.loads(env.inputs.read_text("utf-8"))
+    assert len(data["frames"]) == 4 and data["frames"][0]["t"] < 1.0 < 3.0 <= data["frames"][-1]["t"]
+    assert all(Path(f["path"]).is_file() for f in data["frames"])
+    assert note and "4 frames" in note
+
+
+def test_scripted_model_reads_browser_use_state():
+    state = ("Current tab: 6D1E\nAvailable tabs:\nTab 6D1E: http://127.0.0.1:9/shop - Shop\n"
+             "[13]<a />\n\tDemo Web\n|SHADOW(open)|[2]<input id=q name=q />\n[39]<a />\n\tCrunchy Corn Snack\n")
+    assert current_url(state) == "http://127.0.0.1:9/shop"
+    assert element_index(state, "id=q") == 2 and element_index(state, "Crunchy Corn Snack") == 39
+    with pytest.raises(LookupError):
+        element_index(state, "Checkout")

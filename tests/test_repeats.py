@@ -1,0 +1,161 @@
+"""Repeats: pass@k and the variance of repeated episodes, against hand-computed values.
+
+The estimator and the summaries are checked on their own, then through
+``compare`` on a real DuckDB file built from run folders with repeats (one
+verdict a judge error). ``test_repeats_run.py`` runs a real agent K times.
+"""
+
+from __future__ import annotations
+
+import json
+from math import sqrt
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from ego2web_replay.cli import main
+from ego2web_replay.models import AgentSpec, episode_dir, episode_folder_name, parse_episode_folder
+from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+from ego2web_replay.tracking.compare import compare, csv_text
+from ego2web_replay.tracking.ingest import ingest
+from ego2web_replay.tracking.repeats import mode_repeats
+from ego2web_replay.tracking.schema import migrate
+from ego2web_replay.tracking.stats import pass_at_k
+
+
+def test_pass_at_k_is_the_unbiased_estimator():
+    # 1 - C(n-c, k) / C(n, k), worked by hand
+    assert pass_at_k(3, 2, 1) == pytest.approx(2 / 3)
+    assert pass_at_k(3, 2, 2) == pytest.approx(1.0)        # C(1, 2) = 0
+    assert pass_at_k(3, 1, 2) == pytest.approx(2 / 3)      # 1 - C(2,2)/C(3,2) = 1 - 1/3
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)        # 1 - C(3,2)/C(5,2) = 1 - 3/10
+    assert pass_at_k(5, 2, 3) == pytest.approx(0.9)        # 1 - C(3,3)/C(5,3) = 1 - 1/10
+    assert pass_at_k(4, 0, 4) == 0.0 and pass_at_k(4, 4, 1) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(3, 1, 4)
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_mode_repeats_by_hand():
+    # task a: 2 of 3, task b: 0 of 3, task c: 1 of 2 (one repeat without a verdict)
+    m = mode_repeats("live", {"a": [(0, True), (1, True), (2, False)], "b": [(0, False), (1, False), (2, False)],
+                              "c": [(0, False), (2, True)]})
+    assert (m.tasks, m.samples, m.min_samples, m.max_samples) == (3, 8, 2, 3)
+    assert m.mean_rate == pytest.approx((2 / 3 + 0 + 1 / 2) / 3)
+    # pass@1 = mean rate; pass@2: a 1, b 0, c 1 - C(1,2)/C(2,2) = 1
+    assert m.pass_at_k == pytest.approx({1: (2 / 3 + 0.5) / 3, 2: 2 / 3})
+    assert [t.variance for t in m.per_task] == pytest.approx([2 / 9, 0.0, 0.25])
+    assert m.mean_task_variance == pytest.approx((2 / 9 + 0.25) / 3)
+    # suite rate per repeat index: r0 1/3, r1 1/2 (c has no r1), r2 1/3
+    assert m.repeat_rates == pytest.approx([1 / 3, 1 / 2, 1 / 3])
+    mean = (1 / 3 + 1 / 2 + 1 / 3) / 3
+    assert m.repeat_std == pytest.approx(sqrt(((1 / 3 - mean) ** 2 * 2 + (1 / 2 - mean) ** 2) / 2))
+
+
+def test_one_repeat_has_no_spread():
+    m = mode_repeats("frozen", {"a": [(0, True)], "b": [(0, False)]})
+    assert m.pass_at_k == {1: 0.5} and m.repeat_std is None and m.mean_task_variance == 0.0
+
+
+def test_episode_folders_name_their_repeat(tmp_path):
+    assert episode_folder_name("frozen", 0) == "frozen" and episode_folder_name("live", 3) == "live-r3"
+    assert episode_dir(tmp_path, "t", "live", 2) == tmp_path / "episodes" / "t" / "live-r2"
+    assert parse_episode_folder("frozen") == ("frozen", 0) and parse_episode_folder("live-r12") == ("live", 12)
+    for bad in ("frozen.partial", "live-r2.partial", "live-r0", "live-r", "other", "live-rx"):
+        assert parse_episode_folder(bad) is None
+
+
+# (task, mode) -> outcomes of repeats 0, 1, 2 (None: the judge could not decide)
+OUTCOMES = {
+    ("t1", "live"): [True, True, False], ("t1", "frozen"): [True, False, False],
+    ("t2", "live"): [False, False, False], ("t2", "frozen"): [True, True, True],
+    ("t3", "live"): [True, None, True], ("t3", "frozen"): [True, True, True],
+}
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "knowledge", "t3": "knowledge"})
+    eps = []
+    for (task, mode), outcomes in OUTCOMES.items():
+        for r, ok in enumerate(outcomes):
+            eps.append(EpisodeSpec(task, mode, {} if ok is None else {"rule": ok},
+                                   verdict_errors={"rule": "no reply"} if ok is None else {}, repeat=r))
+    make_run(tmp_path / "runs", "rep", AgentSpec(name="openai", model="m"), eps, suite=suite)
+    path = tmp_path / "r.duckdb"
+    ingest(path, [tmp_path / "runs"])
+    return path
+
+
+def test_compare_uses_per_task_rates_and_reports_pass_at_k(db):
+    (g,) = compare(db).groups
+    # t3's errored live repeat is not a sample: t3 stays, with 2 live samples
+    assert g.judge_errors == 1 and g.judge_error_tasks == [] and g.max_repeats == 3
+    assert g.paired == 3  # tasks, not task × repeat
+    live = {"t1": 2 / 3, "t2": 0.0, "t3": 1.0}
+    frozen = {"t1": 1 / 3, "t2": 1.0, "t3": 1.0}
+    assert g.live_rate == pytest.approx(sum(live.values()) / 3)
+    assert g.frozen_rate == pytest.approx(sum(frozen.values()) / 3)
+    # paired per task: t1 live higher, t2 frozen higher, t3 equal (both)
+    assert g.counts.model_dump() == {"both": 1, "live_only": 1, "frozen_only": 1, "neither": 0}
+    assert g.mcnemar_p == 1.0
+    flips = {f.task_id: (f.direction, f.live_rate, f.frozen_rate) for f in g.flips}
+    assert flips == {"t1": ("live only", pytest.approx(2 / 3), pytest.approx(1 / 3)),
+                     "t2": ("frozen only", 0.0, 1.0)}
+    overall = g.categories[-1]
+    assert (overall.live_successes, overall.live_samples, overall.frozen_successes, overall.frozen_samples) == \
+        (4, 8, 7, 9)
+    by_mode = {m.mode: m for m in g.repeats}
+    lv, fz = by_mode["live"], by_mode["frozen"]
+    # live: t1 2/3, t2 0/3, t3 2/2
+    assert lv.pass_at_k == pytest.approx({1: (2 / 3 + 0 + 1) / 3, 2: (1 + 0 + 1) / 3})
+    assert fz.pass_at_k == pytest.approx({1: (1 / 3 + 1 + 1) / 3, 2: (2 / 3 + 1 + 1) / 3, 3: 1.0})
+    assert lv.mean_task_variance == pytest.approx((2 / 9) / 3)
+    assert lv.repeat_rates == pytest.approx([2 / 3, 1 / 2, 1 / 3])
+    assert fz.repeat_rates == pytest.approx([1.0, 2 / 3, 2 / 3])
+    assert fz.repeat_std == pytest.approx(sqrt(((1 - 7 / 9) ** 2 + 2 * (2 / 3 - 7 / 9) ** 2) / 2))
+    assert len(g.frozen_episodes) == 9 and {e.repeat for e in g.frozen_episodes} == {0, 1, 2}
+    row = next(r for r in csv_text(compare(db)).splitlines()[1:] if ",overall," in r)
+    assert row.endswith(",8,9,3")  # live samples, frozen samples, max repeats
+
+
+def test_a_task_without_any_judged_repeat_in_a_mode_is_left_out(tmp_path):
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec("t1", m, {"rule": True}, repeat=r) for m in ("live", "frozen") for r in (0, 1)]
+    eps += [EpisodeSpec("t2", "live", verdict_errors={"rule": "x"}, repeat=r) for r in (0, 1)]
+    eps += [EpisodeSpec("t2", "frozen", {"rule": False}, repeat=r) for r in (0, 1)]
+    make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    ingest(tmp_path / "d.duckdb", [tmp_path / "runs"])
+    (g,) = compare(tmp_path / "d.duckdb").groups
+    assert g.judge_errors == 2 and g.judge_error_tasks == ["t2"] and g.paired == 1 and not g.flips
+
+
+def test_compare_json_and_table_show_repeats(db, capsys):
+    assert main(["compare", "--db", str(db), "--json", "-"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    reps = {m["mode"]: m for m in data["groups"][0]["repeats"]}
+    assert reps["frozen"]["pass_at_k"]["3"] == 1.0 and reps["live"]["per_task"][0]["task_id"] == "t1"
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "repeats (per-task rates, pass@k, variance)" in out and "pass@3" in out
+
+
+def test_report_shows_repeats_and_one_page_per_repeat(db, tmp_path):
+    from ego2web_replay.tracking.report import build_report
+
+    summary = build_report(db, tmp_path / "report", iterations=50)
+    assert summary.episode_pages == 18
+    index = (tmp_path / "report" / "index.html").read_text("utf-8")
+    assert "pass@3" in index and "2/3 (66.7%)" in index
+    assert (tmp_path / "report" / "episodes" / "rep" / "t1-live-r2.html").is_file()
+
+
+def test_migration_7_gives_older_rows_repeat_0(tmp_path):
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    migrate(con, target=6)
+    con.execute("INSERT INTO episodes (run_id, task_id, mode, ingested_at) VALUES ('r', 't', 'live', now())")
+    assert migrate(con) == [7]
+    assert con.execute("SELECT repeat_index FROM episodes").fetchall() == [(0,)]
+    con.close()
