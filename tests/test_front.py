@@ -199,23 +199,24 @@ def test_both_engines_serve_the_same_bytes(site_snapshot):
                [(k.lower(), v) for k, v in h2 if k.lower() not in SHIFTED]
 
 
-def test_chromium_speaks_http2_to_the_fast_engine_and_gets_the_archived_bytes(site_snapshot, chromium, ca):
+def test_chromium_gets_the_archived_bytes_over_http2_and_http11(site_snapshot, chromium, ca):
     snap, site = site_snapshot
     captures = archived_gets(snap)
+    digest = ("async u => Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', "
+              "await (await fetch(u)).arrayBuffer()))).map(b => b.toString(16).padStart(2, '0')).join('')")
     with Replay([snap], ca=ca, guard_mode="loopback", engine="fast") as replay:
         ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
         page = ctx.new_page()
-        page.goto(site.https_url + "/", wait_until="load")
-        page.wait_for_selector("body[data-ready='1']", state="attached")
-        assert page.evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol") == "h2"
-        for path in ("/static/style.css", "/static/logo.png", "/big.bin", "/chunked"):
-            url = site.https_url + path
-            got = page.evaluate(
-                "async u => Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', "
-                "await (await fetch(u)).arrayBuffer()))).map(b => b.toString(16).padStart(2, '0')).join('')", url)
-            assert got in {hashlib.sha256(c[2]).hexdigest() for c in captures[url]}, url  # identity-encoded here
+        for origin, protocol in ((site.https_url, "h2"), (site.http_url, "http/1.1")):
+            page.goto(origin + "/", wait_until="load")
+            page.wait_for_selector("body[data-ready='1']", state="attached")
+            assert page.evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol") == protocol
+            for path in ("/static/style.css", "/static/logo.png", "/big.bin", "/chunked"):
+                url = origin + path
+                got = page.evaluate(digest, url)
+                assert got in {hashlib.sha256(c[2]).hexdigest() for c in captures[url]}, url  # identity-encoded
         ctx.close()
-    assert replay.stats().miss <= 2  # the page's own /missing probe, and its favicon
+    assert replay.stats().miss <= 4  # the page's own /missing probe (and a favicon), per origin
 
 
 # -- HTTP/1.1 edge cases ---------------------------------------------------------------------
