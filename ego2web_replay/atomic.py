@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
-__all__ = ["atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_writer"]
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` so that readers see the old or the new file, never half."""
+    with atomic_writer(path, mode) as fh:
+        fh.write(data)
+
+
+@contextmanager
+def atomic_writer(path: str | os.PathLike[str], mode: int = 0o644) -> Iterator[BinaryIO]:
+    """A binary file to write ``path`` through, piece by piece: it replaces ``path`` when the block ends
+    without an error (fsynced first), and is removed otherwise."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, mode)  # mkstemp makes 0600
         with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)

@@ -71,3 +71,27 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if {"chromium", "site", "recorded"} & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """One real S3-compatible server (moto's) on 127.0.0.1 for the session, started and stopped here."""
+    pytest.importorskip("moto.server")
+    pytest.importorskip("s3fs")
+    from ego2web_replay.testing.s3server import S3Server
+
+    server = S3Server().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture()
+def s3(s3_server, monkeypatch, request):
+    """A fresh bucket on the session's S3 server, with the AWS variables pointing at it; yields its URL."""
+    import re
+
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+    bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{id(request) % 10000}"
+    return s3_server.create_bucket(bucket)

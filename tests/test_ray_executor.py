@@ -139,6 +139,21 @@ def test_ray_run_equals_local_run(demo, cluster, tmp_path):
     assert not list(remote.glob("episodes/*/*.partial"))
 
 
+def test_ray_workers_read_snapshots_from_object_storage(demo, cluster, s3, tmp_path):
+    """No shared folder: the workers open the snapshots on s3:// (moto on 127.0.0.1) with the driver's
+    AWS variables, which the nodes were not started with."""
+    from ego2web_replay.snapshots.location import upload_snapshot
+
+    for folder in demo["snapshots"].glob("*/*"):
+        upload_snapshot(folder, f"{s3}/snaps/{folder.parent.name}/{folder.name}")
+    settings = _settings(demo, snapshots_root=f"{s3}/snaps")
+    run_dir, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path / "ray", settings=settings,
+                                 executor=RayExecutor(RaySettings(address=cluster.address)))
+    assert sorted((r.task_id, r.end_reason, r.misses) for r in results) == [(t, "answered", 0) for t in sorted(TASKS)]
+    for t in map(load_trajectory, run_dir.glob("episodes/*/*")):
+        assert t.snapshot_path and t.snapshot_path.startswith(f"{s3}/snaps/{t.task_id}/")
+
+
 def test_killed_worker_node_is_retried_and_every_episode_accounted_for(demo, cluster, tmp_path):
     marker = tmp_path / "on-worker"
     agent = f"command:{sys.executable} {demo['root'] / 'agent.py'} {marker}"

@@ -17,7 +17,7 @@ import click
 from ..config import DEFAULT_DB, DEFAULT_SNAPSHOTS
 from ._output import Output, configure_logging, output
 
-__all__ = ["compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
+__all__ = ["LOCATION", "compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
            "keep_credentials_option", "output_params",
            "snapshots_option", "upstream_ca_option"]
 
@@ -52,11 +52,30 @@ def db_options(what: str) -> Callable[[F], F]:
     return decorate
 
 
+class LocationType(click.ParamType):
+    """A snapshots folder, or an object-storage URL (``s3://bucket/prefix``): a ``Path`` or a ``str``."""
+
+    name = "FOLDER|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Path | str:
+        from ..snapshots.location import as_location
+
+        if isinstance(value, Path):
+            return value
+        if not str(value).strip():
+            self.fail("give a folder or a URL", param, ctx)
+        return as_location(str(value))
+
+
+LOCATION = LocationType()
+
+
 def snapshots_option(help: str = "Snapshots root folder (<root>/<task-id>/<snapshot-id>/).",
                      name: str = "snapshots_root") -> Callable[[F], F]:
-    """``--snapshots``: the snapshots root folder."""
-    return click.option("--snapshots", name, type=click.Path(path_type=Path, file_okay=False), default=DEFAULT_SNAPSHOTS,
-                        show_default=True, help=help)
+    """``--snapshots``: the snapshots root, a folder or an object-storage URL (``s3://bucket/prefix``)."""
+    return click.option("--snapshots", name, type=LOCATION, default=DEFAULT_SNAPSHOTS, show_default=True,
+                        help=help + " A folder, or an fsspec URL such as s3://bucket/prefix (endpoint and "
+                                    "credentials from the AWS_* variables).")
 
 
 def json_option(what: str, *, default: str | None = None, alias: str | None = None) -> Callable[[F], F]:

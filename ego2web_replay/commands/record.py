@@ -40,7 +40,7 @@ from ._output import progress, say, warn
 @db_options("each snapshot as it is recorded")
 @click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds each reference action may take before the task fails.")
-def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
+def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float) -> None:
@@ -50,7 +50,8 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     One line per task and the progress bar go to stderr; the summary to stdout.
     """
     from ..models import load_tasks
-    from ..recorder.session import RecordOptions, record_task
+    from ..recorder.session import RecordOptions
+    from ..recorder.upload import record_task_to
 
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))
@@ -73,12 +74,11 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout)
-            r = record_task(task, root, opts, ca=ca)
+            recorded = sink.snapshot_recorded if sink is not None else None
+            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
             if r.ok and r.manifest is not None and r.snapshot is not None:
-                say(bars, f"{task.id}: {r.snapshot} ({r.manifest.exchanges} exchanges, "
+                say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
-                if sink is not None:
-                    sink.snapshot_recorded(r.snapshot)
             else:
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")
@@ -88,7 +88,12 @@ def record_cmd(tasks_file: Path, root: Path, task_ids: tuple[str, ...], compress
     click.echo(f"recorded {len(tasks)} task(s) into {root}")
 
 
-def _check_writable(root: Path) -> None:
+def _check_writable(root: Path | str) -> None:
+    if isinstance(root, str):  # object storage: reachable, the bucket there, a PUT accepted
+        from ..snapshots.location import root_storage
+
+        root_storage(root, write=True)
+        return
     try:
         root.mkdir(parents=True, exist_ok=True)
         probe = root / ".write-test"

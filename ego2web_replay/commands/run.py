@@ -75,7 +75,7 @@ if TYPE_CHECKING:
               help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
 @db_options("the run and each episode as they finish")
 @keep_credentials_option
-def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path, snapshot_id: str | None, out: Path,
+def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ReplayError
+from ._options import LOCATION
 from .replay_options import replay_options
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 
 
 @click.command("serve")
-@click.argument("snapshots", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("snapshots", nargs=-1, required=True, type=LOCATION)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback needs --allow-remote.")
 @click.option("--allow-corrupt", is_flag=True,
@@ -62,10 +63,10 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Serve from this many worker processes on the one port (fast engine; stats added up).")
-def serve_cmd(snapshots: tuple[Path, ...], host: str, allow_corrupt: bool, allow_remote: bool, port: int, replay: ReplayConfig,
+def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool, allow_remote: bool, port: int, replay: ReplayConfig,
               stats_file: Path | None, duration: float | None, processes: int) -> None:
-    """Serve one or more SNAPSHOTS as a hermetic replay proxy: no request leaves the machine,
-    every miss is answered and counted."""
+    """Serve one or more SNAPSHOTS (folders, or URLs such as s3://bucket/prefix/TASK/ID) as a hermetic
+    replay proxy: no request leaves the machine, every miss is answered and counted."""
     from ..guard import is_loopback_host
     from ..replay.session import Replay
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import SnapshotError
-from ._options import compression_option, json_option, snapshots_option
+from ._options import LOCATION, compression_option, json_option, snapshots_option
 from ._output import console, emit_machine, is_stdout, line, table
 
 __all__ = ["COMMANDS", "snapshot"]
@@ -31,16 +31,21 @@ def snapshot() -> None:
 @snapshot.command("list")
 @_SNAPSHOTS_OPTION
 @json_option("the snapshots (a list of {task_id, snapshot_id, path, complete, manifest})")
-def list_command(root: Path, json_out: str | None) -> None:
-    """List every snapshot under the snapshots folder, newest first per task."""
+def list_command(root: Path | str, json_out: str | None) -> None:
+    """List every snapshot under the snapshots folder (or URL), newest first per task."""
     import json
 
     from ..snapshots import list_snapshots
+    from ..snapshots.location import join, root_storage
 
-    infos = list_snapshots(root)
+    if isinstance(root, str):
+        infos = list_snapshots(Path(), root_storage(root))
+    else:
+        infos = list_snapshots(root)
     if json_out:
         emit_machine(json_out, json.dumps([
-            {"task_id": i.task_id, "snapshot_id": i.snapshot_id, "path": str(i.path), "complete": i.complete,
+            {"task_id": i.task_id, "snapshot_id": i.snapshot_id, "complete": i.complete,
+             "path": str(join(root, i.task_id, i.snapshot_id) if isinstance(root, str) else i.path),
              "manifest": json.loads(i.manifest.model_dump_json()) if i.manifest else None} for i in infos],
             indent=2) + "\n")
         if is_stdout(json_out):
@@ -60,16 +65,16 @@ def list_command(root: Path, json_out: str | None) -> None:
 
 
 @snapshot.command("show")
-@click.argument("path", type=click.Path(path_type=Path))
+@click.argument("path", type=LOCATION)
 @json_option("the manifest and index counts")
-def show_command(path: Path, json_out: str | None) -> None:
-    """Show a snapshot's manifest summary and its record counts."""
+def show_command(path: Path | str, json_out: str | None) -> None:
+    """Show a snapshot's manifest summary and its record counts (PATH: a folder or a URL)."""
     import json
     from collections import Counter
 
-    from ..snapshots import Snapshot
+    from ..snapshots.location import open_snapshot
 
-    snap = Snapshot.open(path)
+    snap = open_snapshot(path)
     m = snap.manifest
     entries = snap.entries()
     by_type = Counter(e.record_type for e in entries)
@@ -80,7 +85,7 @@ def show_command(path: Path, json_out: str | None) -> None:
         if is_stdout(json_out):
             return
     click.echo(f"snapshot   {m.task_id}/{m.snapshot_id} ({m.source})")
-    click.echo(f"path       {snap.path}")
+    click.echo(f"path       {path if isinstance(path, str) else snap.path}")
     click.echo(f"created    {m.created_at.isoformat()}  finished {m.finished_at.isoformat() if m.finished_at else '-'}")
     click.echo(f"start url  {m.start_url or '-'}")
     click.echo(f"pages      {len(m.pages)}")
@@ -91,12 +96,13 @@ def show_command(path: Path, json_out: str | None) -> None:
 
 
 @snapshot.command("verify")
-@click.argument("path", type=click.Path(path_type=Path))
-def verify_command(path: Path) -> None:
-    """Check digests, index offsets and manifest sha256s; exit non-zero on any problem."""
-    from ..snapshots import verify_snapshot
+@click.argument("path", type=LOCATION)
+def verify_command(path: Path | str) -> None:
+    """Check digests, index offsets and manifest sha256s; exit non-zero on any problem (PATH: a folder
+    or a URL, whose files are downloaded to check them)."""
+    from ..snapshots.location import verify_location
 
-    report = verify_snapshot(path)
+    report = verify_location(path)
     for warning in report.warnings:
         click.echo(f"warning: {warning}")
     for problem in report.problems:
@@ -108,12 +114,13 @@ def verify_command(path: Path) -> None:
 
 
 @snapshot.command("index")
-@click.argument("path", type=click.Path(path_type=Path))
-def index_command(path: Path) -> None:
+@click.argument("path", type=LOCATION)
+def index_command(path: Path | str) -> None:
     """Rebuild a snapshot's index.cdxj from its archive."""
     from ..snapshots import reindex_snapshot
+    from ..snapshots.location import require_local
 
-    count = reindex_snapshot(path)
+    count = reindex_snapshot(require_local(path, "snapshot index"))
     click.echo(f"indexed {count} captures in {path}")
 
 
@@ -123,35 +130,39 @@ def index_command(path: Path) -> None:
 @_SNAPSHOTS_OPTION
 @click.option("--id", "snapshot_id", default=None, help="Snapshot id (default: the current UTC time).")
 @compression_option(("zst", "gz", "none"))
-def import_command(files: tuple[Path, ...], task_id: str, root: Path, snapshot_id: str | None,
+def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snapshot_id: str | None,
                    compression: str) -> None:
     """Import WARC / WARC.GZ / WARC.ZST / WACZ files (several go into one snapshot)."""
     from ..snapshots import import_warc
+    from ..snapshots.location import require_local
 
-    snap = import_warc(list(files), task_id, root, snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
+    snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
     m = snap.manifest
     click.echo(f"imported {m.exchanges} captures into {snap.path}")
 
 
 @snapshot.command("extend")
-@click.argument("base", type=click.Path(path_type=Path))
-@click.argument("sources", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("base", type=LOCATION)
+@click.argument("sources", nargs=-1, required=True, type=LOCATION)
 @click.option("--window", default=None,
               help="Merge only captures made within this time of the base's capture (90s, 30m, 2h, 1d); "
                    "default: no limit.")
-def extend_command(base: Path, sources: tuple[Path, ...], window: str | None) -> None:
+def extend_command(base: Path | str, sources: tuple[Path | str, ...], window: str | None) -> None:
     """Make a new snapshot of BASE's task: its captures plus those of SOURCES (other snapshots of the task,
     or run/episode folders holding live-run archives) for requests BASE does not hold, with provenance."""
     from ..replay.canonical import canonicalize
     from ..replay.rules import default_rules
     from ..snapshots.extend import extend_snapshot, parse_window
+    from ..snapshots.location import require_local
 
+    base_dir = require_local(base, "snapshot extend")
+    source_dirs = [require_local(s, "snapshot extend") for s in sources]
     rules = default_rules()
 
     def same_request(entry) -> str:  # noqa: ANN001 - an index entry
         return canonicalize(entry.method, entry.url, entry.request_body_query, rules).key
 
-    result = extend_snapshot(base, list(sources), window=parse_window(window) if window else None,
+    result = extend_snapshot(base_dir, source_dirs, window=parse_window(window) if window else None,
                              request_key=same_request)
     click.echo(f"extended snapshot {result.path}: {result.base_captures} base captures + {result.merged} merged")
     for s in result.sources:

@@ -53,6 +53,7 @@ class RecordResult:
     error: str | None = None
     exchanges: int = 0
     blocked: dict[str, int] = field(default_factory=dict)
+    location: str | None = None  # the snapshot's URL when it was uploaded to object storage
 
 
 def record_addons(writer: Any, *, keep_credentials: bool = False, redactor: Redactor | None = None) -> list[Any]:

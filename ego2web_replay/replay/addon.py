@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..models import ReplayStats
-from .matching import MatchIndex
+from .matching import IndexBase
 from .responder import MAX_LOG, REPLAY_HEADER, Reply, Responder
 
 __all__ = ["Replayer", "REPLAY_HEADER", "MAX_LOG"]
@@ -22,7 +22,7 @@ __all__ = ["Replayer", "REPLAY_HEADER", "MAX_LOG"]
 class Replayer:
     """mitmproxy addon serving captures through a :class:`Responder` (built from the same arguments)."""
 
-    def __init__(self, index: MatchIndex | None = None, resolve: Any = None, *, responder: Responder | None = None,
+    def __init__(self, index: IndexBase | None = None, resolve: Any = None, *, responder: Responder | None = None,
                  miss: str = "404", freeze_script: str | None = None, policy: str = "sequence",
                  snapshots: Sequence[str] = (), redactor: Any = None) -> None:
         if responder is None:
@@ -32,7 +32,7 @@ class Replayer:
         self.responder = responder
 
     @property
-    def index(self) -> MatchIndex:
+    def index(self) -> IndexBase:
         return self.responder.index
 
     @property

@@ -24,6 +24,7 @@ from .rules import MatchRules, default_rules
 __all__ = [
     "Capture",
     "MatchResult",
+    "IndexBase",
     "MatchIndex",
     "ReplaySession",
     "SequencePolicy",
@@ -209,7 +210,73 @@ class _HostTables:
     learned: dict[str, list[int]]
 
 
-class MatchIndex:
+class IndexBase:
+    """What a :class:`ReplaySession` asks of an index of captures: positions (recorded order) by
+    exact key, by canonical key, by learned key, the fuzzy group of a path, and the capture at a
+    position. :class:`MatchIndex` keeps them in memory; :class:`~.mapped.MappedMatchIndex` reads them
+    from a sorted, memory-mapped file. Both give the same answers (``tests/test_mapped_index.py``)."""
+
+    rules: MatchRules
+    policy: SequencePolicy
+    fuzzy: bool
+    fuzzy_threshold: float | None
+    learned: dict[str, frozenset[str]]
+    methods: frozenset[str]
+    _default: ReplaySession
+
+    def _configure(self, rules: MatchRules | None, policy: SequencePolicy, fuzzy_threshold: float | None,
+                   fuzzy: bool, learned: Mapping[str, frozenset[str]] | None) -> None:
+        """Set the settings every index has (the arguments of :class:`MatchIndex` after ``captures``)."""
+        self.rules = rules or default_rules()
+        self.policy = policy
+        self.fuzzy = fuzzy
+        self.fuzzy_threshold = fuzzy_threshold
+        self.learned = {g: frozenset(n) for g, n in (learned or {}).items() if n}
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def capture(self, position: int) -> Capture:
+        """The capture at ``position`` (recorded order)."""
+        raise NotImplementedError
+
+    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
+        """Positions of the captures with this (method, URL, body) key, ascending."""
+        raise NotImplementedError
+
+    def canonical_positions(self, host: str, key: str) -> list[int] | None:
+        """Positions of ``host``'s captures with this canonical key, ascending."""
+        raise NotImplementedError
+
+    def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        """Positions of ``host``'s captures whose key without their learned-volatile names is ``key``
+        (a request's, of fuzzy group ``group``), ascending."""
+        raise NotImplementedError
+
+    def group_entries(self, host: str, group: str) -> list[_Entry] | None:
+        """``host``'s captures in fuzzy group ``group`` (method, scheme, host, path), recorded order."""
+        raise NotImplementedError
+
+    def session(self, policy: SequencePolicy | None = None) -> ReplaySession:
+        """A fresh replay session over this index (its own sequencing state)."""
+        return ReplaySession(self, policy or self.policy)
+
+    def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
+        """Match a request (raw body) in the index's default session (see :class:`ReplaySession`)."""
+        return self._default.match(method, url, body, content_type)
+
+    def reset(self) -> None:
+        """Forget what the default session has served (start a new replay)."""
+        self._default.reset()
+
+    def threshold_for(self, host: str) -> float:
+        """The fuzzy threshold for ``host`` (the index's override, else the rules')."""
+        if self.fuzzy_threshold is not None:
+            return self.fuzzy_threshold
+        return self.rules.for_host(host).fuzzy_threshold
+
+
+class MatchIndex(IndexBase):
     """A lookup of captures by exact key, canonical key and fuzzy group.
 
     Captures are taken in recorded order (the order given). Building indexes
@@ -232,11 +299,7 @@ class MatchIndex:
         learned: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.captures: list[Capture] = list(captures)
-        self.rules = rules or default_rules()
-        self.policy: SequencePolicy = policy
-        self.fuzzy = fuzzy
-        self.fuzzy_threshold = fuzzy_threshold
-        self.learned: dict[str, frozenset[str]] = {g: frozenset(n) for g, n in (learned or {}).items() if n}
+        self._configure(rules, policy, fuzzy_threshold, fuzzy, learned)
         self.exact: dict[tuple[str, str, str], list[int]] = {}
         self._by_host: dict[str, list[int]] = {}
         self._tables: dict[str, _HostTables] = {}
@@ -303,29 +366,26 @@ class MatchIndex:
         for host in self._by_host:
             self.tables(host)
 
-    def session(self, policy: SequencePolicy | None = None) -> ReplaySession:
-        """A fresh replay session over this index (its own sequencing state)."""
-        return ReplaySession(self, policy or self.policy)
+    def capture(self, position: int) -> Capture:
+        return self.captures[position]
 
-    def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
-        """Match a request (raw body) in the index's default session (see :class:`ReplaySession`)."""
-        return self._default.match(method, url, body, content_type)
+    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
+        return self.exact.get(key)
 
-    def reset(self) -> None:
-        """Forget what the default session has served (start a new replay)."""
-        self._default.reset()
+    def canonical_positions(self, host: str, key: str) -> list[int] | None:
+        return self.tables(host).canonical.get(key)
 
-    def threshold_for(self, host: str) -> float:
-        """The fuzzy threshold for ``host`` (the index's override, else the rules')."""
-        if self.fuzzy_threshold is not None:
-            return self.fuzzy_threshold
-        return self.rules.for_host(host).fuzzy_threshold
+    def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        return self.tables(host).learned.get(key)
+
+    def group_entries(self, host: str, group: str) -> list[_Entry] | None:
+        return self.tables(host).groups.get(group)
 
 
 class ReplaySession:
     """Sequencing state of one replay over a :class:`MatchIndex`; thread-safe."""
 
-    def __init__(self, index: MatchIndex, policy: SequencePolicy = "sequence") -> None:
+    def __init__(self, index: IndexBase, policy: SequencePolicy = "sequence") -> None:
         if policy not in ("sequence", "first", "last"):
             raise ValueError(f"unknown sequence policy {policy!r}; use sequence, first or last")
         self.index = index
@@ -378,29 +438,28 @@ class ReplaySession:
     def _match(self, method: str, url: str, body: str | None) -> MatchResult:
         index = self.index
         exact = _exact_key(method, url, body)
-        positions = index.exact.get(exact)
+        positions = index.exact_positions(exact)
         if positions:
             with self._lock:
                 position = self._pick("exact", exact, positions)
-            return MatchResult("exact", index.captures[position], 1.0, _exact_key_text(exact))
+            return MatchResult("exact", index.capture(position), 1.0, _exact_key_text(exact))
         canon: CanonicalRequest = canonicalize(method, url, body, index.rules)
         host = url_host(url)
-        tables = index.tables(host)
-        positions = tables.canonical.get(canon.key)
+        positions = index.canonical_positions(host, canon.key)
         if positions:
             with self._lock:
                 position = self._pick("canonical", canon.key, positions)
-            return MatchResult("canonical", index.captures[position], 1.0, canon.key)
+            return MatchResult("canonical", index.capture(position), 1.0, canon.key)
         names = index.learned.get(path_group(method, url)) if index.learned else None
         if names:
             learned_key = _learned_key(canon, names)
-            positions = tables.learned.get(learned_key)
+            positions = index.learned_positions(host, canon.group, learned_key)
             if positions:
                 with self._lock:
                     position = self._pick("canonical", learned_key, positions)
-                return MatchResult("canonical", index.captures[position], 1.0,
+                return MatchResult("canonical", index.capture(position), 1.0,
                                    f"{learned_key} (learned volatile: {', '.join(sorted(names))})")
-        entries = tables.groups.get(canon.group) if index.fuzzy else None
+        entries = index.group_entries(host, canon.group) if index.fuzzy else None
         if entries:
             threshold = index.threshold_for(host)
             mine = _value_sets(canon.pairs)

@@ -42,7 +42,7 @@ from .httputil import (
     rewrite_jsonp,
     shift_dates,
 )
-from .matching import MatchIndex, ReplaySession
+from .matching import IndexBase, ReplaySession
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
 
@@ -163,7 +163,7 @@ class Responder:
     Thread-safe: the counters, log and cache are guarded by one lock.
     """
 
-    def __init__(self, index: MatchIndex, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
+    def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
                  policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
         self.index = index
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching

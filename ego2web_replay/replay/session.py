@@ -27,6 +27,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -40,16 +41,41 @@ from ..models.replay_config import MISS_POLICIES, ReplayConfig
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
+from ..snapshots.location import as_location, name_of
 from ..validity import classify
 from . import gcfreeze
 from .addon import Replayer
-from .matching import Capture, MatchIndex
+from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Replay", "ReplayConfig", "replay_addons", "load_captures", "load_learned", "MISS_POLICIES"]
+__all__ = ["Replay", "ReplayConfig", "replay_addons", "load_captures", "load_learned", "index_mode", "MISS_POLICIES",
+           "INDEX_MODES"]
+
+INDEX_MODES = ("auto", "memory", "mapped")
+MAPPED_MIN_BYTES = 512 * 1024  # about 2,000 index lines: below, parsing is quicker than mapping
+
+
+def index_mode(snapshots: Sequence[Any], wanted: str | None = None) -> str:
+    """How to hold the snapshots' indexes: ``memory`` (parsed into a :class:`MatchIndex`) or ``mapped``
+    (a :class:`~.mapped.MappedMatchIndex` over sorted files). ``wanted`` (default: the environment's
+    ``EGO2WEB_REPLAY_INDEX``, else ``auto``) ``auto`` maps indexes of local snapshots once they
+    hold 512 KiB of lines together; a snapshot read through another storage is held in memory."""
+    mode = (wanted or os.environ.get("EGO2WEB_REPLAY_INDEX") or "auto").strip().lower()
+    if mode not in INDEX_MODES:
+        raise ReplayError(f"unknown index mode {mode!r}; use {', '.join(INDEX_MODES)}")
+    from ..snapshots.storage import LocalStorage
+
+    local = all(isinstance(getattr(s, "storage", None), LocalStorage) for s in snapshots)
+    if mode == "mapped" and not local:
+        raise ReplayError("a mapped index needs snapshots in local folders; use the memory index")
+    if mode == "auto":
+        size = sum(Path(s.index_path).stat().st_size for s in snapshots) if local else 0
+        mode = "mapped" if local and size >= MAPPED_MIN_BYTES else "memory"
+    return mode
+
 
 def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
     """Captures of every indexed response/revisit/resource, snapshot by snapshot, in recorded order.
@@ -88,11 +114,10 @@ def load_learned(snapshots: Sequence[Any]) -> dict[str, frozenset[str]]:
     return merge_volatile(*found)
 
 
-def _capture_time(snapshot: Any, captures: Sequence[Capture]) -> dt.datetime:
+def _capture_time(snapshot: Any, first: str | None) -> dt.datetime:
     """When the first snapshot's pages were captured: the recording's start, or for an imported
-    WARC (whose manifest dates the import) its earliest capture."""
-    if snapshot.manifest.source == "import" and captures:
-        first = min(c.timestamp for c in captures)
+    WARC (whose manifest dates the import) its earliest capture (``first``, 14 digits)."""
+    if snapshot.manifest.source == "import" and first:
         try:
             return dt.datetime.strptime(first[:14], "%Y%m%d%H%M%S").replace(tzinfo=dt.UTC)
         except ValueError:
@@ -120,11 +145,12 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 check: bool = True, processes: int = 1, **overrides: Any) -> None:
+                 check: bool = True, index: str | None = None, processes: int = 1, **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
-        ``seed``, ``rules_files``). ``processes`` > 1 serves from that many worker processes on one
-        port (:mod:`.workers`; fast engine only)."""
+        ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
+        ``processes`` > 1 serves from that many worker processes on one port (:mod:`.workers`;
+        fast engine only)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -134,10 +160,11 @@ class Replay:
         if "engine" not in overrides and str(overrides.get("miss", "")).strip().lower() == "live":
             merged.pop("engine")  # live misses pick the engine that can forward them
         self.config = ReplayConfig.make(**merged) if overrides else base
-        self.paths = [Path(p) for p in snapshots]
+        self.paths = [as_location(p) for p in snapshots]  # folders, or object-storage URLs
         self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.check = check  # compare archive and index with the manifest (size, sha256) before serving
+        self.index_mode = index
         if processes < 1:
             raise ReplayError(f"processes must be at least 1, not {processes}")
         if processes > 1 and self.config.engine != "fast":
@@ -153,6 +180,11 @@ class Replay:
         self.load_seconds = 0.0
         self.captures = 0
         self._frozen = False
+
+    @property
+    def replayer(self) -> Responder | None:
+        """The responder (its old name, from when only the mitmproxy addon answered)."""
+        return self.responder
 
     @property
     def miss(self) -> str:
@@ -222,13 +254,13 @@ class Replay:
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
-        from ..snapshots.snapshot import Snapshot
+        from ..snapshots.location import open_snapshot
 
         t0 = time.perf_counter()
         for p in self.paths:
-            if not p.exists():
+            if isinstance(p, Path) and not p.exists():
                 raise SnapshotError(f"snapshot {p} not found")
-            snap = Snapshot.open(p)
+            snap = open_snapshot(p)
             if self.check:
                 from ..snapshots.verify import integrity_problems
 
@@ -237,20 +269,29 @@ class Replay:
                     raise SnapshotError(f"{p}: corrupt snapshot: {'; '.join(problems)} (run `ego2web-replay "
                                         "snapshot verify`; `serve --allow-corrupt` serves what it can)")
             self.snapshots.append(snap)
-        captures = load_captures(self.snapshots)
-        if not captures:
-            raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")
         cfg = self.config
         rules = load_rules(cfg.rules_paths()) if cfg.rules_files else None
-        index = MatchIndex(captures, rules=rules, policy=cfg.sequence, fuzzy_threshold=cfg.fuzzy_threshold,
-                           fuzzy=cfg.fuzzy, learned=load_learned(self.snapshots))
-        self.captures = len(captures)
-        self.capture_time = _capture_time(self.snapshots[0], [c for c in captures if c.ref[0] == 0])
+        options: dict[str, Any] = {"rules": rules, "policy": cfg.sequence, "fuzzy_threshold": cfg.fuzzy_threshold,
+                                   "fuzzy": cfg.fuzzy, "learned": load_learned(self.snapshots)}
+        index: IndexBase
+        if index_mode(self.snapshots, self.index_mode) == "mapped":
+            from .mapped import MappedMatchIndex
+
+            index = MappedMatchIndex.open([s.index_path for s in self.snapshots], **options)
+            first = index.first_timestamp(0)
+        else:
+            captures = load_captures(self.snapshots)
+            index = MatchIndex(captures, **options)
+            first = min((c.timestamp for c in captures if c.ref[0] == 0), default=None)
+        if not len(index):
+            raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")
+        self.captures = len(index)
+        self.capture_time = _capture_time(self.snapshots[0], first)
         if cfg.freeze:
             from .freeze import freeze_script
 
             seed = cfg.seed if cfg.seed is not None else int(
-                hashlib.sha256(self.paths[0].name.encode()).hexdigest()[:8], 16)
+                hashlib.sha256(name_of(self.paths[0]).encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
         self.responder = Responder(index, self._resolve, miss=cfg.miss,
                                    freeze_script=self.init_script or None, policy=cfg.sequence,
@@ -300,7 +341,7 @@ class Replay:
             from .workers import WorkerPool
 
             return WorkerPool(self.paths, self.config, ca=self.ca, host=self.host, port=self.port,
-                              guard_mode=self.guard_mode, processes=self.processes)
+                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode)
         if self.config.engine == "fast":
             from ..guard import GuardPolicy
             from .front import FrontServer

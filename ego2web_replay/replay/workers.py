@@ -39,9 +39,9 @@ _START_TIMEOUT = 120.0
 class WorkerPool:
     """``processes`` workers serving ``paths`` on ``host:port`` (0: any free port)."""
 
-    def __init__(self, paths: Sequence[Path], config: ReplayConfig, *, ca: ProjectCA, host: str, port: int,
-                 guard_mode: str, processes: int) -> None:
-        self.paths, self.config, self.ca = [str(p) for p in paths], config, ca
+    def __init__(self, paths: Sequence[Path | str], config: ReplayConfig, *, ca: ProjectCA, host: str, port: int,
+                 guard_mode: str, processes: int, index: str | None = None) -> None:
+        self.paths, self.config, self.ca, self.index = [str(p) for p in paths], config, ca, index
         self.host, self.requested_port, self.guard_mode, self.processes = host, port, guard_mode, processes
         self.port: int | None = None
         self._reserve: Any = None
@@ -59,6 +59,7 @@ class WorkerPool:
         self.port = int(self._reserve.getsockname()[1])
         settings = json.dumps({"paths": self.paths, "config": self.config.model_dump(mode="json"),
                                "host": self.host, "port": self.port, "guard_mode": self.guard_mode,
+                               "index": self.index,
                                "ca": [str(self.ca.confdir), str(self.ca.cert_path), self.ca.spki],
                                "parent": os.getpid()})
         try:
@@ -149,7 +150,8 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
     config = ReplayConfig.model_validate(settings["config"])
     confdir, cert, spki = settings["ca"]
     ca = ProjectCA(confdir=Path(confdir), cert_path=Path(cert), spki=spki)
-    replay = Replay(settings["paths"], config, ca=ca, check=False)  # the parent has verified them
+    replay = Replay(settings["paths"], config, ca=ca, check=False,  # the parent has verified them
+                    index=settings["index"])
     try:
         replay.open()
         sock = bind_socket(settings["host"], settings["port"], reuse_port=True)

@@ -58,7 +58,7 @@ class EpisodeRequest:
     mode: str
     agent_name: str
     agent_settings: dict[str, Any] = field(default_factory=dict)
-    snapshots_root: Path | None = None
+    snapshots_root: Path | str | None = None  # a folder, or an object-storage URL
     snapshot_id: str | None = None
     max_steps: int = 40
     timeout_s: float = 300.0
@@ -90,22 +90,24 @@ class EpisodeSummary:
     repeat: int = 0
 
 
-def find_snapshot(root: Path | None, task_id: str, snapshot_id: str | None) -> Path:
-    """The chosen snapshot of a task, or its newest; :class:`SnapshotError` when there is none."""
+def find_snapshot(root: Path | str | None, task_id: str, snapshot_id: str | None) -> Path | str:
+    """The chosen snapshot of a task, or its newest (a folder, or a URL under a URL root);
+    :class:`SnapshotError` when there is none."""
+    from ..snapshots.location import as_location, join, latest
+
     if root is None:
         raise SnapshotError("frozen mode needs --snapshots (the folder holding recorded snapshots)")
+    root = as_location(root)
     if snapshot_id:
         try:
             check_id("snapshot id", snapshot_id)  # '../other/ID' would replay another task's snapshot
         except ValueError as e:
             raise SnapshotError(str(e)) from None
-        p = Path(root) / task_id / snapshot_id
-        if not (p / "manifest.json").exists():
+        p = join(root, task_id, snapshot_id)
+        if isinstance(p, Path) and not (p / "manifest.json").exists():
             raise SnapshotError(f"snapshot {p} not found (or has no manifest.json)")
-        return p
-    from ..snapshots.snapshot import latest_snapshot
-
-    return Path(latest_snapshot(Path(root), task_id))
+        return p  # a URL is checked when the replay opens it
+    return latest(root, task_id)
 
 
 def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs) -> None:
@@ -195,9 +197,10 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         with ExitStack() as stack:
             if req.mode == "frozen":
                 from ..replay.session import Replay
+                from ..snapshots.location import name_of
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
-                traj.snapshot_path, traj.snapshot_id = str(snap), snap.name
+                traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
                 replay = stack.enter_context(Replay([snap], req.replay, ca=ca))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:

@@ -12,6 +12,9 @@ folder with the driver:
   driver unpacks it into the run folder (``<mode>.partial`` then renamed, as
   a local run does), so the run folder and the database are written by the
   driver only and look exactly like a local run's;
+* snapshots are read through the storage interface: a ``--snapshots`` URL
+  (``s3://...``) is opened by each worker with the driver's AWS variables
+  (they travel with the job, like the CA), so no shared folder is needed;
 * Chromium is looked for on the worker first; a node without it fails the
   episode with an error naming the node.
 
@@ -113,9 +116,12 @@ def _pack(folder: Path) -> bytes:
     return buf.getvalue()
 
 
-def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
-                   upstream_ca: bytes | None) -> tuple[EpisodeSummary, bytes, str]:
-    """Run one episode on a worker; returns its summary, its folder as a tar, and the scratch run folder."""
+def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes], upstream_ca: bytes | None,
+                   storage_env: dict[str, str] | None = None) -> tuple[EpisodeSummary, bytes, str]:
+    """Run one episode on a worker; returns its summary, its folder as a tar, and the scratch run folder.
+
+    ``storage_env``: the driver's AWS variables, so a worker reads ``s3://`` snapshots as the driver would.
+    """
     from ..browser import chromium_executable
     from ..errors import BrowserError
 
@@ -126,8 +132,9 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
         raise Ego2WebError(f"node {node}: {e}") from None
     home = _private_home(ca_files)
     scratch = home / "episode"
-    old = os.environ.get("EGO2WEB_REPLAY_HOME")
-    os.environ["EGO2WEB_REPLAY_HOME"] = str(home)
+    env = {"EGO2WEB_REPLAY_HOME": str(home), **(storage_env or {})}
+    old = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
     try:
         ca_path = None
         if upstream_ca is not None:
@@ -137,10 +144,11 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes],
         summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path))
         return summary, _pack(summary.path), str(scratch / "run")
     finally:
-        if old is None:
-            os.environ.pop("EGO2WEB_REPLAY_HOME", None)
-        else:
-            os.environ["EGO2WEB_REPLAY_HOME"] = old
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
         shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works
 
 
@@ -205,6 +213,9 @@ class RayExecutor:
         s = self.settings
         ca_files = {name: (ca.confdir / name).read_bytes() for name in _CA_FILES if (ca.confdir / name).exists()}
         ca_ref = ray.put(ca_files)
+        from ..snapshots.objstore import AWS_VARIABLES
+
+        storage_env = {name: os.environ[name] for name in AWS_VARIABLES if os.environ.get(name)}
         options: dict[str, Any] = {"num_cpus": s.num_cpus, "max_retries": s.max_retries,
                                    "retry_exceptions": False, "scheduling_strategy": "SPREAD"}
         if s.memory_mb:
@@ -214,7 +225,7 @@ class RayExecutor:
         for job in jobs:
             upstream = Path(job.upstream_ca).read_bytes() if job.upstream_ca else None
             log_start(job)
-            pending[task.remote(job, ca_ref, upstream)] = job
+            pending[task.remote(job, ca_ref, upstream, storage_env)] = job
         try:
             while pending:
                 done, _ = ray.wait(list(pending), num_returns=1)

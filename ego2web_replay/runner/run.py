@@ -34,6 +34,7 @@ from ..models import (
     load_run,
     save_model,
 )
+from ..snapshots.location import as_location
 from ..versions import tool_versions
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
@@ -102,7 +103,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                 yield EpisodeRequest(
                     run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
                     agent_settings=agent_settings,
-                    snapshots_root=Path(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
+                    snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                     max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
                     upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
                     repeat=repeat)

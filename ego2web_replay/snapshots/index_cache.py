@@ -21,7 +21,7 @@ from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexRow, index_row
 
-__all__ = ["IndexRow", "index_rows", "cache_file", "warm_cache", "SERVABLE"]
+__all__ = ["IndexRow", "index_rows", "parse_rows", "cache_file", "warm_cache", "SERVABLE"]
 
 SERVABLE = ("response", "revisit", "resource")
 _CACHE_VERSION = 1
@@ -52,6 +52,19 @@ def index_rows(path: Path) -> list[IndexRow]:
                 return rows
         except Exception:  # noqa: BLE001 - a bad cache is rebuilt
             pass
+    rows = parse_rows(path)
+    if cache is not None and len(rows) >= _CACHE_MIN_ROWS:
+        try:
+            cache.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(cache, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
+        except OSError:
+            pass
+    return rows
+
+
+def parse_rows(path: Path) -> list[IndexRow]:
+    """The servable rows of the CDXJ index ``path`` in recorded order (by timestamp, then offset), parsed
+    now; a corrupt line raises :class:`ArchiveError` naming file and line."""
     try:
         lines = path.read_text("utf-8").splitlines()
     except FileNotFoundError:
@@ -70,19 +83,18 @@ def index_rows(path: Path) -> list[IndexRow]:
         if rtype in SERVABLE:
             rows.append(row)
     rows.sort(key=lambda r: (r[0], r[1]))
-    if cache is not None and len(rows) >= _CACHE_MIN_ROWS:
-        try:
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(cache, pickle.dumps(rows, protocol=pickle.HIGHEST_PROTOCOL))
-        except OSError:
-            pass
     return rows
 
 
 def warm_cache(index: Path) -> None:
-    """Build the cache of ``index`` now (large indexes only); never fails the caller."""
+    """Build the caches of ``index`` now (large indexes only): this compact cache and the mapped index
+    (:mod:`.index_map`) that replay opens large snapshots with; never fails the caller."""
+    from .index_map import build_index_map
+
     try:
-        index_rows(Path(index))
+        rows = index_rows(Path(index))
+        if len(rows) >= _CACHE_MIN_ROWS:
+            build_index_map(Path(index), rows)
     except (ArchiveError, OSError):
         pass
 

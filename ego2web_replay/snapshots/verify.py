@@ -166,8 +166,11 @@ def integrity_problems(snap: Snapshot) -> list[str]:
     """What differs between a snapshot's archive and index files and its manifest (size, then sha256).
 
     The quick check made before a snapshot is replayed; :func:`verify_snapshot` checks much more.
-    Files read through a storage other than the local folder are not checked here.
+    Files read through a storage other than the local folder are not checked here. A file unchanged
+    since it was last hashed here is not read again (:func:`~.hashmemo.remembered_sha256`).
     """
+    from .hashmemo import remembered_sha256
+
     if not isinstance(snap.storage, LocalStorage):
         return []
     wanted = {snap.manifest.archive, snap.manifest.index}
@@ -180,6 +183,6 @@ def integrity_problems(snap: Snapshot) -> list[str]:
             problems.append(f"{digest.path} is missing")
         elif p.stat().st_size != digest.size:
             problems.append(f"{digest.path} is {p.stat().st_size} bytes, the manifest says {digest.size}")
-        elif file_digest(p, snap.path).sha256 != digest.sha256:
+        elif remembered_sha256(p) != digest.sha256:
             problems.append(f"{digest.path}: sha256 differs from the manifest (file changed)")
     return problems

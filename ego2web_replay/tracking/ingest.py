@@ -143,7 +143,7 @@ def _categories(run: RunManifest | None, run_dir: Path) -> dict[str, str]:
 # -- row writers (inside a transaction) --------------------------------------------------
 
 
-def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
+def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path, location: str | None = None) -> int:
     m = _read_json_model(snapshot_dir / "manifest.json", SnapshotManifest, "snapshot manifest")
     records = parse_cdxj(snapshot_dir / m.index) if (snapshot_dir / m.index).exists() else []
     key = [m.task_id, m.snapshot_id]
@@ -151,7 +151,7 @@ def _write_snapshot(con: duckdb.DuckDBPyConnection, snapshot_dir: Path) -> int:
     con.execute("DELETE FROM resources WHERE task_id = ? AND snapshot_id = ?", key)
     con.execute(
         "INSERT INTO snapshots VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        [m.task_id, m.snapshot_id, str(snapshot_dir.resolve()), db_time(m.created_at), db_time(m.finished_at),
+        [m.task_id, m.snapshot_id, location or str(snapshot_dir.resolve()), db_time(m.created_at), db_time(m.finished_at),
          m.source, m.start_url, json.dumps(m.pages), m.archive, m.exchanges, m.payload_bytes,
          m.archive_bytes, _now()],
     )
@@ -233,11 +233,14 @@ def _episode_dirs(run_dir: Path) -> list[Path]:
 # -- public, one transaction each ---------------------------------------------------------
 
 
-def record_snapshot(db_path: PathLike, snapshot_dir: PathLike) -> int:
-    """Load one snapshot folder (manifest + CDXJ resources); returns the resources written."""
+def record_snapshot(db_path: PathLike, snapshot_dir: PathLike, location: str | None = None) -> int:
+    """Load one snapshot folder (manifest + CDXJ resources); returns the resources written.
+
+    ``location`` is stored as its path when the folder is a local copy of a snapshot kept elsewhere (a URL).
+    """
     d = Path(snapshot_dir)
     with write_connection(db_path) as con:
-        return _write_snapshot(con, d)
+        return _write_snapshot(con, d, location)
 
 
 def record_episode(db_path: PathLike, run_dir: PathLike, episode_dir: PathLike) -> int:

@@ -45,9 +45,9 @@ class TrackingSink:
             if self.warn is not None:
                 self.warn(f"{what} not recorded in {self.db} (use `ingest` later): {self.error}")
 
-    def snapshot_recorded(self, snapshot_dir: Path) -> None:
-        """A snapshot folder was written (``record``)."""
-        self._write("snapshots", lambda: record_snapshot(self.db, snapshot_dir))
+    def snapshot_recorded(self, snapshot_dir: Path, location: str | None = None) -> None:
+        """A snapshot folder was written (``record``); ``location``: where it was uploaded, if elsewhere."""
+        self._write("snapshots", lambda: record_snapshot(self.db, snapshot_dir, location=location))
 
     def run_started(self, run_dir: Path) -> None:
         """A run folder exists (new or resumed): its row and any episodes already finished."""

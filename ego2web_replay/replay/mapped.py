@@ -1,0 +1,213 @@
+"""Matching against memory-mapped indexes: large snapshots open in a blink and stay out of the heap.
+
+:class:`MappedMatchIndex` answers what :class:`~.matching.ReplaySession` asks
+(:class:`~.matching.IndexBase`) from sorted files searched by bisection instead of dictionaries
+built at open:
+
+* exact keys and the captures themselves from each snapshot's
+  :class:`~ego2web_replay.snapshots.index_map.IndexMap` (built with the index);
+* canonical keys from a second sorted file per snapshot and rule set (``canonical``: ``key_bytes(host,
+  canonical key)`` -> position), written on the first mapped open with those rules and kept in the
+  data folder's ``index-cache/``, keyed by the index map, the rules and the canonicalisation code;
+* learned-volatile keys and fuzzy groups of one path are computed the first time a request of that
+  path is not an exact or canonical match, from a prefix scan of the canonical file (a path's
+  canonical keys are the group itself or the group followed by ``?``), and kept, like the in-memory
+  index keeps a host's tables.
+
+Positions run over the snapshots in order (the first snapshot's captures, then the second's), as
+:func:`~.session.load_captures` lists them, so sequencing and fuzzy tie-breaks are the same.
+"""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..config import data_dir
+from ..errors import ArchiveError
+from ..snapshots.index_map import IndexMap, open_index_map
+from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
+from ..snapshots.volatility import path_group
+from . import canonical as _canonical_module
+from . import rules as _rules_module
+from .canonical import canonicalize, url_host
+from .gcfreeze import refreeze
+from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry, _learned_key
+from .rules import MatchRules
+
+__all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file"]
+
+_VERSION = 1
+_CODE: str | None = None
+
+
+def rules_fingerprint(rules: MatchRules) -> str:
+    """A digest of what canonical keys depend on: the rules and the code that applies them."""
+    global _CODE
+    if _CODE is None:
+        code = hashlib.sha256()
+        for module in (_canonical_module, _rules_module):
+            code.update(Path(module.__file__ or "").read_bytes())
+        _CODE = code.hexdigest()
+    data = {"defaults": rules.defaults.model_dump(mode="json"),
+            "hosts": {h: r.model_dump(mode="json") for h, r in sorted(rules.hosts.items())}}
+    return hashlib.sha256(f"{_CODE}|{json.dumps(data, sort_keys=True)}|{_VERSION}".encode()).hexdigest()
+
+
+def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
+    """Where the canonical keys of ``imap`` under ``rules`` are kept."""
+    st = imap.path.stat()
+    key = hashlib.sha256(f"{imap.path}|{st.st_size}|{st.st_mtime_ns}|{rules_fingerprint(rules)}".encode())
+    return data_dir() / "index-cache" / f"{key.hexdigest()[:32]}.canonical.sorted"
+
+
+def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
+    pairs = []
+    for position in range(imap.count):
+        _ts, _offset, url, method, body, _line = imap.row(position)
+        pairs.append((key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), position))
+    try:
+        write_sorted_file(target, {"version": _VERSION, "count": imap.count}, {"canonical": pairs})
+    except OSError as e:
+        raise ArchiveError(f"{target}: cannot write the canonical index ({e.strerror})") from None
+
+
+def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:
+    target = canonical_file(imap, rules)
+    for attempt in (0, 1):
+        if attempt or not target.is_file():
+            _build_canonical(imap, rules, target)
+        try:
+            file = SortedFile(target)
+        except ArchiveError:
+            continue
+        if file.meta.get("count") == imap.count and len(file.table("canonical")) == imap.count:
+            return file
+        file.close()
+    raise ArchiveError(f"{target}: the canonical index does not match {imap.index}; delete it to rebuild")
+
+
+@dataclass(slots=True)
+class _PathTables:
+    """The captures under one path prefix of one host: fuzzy groups and learned keys."""
+
+    groups: dict[str, list[_Entry]]
+    learned: dict[str, list[int]]
+
+
+class MappedMatchIndex(IndexBase):
+    """A match index over mapped snapshot indexes (see the module docstring); same answers as
+    :class:`~.matching.MatchIndex` over the same captures."""
+
+    def __init__(
+        self,
+        maps: Sequence[IndexMap],
+        rules: MatchRules | None = None,
+        policy: SequencePolicy = "sequence",
+        fuzzy_threshold: float | None = None,
+        *,
+        fuzzy: bool = False,
+        learned: Mapping[str, frozenset[str]] | None = None,
+    ) -> None:
+        self.maps = list(maps)
+        self._configure(rules, policy, fuzzy_threshold, fuzzy, learned)
+        self.bases: list[int] = []
+        total = 0
+        for imap in self.maps:
+            self.bases.append(total)
+            total += imap.count
+        self._count = total
+        self.methods = frozenset(m for imap in self.maps for m in imap.methods)
+        self._files = [_open_canonical(imap, self.rules) for imap in self.maps]
+        self.canonical = [f.table("canonical") for f in self._files]
+        self._paths: dict[tuple[str, str], _PathTables] = {}
+        self._build_lock = threading.Lock()
+        self._default = ReplaySession(self, policy)
+
+    @classmethod
+    def open(cls, indexes: Sequence[Path], **kwargs: object) -> MappedMatchIndex:
+        """Map the CDXJ ``indexes`` (building what is missing) and match over them."""
+        return cls([open_index_map(Path(p)) for p in indexes], **kwargs)  # type: ignore[arg-type]
+
+    def __len__(self) -> int:
+        return self._count
+
+    def first_timestamp(self, snapshot: int) -> str | None:
+        """The earliest capture time of the ``snapshot``-th index."""
+        return self.maps[snapshot].first_timestamp
+
+    def capture(self, position: int) -> Capture:
+        n = bisect.bisect_right(self.bases, position) - 1
+        ts, _offset, url, method, body, line = self.maps[n].row(position - self.bases[n])
+        return Capture(url, method, body or None, ts, (n, line))
+
+    def _gather(self, found: Sequence[list[int]]) -> list[int] | None:
+        out = [self.bases[n] + p for n, positions in enumerate(found) for p in positions]
+        return out or None
+
+    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
+        method, url, body = key
+        return self._gather([imap.exact(method, url, body) for imap in self.maps])
+
+    def canonical_positions(self, host: str, key: str) -> list[int] | None:
+        wanted = key_bytes(host, key)
+        return self._gather([table.find(wanted) for table in self.canonical])
+
+    def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        return self._path_tables(host, group).learned.get(key)
+
+    def group_entries(self, host: str, group: str) -> list[_Entry] | None:
+        return self._path_tables(host, group).groups.get(group)
+
+    def _path_tables(self, host: str, group: str) -> _PathTables:
+        """The captures of ``host`` whose canonical key is ``P`` or starts with ``P?``, ``P`` being
+        ``group`` up to its first ``?``: every capture of the group, and every capture whose learned
+        key can equal a learned key of the group's requests (a learned key is ``group?kept pairs``)."""
+        head = group.partition("?")[0]
+        slot = (host, head)
+        tables = self._paths.get(slot)
+        if tables is not None:
+            return tables
+        with self._build_lock:
+            tables = self._paths.get(slot)
+            if tables is None:
+                tables = self._build_path(host, head)
+                self._paths[slot] = tables
+                refreeze()
+        return tables
+
+    def _build_path(self, host: str, head: str) -> _PathTables:
+        prefix = key_bytes(host, head)
+        positions = []
+        for n, table in enumerate(self.canonical):
+            for key, position in table.scan(prefix):
+                rest = key[len(prefix):]
+                if not rest or rest[:1] == b"?":
+                    positions.append(self.bases[n] + position)
+        positions.sort()
+        groups: dict[str, list[_Entry]] = {}
+        learned: dict[str, list[int]] = {}
+        rules, volatile = self.rules, self.learned
+        for position in positions:
+            c = self.capture(position)
+            canon = canonicalize(c.method, c.url, c.body, rules)
+            groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
+            names = volatile.get(path_group(c.method, c.url)) if volatile else None
+            if names:
+                learned.setdefault(_learned_key(canon, names), []).append(position)
+        return _PathTables(groups, learned)
+
+    def prepare(self) -> None:
+        """Nothing to compute up front: the tables are on disk (kept for :class:`~.matching.MatchIndex` parity)."""
+
+    def close(self) -> None:
+        """Unmap the files (the index must not be used afterwards)."""
+        for imap in self.maps:
+            imap.close()
+        for file in self._files:
+            file.close()

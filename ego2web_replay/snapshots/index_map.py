@@ -1,0 +1,123 @@
+"""The memory-mapped form of a CDXJ index for replay: captures by recorded position, and by exact key.
+
+Replay of a large snapshot must not turn a million index lines into a million Python objects before
+it serves its first request. :func:`open_index_map` gives an :class:`IndexMap` over a
+:mod:`~.sortedfile` of two tables, written once per index version into the data folder's
+``index-cache/`` (keyed by the index's path, size and mtime, like the compact cache of
+:mod:`.index_cache`) and then mapped, not read:
+
+* ``lines``: the servable lines (responses, revisits, resources) in recorded order (by timestamp,
+  then offset, as :func:`~.index_cache.parse_rows` orders them), each keyed by its position as four
+  big-endian bytes, so record ``i`` is capture ``i``;
+* ``exact``: :func:`~.sortedfile.key_bytes` of (method, URL, request body in the index's POST form)
+  -> position, for the exact stage of matching.
+
+The file is built when the index is built (``finalize``, ``snapshot index``, import; large indexes
+only, through :func:`~.index_cache.warm_cache`) or on the first mapped open of an older snapshot.
+It is never the source of truth: a missing, stale or unreadable one is rebuilt from the index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+from pathlib import Path
+
+from ..config import data_dir
+from ..errors import ArchiveError
+from ..models.index import IndexRow, index_row
+from .index_cache import parse_rows
+from .sortedfile import SortedFile, key_bytes, write_sorted_file
+
+__all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes"]
+
+_VERSION = 1
+_POSITION = struct.Struct(">I")
+
+
+def exact_key_bytes(method: str, url: str, body: str | None) -> bytes:
+    """The ``exact`` table's key of a request (method upper-cased, body in the index's POST form)."""
+    return key_bytes(method.upper(), url, body or "")
+
+
+def map_file(index: Path) -> Path | None:
+    """Where the mapped form of ``index`` is kept (None when the index cannot be read)."""
+    try:
+        st = Path(index).stat()
+    except OSError:
+        return None
+    key = hashlib.sha256(f"{Path(index).resolve()}|{st.st_size}|{st.st_mtime_ns}|map{_VERSION}".encode()).hexdigest()
+    return data_dir() / "index-cache" / f"{key[:32]}.sorted"
+
+
+def build_index_map(index: Path, rows: list[IndexRow] | None = None) -> Path:
+    """Write the mapped form of ``index`` (from ``rows`` when the caller has parsed them) and return its path."""
+    index = Path(index)
+    target = map_file(index)
+    if target is None:
+        raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
+    if rows is None:
+        rows = parse_rows(index)
+    if len(rows) >= 2**32:
+        raise ArchiveError(f"{index}: {len(rows)} captures are more than one mapped index holds (2**32)")
+    lines = [(_POSITION.pack(i) + row[5].encode("utf-8", "surrogatepass"), i) for i, row in enumerate(rows)]
+    exact = [(exact_key_bytes(row[3], row[2], row[4]), i) for i, row in enumerate(rows)]
+    meta = {"version": _VERSION, "index": str(index.resolve()), "count": len(rows),
+            "methods": sorted({row[3] for row in rows}), "first_timestamp": rows[0][0] if rows else None}
+    try:
+        write_sorted_file(target, meta, {"lines": lines, "exact": exact})
+    except OSError as e:
+        raise ArchiveError(f"{target}: cannot write the mapped index ({e.strerror})") from None
+    return target
+
+
+class IndexMap:
+    """The captures of one index, mapped: ``row(position)``, ``exact(method, url, body)``, ``count``."""
+
+    def __init__(self, file: SortedFile, index: Path) -> None:
+        self.file = file
+        self.index = index
+        self.path = file.path
+        meta = file.meta
+        self.count: int = meta["count"]
+        self.methods: frozenset[str] = frozenset(meta["methods"])
+        self.first_timestamp: str | None = meta["first_timestamp"]
+        self._lines = file.table("lines")
+        self._exact = file.table("exact")
+        if len(self._lines) != self.count or len(self._exact) != self.count:
+            raise ArchiveError(f"{self.path}: tables disagree with the header; delete it to rebuild")
+
+    def __len__(self) -> int:
+        return self.count
+
+    def line(self, position: int) -> str:
+        """The index line of the capture at ``position`` (recorded order)."""
+        return self._lines.key(position)[_POSITION.size:].decode("utf-8", "surrogatepass")
+
+    def row(self, position: int) -> IndexRow:
+        """``(timestamp, offset, url, method, body query, line)`` of the capture at ``position``."""
+        return index_row(self.line(position))[1]
+
+    def exact(self, method: str, url: str, body: str | None) -> list[int]:
+        """Positions (ascending) of the captures with exactly this method, URL and body."""
+        return self._exact.find(exact_key_bytes(method, url, body))
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def open_index_map(index: Path, *, build: bool = True) -> IndexMap:
+    """The mapped form of ``index``, built first when missing or unreadable (unless ``build`` is false)."""
+    index = Path(index)
+    target = map_file(index)
+    if target is None:
+        raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
+    if target.is_file():
+        try:
+            return IndexMap(SortedFile(target), index)
+        except (ArchiveError, KeyError, TypeError):
+            if not build:
+                raise
+    elif not build:
+        raise ArchiveError(f"{index}: no mapped index yet")
+    return IndexMap(SortedFile(build_index_map(index)), index)

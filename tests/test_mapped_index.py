@@ -1,0 +1,253 @@
+"""The sorted, memory-mapped index: bisection edge cases, and the same answers as the in-memory matcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from ego2web_replay.errors import ArchiveError
+from ego2web_replay.models.index import IndexEntry
+from ego2web_replay.replay.mapped import MappedMatchIndex, canonical_file
+from ego2web_replay.replay.matching import MatchIndex
+from ego2web_replay.replay.rules import default_rules, load_rules
+from ego2web_replay.replay.session import load_captures
+from ego2web_replay.snapshots.index_map import map_file, open_index_map
+from ego2web_replay.snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
+from ego2web_replay.snapshots.volatility import path_group
+
+RULES = default_rules()
+
+
+# -- the sorted file ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    pairs = [(b"b", 7), (b"a", 1), (b"b", 3), (b"ba", 4), (b"b?x", 5), (b"c", 9), (b"b", 5), (b"bb", 2), (b"z\xff", 0)]
+    path = tmp_path_factory.mktemp("sorted") / "t.sorted"
+    write_sorted_file(path, {"hello": "world"}, {"t": pairs, "empty": []})
+    f = SortedFile(path)
+    yield f
+    f.close()
+
+
+def test_find_first_last_duplicates_and_absent(table):
+    t = table.table("t")
+    assert table.meta == {"hello": "world"} and len(t) == 9
+    assert t.find(b"a") == [1]  # first key
+    assert t.find(b"z\xff") == [0]  # last key
+    assert t.find(b"b") == [3, 5, 7]  # duplicates, values ascending
+    for absent in (b"", b"0", b"aa", b"b\x00", b"bc", b"z", b"\xff\xff"):  # before, between, after
+        assert t.find(absent) == []
+    assert t.lower_bound(b"") == 0 and t.lower_bound(b"\xff") == len(t)
+    assert table.table("empty").find(b"a") == [] and list(table.table("empty").scan(b"")) == []
+
+
+def test_prefix_scans(table):
+    t = table.table("t")
+    assert [k for k, _ in t.scan(b"b")] == [b"b", b"b", b"b", b"b?x", b"ba", b"bb"]
+    assert list(t.scan(b"b?")) == [(b"b?x", 5)]
+    assert [v for _, v in t.scan(b"")] == [1, 3, 5, 7, 5, 4, 2, 9, 0]
+    assert list(t.scan(b"y")) == [] and list(t.scan(b"zz")) == [] and list(t.scan(b"0")) == []
+    assert list(t.scan(b"z")) == [(b"z\xff", 0)]
+
+
+def test_key_bytes_is_one_to_one_and_keeps_prefixes():
+    assert key_bytes("a", "b") != key_bytes("a\x00b") != key_bytes("a\x01\x01b")
+    assert key_bytes("a\x01", "") != key_bytes("a", "\x02")
+    assert key_bytes("host", "GET x?q=1").startswith(key_bytes("host", "GET x"))
+    assert key_bytes("h", "\ud800") == b"h\x00\xed\xa0\x80"  # a lone surrogate from JSON survives
+
+
+def test_broken_files_are_refused(tmp_path):
+    bad = tmp_path / "bad.sorted"
+    bad.write_bytes(b"not a sorted file at all")
+    with pytest.raises(ArchiveError, match="not a valid sorted index"):
+        SortedFile(bad)
+    good = tmp_path / "good.sorted"
+    write_sorted_file(good, {}, {"t": [(b"k" * 100, 1)]})
+    good.write_bytes(good.read_bytes()[:-50])
+    with pytest.raises(ArchiveError, match="cut short"):
+        SortedFile(good)
+
+
+# -- the same answers as the in-memory index ------------------------------------------------------
+
+HOSTS = ["shop.example", "www.shop.example", "api.shop.example:8443", "other.example"]
+PATHS = ["/", "/item", "/search", "/api/stock", "/poll", "/a", "/ab", "/a;jsessionid=1"]
+
+
+def _captures(rng: random.Random, n: int) -> list[tuple[str, str, str | None]]:
+    out = []
+    for i in range(n):
+        host, path = rng.choice(HOSTS), rng.choice(PATHS)
+        scheme = rng.choice(["https", "http"])
+        params = [f"id={rng.randint(1, 6)}", f"q={rng.choice(['red', 'blue+hat', 'x%20y'])}",
+                  f"_={1712345678901 + i}", f"utm_source=s{i}", f"tok={rng.randint(0, 3)}", f"page={rng.randint(1, 3)}"]
+        query = "&".join(rng.sample(params, rng.randint(0, 4)))
+        url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
+        method = rng.choice(["GET", "GET", "GET", "POST", "HEAD"]) if path != "/poll" else "GET"
+        body = None
+        if method == "POST":
+            body = "__wb_method=post&" + rng.choice([f"q={rng.randint(1, 3)}&ts=1712345678", "a=1&b=2", f"n={i}"])
+        out.append((url, method, body))
+    for _ in range(5):  # a page polling one URL
+        out.append(("https://shop.example/poll?since=1", "GET", None))
+    return out
+
+
+def _write_cdxj(path: Path, captures: list[tuple[str, str, str | None]], start: int = 0) -> None:
+    lines = []
+    for i, (url, method, body) in enumerate(captures):
+        entry = IndexEntry(surt=f"k{i}", timestamp=f"2026010100{(start + i) // 60 % 60:02d}{(start + i) % 60:02d}",
+                           url=url, mime="text/plain", digest="sha1:X", offset=1000 + i, length=10,
+                           filename="archive.warc.gz", status=200, method=method, request_body_query=body)
+        lines.append(entry.to_line())
+    lines.append(IndexEntry(surt="zz", timestamp="20260101000000", url="https://shop.example/gone", mime="warc/revisit",
+                            digest="sha1:X", offset=5, length=5, filename="archive.warc.gz", record_type="revisit",
+                            refers_to_uri="https://shop.example/item").to_line())
+    path.write_text("\n".join(sorted(lines)) + "\n")
+
+
+def _requests(rng: random.Random, captures: list[tuple[str, str, str | None]]) -> list[tuple[str, str, bytes | None]]:
+    out: list[tuple[str, str, bytes | None]] = []
+    for url, method, body in rng.sample(captures, min(len(captures), 150)):
+        raw = body.partition("&")[2].encode() if body else None
+        out.append((method, url, raw))  # exact
+        base, _, query = url.partition("?")
+        parts = [p for p in query.split("&") if p]
+        rng.shuffle(parts)
+        changed = [p if not p.startswith(("_=", "utm_source=", "tok=")) else p.split("=")[0] + "=9" for p in parts]
+        out.append((method, base + ("?" + "&".join(changed) if changed else ""), raw))  # canonical, learned
+        out.append((method, base + "?" + "&".join(parts + ["page=77"]), raw))  # a miss, or fuzzy
+        out.append(("HEAD", url, None))
+        if method == "POST":
+            out.append((method, url, b"q=2&ts=1799999999"))
+    out.append(("GET", "https://nowhere.example/", None))
+    out.append(("GET", "not a url?x=1", None))
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_mapped_and_memory_answer_alike(tmp_path, data_home, seed):
+    rng = random.Random(seed)
+    snaps = []
+    for n in range(2):  # two snapshots replayed together
+        index = tmp_path / f"s{n}" / "index.cdxj"
+        index.parent.mkdir()
+        _write_cdxj(index, _captures(rng, 250), start=n * 1000)
+        snaps.append(type("Snap", (), {"index_path": index})())
+    learned = {path_group(m, f"{scheme}://{host}{path}"): frozenset({"tok"} if path != "/search" else {"tok", "page"})
+               for m in ("GET", "POST", "HEAD") for scheme in ("http", "https") for host in HOSTS[:3] for path in PATHS}
+    requests = _requests(rng, [c for s in snaps for c in _captures(random.Random(seed), 250)])
+    captures = load_captures(snaps)
+    for policy in ("sequence", "first", "last"):
+        for fuzzy in (False, True):
+            options = {"rules": RULES, "policy": policy, "fuzzy": fuzzy, "learned": learned}
+            memory = MatchIndex(captures, **options)
+            mapped = MappedMatchIndex.open([s.index_path for s in snaps], **options)
+            assert len(mapped) == len(memory) and mapped.methods == memory.methods
+            assert [mapped.capture(i) for i in range(len(mapped))] == captures
+            outcomes = set()
+            learned_hits = 0
+            for method, url, body in requests:
+                ctype = "application/x-www-form-urlencoded" if body else None
+                want = memory.match(method, url, body, ctype)
+                got = mapped.match(method, url, body, ctype)
+                assert got == want, (policy, fuzzy, method, url, body)
+                outcomes.add(want.outcome)
+                learned_hits += "learned volatile" in want.key
+            mapped.close()
+            assert outcomes >= {"exact", "canonical", "miss"} | ({"fuzzy"} if fuzzy else set())
+            assert learned_hits
+
+
+def test_index_built_on_open_for_an_old_snapshot_and_reused(tmp_path, data_home):
+    index = tmp_path / "index.cdxj"
+    _write_cdxj(index, _captures(random.Random(3), 40))
+    target = map_file(index)
+    assert target is not None and not target.exists()  # an old snapshot: no mapped form yet
+    first = MappedMatchIndex.open([index])
+    assert target.is_file() and canonical_file(first.maps[0], RULES).is_file()
+    stamp = target.stat().st_mtime_ns
+    again = MappedMatchIndex.open([index])
+    assert target.stat().st_mtime_ns == stamp and len(again) == len(first) == 40 + 5 + 1
+    assert again.match("GET", "https://shop.example/poll?since=1").outcome == "exact"
+    # other rules: their own canonical keys, the map itself is shared
+    extra = tmp_path / "rules.yaml"
+    extra.write_text("defaults:\n  volatile_params: [id]\n")
+    other = MappedMatchIndex.open([index], rules=load_rules([extra]))
+    assert canonical_file(other.maps[0], other.rules) != canonical_file(first.maps[0], RULES)
+    # an edited index is mapped anew; a damaged map is rebuilt
+    _write_cdxj(index, _captures(random.Random(4), 10))
+    os.utime(index, ns=(1, 1))
+    assert map_file(index) != target and len(MappedMatchIndex.open([index])) == 16
+    fresh = map_file(index)
+    assert fresh is not None
+    fresh.write_bytes(b"garbage")
+    assert len(open_index_map(index)) == 16
+
+
+def test_corrupt_index_line_is_one_clear_error(tmp_path, data_home):
+    index = tmp_path / "index.cdxj"
+    _write_cdxj(index, _captures(random.Random(5), 3))
+    with index.open("a") as fh:
+        fh.write("com,x)/ 2026 " + json.dumps({"url": "https://x/"}) + "\n")  # no offset
+    with pytest.raises(ArchiveError, match=r"index.cdxj: line 10 is not a valid CDXJ line"):
+        MappedMatchIndex.open([index])
+
+
+# -- through the real replay proxy ----------------------------------------------------------------
+
+def test_replay_serves_from_the_mapped_index(ca, tmp_path, data_home, monkeypatch):
+    import urllib.request
+    from datetime import datetime
+
+    from ego2web_replay.errors import ReplayError
+    from ego2web_replay.replay.session import Replay, index_mode
+    from ego2web_replay.snapshots.snapshot import Snapshot, SnapshotWriter
+
+    sw = SnapshotWriter(tmp_path, "mapped")
+    bodies = {}
+    for i in range(30):
+        body = f"item {i} ".encode() * (i + 1)
+        url = f"http://api.example/item/{i}?utm_source=s{i}"
+        bodies[i] = body
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "text/plain"), ("X-N", str(i))],
+                                 response_body=body, date=datetime(2026, 1, 1, 0, 0, i))
+    sw.finalize()
+    snap = Snapshot.open(sw.path)
+    assert index_mode([snap]) == "memory"  # a small index is parsed
+    monkeypatch.setenv("EGO2WEB_REPLAY_INDEX", "mapped")
+    assert index_mode([snap]) == "mapped"
+    with pytest.raises(ReplayError, match="unknown index mode"):
+        index_mode([snap], "disk")
+    with Replay([sw.path], ca=ca) as replay:
+        assert isinstance(replay.replayer.index, MappedMatchIndex) and replay.captures == 30
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": replay.proxy_url}))
+        for i, query in ((3, "utm_source=s3"), (7, "utm_source=other"), (29, "utm_source=s29")):
+            with opener.open(f"http://api.example/item/{i}?{query}", timeout=10) as r:
+                assert r.read() == bodies[i] and r.headers["X-N"] == str(i)
+        with pytest.raises(urllib.error.HTTPError):
+            opener.open("http://api.example/item/99", timeout=10)
+    stats = replay.stats()
+    assert (stats.exact, stats.canonical, stats.miss) == (2, 1, 1)
+
+
+def test_bisection_across_sample_strides(tmp_path, monkeypatch):
+    from ego2web_replay.snapshots.sortedfile import KeyTable
+
+    monkeypatch.setattr(KeyTable, "STRIDE", 4)  # the sampled first level over a table of 3 words per key
+    keys = [f"k{i:03d}".encode() for i in range(0, 60, 2) for _ in range(3)]
+    write_sorted_file(tmp_path / "s.sorted", {}, {"t": [(k, i) for i, k in enumerate(keys)]})
+    t = SortedFile(tmp_path / "s.sorted").table("t")
+    for i in range(-1, 61):
+        key = f"k{i:03d}".encode()
+        want = [n for n, k in enumerate(keys) if k == key]
+        assert t.find(key) == want, key
+        assert t.lower_bound(key) == next((n for n, k in enumerate(keys) if k >= key), len(keys))
+    assert [k for k, _ in t.scan(b"k01")] == [k for k in keys if k.startswith(b"k01")]
