@@ -82,22 +82,22 @@ class SnapshotPages:
     """Archived HTML and text pages of snapshot folders, by URL."""
 
     def __init__(self, snapshot_dirs: Iterable[str | Path]) -> None:
-        self.dirs = [Path(d) for d in snapshot_dirs]
+        from ..snapshots.location import as_location
+
+        self.dirs = [as_location(d) for d in snapshot_dirs]  # folders, or URLs of snapshots on object storage
         self._entries: dict[str, tuple[Any, Any]] | None = None
         self._texts: dict[str, str | None] = {}
 
     def _load(self) -> dict[str, tuple[Any, Any]]:
         if self._entries is not None:
             return self._entries
-        try:
-            from ..snapshots.snapshot import Snapshot  # type: ignore[import-not-found,import-untyped,unused-ignore]
-        except ImportError:
-            raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
+        from ..snapshots.location import open_snapshot
+
         entries: dict[str, tuple[Any, Any]] = {}
         for d in self.dirs:
-            if not d.is_dir():
+            if isinstance(d, Path) and not d.is_dir():
                 raise JudgeError(f"{d}: snapshot folder not found; the episode's archived pages are missing")
-            snap = Snapshot.open(d)
+            snap = open_snapshot(d)
             for entry in snap.entries():
                 mime = (getattr(entry, "mime", "") or "").lower()
                 status = int(getattr(entry, "status", 0) or 0)
