@@ -126,7 +126,8 @@ def test_live_episode_converts_typed_text_xpath_and_after_action_urls(episodes):
     assert click.url == f"{site.url}/shop/item/4"
     assert answer.action.answer == "150 kcal" and answer.url == f"{site.url}/shop/item/4"
     assert click.thought and "/shop/search" in click.thought
-    assert all(st.duration_s is not None for st in traj.steps)
+    assert all(st.duration_s is not None and st.started_at is not None for st in traj.steps)
+    assert traj.extra["usage"]["calls"] == len(episodes["live_calls"]) == 3
     # screenshots were copied into the episode, not left in browser-use's temporary folder
     shots = [st.screenshot for st in traj.steps if st.screenshot]
     assert shots and all((s.path / shot).is_file() for shot in shots)

@@ -138,3 +138,72 @@ def test_scripted_model_reads_browser_use_state():
     assert element_index(state, "id=q") == 2 and element_index(state, "Crunchy Corn Snack") == 39
     with pytest.raises(LookupError):
         element_index(state, "Checkout")
+
+
+def test_a_killed_episode_keeps_the_steps_its_history_holds(tmp_path):
+    """browser-use saves its history after every step; at the episode timeout the steps so far are kept."""
+    from ego2web_replay.agents.browser_use_agent import BrowserUseAgent
+    from ego2web_replay.models import AgentSpec, Trajectory
+
+    shot = tmp_path / "step_1.png"
+    shot.write_bytes(b"\x89PNG\r\n\x1a\n" + b"0" * 32)
+    history = {"history": [
+        {"model_output": {"next_goal": "Initial navigation", "action": [{"navigate": {"url": "http://127.0.0.1:9/shop"}}]},
+         "result": [{"is_done": False}], "state": {"url": "", "title": "Initial Actions", "interacted_element": [None]},
+         "metadata": {"step_start_time": 1796124105.0, "step_end_time": 1796124106.0, "step_number": 0}},
+        {"model_output": {"thinking": "search", "next_goal": "type", "action": [{"input": {"index": 2, "text": "mug"}}]},
+         "result": [{"is_done": False}], "state": {"url": "http://127.0.0.1:9/shop", "title": "Shop",
+                                                   "screenshot_path": str(shot),
+                                                   "interacted_element": [{"x_path": "html/body/form/input"}]},
+         "metadata": {"step_start_time": 1796124107.0, "step_end_time": 1796124109.0, "step_number": 1}}]}
+    out = tmp_path / "agent"
+    out.mkdir()
+    (out / "history.json").write_text(json.dumps(history), "utf-8")
+    (out / "usage.json").write_text(json.dumps({"calls": 1, "prompt_tokens": 10, "completion_tokens": 5}), "utf-8")
+    traj = Trajectory(task_id="t1", mode="frozen", agent=AgentSpec(name="browser-use"), end_reason="timeout",
+                      error="killed")
+    BrowserUseAgent._read_extras(traj, out)
+    assert traj.end_reason == "timeout" and [s.action.kind for s in traj.steps] == ["goto", "type"]
+    assert traj.steps[1].action.value == "mug" and traj.steps[1].action.selector == "xpath=/html/body/form/input"
+    assert traj.steps[0].url == "http://127.0.0.1:9/shop" and traj.steps[0].screenshot == "screenshots/step-000.png"
+    assert (out / "screenshots" / "step-000.png").read_bytes() == shot.read_bytes()
+    assert traj.steps[1].duration_s == 2.0 and traj.steps[1].started_at.timestamp() == 1796124107.0
+    assert traj.extra["usage"] == {"calls": 1, "prompt_tokens": 10, "completion_tokens": 5}
+
+
+def test_running_out_of_steps_is_a_step_budget_end(tmp_path):
+    """browser-use appends a model-less item when it runs out of steps; that is our step_budget."""
+    from ego2web_replay.agents.browser_use import final_error
+
+    items = [{"model_output": {"action": [{"navigate": {"url": "http://127.0.0.1:9/"}}]}, "result": [{}],
+              "state": {"url": "http://127.0.0.1:9/"}},
+             {"model_output": None, "result": [{"error": "Failed to complete task in maximum steps"}],
+              "state": {"url": ""}, "metadata": None}]
+    assert final_error({"history": items}) == "Failed to complete task in maximum steps"
+    assert final_error({"history": items[:1]}) is None
+
+
+def test_cli_passes_model_settings_and_refuses_a_missing_model(tmp_path, capsys, monkeypatch):
+    """`run --agent browser-use` without a model is one error line and writes nothing; with one, the
+    CLI's model options reach the agent spec recorded in run.json (no episode gets as far as a browser)."""
+    from ego2web_replay.cli import main
+
+    monkeypatch.delenv("EGO2WEB_AGENT_MODEL", raising=False)
+    suite = tmp_path / "tasks.jsonl"
+    suite.write_text(json.dumps({"id": "t1", "instruction": "x", "start_url": "http://127.0.0.1:9/"}) + "\n", "utf-8")
+    out = tmp_path / "runs"
+    code = main(["run", str(suite), "--agent", "browser-use", "--base-url", "http://localhost:1/v1",
+                 "--out", str(out), "--snapshots", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1 and err[-1].startswith("error: the browser-use agent needs --model")
+    assert not out.exists() or not any(out.iterdir())
+    # with a model: the task has no snapshot, so its episode is a setup error before any browser starts
+    code = main(["run", str(suite), "--agent", "browser-use", "--model", "m", "--base-url", "http://localhost:1/v1",
+                 "--temperature", "0.3", "--seed", "7", "--agent-timeout", "9", "--modality", "captions",
+                 "--out", str(out), "--snapshots", str(tmp_path)])
+    assert code == 1
+    (run_json,) = out.glob("*/run.json")
+    spec = json.loads(run_json.read_text("utf-8"))["agent"]
+    assert spec["name"] == "browser-use" and spec["model"] == "m" and spec["input_modality"] == "captions"
+    assert {k: spec["settings"][k] for k in ("base_url", "temperature", "seed", "timeout_s")} == {
+        "base_url": "http://localhost:1/v1", "temperature": 0.3, "seed": 7, "timeout_s": 9.0}

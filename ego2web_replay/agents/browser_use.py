@@ -13,11 +13,13 @@ Each action of each history item becomes one :class:`Step`. An item's
 *after* an item's actions are those of the next item's state (the last item
 keeps its own), and so is the screenshot. Element indexes are resolved to the element's XPath
 (``x_path``); typed text is kept; the model's thinking and next goal become
-the thought; the item's duration (``metadata``) is shared by its actions;
-screenshots (files browser-use leaves in its temporary folder, or base64) are
+the thought; the item's duration (``metadata``) is shared by its actions, which
+start at its start time; screenshots (files browser-use leaves in its temporary folder, or base64) are
 copied into the episode. Older histories (``current_state``, ``xpath``,
 ``go_to_url``/``input_text``/``click_element_by_index``) are read too. Actions
 with no counterpart in our vocabulary become ``wait`` steps that name the original.
+:func:`final_error` reads why a run ended without ``done`` (browser-use appends a
+model-less item, e.g. "Failed to complete task in maximum steps").
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote_plus
@@ -32,7 +35,7 @@ from urllib.parse import quote_plus
 from ..actions import Action
 from ..models import Step
 
-__all__ = ["convert_browser_use_history"]
+__all__ = ["convert_browser_use_history", "final_error"]
 
 SEARCH_ENGINES = {"duckduckgo": "https://duckduckgo.com/?q=", "google": "https://www.google.com/search?q=",
                   "bing": "https://www.bing.com/search?q="}
@@ -131,6 +134,23 @@ def _duration(meta: Any, n: int) -> float:
         return 0.0
 
 
+def _started(meta: Any) -> datetime | None:
+    try:
+        return datetime.fromtimestamp(float(meta["step_start_time"]), UTC)
+    except (KeyError, TypeError, ValueError, OverflowError, OSError):
+        return None
+
+
+def final_error(data: Any) -> str | None:
+    """The error of a history's last item when it holds no model output (how browser-use records
+    running out of steps); None otherwise."""
+    items = data.get("history") if isinstance(data, dict) else data
+    if not isinstance(items, list) or not items or not isinstance(items[-1], dict) or items[-1].get("model_output"):
+        return None
+    errors = [str(r["error"]) for r in items[-1].get("result") or [] if isinstance(r, dict) and r.get("error")]
+    return "; ".join(errors) or None
+
+
 def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], str | None]:
     """Return our steps and the final answer (``done``'s text or the last ``is_done`` content)."""
     if isinstance(data, list):
@@ -151,6 +171,7 @@ def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], s
         actions = [a for a in output.get("action") or [] if isinstance(a, dict) and a]
         thought = _thought(output)
         duration = _duration(item.get("metadata"), len(actions))
+        started = _started(item.get("metadata"))
         shot = after.get("screenshot_path") or after.get("screenshot")
         for i, act in enumerate(actions):
             name, params = next(iter(act.items()))
@@ -162,7 +183,8 @@ def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], s
             steps.append(Step(index=index, action=action,
                               url=after.get("url") if last else None, title=after.get("title") if last else None,
                               screenshot=_screenshot(shot, out_dir, index) if last else None,
-                              error=result.get("error"), thought=note or thought, duration_s=duration))
+                              error=result.get("error"), thought=note or thought, duration_s=duration,
+                              started_at=started))
             if action.kind == "answer":
                 answer = action.answer
         for r in results:

@@ -32,6 +32,7 @@ from typing import Any
 from ..errors import AgentError
 from ..models import AgentSpec, Task, Trajectory
 from .base import EpisodeEnv
+from .browser_use import convert_browser_use_history
 from .browser_use_main import PROXY_VARS, QUIET_ENV
 from .command import CommandAgent
 
@@ -100,12 +101,30 @@ class BrowserUseAgent(CommandAgent):
             self._tmp = Path(tmp)
             try:
                 traj = super().run_episode(task, env)
+                self._read_extras(traj, env.out_dir)  # while browser-use's screenshots still exist
             finally:
                 self._tmp = None
         traj.agent = self.spec
-        if note:
-            traj.extra["inputs_note"] = note
+        if note and env.inputs is not None:  # what was sent, as the runner records it
+            sent = json.loads(env.inputs.read_text("utf-8"))
+            traj.extra["inputs"] = {"modality": sent["modality"], "frames": [f["t"] for f in sent["frames"]],
+                                    "captions": len(sent.get("captions") or []),
+                                    "video": Path(sent["video"]).name, "note": note}
         return traj
+
+    @staticmethod
+    def _read_extras(traj: Trajectory, out: Path) -> None:
+        """Usage into ``extra["usage"]``; after a timeout, the steps the history holds (the reason stays)."""
+        try:
+            traj.extra["usage"] = json.loads((out / "usage.json").read_text("utf-8"))
+        except (OSError, ValueError):
+            pass
+        if traj.end_reason == "timeout" and not traj.steps and (out / "history.json").exists():
+            try:
+                steps, _ = convert_browser_use_history(json.loads((out / "history.json").read_text("utf-8")), out)
+            except (OSError, ValueError):
+                return
+            traj.steps = steps
 
     def _frames_for_video(self, env: EpisodeEnv) -> str | None:
         """browser-use sends images, not video: a ``video`` input sent as ``video_url`` becomes frames."""

@@ -19,7 +19,8 @@
 * gives the model the instruction, the start URL, the allowed sites and what the
   input modality sends (``$EGO2WEB_INPUTS``: frames as images in every state
   message via browser-use's ``sample_images``, captions as text);
-* writes browser-use's history to ``$EGO2WEB_OUT/history.json``.
+* writes browser-use's history to ``$EGO2WEB_OUT/history.json`` after every step (so an
+  episode killed at its timeout keeps the steps it took) and its token usage to ``usage.json``.
 
 Settings (a JSON object; all optional): ``model``, ``base_url``, ``temperature``,
 ``seed``, ``max_output_tokens``, ``timeout_s`` (per model call), ``max_actions_per_step``,
@@ -175,11 +176,26 @@ async def _run(settings: dict[str, Any], task: dict[str, Any], inputs: dict[str,
         step_timeout=int(settings.get("step_timeout_s", 180)), enable_signal_handler=False,
         source="ego2web-replay",
     )
+    async def save(_: Any = None) -> None:
+        save_history(agent.history, out)
+
     try:
-        await agent.run(max_steps=max_steps)
+        await agent.run(max_steps=max_steps, on_step_end=save)  # after each step: a killed run keeps its steps
     finally:
-        agent.history.save_to_file(out / "history.json")  # what was done, even when the run failed
+        await save()  # what was done, even when the run failed
     return 0
+
+
+def save_history(history: Any, out: Path) -> None:
+    """``history.json`` (replaced whole, never half-written) and ``usage.json`` (model calls and tokens)."""
+    partial = out / "history.json.partial"
+    history.save_to_file(partial)
+    os.replace(partial, out / "history.json")
+    usage = getattr(history, "usage", None)
+    if usage is not None:
+        (out / "usage.json").write_text(json.dumps({
+            "calls": usage.entry_count, "prompt_tokens": usage.total_prompt_tokens,
+            "completion_tokens": usage.total_completion_tokens}) + "\n", "utf-8")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -55,7 +55,7 @@ from ..browser import sealed_chromium_args
 from ..lifeline import preexec_die_with_parent
 from ..models import Action, AgentSpec, Step, Task, Trajectory
 from .base import EpisodeEnv
-from .browser_use import convert_browser_use_history
+from .browser_use import convert_browser_use_history, final_error
 
 __all__ = ["CommandAgent"]
 
@@ -142,10 +142,16 @@ class CommandAgent:
                     traj.end_reason = "answered"
                 return traj
             if history.exists():
-                steps, answer_text = convert_browser_use_history(json.loads(history.read_text("utf-8")), out)
+                data = json.loads(history.read_text("utf-8"))
+                steps, answer_text = convert_browser_use_history(data, out)
                 base.steps = steps
                 base.answer = answer_text
                 base.end_reason = "answered" if answer_text is not None else ("stopped" if steps else "no_actions")
+                ended = final_error(data)
+                if answer_text is None and ended:
+                    base.error = ended
+                    if "maximum steps" in ended:  # browser-use's own words for running out of steps
+                        base.end_reason = "step_budget"
                 base.extra["format"] = "browser-use"
                 return base
             if answer.exists():
