@@ -82,22 +82,28 @@ class SnapshotPages:
     """Archived HTML and text pages of snapshot folders, by URL."""
 
     def __init__(self, snapshot_dirs: Iterable[str | Path]) -> None:
-        from ..snapshots.location import as_location
-
-        self.dirs = [as_location(d) for d in snapshot_dirs]  # folders, or URLs of snapshots on object storage
+        # folders, or URLs of snapshots on object storage (kept as strings)
+        self.dirs: list[Path | str] = [d if isinstance(d, str) and "://" in d else Path(d) for d in snapshot_dirs]
         self._entries: dict[str, tuple[Any, Any]] | None = None
         self._texts: dict[str, str | None] = {}
 
     def _load(self) -> dict[str, tuple[Any, Any]]:
         if self._entries is not None:
             return self._entries
-        from ..snapshots.location import open_snapshot
-
+        try:
+            from ..snapshots.snapshot import Snapshot  # type: ignore[import-not-found,import-untyped,unused-ignore]
+        except ImportError:
+            raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
         entries: dict[str, tuple[Any, Any]] = {}
         for d in self.dirs:
-            if isinstance(d, Path) and not d.is_dir():
+            if isinstance(d, str):
+                from ..snapshots.location import open_snapshot
+
+                snap = open_snapshot(d)
+            elif not d.is_dir():
                 raise JudgeError(f"{d}: snapshot folder not found; the episode's archived pages are missing")
-            snap = open_snapshot(d)
+            else:
+                snap = Snapshot.open(d)
             for entry in snap.entries():
                 mime = (getattr(entry, "mime", "") or "").lower()
                 status = int(getattr(entry, "status", 0) or 0)
