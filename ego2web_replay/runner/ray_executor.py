@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Ego2WebError
-from ..models import AgentSpec, Trajectory, load_trajectory, save_model
+from ..models import load_trajectory, save_model
 from ..raycluster import connected, driver_env, import_ray, swap_env
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
-from .executor import log_start
+from .executor import infra_failure, log_start
 
 __all__ = ["RayExecutor", "RaySettings", "infra_failure", "ray_available"]
 
@@ -67,19 +67,6 @@ class RaySettings:
     num_cpus: float = 1.0
     memory_mb: int | None = None
     max_retries: int = 2
-
-
-def infra_failure(job: EpisodeRequest, error: str) -> EpisodeSummary:
-    """Record (on the driver) an episode lost to the infrastructure: a trajectory with ``infra_error``."""
-    final = job.folder
-    if final.exists():
-        shutil.rmtree(final)
-    final.mkdir(parents=True)
-    traj = Trajectory(task_id=job.task.id, instruction=job.task.instruction, mode=job.mode,  # type: ignore[arg-type]
-                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error, repeat=job.repeat)
-    save_model(final / "trajectory.json", traj)
-    return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="infra_error", steps=0,
-                          answer=None, misses=None, error=error, path=final, repeat=job.repeat)
 
 
 # ---------------------------------------------------------------- worker side
