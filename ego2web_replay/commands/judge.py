@@ -58,7 +58,9 @@ def judge() -> None:
 @click.option("--workers", default=4, show_default=True, help="Episodes judged at once (and LLM calls in flight).")
 @click.option("--threshold", type=click.IntRange(1, 5),
               help="ego2web/webjudge: keep screenshots scored at least this (default 3).")
-@click.option("--max-screenshots", type=click.IntRange(0), help="ego2web/webjudge: most screenshots kept (default 8).")
+@click.option("--max-screenshots", type=click.IntRange(0),
+              help="ego2web/webjudge: most screenshots kept (default 8); rubric: most screenshots of the cited "
+                   "pages sent with each verified claim (default 3).")
 @click.option("--keyframes", "keyframes_per_range", type=click.IntRange(1),
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
@@ -124,7 +126,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
 @judge.command("agreement")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--human", "labels", required=True, type=click.Path(path_type=Path),
-              help="Labels CSV with header task_id,mode,label[,annotator,agent].")
+              help="Labels CSV with header task_id,mode,label[,annotator,agent,repeat].")
 @click.option("--judge", "judge_name", default="ego2web", show_default=True, help="Whose verdicts to compare.")
 @iterations_option(1000, minimum=0, alias="--bootstrap")
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap.")
@@ -135,11 +137,12 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, ite
 
     \b
     The labels CSV has a header and one row per label:
-      task_id,mode,label[,annotator,agent]
+      task_id,mode,label[,annotator,agent,repeat]
     label is success/failure (or 1/0); mode is live or frozen; with several
     annotators per episode the majority counts (ties are left out); agent
     (agent name, name/model, or run folder name) picks the episode when
-    several runs hold the same task. Reports per agent and overall: agreement,
+    several runs hold the same task; repeat (default 0) picks one repeat of a
+    run --repeats K run. Reports per agent and overall: agreement,
     Cohen's kappa, confusion matrix, false-positive and false-negative rates
     with bootstrap confidence intervals.
     """
