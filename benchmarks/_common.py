@@ -350,10 +350,11 @@ class RecordingProxy:
 
     def __init__(self, root: Path, name: str, compression: str) -> None:
         from ego2web_replay.proxy import ProxyServer
-        from ego2web_replay.recorder.session import record_addons
+        from ego2web_replay.recorder.session import RecordOptions, record_addons
         from ego2web_replay.snapshots.snapshot import SnapshotWriter
 
-        self.writer = SnapshotWriter(root, name, compression=compression, source="record")  # type: ignore[arg-type]
+        self.writer = SnapshotWriter(root, name, compression=compression, source="record",  # type: ignore[arg-type]
+                                     dedup_min_size=RecordOptions().dedup_min_size)  # as `record` does
         self.guard, self.recorder = record_addons(self.writer.writer)
         self.proxy = ProxyServer([self.guard, self.recorder], options={"guard_mode": "loopback"})
 
