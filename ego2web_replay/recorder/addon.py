@@ -14,12 +14,10 @@ ever passes unrecorded.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
@@ -59,7 +57,6 @@ class Recorder:
         self.errors: list[str] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ego2web-recorder")
 
     def load(self, loader: Any) -> None:
         loader.add_option("record_keep_credentials", bool, self.keep_credentials,
@@ -80,38 +77,11 @@ class Recorder:
                 502, f"ego2web-replay: recording stopped ({self.failed})\n".encode(),
                 {"Content-Type": "text/plain", "X-Ego2Web-Replay": "recording-failed"})
 
-    async def response(self, flow: Any) -> None:
-        """Archive the exchange, then let the response go. The write runs in the recorder's one writer
-        thread, so the proxy's event loop carries other flows meanwhile (records stay in the order the
-        responses completed); this flow waits for it, so a failed write still kills it."""
+    def response(self, flow: Any) -> None:
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return  # answered by the guard, a replay or a refusal: nothing came from upstream
         if flow.websocket is not None:
             return
-        fields = self._fields(flow)
-        try:
-            await asyncio.get_running_loop().run_in_executor(self._pool, self._write, fields)
-        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
-            self.failed = f"cannot write the archive: {e}"
-            self.errors.append(self.failed)
-            log.error("ego2web-replay: %s", self.failed)
-            flow.kill()
-            return
-        self.exchanges += 1
-        self.payload_bytes += len(fields["response_body"])
-        if self.on_exchange is not None:
-            self.on_exchange(flow)
-
-    def done(self) -> None:
-        """The proxy stops: wait for the writes still under way (the snapshot is finalized next)."""
-        self._pool.shutdown(wait=True)
-
-    def _write(self, fields: dict[str, Any]) -> None:
-        with self._lock:
-            self.writer.write_exchange(**fields)
-
-    def _fields(self, flow: Any) -> dict[str, Any]:
-        """The ``write_exchange`` arguments of a flow, credentials redacted unless kept."""
         req, resp = flow.request, flow.response
         red = self.redactor if not self.keep_credentials else None
         req_headers = _fields(req.headers)
@@ -126,10 +96,32 @@ class Recorder:
                 req_headers.insert(0, ("Host", req.authority or req.pretty_host))
         peer = flow.server_conn.peername
         started = dt.datetime.fromtimestamp(req.timestamp_start, dt.UTC).replace(tzinfo=None)
-        return {"url": url, "method": req.method, "request_headers": req_headers, "request_body": req_body,
-                "status": resp.status_code, "reason": resp.reason or "", "response_headers": resp_headers,
-                "response_body": resp.raw_content or b"", "http_version": resp.http_version or "HTTP/1.1",
-                "ip": peer[0] if peer else None, "date": started}
+        body = resp.raw_content or b""
+        try:
+            with self._lock:
+                self.writer.write_exchange(
+                    url=url,
+                    method=req.method,
+                    request_headers=req_headers,
+                    request_body=req_body,
+                    status=resp.status_code,
+                    reason=resp.reason or "",
+                    response_headers=resp_headers,
+                    response_body=body,
+                    http_version=resp.http_version or "HTTP/1.1",
+                    ip=peer[0] if peer else None,
+                    date=started,
+                )
+        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
+            self.failed = f"cannot write the archive: {e}"
+            self.errors.append(self.failed)
+            log.error("ego2web-replay: %s", self.failed)
+            flow.kill()
+            return
+        self.exchanges += 1
+        self.payload_bytes += len(body)
+        if self.on_exchange is not None:
+            self.on_exchange(flow)
 
     def tls_failed_server(self, data: Any) -> None:
         """An upstream TLS handshake failed: keep certificate problems for a clear recording error."""
