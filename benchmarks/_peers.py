@@ -184,13 +184,39 @@ class Peer:
                 self.proc.wait()
 
 
-def ours(snapshot: Path, port: int, duration: float, stats: Path) -> Peer:
+def ours(snapshot: Path, port: int, duration: float, stats: Path, extra: Sequence[str] = (),
+         name: str = "ego2web-replay serve") -> Peer:
+    """Our ``serve`` with ``extra`` options (``--engine mitmproxy``, ``--processes 2`` ...)."""
     code = "import sys; from ego2web_replay.cli import main; sys.exit(main())"
     argv = [sys.executable, "-c", code, "serve", str(snapshot), "--port", str(port), "--duration", str(duration),
-            "--stats", str(stats)]
+            "--stats", str(stats), *extra]
     from importlib.metadata import version
 
-    return Peer("ego2web-replay serve", port, argv, cwd=ROOT, version=version("ego2web-replay") + " (this checkout)")
+    return Peer(name, port, argv, cwd=ROOT, version=version("ego2web-replay") + " (this checkout)")
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) used so far by ``pid`` and every live process below it."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / tick
+    total = 0.0
+    for p, t in times.items():
+        q = p
+        while q > 1 and q != pid:
+            q = parents.get(q, 0)
+        if q == pid:
+            total += t
+    return total
 
 
 def pywb(warc_gz: Path, workdir: Path, port: int) -> Peer:

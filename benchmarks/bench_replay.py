@@ -1,6 +1,7 @@
-"""Replay: requests/s and added latency through our ``serve``, pywb (proxy mode), mitmproxy
-``--server-replay`` and a plain static server (the limit), all serving one recorded multi-page
-snapshot; Chromium page-load time through each; index load time of a 100k-record snapshot.
+"""Replay: requests/s, CPU per request and added latency through our ``serve`` (its fast engine, the
+same on two processes, and its mitmproxy engine), pywb (proxy mode), mitmproxy ``--server-replay``
+and a plain static server (the limit), all serving one recorded multi-page snapshot; Chromium
+page-load time through each; index load time of a 100k-record snapshot.
 
     /work/main/.venv/bin/python benchmarks/bench_replay.py [--rounds 3] [--duration 5] [--reps 5]
 
@@ -70,6 +71,12 @@ def record_snapshot(root: Path, pages: int) -> tuple[Path, list[str]]:
         proc.kill()  # the site is gone: every replay below serves the snapshot only
 
 
+OURS = "ego2web-replay serve (fast engine)"
+OURS2 = "ego2web-replay serve --processes 2"
+OURS_MITM = "ego2web-replay serve --engine mitmproxy"
+STATIC = "static server (limit)"
+
+
 def wrk_script(urls: list[str], path: Path) -> None:
     items = ",\n".join(json.dumps(u) for u in urls)
     path.write_text(f"""local urls = {{
@@ -85,10 +92,14 @@ end
 """)
 
 
-def run_wrk(port: int, script: Path, duration: float, threads: int, conns: int) -> dict[str, float]:
+def run_wrk(port: int, script: Path, duration: float, threads: int, conns: int,
+            pid: int | None = None) -> dict[str, float]:
+    """One wrk run against ``port``; with ``pid``, also the server's CPU seconds (its process tree)."""
+    cpu0 = _peers.cpu_seconds(pid) if pid else 0.0
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration:.0f}s", "--latency", "--timeout", "5s",
                           "-s", str(script), f"http://127.0.0.1:{port}"],
                          capture_output=True, text=True, timeout=duration + 60).stdout
+    cpu = _peers.cpu_seconds(pid) - cpu0 if pid else float("nan")
 
     def lat(q: str) -> float:
         m = re.search(rf"^\s+{q}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -98,8 +109,9 @@ def run_wrk(port: int, script: Path, duration: float, threads: int, conns: int) 
     total = re.search(r"(\d+) requests in", out)
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     sock = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    requests = int(total.group(1)) if total else 0
     return {"rps": float(rps.group(1)) if rps else 0.0, "p50": lat("50"), "p99": lat("99"),
-            "requests": int(total.group(1)) if total else 0, "non2xx": int(bad.group(1)) if bad else 0,
+            "cpu_us": cpu / requests * 1e6 if requests else float("nan"), "requests": requests, "non2xx": int(bad.group(1)) if bad else 0,
             "sock_errors": sum(map(int, sock.groups())) if sock else 0, "raw": out}
 
 
@@ -161,7 +173,10 @@ def main() -> None:
         wrk_script(urls, script)
 
         stats_file = tmp / "ours-stats.json"
-        peers = [_peers.ours(snap, free_port(), 3600, stats_file),
+        peers = [_peers.ours(snap, free_port(), 3600, stats_file, name=OURS),
+                 _peers.ours(snap, free_port(), 3600, tmp / "ours2-stats.json", ["--processes", "2"], name=OURS2),
+                 _peers.ours(snap, free_port(), 3600, tmp / "oursm-stats.json", ["--engine", "mitmproxy"],
+                             name=OURS_MITM),
                  _peers.pywb(snap / "archive.warc.gz", tmp / "pywb", free_port()),
                  _peers.mitmproxy_replay(flows, free_port()),
                  _peers.static(snap, free_port())]
@@ -176,9 +191,10 @@ def main() -> None:
             run_wrk(p.port, script, 1, args.threads, args.conns)
         for _ in range(args.rounds):
             for p in peers:
-                res = run_wrk(p.port, script, args.duration, args.threads, args.conns)
+                res = run_wrk(p.port, script, args.duration, args.threads, args.conns, pid=p.proc.pid)
                 wrk_res[p.name].append(res)
-                print(f"  wrk {p.name}: {res['rps']:.0f} req/s, p50 {res['p50']:.2f} ms, p99 {res['p99']:.2f} ms, "
+                print(f"  wrk {p.name}: {res['rps']:.0f} req/s, {res['cpu_us']:.0f} us CPU/request, "
+                      f"p50 {res['p50']:.2f} ms, p99 {res['p99']:.2f} ms, "
                       f"non-2xx {res['non2xx']}, socket errors {res['sock_errors']}")
 
         # Chromium page loads: fresh context per load, interleaved across servers
@@ -217,32 +233,40 @@ def main() -> None:
 
     # -- report ---------------------------------------------------------------------------------
     names = [p.name for p in peers]
-    static_name, ours_name = names[-1], names[0]
+    static_name, ours_name, pywb_name, mitm_name = STATIC, OURS, names[3], names[4]
     rps = {n: median([r["rps"] for r in wrk_res[n]]) for n in names}
+    cpu = {n: median([r["cpu_us"] for r in wrk_res[n]]) for n in names}
     p50 = {n: median([r["p50"] for r in wrk_res[n]]) for n in names}
     p99 = {n: median([r["p99"] for r in wrk_res[n]]) for n in names}
     pl = {n: median(loads[n]) for n in names}
     pd = {n: median(dones[n]) for n in names}
-    header = ["server", "version", "req/s", "ours / it", "p50 ms", "p99 ms", "added p50 ms", "non-2xx + errors",
-              "page `load` ms", "vs static", "last XHR ms", "vs static", "failed loads"]
+    header = ["server", "version", "req/s", "ours / it", "CPU µs/request", "p50 ms", "p99 ms", "added p50 ms",
+              "non-2xx + errors", "page `load` ms", "vs static", "last XHR ms", "vs static", "failed loads"]
     rows = []
     for p in peers:
         n = p.name
         errs = sum(r["non2xx"] + r["sock_errors"] for r in wrk_res[n])
-        rows.append([n, p.version, f"{rps[n]:.0f}", f"{rps[ours_name] / rps[n]:.2f}x", f"{p50[n]:.2f}",
-                     f"{p99[n]:.2f}", f"{p50[n] - p50[static_name]:.2f}", errs, f"{pl[n]:.0f}",
+        rows.append([n, p.version, f"{rps[n]:.0f}", f"{rps[ours_name] / rps[n]:.2f}x", f"{cpu[n]:.0f}",
+                     f"{p50[n]:.2f}", f"{p99[n]:.2f}", f"{p50[n] - p50[static_name]:.2f}", errs, f"{pl[n]:.0f}",
                      f"{pl[n] / pl[static_name]:.2f}x", f"{pd[n]:.0f}", f"{pd[n] / pd[static_name]:.2f}x",
                      failures[n]])
-    pywb_name, mitm_name = names[1], names[2]
+
+    def verdict(ok: bool) -> str:
+        return "met" if ok else "NOT met"
+
     targets = [
-        ["throughput >= 2x pywb", f"{rps[ours_name] / rps[pywb_name]:.2f}x",
-         "met" if rps[ours_name] >= 2 * rps[pywb_name] else "NOT met"],
-        ["throughput >= mitmproxy --server-replay", f"{rps[ours_name] / rps[mitm_name]:.2f}x",
-         "met" if rps[ours_name] >= rps[mitm_name] else "NOT met"],
+        ["CPU per replayed request <= 300 µs", f"{cpu[ours_name]:.0f} µs", verdict(cpu[ours_name] <= 300)],
+        ["throughput >= 5x mitmproxy --server-replay", f"{rps[ours_name] / rps[mitm_name]:.2f}x",
+         verdict(rps[ours_name] >= 5 * rps[mitm_name])],
+        ["throughput >= 2x pywb", f"{rps[ours_name] / rps[pywb_name]:.2f}x", verdict(rps[ours_name] >= 2 * rps[pywb_name])],
+        ["replayed page load (to `load`) <= 1.2x static", f"{pl[ours_name] / pl[static_name]:.2f}x",
+         verdict(pl[ours_name] <= 1.2 * pl[static_name])],
         ["replayed page load (to last XHR) <= 1.2x static", f"{pd[ours_name] / pd[static_name]:.2f}x",
-         "met" if pd[ours_name] <= 1.2 * pd[static_name] else "NOT met"],
+         verdict(pd[ours_name] <= 1.2 * pd[static_name])],
+        ["two processes: throughput vs one", f"{rps[OURS2] / rps[ours_name]:.2f}x", "-"],
+        ["fast engine vs our mitmproxy engine (throughput)", f"{rps[ours_name] / rps[OURS_MITM]:.2f}x", "-"],
         [f"index load of {idx['records']:,} records < 1 s (indexed once, then from the cache)",
-         f"{idx['open_s']:.2f} s", "met" if idx["open_s"] < 1 else "NOT met"],
+         f"{idx['open_s']:.2f} s", verdict(idx["open_s"] < 1)],
         [f"(for reference: parsing the {idx['records']:,}-line CDXJ without the cache, once per index)",
          f"{idx['cold_s']:.2f} s", "-"],
     ]
@@ -269,14 +293,17 @@ def main() -> None:
 One snapshot of a local {args.pages}-page site ({len(records)} responses, {len(urls)} distinct 200 URLs,
 {total_bytes / len(urls) / 1024:.1f} KiB mean body), recorded once through our recorder as a gzip
 WARC; the site is then stopped. Each server runs in its own process on 127.0.0.1 and serves that
-snapshot: our `ego2web-replay serve` (default settings: frozen-clock script injected into HTML);
+snapshot: our `ego2web-replay serve` (default settings: the fast engine, frozen-clock script
+injected into HTML), the same with `--processes 2` and with `--engine mitmproxy`;
 pywb in proxy mode on a collection built with `wb-manager add` from the same `.warc.gz`
 (`enable_content_rewrite: false`); `mitmdump --server-replay` on a flows file converted from the
 same snapshot with mitmproxy's `io.FlowWriter` (`server_replay_extra=kill`, `server_replay_reuse=true`,
 `server_replay_refresh=false`, `connection_strategy=lazy`, `-q`); and a static asyncio server
 holding the same response bytes in memory (the limit). Throughput: `wrk -t{args.threads} -c{args.conns}
 -d{args.duration:.0f}s` sending absolute-form request lines over all the URLs, {args.rounds} rounds
-interleaved across servers, median. "Added p50" is the server's p50 minus the static server's.
+interleaved across servers, median. "CPU µs/request" is the CPU time (user + system) of the server's
+process tree during a run divided by the requests it answered (wrk itself shares the 2 cores).
+"Added p50" is the server's p50 minus the static server's.
 Page loads: each page {args.reps} times per server in a fresh Chromium context (empty cache),
 interleaved, median; "last XHR" is when the page's 8 XHRs have all answered.
 

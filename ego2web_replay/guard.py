@@ -15,10 +15,12 @@ import ipaddress
 import logging
 import typing
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["UpstreamGuard", "BACKGROUND_HOSTS", "is_loopback_host", "host_matches"]
+__all__ = ["UpstreamGuard", "GuardPolicy", "BACKGROUND_HOSTS", "blocked_response", "is_loopback_host",
+           "host_matches"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,37 @@ def host_matches(host: str, patterns: Iterable[str]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class GuardPolicy:
+    """Which upstream hosts may be contacted: the guard's decision, without mitmproxy."""
+
+    mode: str = "loopback"
+    allow: Sequence[str] = ()
+    deny: Sequence[str] = ()
+    block_background: bool = True
+
+    def allowed(self, host: str) -> tuple[bool, str]:
+        """Whether ``host`` may be contacted upstream, and why not."""
+        if self.block_background and host_matches(host, BACKGROUND_HOSTS):
+            return False, "background"
+        if host_matches(host, self.deny):
+            return False, "denied"
+        if is_loopback_host(host):
+            return True, ""
+        if self.mode == "open":
+            return True, ""
+        if self.mode == "allowlist" and host_matches(host, self.allow):
+            return True, ""
+        return False, "not-allowed"
+
+
+def blocked_response(host: str, why: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    """The proxy's own answer for a host it never contacts: status, headers, body."""
+    body = f"ego2web-replay: upstream {host} is blocked ({why})\n".encode()
+    return 403, [("Content-Type", "text/plain; charset=utf-8"), (BLOCK_HEADER, f"blocked; reason={why}"),
+                 ("Cache-Control", "no-store"), ("Content-Length", str(len(body)))], body
+
+
 class UpstreamGuard:
     """mitmproxy addon; see the module docstring. ``counts`` holds what it answered."""
 
@@ -88,17 +121,8 @@ class UpstreamGuard:
         from mitmproxy import ctx
 
         opts = ctx.options
-        if opts.guard_block_background and host_matches(host, BACKGROUND_HOSTS):
-            return False, "background"
-        if host_matches(host, opts.guard_deny):
-            return False, "denied"
-        if is_loopback_host(host):
-            return True, ""
-        if opts.guard_mode == "open":
-            return True, ""
-        if opts.guard_mode == "allowlist" and host_matches(host, opts.guard_allow):
-            return True, ""
-        return False, "not-allowed"
+        return GuardPolicy(opts.guard_mode, tuple(opts.guard_allow), tuple(opts.guard_deny),
+                           opts.guard_block_background).allowed(host)
 
     def request(self, flow: Any) -> None:
         from mitmproxy import http
@@ -112,12 +136,8 @@ class UpstreamGuard:
         if len(self.blocked_urls) < 1000:
             self.blocked_urls.append(flow.request.pretty_url)
         flow.metadata["ego2web"] = "blocked"
-        flow.response = http.Response.make(
-            403,
-            f"ego2web-replay: upstream {flow.request.pretty_host} is blocked ({why})\n".encode(),
-            {"Content-Type": "text/plain; charset=utf-8", BLOCK_HEADER: f"blocked; reason={why}",
-             "Cache-Control": "no-store"},
-        )
+        status, headers, body = blocked_response(flow.request.pretty_host, why)
+        flow.response = http.Response.make(status, body, [(k.encode(), v.encode()) for k, v in headers])
 
     def server_connect(self, data: Any) -> None:
         address = data.server.address

@@ -34,7 +34,7 @@ def test_index_frozen_while_serving_and_released_after(ca, tmp_path):
     snap = _snapshot(tmp_path)
     assert gcfreeze.holders() == 0
     with Replay([snap], ca=ca) as replay:
-        index = replay.replayer.index
+        index = replay.responder.index
         # the index's tables sit in the permanent generation: full collections do not walk them
         assert gcfreeze.holders() == 1 and gc.get_freeze_count() > 0
         assert gc.is_tracked(index.exact) and not _tracked(index.exact)
@@ -55,7 +55,7 @@ def test_freeze_can_be_turned_off(ca, tmp_path, monkeypatch):
     monkeypatch.setenv("EGO2WEB_REPLAY_GC_FREEZE", "0")
     replay = Replay([_snapshot(tmp_path)], ca=ca)
     replay.open()
-    assert gcfreeze.holders() == 0 and _tracked(replay.replayer.index.exact)
+    assert gcfreeze.holders() == 0 and _tracked(replay.responder.index.exact)
 
 
 def test_failed_start_gives_the_freeze_back(ca, tmp_path):

@@ -116,14 +116,18 @@ def _crafted_snapshot(root: Path, pages: dict[str, tuple[int, str, bytes]]) -> P
     return sw.path
 
 
-def test_hermetic_no_connection_to_canary_and_misses_counted(chromium, ca, tmp_path):
+ENGINES = pytest.mark.parametrize("engine", ["fast", "mitmproxy"])  # both carry the same responder
+
+
+@ENGINES
+def test_hermetic_no_connection_to_canary_and_misses_counted(chromium, ca, tmp_path, engine):
     canary = Canary()
     html = (f'<html><body><h1>shop</h1><img src="http://127.0.0.1:{canary.port}/pixel.png">'
             '<script src="https://unknown-host.invalid/x.js"></script>'
             '<img src="https://shop.example/logo.png"></body></html>').encode()
     snap = _crafted_snapshot(tmp_path, {"https://shop.example/": (200, "text/html", html),
                                         "https://shop.example/logo.png": (200, "image/png", b"\x89PNG fake")})
-    with Replay([snap], ca=ca) as replay:
+    with Replay([snap], ca=ca, engine=engine) as replay:
         ctx = chromium.new_context(proxy_url=replay.proxy_url)
         page = ctx.new_page()
         page.goto("https://shop.example/", wait_until="load")
@@ -154,11 +158,12 @@ def _fetch(opener, url, headers=None, method="GET", data=None):
         return e.code, e.headers, e.read()
 
 
-def test_http_details(ca, tmp_path):
+@ENGINES
+def test_http_details(ca, tmp_path, engine):
     body = bytes(range(256)) * 4
     snap = _crafted_snapshot(tmp_path, {"http://files.example/blob.bin": (200, "application/octet-stream", body),
                                         "http://files.example/page": (200, "text/html", b"<html><head></head>hi</html>")})
-    with Replay([snap], ca=ca, miss="410") as replay:
+    with Replay([snap], ca=ca, miss="410", engine=engine) as replay:
         op = _opener(replay)
         status, headers, got = _fetch(op, "http://files.example/blob.bin", {"Range": "bytes=10-19"})
         assert status == 206 and got == body[10:20] and headers["Content-Range"] == "bytes 10-19/1024"
@@ -180,14 +185,15 @@ def test_http_details(ca, tmp_path):
     assert s.websocket == 1 and s.miss == 1
 
 
-def test_repeated_captures_served_in_order_then_last(ca, tmp_path):
+@ENGINES
+def test_repeated_captures_served_in_order_then_last(ca, tmp_path, engine):
     sw = SnapshotWriter(tmp_path, "poll")
     for i in range(3):
         sw.writer.write_exchange(url="http://api.example/poll", method="GET", request_headers=[], request_body=b"",
                                  status=200, reason="OK", response_headers=[("Content-Type", "text/plain")],
                                  response_body=f"state {i}".encode(), date=datetime(2026, 1, 1, 0, 0, i))
     sw.finalize()
-    with Replay([sw.path], ca=ca) as replay:
+    with Replay([sw.path], ca=ca, engine=engine) as replay:
         op = _opener(replay)
         got = [_fetch(op, "http://api.example/poll")[2] for _ in range(5)]
     assert got == [b"state 0", b"state 1", b"state 2", b"state 2", b"state 2"]

@@ -16,7 +16,8 @@ def _options(name: str) -> dict[str, str]:
 
 def test_serve_and_run_take_the_same_replay_options():
     serve, run = _options("serve"), _options("run")
-    assert set(serve) == {"--rules", "--sequence", "--no-freeze", "--miss", "--fuzzy", "--fuzzy-threshold"}
+    assert set(serve) == {"--rules", "--sequence", "--no-freeze", "--miss", "--fuzzy", "--fuzzy-threshold",
+                          "--engine"}
     assert serve == run  # same names, same help
 
 
@@ -29,6 +30,15 @@ def test_config_validates_with_one_line_errors():
         ReplayConfig.make(fuzzy_threshold=2)
     with pytest.raises(ReplayError, match="sequence"):
         ReplayConfig.make(sequence="random")
+
+
+def test_the_fast_engine_is_the_default_and_live_misses_pick_mitmproxy():
+    assert ReplayConfig().engine == "fast" and ReplayConfig.make(engine="mitmproxy").engine == "mitmproxy"
+    assert ReplayConfig.make(miss="live").engine == "mitmproxy"  # only mitmproxy forwards upstream
+    with pytest.raises(ReplayError, match="fast engine never does"):
+        ReplayConfig.make(miss="live", engine="fast")
+    with pytest.raises(ReplayError, match="engine"):
+        ReplayConfig.make(engine="twisted")
 
 
 def test_run_settings_carry_the_replay_config_through_json():

@@ -110,7 +110,7 @@ def test_verbose_logs_to_stderr_and_quiet_by_default(snap, capsys, ca):
     assert "proxy listening on" not in capsys.readouterr().err
     assert main(["-v", "serve", str(snap), "--port", "0", "--duration", "0"]) == 0
     out, err = capsys.readouterr()
-    assert "INFO ego2web_replay.proxy: proxy listening on http://127.0.0.1:" in err and "listening" not in out
+    assert "INFO ego2web_replay.replay.front: proxy listening on http://127.0.0.1:" in err and "listening" not in out
     assert f"INFO ego2web_replay.replay.session: snapshot opened: {snap} (" in err
     assert main(["serve", str(snap), "--port", "0", "--duration", "0", "-v"]) == 0  # after the command too
     assert "proxy listening on" in capsys.readouterr().err

@@ -39,7 +39,8 @@ def test_shift_dates_keeps_every_lifetime():
     assert shift_dates([("Expires", "0")], now) == [("Expires", "0")]  # no Date: left as it is
 
 
-def test_headers_as_archived_and_dates_moved_together(tmp_path, ca):
+@pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
+def test_headers_as_archived_and_dates_moved_together(tmp_path, ca, engine):
     sw = SnapshotWriter(tmp_path, "served")
     archived = [("Content-Type", "text/css"), ("Date", format_datetime(CAPTURED.replace(tzinfo=UTC), usegmt=True)),
                 ("Expires", format_datetime((CAPTURED + timedelta(hours=2)).replace(tzinfo=UTC), usegmt=True)),
@@ -48,7 +49,7 @@ def test_headers_as_archived_and_dates_moved_together(tmp_path, ca):
                              request_body=b"", status=200, reason="OK", response_headers=archived,
                              response_body=b"body { color: red }", date=CAPTURED)
     sw.finalize()
-    with Replay([sw.path], ca=ca, freeze=False) as replay:
+    with Replay([sw.path], ca=ca, freeze=False, engine=engine) as replay:
         before = datetime.now(UTC).replace(microsecond=0)
         status, headers, body = proxy_get(replay.proxy_url, "http://assets.example/site.css")
     names = [k.lower() for k in headers]
@@ -62,10 +63,11 @@ def test_headers_as_archived_and_dates_moved_together(tmp_path, ca):
 
 
 @pytest.mark.skipif(not (CORPUS / "warcio/example-iana.org-chunked.warc").exists(), reason="shared corpus")
-def test_a_chunked_capture_is_served_chunked(tmp_path, ca):
+@pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
+def test_a_chunked_capture_is_served_chunked(tmp_path, ca, engine):
     snap = import_warc(CORPUS / "warcio/example-iana.org-chunked.warc", "chunked", tmp_path)
     (entry,) = snap.entries()
-    with Replay([snap.path], ca=ca, freeze=False) as replay:
+    with Replay([snap.path], ca=ca, freeze=False, engine=engine) as replay:
         status, headers, body = proxy_get(replay.proxy_url, entry.url)
     names = {k.lower(): v for k, v in headers.items()}
     assert status == 200 and body.startswith(b"<!doctype html>")

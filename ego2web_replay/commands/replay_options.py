@@ -33,6 +33,9 @@ _OPTIONS = [
                       "same path (another page's content), counted apart as 'fuzzy'. See docs/matching.md."),
     click.option("--fuzzy-threshold", "replay_fuzzy_threshold", type=click.FloatRange(0, 1), default=None,
                  help="Replay: least similarity for --fuzzy (default: the rules', 0.5)."),
+    click.option("--engine", "replay_engine", type=click.Choice(["fast", "mitmproxy"]), default=None,
+                 help="Replay: what carries the requests: the fast asyncio front end (default), or mitmproxy "
+                      "(chosen by --miss live). Both serve the same bytes and stats."),
 ]
 
 
@@ -43,10 +46,12 @@ def replay_options(command: Callable[..., Any]) -> Callable[..., Any]:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from ..models import ReplayConfig
 
+        engine = kwargs.pop("replay_engine")
         kwargs["replay"] = ReplayConfig.make(
             rules_files=kwargs.pop("replay_rules"), sequence=kwargs.pop("replay_sequence"),
             freeze=not kwargs.pop("replay_no_freeze"), miss=kwargs.pop("replay_miss"),
-            fuzzy=kwargs.pop("replay_fuzzy"), fuzzy_threshold=kwargs.pop("replay_fuzzy_threshold"))
+            fuzzy=kwargs.pop("replay_fuzzy"), fuzzy_threshold=kwargs.pop("replay_fuzzy_threshold"),
+            **({"engine": engine} if engine else {}))
         return command(*args, **kwargs)
 
     for option in reversed(_OPTIONS):

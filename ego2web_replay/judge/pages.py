@@ -82,7 +82,8 @@ class SnapshotPages:
     """Archived HTML and text pages of snapshot folders, by URL."""
 
     def __init__(self, snapshot_dirs: Iterable[str | Path]) -> None:
-        self.dirs = [Path(d) for d in snapshot_dirs]
+        # folders, or URLs of snapshots on object storage (kept as strings)
+        self.dirs: list[Path | str] = [d if isinstance(d, str) and "://" in d else Path(d) for d in snapshot_dirs]
         self._entries: dict[str, tuple[Any, Any]] | None = None
         self._texts: dict[str, str | None] = {}
 
@@ -95,9 +96,14 @@ class SnapshotPages:
             raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
         entries: dict[str, tuple[Any, Any]] = {}
         for d in self.dirs:
-            if not d.is_dir():
+            if isinstance(d, str):
+                from ..snapshots.location import open_snapshot
+
+                snap = open_snapshot(d)
+            elif not d.is_dir():
                 raise JudgeError(f"{d}: snapshot folder not found; the episode's archived pages are missing")
-            snap = Snapshot.open(d)
+            else:
+                snap = Snapshot.open(d)
             for entry in snap.entries():
                 mime = (getattr(entry, "mime", "") or "").lower()
                 status = int(getattr(entry, "status", 0) or 0)

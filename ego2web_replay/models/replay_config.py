@@ -15,12 +15,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-__all__ = ["ReplayConfig", "MISS_POLICIES", "SequencePolicy"]
+__all__ = ["ReplayConfig", "MISS_POLICIES", "SequencePolicy", "Engine", "ENGINES"]
 
 MISS_POLICIES = "a status code (404, 410, 502, 504 ...) or 'live'"
 SequencePolicy = Literal["sequence", "first", "last"]
+Engine = Literal["fast", "mitmproxy"]
+ENGINES = ("fast", "mitmproxy")
 
 
 class ReplayConfig(BaseModel):
@@ -38,6 +40,19 @@ class ReplayConfig(BaseModel):
     fuzzy_threshold: float | None = Field(default=None, ge=0.0, le=1.0,
                                           description="Least similarity for the nearest capture (default: rules').")
     seed: int | None = Field(default=None, description="Seed of the page's randomness (default: from the snapshot id).")
+    engine: Engine = Field(default="fast", description="What carries requests: the fast asyncio front end, "
+                           "or mitmproxy (needed for miss=live). Both answer the same bytes.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _live_needs_mitmproxy(cls, values: Any) -> Any:
+        """``miss=live`` forwards upstream, which only the mitmproxy engine does: it picks that engine."""
+        if isinstance(values, dict) and str(values.get("miss", "")).strip().lower() == "live":
+            if values.get("engine") == "fast":
+                raise ValueError("miss=live forwards requests upstream; the fast engine never does "
+                                 "(use engine mitmproxy)")
+            values = {**values, "engine": "mitmproxy"}
+        return values
 
     @field_validator("miss")
     @classmethod

@@ -8,7 +8,9 @@
 * :mod:`.rules`: volatile parameters and fields per host (``rules.yaml``);
 * :mod:`.freeze`: the page-clock and randomness freeze script and its HTML injection;
 * :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses;
-* :mod:`.addon`: the mitmproxy replay addon;
+* :mod:`.responder`: what a request is answered with (both engines call it);
+* :mod:`.front` (with :mod:`.certs`, :mod:`.h1`, :mod:`.h2conn`): the fast asyncio engine, the default;
+* :mod:`.addon`: the mitmproxy replay addon (``engine="mitmproxy"``);
 * :mod:`.session`: :class:`Replay`, the Python API (and what ``serve`` runs).
 """
 

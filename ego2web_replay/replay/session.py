@@ -15,6 +15,11 @@ captures (in recorded order), starts the hermetic replay proxy on 127.0.0.1
 (``replay_addons()``: upstream guard, replayer) and yields what a client
 needs: ``proxy_url``, ``ca_file``, ``spki``, ``init_script`` (the determinism
 script, for clients that add it themselves).
+
+Two engines carry the requests to the same :class:`~.responder.Responder`: the
+fast asyncio front end (:mod:`.front`, ``engine="fast"``) and mitmproxy
+(``engine="mitmproxy"``, the only one that can forward a miss upstream with
+``miss="live"``).
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from ..validity import classify
 from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
+from .responder import Responder
 from .rules import load_rules
 
 log = logging.getLogger(__name__)
@@ -139,30 +145,46 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 check: bool = True, index: str | None = None, **overrides: Any) -> None:
+                 check: bool = True, index: str | None = None, processes: int = 1, **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
-        ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`)."""
+        ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
+        ``processes`` > 1 serves from that many worker processes on one port (:mod:`.workers`;
+        fast engine only)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
             overrides["sequence"] = overrides.pop("policy")
         base = config or ReplayConfig()
-        self.config = ReplayConfig.make(**{**base.model_dump(), **overrides}) if overrides else base
+        merged = {**base.model_dump(), **overrides}
+        if "engine" not in overrides and str(overrides.get("miss", "")).strip().lower() == "live":
+            merged.pop("engine")  # live misses pick the engine that can forward them
+        self.config = ReplayConfig.make(**merged) if overrides else base
         self.paths = [as_location(p) for p in snapshots]  # folders, or object-storage URLs
         self.host, self.port = host, port
         self.guard_mode = guard_mode
         self.check = check  # compare archive and index with the manifest (size, sha256) before serving
         self.index_mode = index
+        if processes < 1:
+            raise ReplayError(f"processes must be at least 1, not {processes}")
+        if processes > 1 and self.config.engine != "fast":
+            raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
+        self.processes = processes
+        self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
         self.snapshots: list[Any] = []
-        self.proxy: ProxyServer | None = None
-        self.replayer: Replayer | None = None
+        self.proxy: Any = None  # a FrontServer (engine fast) or a ProxyServer (engine mitmproxy)
+        self.responder: Responder | None = None
         self.capture_time: dt.datetime | None = None
         self.init_script: str = ""
         self.load_seconds = 0.0
         self.captures = 0
         self._frozen = False
+
+    @property
+    def replayer(self) -> Responder | None:
+        """The responder (its old name, from when only the mitmproxy addon answered)."""
+        return self.responder
 
     @property
     def miss(self) -> str:
@@ -195,10 +217,16 @@ class Replay:
 
     def stats(self) -> ReplayStats:
         """The counts so far, with the replay configuration they were served under."""
-        if self.replayer is None:
+        from .workers import WorkerPool
+
+        if isinstance(self.proxy, WorkerPool):
+            stats = self.proxy.stats()
+        elif self._final is not None:
+            stats = self._final.model_copy(deep=True)
+        elif self.responder is None:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
-            stats = self.replayer.snapshot_stats()
+            stats = self.responder.snapshot_stats()
         stats.config = self.config.model_dump(mode="json")
         stats.validity = classify(stats.log)
         return stats
@@ -265,9 +293,10 @@ class Replay:
             seed = cfg.seed if cfg.seed is not None else int(
                 hashlib.sha256(name_of(self.paths[0]).encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
-        self.replayer = Replayer(index, self._resolve, miss=cfg.miss,
-                                 freeze_script=self.init_script or None, policy=cfg.sequence,
-                                 snapshots=[str(p) for p in self.paths], redactor=snapshots_redactor(self.snapshots))
+        self.responder = Responder(index, self._resolve, miss=cfg.miss,
+                                   freeze_script=self.init_script or None, policy=cfg.sequence,
+                                   snapshots=[str(p) for p in self.paths],
+                                   redactor=snapshots_redactor(self.snapshots))
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
@@ -291,14 +320,11 @@ class Replay:
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()
-        if self.replayer is None:
+        if self.responder is None:
             self.open()
-        assert self.replayer is not None
-        # The guard only answers browser background hosts here: every other request is the
-        # replayer's, and the replayer refuses every upstream connection (unless miss=live).
-        self.proxy = ProxyServer(replay_addons(self.replayer), host=self.host, port=self.port, ca=self.ca,
-                                 options={"guard_mode": self.guard_mode})
+        assert self.responder is not None
         try:
+            self.proxy = self._server(self.responder)
             self.proxy.start()
         except BaseException:
             self.proxy = None
@@ -306,7 +332,30 @@ class Replay:
             raise
         return self
 
+    def _server(self, responder: Responder) -> Any:
+        """The engine that carries requests to ``responder``. The guard only answers browser
+        background hosts here (or, in loopback mode, every non-loopback host): every other request
+        is the responder's, and neither engine connects upstream (unless miss=live, mitmproxy only)."""
+        assert self.ca is not None
+        if self.processes > 1:
+            from .workers import WorkerPool
+
+            return WorkerPool(self.paths, self.config, ca=self.ca, host=self.host, port=self.port,
+                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode)
+        if self.config.engine == "fast":
+            from ..guard import GuardPolicy
+            from .front import FrontServer
+
+            return FrontServer(responder, ca=self.ca, host=self.host, port=self.port,
+                               guard=GuardPolicy(mode=self.guard_mode))
+        return ProxyServer(replay_addons(Replayer(responder=responder)), host=self.host, port=self.port,
+                           ca=self.ca, options={"guard_mode": self.guard_mode})
+
     def stop(self) -> None:
+        from .workers import WorkerPool
+
+        if isinstance(self.proxy, WorkerPool) and self.proxy.port is not None:
+            self._final = self.proxy.stats()
         if self.proxy is not None:
             self.proxy.stop()
             self.proxy = None

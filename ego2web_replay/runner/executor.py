@@ -14,6 +14,8 @@ proxy and its own Chromium, since mitmproxy allows one proxy per process.
 A distributed executor (Ray, Dask, a batch queue) implements the same one
 method: submit the jobs, yield each summary as it comes back, and turn a lost
 worker into a failed summary with :func:`crashed` rather than an exception.
+An episode lost with its worker is an ``infra_error`` (:func:`infra_failure`):
+never the agent's failure; the run counts it and ``--resume`` runs it again.
 """
 
 from __future__ import annotations
@@ -21,16 +23,20 @@ from __future__ import annotations
 import logging
 import multiprocessing
 import os
-from collections.abc import Iterator, Sequence
+import shutil
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol, runtime_checkable
 
 from ..lifeline import die_with_parent
+from ..models import AgentSpec, Trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "crashed", "default_executor", "log_start"]
+__all__ = ["Executor", "InlineExecutor", "ProcessExecutor", "crashed", "default_executor", "infra_failure",
+           "log_start"]
 
 
 @runtime_checkable
@@ -40,11 +46,22 @@ class Executor(Protocol):
     def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]: ...
 
 
+def infra_failure(job: EpisodeRequest, error: str) -> EpisodeSummary:
+    """Record (in the parent) an episode lost to the infrastructure: a trajectory with ``infra_error``."""
+    final = job.folder
+    if final.exists():
+        shutil.rmtree(final)
+    final.mkdir(parents=True)
+    traj = Trajectory(task_id=job.task.id, instruction=job.task.instruction, mode=job.mode,  # type: ignore[arg-type]
+                      agent=AgentSpec(name=job.agent_name), end_reason="infra_error", error=error, repeat=job.repeat)
+    save_model(final / "trajectory.json", traj)
+    return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="infra_error", steps=0,
+                          answer=None, misses=None, error=error, path=final, repeat=job.repeat)
+
+
 def crashed(job: EpisodeRequest, error: BaseException | str) -> EpisodeSummary:
-    """The summary of a job whose worker died before it could return one."""
-    return EpisodeSummary(task_id=job.task.id, mode=job.mode, ok=False, end_reason="browser_error", steps=0,
-                          answer=None, misses=None, error=f"worker crashed: {error}",
-                          path=job.folder, repeat=job.repeat)
+    """The summary of a job whose worker died before it could return one (an ``infra_error``)."""
+    return infra_failure(job, f"worker crashed: {error}")
 
 
 def log_start(job: EpisodeRequest) -> None:
@@ -66,35 +83,62 @@ class InlineExecutor:
 
 
 class ProcessExecutor:
-    """Up to ``workers`` jobs at once, each in a spawned process of a local pool."""
+    """Up to ``workers`` jobs at once, each in a spawned process of a local pool.
+
+    A worker that dies (killed, out of memory) breaks the pool: its episode and any other in flight
+    are recorded as ``infra_error``, and the jobs not yet started run on in a fresh pool.
+    """
 
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
 
     def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]:
+        queue = list(jobs)
+        while queue:
+            left = yield from self._pool_run(list(queue))
+            if len(left) == len(queue):  # the pool broke before taking any job: never loop on it
+                yield crashed(left[0], "the worker pool broke before the episode started")
+                left = left[1:]
+            queue = left
+
+    def _pool_run(self, queue: list[EpisodeRequest]) -> Generator[EpisodeSummary, None, list[EpisodeRequest]]:
+        """Run jobs from ``queue`` in one pool until it is empty or the pool breaks; return what is left."""
         ctx = multiprocessing.get_context("spawn")
         # workers (and through their pipes, their Playwright drivers and Chromiums) die with this process
         with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=die_with_parent,
                                  initargs=(os.getpid(),)) as pool:
             pending: dict[Future[EpisodeSummary], EpisodeRequest] = {}
-            queue = list(jobs)
+            broken = False
             try:
-                while queue or pending:
-                    while queue and len(pending) < self.workers:
+                while (queue and not broken) or pending:
+                    while queue and not broken and len(pending) < self.workers:
+                        try:
+                            fut = pool.submit(run_episode, queue[0])
+                        except BrokenProcessPool:
+                            broken = True
+                            break
                         job = queue.pop(0)
                         log_start(job)
-                        pending[pool.submit(run_episode, job)] = job
+                        pending[fut] = job
+                    if not pending:
+                        break
                     finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
                     for fut in finished:
                         job = pending.pop(fut)
                         try:
                             summary = fut.result()
+                        except BrokenProcessPool as e:  # a worker died: this pool takes no more jobs
+                            broken = True
+                            summary = crashed(job, e)
                         except Exception as e:  # noqa: BLE001 - a dead worker fails that episode only
                             summary = crashed(job, e)
                         yield summary
             finally:  # interrupted (Ctrl-C) or abandoned by the caller: start nothing more
                 for fut in pending:
                     fut.cancel()
+        if broken and queue:
+            log.warning("a worker process died; %d episode(s) left run in a new pool", len(queue))
+        return queue
 
 
 def default_executor(workers: int, jobs: int) -> Executor:

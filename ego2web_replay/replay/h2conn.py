@@ -1,0 +1,132 @@
+"""HTTP/2 for the fast front end (what Chromium speaks over TLS when ALPN offers ``h2``), on the h2 library.
+
+Each stream's request (pseudo-headers, headers, body) is answered as soon as the
+client ends it; the reply's headers go lower-cased without the connection-specific
+ones HTTP/2 forbids (Connection, Transfer-Encoding, Keep-Alive ...), and its body
+as DATA frames within the peer's flow-control windows: what does not fit waits for
+a WINDOW_UPDATE. A reply archived chunked keeps its bytes (HTTP/2 has no chunked
+framing, so it goes without Content-Length, as mitmproxy sends it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import h2.config
+import h2.connection
+import h2.events
+import h2.exceptions
+
+from .responder import Reply
+
+__all__ = ["H2Handler"]
+
+_FORBIDDEN = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"proxy-connection", b"upgrade",
+                        b"te"})
+Answer = Callable[[str, str, list[tuple[str, str]], bytes], Reply]
+
+
+def _text(value: bytes) -> str:
+    return value.decode("utf-8", "surrogateescape")
+
+
+class H2Handler:
+    """One HTTP/2 connection: ``answer(method, url, headers, body)`` gives each stream's reply.
+
+    ``scheme``/``authority`` fill in what a request leaves out (the tunnel's host).
+    """
+
+    def __init__(self, answer: Answer, write: Callable[[bytes], None], close: Callable[[], None], *,
+                 authority: str) -> None:
+        self.answer, self.write, self.close, self.authority = answer, write, close, authority
+        self.conn = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=False, header_encoding=None, validate_outbound_headers=False))
+        self.conn.initiate_connection()
+        self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
+        self.sending: dict[int, memoryview] = {}
+        self.done = False
+        self.write(self.conn.data_to_send())
+
+    def feed(self, data: bytes) -> None:
+        if self.done:
+            return
+        try:
+            events = self.conn.receive_data(data)
+        except h2.exceptions.ProtocolError:
+            self.write(self.conn.data_to_send())
+            self._end()
+            return
+        for event in events:
+            self._event(event)
+        out = self.conn.data_to_send()
+        if out:
+            self.write(out)
+
+    def _event(self, event: h2.events.Event) -> None:
+        if isinstance(event, h2.events.RequestReceived):
+            self.requests[event.stream_id] = (list(event.headers or []), bytearray())  # type: ignore[arg-type]
+            if event.stream_ended is not None:
+                self._respond(event.stream_id)
+        elif isinstance(event, h2.events.DataReceived):
+            entry = self.requests.get(event.stream_id)  # type: ignore[arg-type]
+            if entry is not None:
+                entry[1].extend(event.data or b"")
+            if event.flow_controlled_length:
+                self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)  # type: ignore[arg-type]
+        elif isinstance(event, h2.events.StreamEnded):
+            if event.stream_id in self.requests:
+                self._respond(event.stream_id)  # type: ignore[arg-type]
+        elif isinstance(event, (h2.events.WindowUpdated, h2.events.RemoteSettingsChanged)):
+            for stream_id in list(self.sending):
+                self._flush(stream_id)
+        elif isinstance(event, h2.events.StreamReset):
+            self.requests.pop(event.stream_id, None)  # type: ignore[arg-type]
+            self.sending.pop(event.stream_id, None)  # type: ignore[arg-type]
+        elif isinstance(event, h2.events.ConnectionTerminated):
+            self._end()
+
+    def _respond(self, stream_id: int) -> None:
+        raw, body = self.requests.pop(stream_id)
+        pseudo = {_text(k): _text(v) for k, v in raw if k.startswith(b":")}
+        headers = [(_text(k), _text(v)) for k, v in raw if not k.startswith(b":")]
+        method = pseudo.get(":method", "GET").upper()
+        authority = pseudo.get(":authority") or self.authority
+        url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
+        reply = self.answer(method, url, headers, bytes(body))
+        fields = [(b":status", str(reply.status).encode())]
+        for k, v in reply.headers:
+            name = k.lower().encode("latin-1", "replace")
+            if name not in _FORBIDDEN:
+                fields.append((name, v.encode("latin-1", "replace")))
+        try:
+            if method == "HEAD" or not reply.body:
+                self.conn.send_headers(stream_id, fields, end_stream=True)
+                return
+            self.conn.send_headers(stream_id, fields)
+        except h2.exceptions.H2Error:  # the stream went away meanwhile
+            return
+        self.sending[stream_id] = memoryview(reply.body)
+        self._flush(stream_id)
+
+    def _flush(self, stream_id: int) -> None:
+        """Send as much of the stream's body as the windows allow; end it when all is sent."""
+        data = self.sending[stream_id]
+        try:
+            while data:
+                size = min(self.conn.local_flow_control_window(stream_id), self.conn.max_outbound_frame_size,
+                           len(data))
+                if size <= 0:
+                    break
+                self.conn.send_data(stream_id, data[:size].tobytes())
+                data = data[size:]
+            if not data:
+                self.conn.end_stream(stream_id)
+                del self.sending[stream_id]
+            else:
+                self.sending[stream_id] = data
+        except h2.exceptions.H2Error:
+            self.sending.pop(stream_id, None)
+
+    def _end(self) -> None:
+        self.done = True
+        self.close()

@@ -1,0 +1,327 @@
+"""What the replay answers, whatever carries it: one implementation for both engines.
+
+:class:`Responder` takes a request (method, URL, headers, body) and returns a
+:class:`Reply`: the status, reason, the headers as they go on the wire and the
+body to send, with its framing decided. The mitmproxy addon (:mod:`.addon`) and
+the fast front end (:mod:`.front`) only carry requests in and replies out, so
+matching, stats, the replay log, miss marking, the determinism script, credential
+redaction and the archived bytes are the same on both.
+
+For each request: match it (:mod:`.matching`), read the archived response
+(revisits resolved to their originals), and serve the archived status, reason,
+headers and wire body (content-encoding kept; hop-by-hop headers dropped; a
+response archived chunked is served chunked), then apply what HTTP asks of a
+cache: HEAD, Range (206 slices of a stored 200), conditional requests (304), CORS
+preflights; HTML gets the determinism script inlined (on the served copy only).
+A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
+(default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
+the mitmproxy engine forwards it upstream). Websocket upgrades are refused and counted.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, NamedTuple
+
+from ..guard import blocked_response
+from ..models import ReplayLogEntry, ReplayStats
+from ..validity import request_kind
+from .httputil import (
+    apply_range,
+    clean_response_headers,
+    conditional,
+    decode_body,
+    get_header,
+    miss_response,
+    not_modified_response,
+    preflight_response,
+    reason_phrase,
+    rewrite_jsonp,
+    shift_dates,
+)
+from .matching import IndexBase, ReplaySession
+
+__all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
+
+log = logging.getLogger(__name__)
+REPLAY_HEADER = "X-Ego2Web-Replay"
+MAX_LOG = 100_000
+CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
+Headers = list[tuple[str, str]]
+
+
+class Reply(NamedTuple):
+    """One answer, ready for the wire.
+
+    ``headers`` carry the framing (Content-Length, or Transfer-Encoding: chunked when
+    ``chunked``); ``body`` is what to send (empty for HEAD). ``tag`` says who answered:
+    ``replayed``, ``blocked`` (the guard) or ``live`` (forward upstream; mitmproxy only).
+    """
+
+    status: int
+    reason: str
+    headers: Headers
+    body: bytes
+    chunked: bool
+    tag: str
+
+
+def _dedupe_header(headers: Headers, name: str) -> Headers:
+    """``headers`` with only the first ``name`` header (case-insensitive) kept."""
+    seen = False
+    out = []
+    for k, v in headers:
+        if k.lower() == name:
+            if seen:
+                continue
+            seen = True
+        out.append((k, v))
+    return out
+
+
+def _set_header(headers: Headers, name: str, value: str) -> Headers:
+    n = name.lower()
+    return [(k, v) for k, v in headers if k.lower() != n] + [(name, value)]
+
+
+def _set_in_place(headers: Headers, name: str, value: str) -> Headers:
+    """``name: value`` where the first ``name`` stood (others dropped), else appended."""
+    n, out, done = name.lower(), [], False
+    for k, v in headers:
+        if k.lower() == n:
+            if not done:
+                out.append((k, value))
+                done = True
+        else:
+            out.append((k, v))
+    return out if done else out + [(name, value)]
+
+
+def framed(status: int, reason: str, headers: Headers, body: bytes, method: str, tag: str = "replayed") -> Reply:
+    """Decide the framing: chunked as archived, else an exact Content-Length; HEAD sends no body."""
+    chunked = "chunked" in (get_header(headers, "transfer-encoding") or "").lower()
+    if method == "HEAD":
+        return Reply(status, reason, headers, b"", chunked, tag)
+    if chunked:  # served chunked, as the live page got it
+        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+    elif status not in (204, 304) and not 100 <= status < 200:
+        headers = _set_in_place(headers, "Content-Length", str(len(body)))
+    return Reply(status, reason, headers, body, chunked, tag)
+
+
+def inject_allowed(headers: Sequence[tuple[str, str]]) -> bool:
+    """Only HTML documents get the determinism script."""
+    ctype = (get_header(headers, "content-type") or "").split(";")[0].strip().lower()
+    return ctype in ("text/html", "application/xhtml+xml")
+
+
+def _rename_jsonp(body: bytes, headers: Headers, archived_url: str, request_url: str) -> tuple[bytes, Headers]:
+    """Serve a JSONP body under the callback name the page asked for now."""
+    lowered = request_url.lower()
+    if "callback=" not in lowered and "jsonp=" not in lowered and "cb=" not in lowered:
+        return body, headers
+    encoding = get_header(headers, "content-encoding")
+    plain = decode_body(body, encoding) if encoding else body
+    if plain is None:
+        return body, headers
+    renamed = rewrite_jsonp(plain, archived_url, request_url)
+    if renamed == plain:
+        return body, headers
+    kept = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
+    return renamed, kept + [("Content-Length", str(len(renamed)))]
+
+
+def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
+    """The archived response was sent chunked (no Content-Length): serve it chunked too."""
+    te = (get_header(headers, "transfer-encoding") or "").lower()
+    return "chunked" in te and get_header(headers, "content-length") is None
+
+
+def _first_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """Request headers by lower-case name, first value of each."""
+    out: dict[str, str] = {}
+    for k, v in headers:
+        out.setdefault(k.lower(), v)
+    return out
+
+
+def _plain(status: int, text: str, marker: str, method: str) -> Reply:
+    body = text.encode()
+    headers = [("Content-Type", "text/plain"), (REPLAY_HEADER, marker), ("Cache-Control", "no-store"),
+               ("Content-Length", str(len(body)))]
+    return framed(status, reason_phrase(status), headers, body, method)
+
+
+class Responder:
+    """Answers requests from ``index`` (built by :mod:`.session`); keeps the stats and the replay log.
+
+    ``resolve(ref)`` returns ``(status, reason, headers, body)`` of the archived
+    response for a capture's ``ref``. ``miss`` is a status code as text or ``live``.
+    Thread-safe: the counters, log and cache are guarded by one lock.
+    """
+
+    def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
+                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
+        self.index = index
+        self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
+        self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
+        self.resolve = resolve
+        self.miss = miss
+        self.freeze_script = freeze_script
+        self._lock = threading.Lock()
+        self._cache: dict[Any, Any] = {}
+        self._cached_bytes = 0
+        self._stable: dict[int, Any] = {}  # id of a cached head -> its cache entry (keeps it alive)
+        self._shifted: dict[int, tuple[Headers, int, Headers]] = {}  # cached head -> (it, second, shifted)
+        self.stats = ReplayStats(snapshots=list(snapshots))
+
+    # -- bookkeeping -------------------------------------------------------
+    def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
+             score: float | None = None, kind: str | None = None) -> None:
+        with self._lock:
+            s = self.stats
+            setattr(s, outcome, getattr(s, outcome) + 1)
+            if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
+                s.missed_urls.append(f"{method} {url}")
+            if len(s.log) < MAX_LOG:
+                s.log.append(ReplayLogEntry(method=method, url=url, outcome=outcome, status=status,  # type: ignore[arg-type]
+                                            matched_url=matched, score=score, kind=kind))
+
+    def count_blocked(self) -> None:
+        """A background request the guard answered (not in the log; counted apart)."""
+        with self._lock:
+            self.stats.blocked += 1
+
+    def snapshot_stats(self) -> ReplayStats:
+        with self._lock:
+            return self.stats.model_copy(deep=True)
+
+    # -- answers -------------------------------------------------------------
+    def blocked(self, host: str, why: str, method: str) -> Reply:
+        """The guard's answer to a host the proxy never contacts (counted as blocked)."""
+        self.count_blocked()
+        status, headers, body = blocked_response(host, why)
+        return framed(status, reason_phrase(status), headers, body, method, tag="blocked")
+
+    def answer(self, method: str, url: str, req_headers: Sequence[tuple[str, str]], body: bytes) -> Reply:
+        """The reply to one request (``url`` absolute, as the client meant it)."""
+        method = method.upper()
+        h = _first_values(req_headers)  # looked up a dozen times below
+        if (h.get("upgrade") or "").lower() == "websocket":
+            self._log(method, url, "websocket", 403)
+            return _plain(403, "ego2web-replay: websockets are not replayed\n", "websocket-refused", method)
+        kind = request_kind(h.get("sec-fetch-dest"), h.get("accept"), url,
+                            h.get("sec-fetch-mode"))
+        ctype = h.get("content-type")
+        if self.redactor is not None:  # the archive holds redacted requests: compare like with like
+            url = self.redactor.url(url)
+            body = self.redactor.body(ctype, body, h.get("content-encoding"))
+        result = self.session.match(method, url, body or None, ctype)
+        if result.capture is None and method == "OPTIONS":
+            status, reason, headers, rbody = preflight_response(h)
+            self._log(method, url, "canonical", status, matched=None, kind=kind)
+            return framed(status, reason, headers, rbody, method)
+        if result.capture is None:
+            if self.miss == "live":
+                self._log(method, url, "live", None, kind=kind)
+                return Reply(0, "", [], b"", False, "live")
+            try:
+                code = int(self.miss)
+            except ValueError:
+                code = 404
+            status, reason, headers, rbody = miss_response(url, method, code)
+            self._log(method, url, "miss", status, kind=kind)
+            return framed(status, reason, headers, rbody, method)
+        ref = result.capture.ref
+        try:
+            status, reason, headers, rbody = self._prepared(ref)
+        except Exception as e:  # noqa: BLE001 - a bad record fails this request only
+            log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
+            self._log(method, url, "miss", 502, matched=result.capture.url, kind=kind)
+            return _plain(502, f"ego2web-replay: archived record unreadable: {e}\n", "error", method)
+        if conditional(h, status, headers):
+            status, reason, headers, rbody = not_modified_response(headers)
+        else:
+            rng = h.get("range")
+            if rng and status == 200:
+                status, headers, rbody = apply_range(status, headers, rbody, rng)
+                reason = reason_phrase(status)
+            elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
+                rbody, headers = self._injected(ref, rbody, headers)
+            elif status == 200 and result.outcome != "exact" and result.capture.url != url:
+                rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
+        headers = self._dated(headers)
+        if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
+            headers = _set_header(headers, REPLAY_HEADER, result.outcome)
+        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
+        return framed(status, reason, headers, rbody, method)
+
+    def _dated(self, headers: Headers) -> Headers:
+        """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads."""
+        now = datetime.now(UTC)
+        second = int(now.timestamp())
+        hit = self._shifted.get(id(headers))
+        if hit is not None and hit[0] is headers and hit[1] == second:
+            return hit[2]
+        shifted = shift_dates(headers, now.replace(microsecond=0))
+        if id(headers) in self._stable:  # a cached head: the same list object comes back next time
+            self._shifted[id(headers)] = (headers, second, shifted)
+        return shifted
+
+    # -- archived responses, read once ----------------------------------------
+    def _remember(self, key: Any, value: Any, size: int) -> None:
+        with self._lock:
+            if self._cached_bytes + size > CACHE_BYTES:
+                self._cache.clear()
+                self._stable.clear()
+                self._shifted.clear()
+                self._cached_bytes = 0
+            self._stable[id(value[2] if key[0] == "r" else value[1])] = value
+            self._cache[key] = value
+            self._cached_bytes += size
+
+    def _prepared(self, ref: Any) -> tuple[int, str, Headers, bytes]:
+        """The archived response for a capture, headers cleaned; kept in memory (bounded)."""
+        hit = self._cache.get(("r", ref))
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        status, reason, headers, body = self.resolve(ref)
+        if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
+            cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)
+                       for k, v in clean_response_headers(headers, keep=("transfer-encoding",))]
+            cleaned = _dedupe_header(cleaned, "transfer-encoding")
+        else:
+            cleaned = clean_response_headers(headers)
+        value = (status, reason or reason_phrase(status), cleaned, body)
+        self._remember(("r", ref), value, len(body))
+        return value
+
+    def _injected(self, ref: Any, body: bytes, headers: Headers) -> tuple[bytes, Headers]:
+        hit = self._cache.get(("i", ref))
+        if hit is not None:
+            return hit  # type: ignore[no-any-return]
+        from .freeze import inject_into_html
+
+        value = inject_into_html(body, headers, self.freeze_script or "")
+        if _chunked_without_length(headers):  # the rewritten page is still served chunked, as it was live
+            value = (value[0], [(k, v) for k, v in value[1] if k.lower() != "content-length"]
+                     + [("Transfer-Encoding", "chunked")])
+        self._remember(("i", ref), value, len(value[0]))
+        return value
+
+
+_COUNTS = ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live")
+
+
+def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
+    """Stats of several workers serving the same snapshots, added up (logs concatenated, capped)."""
+    merged = ReplayStats(snapshots=list(parts[0].snapshots) if parts else [])
+    for part in parts:
+        for name in _COUNTS:
+            setattr(merged, name, getattr(merged, name) + getattr(part, name))
+        merged.missed_urls.extend(part.missed_urls[: MAX_LOG - len(merged.missed_urls)])
+        merged.log.extend(part.log[: MAX_LOG - len(merged.log)])
+    return merged

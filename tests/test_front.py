@@ -1,0 +1,311 @@
+"""The fast replay front end: every served response byte-exact against the archive (HTTP/1.1 and
+HTTP/2, HTTP and HTTPS, the local site and the corpus WARCs), the same bytes as the mitmproxy
+engine, Chromium over HTTP/2, and the HTTP/1.1 edge cases a proxy meets."""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import socket
+import ssl
+from collections import Counter
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from ego2web_replay.actions import Action
+from ego2web_replay.browser import perform_action
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+from ego2web_replay.replay.httputil import clean_response_headers
+from ego2web_replay.replay.session import Replay
+from ego2web_replay.snapshots import Snapshot, import_warc
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.site import TestSite
+
+CORPUS = Path("/work/shared/corpus/warc")
+CORPUS_FILES = sorted(p for p in CORPUS.rglob("*") if p.is_file() and (".warc" in p.name or p.suffix == ".wacz"))
+SHIFTED = {"date", "expires", "last-modified"}  # moved to today, lifetimes kept (tests/test_served_as_live.py)
+
+
+# -- what the archive says -------------------------------------------------------------------
+def archived_gets(snap_path: Path) -> dict[str, list[tuple[int, list[tuple[str, str]], bytes]]]:
+    """For every GET URL of the snapshot: each capture's (status, headers as served, wire body)."""
+    snap = Snapshot.open(snap_path)
+    out: dict[str, list[tuple[int, list[tuple[str, str]], bytes]]] = {}
+    for entry in snap.entries():
+        if entry.method != "GET" or entry.record_type not in ("response", "revisit", "resource"):
+            continue
+        try:
+            rec = snap.resolve(entry)
+        except Exception:  # noqa: BLE001 - an unreadable record is answered 502 (tests/test_replay.py)
+            continue
+        if rec.http_status is None:
+            if rec.rec_type != "resource":
+                continue
+            status, headers = 200, [("Content-Type", rec.content_type or entry.mime or "application/octet-stream")]
+        else:
+            status, headers = rec.http_status, list(rec.http_headers or [])
+        out.setdefault(entry.url, []).append((status, headers, rec.payload))
+    return out
+
+
+def _expected_names(headers: list[tuple[str, str]]) -> list[str]:
+    """Served header names: hop-by-hop ones dropped, but a response archived chunked keeps its
+    Transfer-Encoding where it stood (tests/test_served_as_live.py)."""
+    chunked = any(k.lower() == "transfer-encoding" and "chunked" in v.lower() for k, v in headers) and not any(
+        k.lower() == "content-length" for k, _ in headers)
+    names = [k.lower() for k, _ in clean_response_headers(headers, keep=("transfer-encoding",) if chunked else ())
+             if k.lower() != "content-length"]
+    return [n for i, n in enumerate(names) if n != "transfer-encoding" or "transfer-encoding" not in names[:i]]
+
+
+def assert_same(url: str, served: tuple[int, list[tuple[str, str]], bytes],
+                captures: list[tuple[int, list[tuple[str, str]], bytes]], *, h2: bool = False) -> None:
+    """Status, body bytes and headers (names in order, values as archived but the shifted dates;
+    HTTP/2 has no Transfer-Encoding)."""
+    status, headers, body = served
+    for a_status, a_headers, a_body in captures:
+        if (status, body) != (a_status, a_body):
+            continue
+        got = [(k.lower(), v) for k, v in headers if k.lower() != "content-length"]
+        assert [k for k, _ in got] == [n for n in _expected_names(a_headers)
+                                       if not (h2 and n in ("transfer-encoding", "te"))], url
+        want = [(k.lower(), v.encode("latin-1", "replace").decode("latin-1"))
+                for k, v in clean_response_headers(a_headers) if k.lower() not in SHIFTED | {"content-length"}]
+        assert [(k, v) for k, v in got if k not in SHIFTED | {"transfer-encoding"}] == want, url
+        length = [v for k, v in headers if k.lower() == "content-length"]
+        assert length in ([str(len(body))], []), url
+        return
+    raise AssertionError(f"{url}: served {status} ({len(body)} bytes) is none of its {len(captures)} capture(s)")
+
+
+# -- clients ---------------------------------------------------------------------------------
+class H1Client:
+    """HTTP/1.1 through the proxy with keep-alive: absolute-form for http, CONNECT tunnels for https."""
+
+    def __init__(self, replay: Replay) -> None:
+        self.proxy = urlsplit(replay.proxy_url)
+        self.ctx = ssl.create_default_context(cafile=str(replay.ca_file))
+        self.conns: dict[str, http.client.HTTPConnection] = {}
+
+    def get(self, url: str, headers: dict[str, str] | None = None, method: str = "GET",
+            body: bytes | None = None) -> tuple[int, list[tuple[str, str]], bytes]:
+        parts = urlsplit(url)
+        conn = self.conns.get(parts.netloc + parts.scheme)
+        if conn is None:
+            if parts.scheme == "https":
+                conn = http.client.HTTPSConnection(self.proxy.hostname, self.proxy.port, context=self.ctx, timeout=20)
+                conn.set_tunnel(parts.hostname or "", parts.port or 443)
+            else:
+                conn = http.client.HTTPConnection(self.proxy.hostname, self.proxy.port, timeout=20)
+            self.conns[parts.netloc + parts.scheme] = conn
+        target = url if parts.scheme == "http" else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request(method, target, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.getheaders(), resp.read()
+
+    def close(self) -> None:
+        for conn in self.conns.values():
+            conn.close()
+
+
+def h2_get(client: httpx.Client, url: str) -> tuple[int, list[tuple[str, str]], bytes]:
+    with client.stream("GET", url) as r:
+        assert r.http_version == "HTTP/2", url
+        return r.status_code, list(r.headers.multi_items()), b"".join(r.iter_raw())
+
+
+def h2_client(replay: Replay) -> httpx.Client:
+    ctx = ssl.create_default_context(cafile=str(replay.ca_file))
+    return httpx.Client(proxy=replay.proxy_url, verify=ctx, http2=True, timeout=20)
+
+
+def check_every_capture(snap_path: Path) -> Counter[str]:
+    """Fetch every GET capture through the fast engine (HTTP/1.1, and HTTP/2 for https): byte-exact."""
+    captures = archived_gets(snap_path)
+    seen: Counter[str] = Counter()
+    if not captures:  # e.g. a file of request records only
+        return seen
+    with Replay([snap_path], freeze=False, check=False, engine="fast") as replay:
+        h1, h2 = H1Client(replay), h2_client(replay)
+        try:
+            for url, caps in captures.items():
+                if urlsplit(url).scheme not in ("http", "https") or "#" in url:
+                    continue
+                assert_same(url, h1.get(url), caps)
+                seen["h1"] += 1
+                if url.startswith("https://"):
+                    assert_same(url, h2_get(h2, url), caps, h2=True)
+                    seen["h2"] += 1
+        finally:
+            h1.close()
+            h2.close()
+        stats = replay.stats()
+    assert stats.miss == 0, stats.missed_urls
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CORPUS.exists(), reason="shared corpus")
+def test_every_corpus_capture_is_served_byte_exact(tmp_path):
+    totals: Counter[str] = Counter()
+    for n, src in enumerate(CORPUS_FILES):
+        snap = import_warc(src, "corpus", tmp_path / str(n), snapshot_id="s")
+        totals += check_every_capture(snap.path)
+    assert totals["h1"] >= 30 and totals["h2"] >= 10, totals
+
+
+# -- the local site, recorded by Chromium ----------------------------------------------------
+@pytest.fixture(scope="module")
+def site_snapshot(chromium, ca, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("front-site")
+    site = TestSite(folder).start()
+    task = Task(id="front", instruction="x", start_url=site.https_url + "/")
+    actions = [Action(kind="goto", url=site.https_url + "/"), Action(kind="wait", selector="body[data-ready='1']"),
+               Action(kind="click", selector="#product-link"), Action(kind="goto", url=site.http_url + "/"),
+               Action(kind="wait", selector="body[data-ready='1']")]
+    with LiveRecording(task, folder / "snapshots", RecordOptions(guard="loopback", upstream_ca=site.tls.ca_cert),
+                       ca=ca) as live:
+        ctx = chromium.new_context(proxy_url=live.proxy_url)
+        page = ctx.new_page()
+        for a in actions:
+            perform_action(page, a, timeout_s=20)
+        ctx.close()
+    assert live.ok, live.error
+    site.stop()
+    assert live.snapshot_path is not None
+    return live.snapshot_path, site
+
+
+def test_every_site_capture_is_served_byte_exact(site_snapshot):
+    seen = check_every_capture(site_snapshot[0])
+    assert seen["h1"] >= 15 and seen["h2"] >= 8, seen
+
+
+def test_both_engines_serve_the_same_bytes(site_snapshot):
+    snap, _ = site_snapshot
+    urls = sorted(archived_gets(snap))
+    answers = {}
+    for engine in ("fast", "mitmproxy"):
+        with Replay([snap], engine=engine, guard_mode="loopback") as replay:
+            client = H1Client(replay)
+            answers[engine] = [client.get(u) for u in urls] + [client.get(urls[0] + "-missing")]
+            client.close()
+    for (s1, h1, b1), (s2, h2, b2) in zip(answers["fast"], answers["mitmproxy"], strict=True):
+        assert (s1, b1) == (s2, b2)
+        assert [(k.lower(), v) for k, v in h1 if k.lower() not in SHIFTED] == \
+               [(k.lower(), v) for k, v in h2 if k.lower() not in SHIFTED]
+
+
+def test_chromium_gets_the_archived_bytes_over_http2_and_http11(site_snapshot, chromium, ca):
+    snap, site = site_snapshot
+    captures = archived_gets(snap)
+    digest = ("async u => Array.from(new Uint8Array(await crypto.subtle.digest('SHA-256', "
+              "await (await fetch(u)).arrayBuffer()))).map(b => b.toString(16).padStart(2, '0')).join('')")
+    with Replay([snap], ca=ca, guard_mode="loopback", engine="fast") as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        page = ctx.new_page()
+        for origin, protocol in ((site.https_url, "h2"), (site.http_url, "http/1.1")):
+            page.goto(origin + "/", wait_until="load")
+            page.wait_for_selector("body[data-ready='1']", state="attached")
+            assert page.evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol") == protocol
+            for path in ("/static/style.css", "/static/logo.png", "/big.bin", "/chunked"):
+                url = origin + path
+                got = page.evaluate(digest, url)
+                assert got in {hashlib.sha256(c[2]).hexdigest() for c in captures[url]}, url  # identity-encoded
+        ctx.close()
+    assert replay.stats().miss <= 4  # the page's own /missing probe (and a favicon), per origin
+
+
+# -- HTTP/1.1 edge cases ---------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    from datetime import datetime
+
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    sw = SnapshotWriter(tmp_path_factory.mktemp("front-small"), "small")
+    for url, body in (("http://a.example/x", b"x" * 10), ("https://b.example/y", b"y" * 200_000),
+                      ("http://127.0.0.1:9/z", b"zed")):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200,
+                                 reason="OK", response_headers=[("Content-Type", "text/plain")], response_body=body,
+                                 date=datetime(2026, 1, 2, 3, 4, 5))
+    sw.writer.write_exchange(url="http://a.example/form", method="POST", request_headers=[
+        ("Content-Type", "application/x-www-form-urlencoded")], request_body=b"q=1", status=200, reason="OK",
+        response_headers=[("Content-Type", "text/plain")], response_body=b"posted", date=datetime(2026, 1, 2, 3, 4, 5))
+    sw.finalize()
+    with Replay([sw.path], engine="fast") as replay:
+        yield replay
+
+
+def _raw(replay: Replay, data: bytes, *, wait_close: bool = True) -> bytes:
+    with socket.create_connection(("127.0.0.1", urlsplit(replay.proxy_url).port), timeout=10) as s:
+        s.sendall(data)
+        if not wait_close:
+            s.shutdown(socket.SHUT_WR)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_pipelined_requests_keep_alive_and_close(small):
+    two = (b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n"
+           b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+    out = _raw(small, two)
+    assert out.count(b"HTTP/1.1 200 OK\r\n") == 2 and out.endswith(b"x" * 10)
+    assert _raw(small, b"GET http://a.example/x HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_chunked_and_100_continue_request_bodies(small):
+    chunked = (b"POST http://a.example/form HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n"
+               b"Content-Type: application/x-www-form-urlencoded\r\nConnection: close\r\n\r\n2\r\nq=\r\n1\r\n1\r\n0\r\n\r\n")
+    assert _raw(small, chunked).endswith(b"posted")
+    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as s:
+        s.sendall(b"POST http://a.example/form HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\nExpect: 100-continue\r\n"
+                  b"Content-Type: application/x-www-form-urlencoded\r\nConnection: close\r\n\r\n")
+        assert s.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        s.sendall(b"q=1")
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    assert out.startswith(b"HTTP/1.1 200 OK") and out.endswith(b"posted")
+
+
+@pytest.mark.parametrize("request_bytes, status", [
+    (b"GARBAGE\r\n\r\n", b"400"), (b"GET / HTTP/2.0\r\n\r\n", b"505"),
+    (b"GET http://a.example/x HTTP/1.1\r\nBad Header\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501"),
+])
+def test_malformed_requests_get_one_clear_answer_and_the_connection_closes(small, request_bytes, status):
+    out = _raw(small, request_bytes, wait_close=False)
+    assert out.startswith(b"HTTP/1.1 " + status) and b"Connection: close" in out
+
+
+def test_tunnels_tls_by_ip_and_plain_http_inside(small):
+    # an IP-literal host gets a certificate for its IP; the tunnel may also carry plain HTTP (ws://)
+    client = H1Client(small)
+    assert client.get("https://b.example/y")[2] == b"y" * 200_000
+    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as s:
+        s.sendall(b"CONNECT 127.0.0.1:443 HTTP/1.1\r\nHost: 127.0.0.1:443\r\n\r\n")
+        assert s.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        ctx = ssl.create_default_context(cafile=str(small.ca_file))
+        with ctx.wrap_socket(s, server_hostname="127.0.0.1") as tls:
+            tls.sendall(b"GET /nothing HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            assert tls.recv(100).startswith(b"HTTP/1.1 404 ")
+    ws = (b"CONNECT a.example:80 HTTP/1.1\r\nHost: a.example:80\r\n\r\n"
+          b"GET /x HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\nConnection: Upgrade, close\r\n\r\n")
+    out = _raw(small, ws)
+    assert b"HTTP/1.1 403 Forbidden\r\n" in out and b"websocket-refused" in out
+    client.close()
+
+
+def test_http2_head_and_flow_control(small):
+    with h2_client(small) as c:
+        r = c.head("https://b.example/y")
+        assert r.status_code == 200 and r.content == b"" and r.headers["content-length"] == "200000"
+        assert c.get("https://b.example/y").content == b"y" * 200_000  # > the 64 KiB initial window
+        assert c.get("https://b.example/missing").headers["x-ego2web-replay"] == "miss"
