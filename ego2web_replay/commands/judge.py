@@ -9,6 +9,7 @@ import click
 
 from ._options import db_options, iterations_option, json_option
 from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
+from .executor_options import ExecutorChoice, executor_options
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
 JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
@@ -77,15 +78,18 @@ def judge() -> None:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")
 @db_options("each verdict as it is made")
+@executor_options
 def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
             task_ids: tuple[str, ...], workers: int, cache_dir: Path | None, db: Path | None,
-            **options: Any) -> None:
+            executor: ExecutorChoice, **options: Any) -> None:
     """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
 
     LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
     endpoint; every call is cached so re-judging is free and reproducible.
     The rule judge is offline; the rubric judge needs an endpoint only for
-    LLM-verified claims. The progress bar goes to stderr, the verdicts table to stdout.
+    LLM-verified claims. With --executor ray each episode is judged as a task on a Ray
+    cluster; the verdicts, the call cache and the database are written here as a local judge
+    writes them. The progress bar goes to stderr, the verdicts table to stdout.
     """
     from ..judge.run import judge_run, summarize
 
@@ -102,7 +106,8 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
 
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=bar_wanted(), settings=settings, cache_dir=cache_dir,
-                         task_ids=list(task_ids) or None, on_verdict=on_verdict)
+                         task_ids=list(task_ids) or None, on_verdict=on_verdict,
+                         executor=executor.make_judge_executor())
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
         rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""), "yes" if v.success else "no",
