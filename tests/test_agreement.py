@@ -98,3 +98,29 @@ def test_malformed_labels_files(tmp_path, content, message):
 def test_missing_labels_file(tmp_path):
     with pytest.raises(JudgeError, match="labels file not found"):
         load_labels(tmp_path / "none.csv")
+
+
+def test_labels_pick_a_repeat(tmp_path):
+    """With `run --repeats K` one task and mode has K episodes: the optional repeat column (default 0) picks one."""
+    run = tmp_path / "run"
+    for repeat, success in enumerate((True, False, True)):
+        ep = make_episode(run, "T1", "frozen", answer="x", repeat=repeat)
+        write_verdict(ep, Verdict(task_id="T1", mode="frozen", repeat=repeat, judge=JudgeSpec(name="ego2web"),
+                                  success=success, score=float(success)))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("task_id,mode,label,repeat\nT1,frozen,success,\nT1,frozen,success,1\nT1,frozen,failure,2\n")
+    r = agreement([run], labels, bootstrap=0)
+    got = {e["repeat"]: (e["human"], e["judge"]) for e in r.episodes}
+    assert got == {0: (True, True), 1: (True, False), 2: (False, True)}  # empty repeat is 0
+    assert (r.overall.tp, r.overall.fn, r.overall.fp) == (1, 1, 1)
+    no_column = tmp_path / "plain.csv"
+    no_column.write_text("task_id,mode,label\nT1,frozen,success\n")  # no column: repeat 0, not an ambiguity
+    assert [e["repeat"] for e in agreement([run], no_column, bootstrap=0).episodes] == [0]
+    labels.write_text("task_id,mode,label,repeat\nT1,frozen,success,7\n")
+    with pytest.raises(JudgeError, match="1 unmatched"):  # no such repeat in the run
+        agreement([run], labels, bootstrap=0)
+    for bad in ("-1", "one", "1.5"):
+        labels.write_text(f"task_id,mode,label,repeat\nT1,frozen,success,{bad}\n")
+        with pytest.raises(JudgeError) as e:
+            load_labels(labels)
+        assert f"line 2: repeat '{bad}' is not a whole number" in str(e.value) and "\n" not in str(e.value)

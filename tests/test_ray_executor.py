@@ -8,6 +8,7 @@ gives an ``infra_error`` naming the node, which a local ``--resume`` redoes.
 
 from __future__ import annotations
 
+import json
 import shutil
 import stat
 import sys
@@ -152,6 +153,63 @@ def test_ray_workers_read_snapshots_from_object_storage(demo, cluster, s3, tmp_p
     assert sorted((r.task_id, r.end_reason, r.misses) for r in results) == [(t, "answered", 0) for t in sorted(TASKS)]
     for t in map(load_trajectory, run_dir.glob("episodes/*/*")):
         assert t.snapshot_path and t.snapshot_path.startswith(f"{s3}/snaps/{t.task_id}/")
+
+
+def _verdicts(run_dir: Path, judge: str) -> dict:
+    out = {}
+    for f in sorted(run_dir.glob(f"episodes/*/*/verdicts/{judge}.json")):
+        data = json.loads(f.read_text("utf-8"))
+        data.pop("judged_at")
+        out[f.relative_to(run_dir).as_posix()] = data
+    return out
+
+
+def _db_verdicts(db: Path) -> list[tuple]:
+    with read_connection(db) as con:
+        return con.execute("SELECT task_id, mode, judge, success, score, error FROM verdicts "
+                           "ORDER BY task_id, mode, judge").fetchall()
+
+
+def test_judge_on_ray_equals_a_local_judge(demo, cluster, tmp_path, capsys):
+    """Rule and ego2web (a real OpenAI-compatible server on 127.0.0.1) verdicts computed as Ray tasks: the
+    verdict files, the call cache and the database equal a local judge's; a re-judge calls nothing."""
+    from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+    local, _ = _run(demo, tmp_path / "local", tmp_path / "run.duckdb")
+    remote = tmp_path / "ray-copy"
+    shutil.copytree(local, remote)
+
+    def answer(body):  # noqa: ANN001, ANN202 - the server's reply function
+        system = body["messages"][0]["content"]
+        if "key points" in system and "Key Points:" in system:
+            return "Key Points:\n1. the answer on the page"
+        if "Score:" in system:
+            return "Summary: the page.\nScore: 4"
+        return "Thoughts: fine.\nStatus: success"
+
+    with FakeOpenAIServer(answer) as srv:
+        for run_dir, extra in ((local, []), (remote, ["--executor", "ray", "--ray-address", cluster.address])):
+            db = tmp_path / ("ray.duckdb" if extra else "local.duckdb")
+            for judge in (["rule"], ["ego2web", "--model", "m", "--base-url", srv.base_url]):
+                assert main(["judge", str(run_dir), "--judge", *judge, "--tasks", str(demo["suite_path"]),
+                             "--db", str(db), "--no-progress", *extra]) == 0, capsys.readouterr().err
+        calls = len(srv.requests)
+        assert calls > 0 and calls % 2 == 0  # the same calls, once for each judge run
+        judged = {judge: _verdicts(remote, judge) for judge in ("rule", "ego2web")}
+        assert main(["judge", str(remote), "--judge", "ego2web", "--model", "m", "--base-url", srv.base_url,
+                     "--tasks", str(demo["suite_path"]), "--no-db", "--no-progress", *extra]) == 0
+        assert len(srv.requests) == calls  # the run's call cache reached the workers
+    for judge in ("rule", "ego2web"):
+        mine, theirs = _verdicts(local, judge), judged[judge]
+        for name, verdict in mine.items():
+            assert verdict == theirs[name], [k for k in verdict if verdict[k] != theirs[name].get(k)]
+        assert len(mine) == 2
+        assert all(v["error"] is None for v in mine.values())
+    assert all(v["success"] for v in _verdicts(local, "rule").values())
+    assert sorted(p.name for p in (remote / "judge-cache").iterdir()) == \
+        sorted(p.name for p in (local / "judge-cache").iterdir())
+    assert _db_verdicts(tmp_path / "ray.duckdb") == _db_verdicts(tmp_path / "local.duckdb")
+    assert len(_db_verdicts(tmp_path / "local.duckdb")) == 4
 
 
 def test_killed_worker_node_is_retried_and_every_episode_accounted_for(demo, cluster, tmp_path):

@@ -113,3 +113,39 @@ def test_bad_extractions_are_format_errors():
         with pytest.raises(ReplyFormatError):
             parse_extraction(bad)
     assert url_key("HTTPS://Shop.Test/a/#top") == "https://shop.test/a"
+
+
+def test_max_screenshots_reaches_the_rubric_judge(tmp_path):
+    """`judge --max-screenshots` caps the screenshots sent with each claim (default 3), through the CLI."""
+    from ego2web_replay.cli import main
+
+    run = tmp_path / "run"
+    urls = [f"https://shop.test/p{i}" for i in range(5)]
+    ep = make_episode(run, "T1", "live", answer="See " + " ".join(urls), urls=urls)
+    rubric = {"id": "c", "check": {"type": "llm_claim", "claim": "the pages agree"}}
+    suite = tmp_path / "tasks.jsonl"
+    suite.write_text(json.dumps({"id": "T1", "instruction": "x", "start_url": urls[0], "rubric": rubric}) + "\n")
+    pages = DictPages({u: f"<p>page {i}</p>" for i, u in enumerate(urls)})
+    sent: list[int] = []
+
+    def reply(body):
+        sent.append(len(_images(body["messages"][1])))
+        return "Reason: ok.\nVerdict: supported"
+
+    with FakeOpenAIServer(reply) as srv:
+        make_judge("rubric", pages=pages, base_url=srv.base_url, model="m", prompt_version="v1").judge(
+            ep, Task(id="T1", instruction="x", start_url=urls[0], rubric=rubric))
+        assert sent == [3]  # the default
+        sent.clear()
+        judge = make_judge("rubric", pages=pages, base_url=srv.base_url, model="m", prompt_version="v1",
+                           max_screenshots=5)
+        assert judge.spec.settings["max_screenshots"] == 5
+        judge.judge(ep, Task(id="T1", instruction="x", start_url=urls[0], rubric=rubric))
+        assert sent == [5]
+        sent.clear()
+        args = ["judge", "run", str(run), "--judge", "rubric", "--tasks", str(suite), "--base-url", srv.base_url,
+                "--model", "m", "--prompt-version", "v1", "--no-db", "--cache-dir", str(tmp_path / "c")]
+        assert main([*args, "--max-screenshots", "1"]) == 0
+        assert sent == [1]
+    verdict = json.loads((ep / "verdicts" / "rubric.json").read_text("utf-8"))
+    assert verdict["judge"]["settings"]["max_screenshots"] == 1

@@ -56,3 +56,7 @@ def test_record_to_s3_then_list_verify_and_replay_frozen_without_local_files(dem
     for t in trajectories:
         assert t.replay is not None and t.replay.miss == 0 and t.replay.total > 0
         assert t.snapshot_path and t.snapshot_path.startswith(f"{root}/{t.task_id}/")
+    # the rule judge reads the frozen episodes' archived pages from object storage too
+    assert main(["judge", str(tmp_path / "runs" / "r1"), "--judge", "rule", "--tasks", str(demo_suite), "--no-db",
+                 "--no-progress"]) == 0
+    assert "frozen: 2/2 success" in capsys.readouterr().out

@@ -95,3 +95,34 @@ def test_following_is_complete_and_searching_elsewhere_is_off_snapshot(tmp_path,
     build_report(db, tmp_path / "report")
     index = (tmp_path / "report" / "index.html").read_text("utf-8")
     assert "(off-snapshot)" in index and "success (complete)" in index
+
+
+def test_judge_errors_are_left_out_of_the_frozen_coverage_rates(tmp_path, capsys):
+    """Issue 11 part 6 in the coverage table: an errored verdict is no failure, it is its own count."""
+    from ego2web_replay.models import AgentSpec
+    from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+    from ego2web_replay.tracking.compare import compare
+    from ego2web_replay.tracking.ingest import ingest
+    from ego2web_replay.tracking.report import build_report
+
+    suite = make_suite(tmp_path / "suite.json", {t: "shopping" for t in ("t1", "t2", "t3", "t4")})
+    eps = [EpisodeSpec("t1", "frozen", {"rule": True}, validity="complete"),
+           EpisodeSpec("t2", "frozen", verdict_errors={"rule": "judge endpoint unreachable"}, validity="complete"),
+           EpisodeSpec("t3", "frozen", {"rule": False}, validity="off-snapshot"),
+           EpisodeSpec("t4", "frozen", verdict_errors={"rule": "no reply"}, validity="off-snapshot")]
+    make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    db = tmp_path / "v.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    v = compare(db).groups[0].frozen_validity
+    assert v is not None
+    assert (v.episodes, v.complete, v.judge_errors, v.complete_judge_errors) == (4, 2, 2, 1)
+    assert (v.successes, v.success_rate) == (1, 0.5)  # t1 of t1, t3: the two errors count nowhere
+    assert (v.complete_successes, v.complete_success_rate) == (1, 1.0)  # t1 only, not 1/2
+    assert v.shares["complete"] == v.shares["off-snapshot"] == 0.5  # coverage still counts every episode
+    capsys.readouterr()
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "judge errors" in out
+    build_report(db, tmp_path / "report")
+    index = (tmp_path / "report" / "index.html").read_text("utf-8")
+    assert "left out of both rates" in index

@@ -1,4 +1,4 @@
-"""``--executor local|ray`` and the Ray options, shared by the commands that run episodes.
+"""``--executor local|ray`` and the Ray options, shared by the commands that run episodes or judge them.
 
 The decorated command receives ``executor``: an :class:`ExecutorChoice`, turned
 into an executor by :meth:`ExecutorChoice.make` once the workers are known.
@@ -33,6 +33,17 @@ class ExecutorChoice:
         _import_ray()  # a missing extra is a one-line error before any work
         return RayExecutor(RaySettings(address=self.address, num_cpus=self.cpus, memory_mb=self.memory_mb,
                                        max_retries=self.retries), on_info=on_info)
+
+    def make_judge_executor(self) -> Any:
+        """None for the local judge (threads), else each verdict a Ray task (``judge --executor ray``)."""
+        if self.kind == "local":
+            return None
+        from ..judge.ray_judge import RayJudge
+        from ..raycluster import import_ray
+
+        import_ray()
+        return RayJudge(address=self.address, num_cpus=self.cpus, memory_mb=self.memory_mb,
+                        max_retries=self.retries)
 
 
 def executor_options[F: Callable[..., Any]](f: F) -> F:

@@ -9,6 +9,7 @@ import click
 
 from ._options import db_options, iterations_option, json_option
 from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
+from .executor_options import ExecutorChoice, executor_options
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
 JUDGE_NAMES = ("ego2web", "webjudge", "webvoyager", "rule", "rubric")
@@ -57,7 +58,9 @@ def judge() -> None:
 @click.option("--workers", default=4, show_default=True, help="Episodes judged at once (and LLM calls in flight).")
 @click.option("--threshold", type=click.IntRange(1, 5),
               help="ego2web/webjudge: keep screenshots scored at least this (default 3).")
-@click.option("--max-screenshots", type=click.IntRange(0), help="ego2web/webjudge: most screenshots kept (default 8).")
+@click.option("--max-screenshots", type=click.IntRange(0),
+              help="ego2web/webjudge: most screenshots kept (default 8); rubric: most screenshots of the cited "
+                   "pages sent with each verified claim (default 3).")
 @click.option("--keyframes", "keyframes_per_range", type=click.IntRange(1),
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
@@ -75,15 +78,18 @@ def judge() -> None:
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")
 @db_options("each verdict as it is made")
+@executor_options
 def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
             task_ids: tuple[str, ...], workers: int, cache_dir: Path | None, db: Path | None,
-            **options: Any) -> None:
+            executor: ExecutorChoice, **options: Any) -> None:
     """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
 
     LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
     endpoint; every call is cached so re-judging is free and reproducible.
     The rule judge is offline; the rubric judge needs an endpoint only for
-    LLM-verified claims. The progress bar goes to stderr, the verdicts table to stdout.
+    LLM-verified claims. With --executor ray each episode is judged as a task on a Ray
+    cluster; the verdicts, the call cache and the database are written here as a local judge
+    writes them. The progress bar goes to stderr, the verdicts table to stdout.
     """
     from ..judge.run import judge_run, summarize
 
@@ -100,7 +106,8 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
 
     verdicts = judge_run(run_dir, judge_name, tasks=tasks, model=model, base_url=base_url, workers=workers,
                          progress=bar_wanted(), settings=settings, cache_dir=cache_dir,
-                         task_ids=list(task_ids) or None, on_verdict=on_verdict)
+                         task_ids=list(task_ids) or None, on_verdict=on_verdict,
+                         executor=executor.make_judge_executor())
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
         rows.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",
@@ -119,7 +126,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
 @judge.command("agreement")
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--human", "labels", required=True, type=click.Path(path_type=Path),
-              help="Labels CSV with header task_id,mode,label[,annotator,agent].")
+              help="Labels CSV with header task_id,mode,label[,annotator,agent,repeat].")
 @click.option("--judge", "judge_name", default="ego2web", show_default=True, help="Whose verdicts to compare.")
 @iterations_option(1000, minimum=0, alias="--bootstrap")
 @click.option("--seed", default=0, show_default=True, help="Seed of the bootstrap.")
@@ -130,11 +137,12 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, ite
 
     \b
     The labels CSV has a header and one row per label:
-      task_id,mode,label[,annotator,agent]
+      task_id,mode,label[,annotator,agent,repeat]
     label is success/failure (or 1/0); mode is live or frozen; with several
     annotators per episode the majority counts (ties are left out); agent
     (agent name, name/model, or run folder name) picks the episode when
-    several runs hold the same task. Reports per agent and overall: agreement,
+    several runs hold the same task; repeat (default 0) picks one repeat of a
+    run --repeats K run. Reports per agent and overall: agreement,
     Cohen's kappa, confusion matrix, false-positive and false-negative rates
     with bootstrap confidence intervals.
     """

@@ -1,11 +1,12 @@
 """Agreement of a judge with human labels (meta-evaluation).
 
 Labels are a CSV file with a header: ``task_id,mode,label`` and optionally
-``annotator`` and ``agent``. ``label`` is ``success``/``failure`` (also
-``1``/``0``, ``true``/``false``, ``yes``/``no``, ``pass``/``fail``); ``mode``
-is ``live`` or ``frozen``; ``agent`` (the agent name, ``name/model``, or the
-run folder's name) picks the episode when several runs hold the same task
-and mode. Several rows for one episode (several annotators) are reduced to
+``annotator``, ``agent`` and ``repeat``. ``label`` is ``success``/``failure``
+(also ``1``/``0``, ``true``/``false``, ``yes``/``no``, ``pass``/``fail``);
+``mode`` is ``live`` or ``frozen``; ``agent`` (the agent name, ``name/model``,
+or the run folder's name) picks the episode when several runs hold the same
+task and mode; ``repeat`` (a whole number, default 0: the first repeat) picks
+one repeat of a ``run --repeats K`` run. Several rows for one episode (several annotators) are reduced to
 their majority; ties are left out and counted.
 
 Reported per agent and overall: agreement rate, Cohen's kappa, the
@@ -43,6 +44,7 @@ class HumanLabel(BaseModel):
     label: bool
     annotator: str | None = None
     agent: str | None = None
+    repeat: int = 0
     line: int = 0
 
 
@@ -60,7 +62,7 @@ def load_labels(path: str | Path) -> list[HumanLabel]:
     missing = [c for c in ("task_id", "mode", "label") if c not in columns]
     if missing:
         raise JudgeError(f"{p}: missing column(s) {', '.join(missing)}; expected a header "
-                         "task_id,mode,label[,annotator,agent]")
+                         "task_id,mode,label[,annotator,agent,repeat]")
     labels = []
     for n, row in enumerate(reader, 2):
         row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items() if k is not None}
@@ -73,8 +75,12 @@ def load_labels(path: str | Path) -> list[HumanLabel]:
             raise JudgeError(f"{p}: line {n}: mode {row.get('mode', '')!r} is not live or frozen")
         if not row.get("task_id"):
             raise JudgeError(f"{p}: line {n}: empty task_id")
+        repeat = row.get("repeat") or "0"
+        if not repeat.isdigit():
+            raise JudgeError(f"{p}: line {n}: repeat {repeat!r} is not a whole number (0 is the first repeat)")
         labels.append(HumanLabel(task_id=row["task_id"], mode=row["mode"], label=raw in _TRUE,
-                                 annotator=row.get("annotator") or None, agent=row.get("agent") or None, line=n))
+                                 annotator=row.get("annotator") or None, agent=row.get("agent") or None,
+                                 repeat=int(repeat), line=n))
     if not labels:
         raise JudgeError(f"{p}: no labels in file")
     return labels
@@ -158,7 +164,7 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
     The report is also written as JSON to ``out`` when given.
     """
     labels = load_labels(labels_path)
-    index: dict[tuple[str, str], list[tuple[Path, str, str]]] = defaultdict(list)
+    index: dict[tuple[str, str, int], list[tuple[Path, str, str]]] = defaultdict(list)
     for run in map(Path, run_dirs):
         if not run.is_dir():
             raise JudgeError(f"{run}: run folder not found")
@@ -168,25 +174,27 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
                 agent = traj.agent.name + (f"/{traj.agent.model}" if traj.agent.model else "")
             except Ego2WebError:
                 agent = "unknown"
-            index[(ep.parent.name, (parse_episode_folder(ep.name) or (ep.name, 0))[0])].append((ep, agent, run.name))
-    votes: dict[tuple[str, str, str | None], list[bool]] = defaultdict(list)
+            mode, repeat = parse_episode_folder(ep.name) or (ep.name, 0)
+            index[(ep.parent.name, mode, repeat)].append((ep, agent, run.name))
+    votes: dict[tuple[str, str, int, str | None], list[bool]] = defaultdict(list)
     for lab in labels:
-        votes[(lab.task_id, lab.mode, lab.agent)].append(lab.label)
+        votes[(lab.task_id, lab.mode, lab.repeat, lab.agent)].append(lab.label)
     pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     episodes: list[dict[str, Any]] = []
     ties = unmatched = missing = errors = 0
-    for (task_id, mode, wanted), vs in votes.items():
+    for (task_id, mode, repeat, wanted), vs in votes.items():
         count = Counter(vs)
         if count[True] == count[False]:
             ties += 1
             continue
         human = count[True] > count[False]
-        found = [e for e in index.get((task_id, mode), []) if wanted is None or wanted in (e[1], e[2])]
+        found = [e for e in index.get((task_id, mode, repeat), []) if wanted is None or wanted in (e[1], e[2])]
         if not found:
             unmatched += 1
             continue
         if len(found) > 1:
-            raise JudgeError(f"{labels_path}: label for {task_id}/{mode} matches episodes in several runs; "
+            where = f"{task_id}/{mode}" + (f" repeat {repeat}" if repeat else "")
+            raise JudgeError(f"{labels_path}: label for {where} matches episodes in several runs; "
                              "add an 'agent' column (agent name or run folder name)")
         ep, agent_key, _ = found[0]
         verdict = read_verdict(ep, judge)
@@ -197,7 +205,7 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
             errors += 1
             continue
         pairs[agent_key].append((human, verdict.success))
-        episodes.append({"task_id": task_id, "mode": mode, "agent": agent_key, "human": human,
+        episodes.append({"task_id": task_id, "mode": mode, "repeat": repeat, "agent": agent_key, "human": human,
                          "judge": verdict.success, "annotators": len(vs)})
     if not episodes:
         raise JudgeError(f"{labels_path}: no labelled episode has a '{judge}' verdict in the runs given "

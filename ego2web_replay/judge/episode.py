@@ -46,13 +46,18 @@ class Episode:
             lines.append(line)
         return lines
 
-    def snapshot_dirs(self) -> list[Path]:
-        """Archived snapshots of this episode: the live run's own, then the frozen one served."""
-        dirs = []
+    def snapshot_dirs(self) -> list[Path | str]:
+        """Archived snapshots of this episode: the live run's own, then the frozen one served (a folder,
+        or the URL of one on object storage)."""
+        from ..snapshots.location import is_remote
+
+        dirs: list[Path | str] = []
         own = self.dir / "snapshot"
         if own.is_dir():
             dirs.append(own)
-        if self.trajectory.snapshot_path:
+        if self.trajectory.snapshot_path and is_remote(self.trajectory.snapshot_path):
+            dirs.append(self.trajectory.snapshot_path)
+        elif self.trajectory.snapshot_path:
             p = Path(self.trajectory.snapshot_path)
             if not p.is_absolute() and not p.is_dir():
                 p = self.dir / p  # relative to the working folder, else to the episode

@@ -78,11 +78,26 @@ def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
         return decoded.decode("utf-8", errors="replace")
 
 
+def _served(snap: Any, entry: Any) -> tuple[str, int]:
+    """Media type and status an entry is served with; a revisit (indexed as ``warc/revisit``, no
+    status: a page stored once per recording, seen again, maybe under another URL) as its response's."""
+    mime, status = getattr(entry, "mime", "") or "", getattr(entry, "status", 0) or 0
+    if getattr(entry, "record_type", "response") == "revisit":
+        try:
+            record = snap.resolve(entry)
+        except Exception:  # noqa: BLE001 - an unresolvable revisit is no page
+            return mime.lower(), 0
+        mime = (record.http_header("Content-Type") or "").split(";", 1)[0].strip() or mime
+        status = record.http_status or 0
+    return mime.lower(), int(status)
+
+
 class SnapshotPages:
     """Archived HTML and text pages of snapshot folders, by URL."""
 
     def __init__(self, snapshot_dirs: Iterable[str | Path]) -> None:
-        self.dirs = [Path(d) for d in snapshot_dirs]
+        # folders, or URLs of snapshots on object storage (kept as strings)
+        self.dirs: list[Path | str] = [d if isinstance(d, str) and "://" in d else Path(d) for d in snapshot_dirs]
         self._entries: dict[str, tuple[Any, Any]] | None = None
         self._texts: dict[str, str | None] = {}
 
@@ -95,12 +110,16 @@ class SnapshotPages:
             raise JudgeError("archived pages cannot be read: ego2web_replay.snapshots is not installed") from None
         entries: dict[str, tuple[Any, Any]] = {}
         for d in self.dirs:
-            if not d.is_dir():
+            if isinstance(d, str):
+                from ..snapshots.location import open_snapshot
+
+                snap = open_snapshot(d)
+            elif not d.is_dir():
                 raise JudgeError(f"{d}: snapshot folder not found; the episode's archived pages are missing")
-            snap = Snapshot.open(d)
+            else:
+                snap = Snapshot.open(d)
             for entry in snap.entries():
-                mime = (getattr(entry, "mime", "") or "").lower()
-                status = int(getattr(entry, "status", 0) or 0)
+                mime, status = _served(snap, entry)
                 if not ("html" in mime or mime.startswith("text/")) or not 200 <= status < 300:
                     continue
                 entries.setdefault(normalize_url(entry.url), (snap, entry))

@@ -23,7 +23,7 @@ from .ego2web import PipelineJudge
 from .episode import load_episode
 from .pages import ChainPages, PageSource, SnapshotPages
 from .prompts import load_prompts
-from .rubric import RubricContext, evaluate_rubric, load_rubric
+from .rubric import RUBRIC_MAX_SCREENSHOTS, RubricContext, evaluate_rubric, load_rubric
 from .rule import RuleJudge
 from .verdicts import CallLog
 from .webvoyager import WebVoyagerJudge
@@ -94,13 +94,18 @@ class RubricJudge:
     """Mind2Web 2 rubric trees; needs an endpoint only for rubrics with LLM-verified claims."""
 
     def __init__(self, client: LLMClient | None, *, pages: PageSource | None = None,
-                 prompt_version: str = "v2", prompts_dir: str | Path | None = None) -> None:
+                 prompt_version: str = "v2", prompts_dir: str | Path | None = None,
+                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS) -> None:
+        if max_screenshots < 0:
+            raise JudgeError(f"max_screenshots must be 0 or more, not {max_screenshots}")
         self.client = client
         self.pages = pages
+        self.max_screenshots = max_screenshots
         self.prompts = load_prompts("rubric", prompt_version, prompts_dir)
         self.spec = JudgeSpec(name="rubric", prompt_version=self.prompts.version,
                               model=client.config.model if client else None,
-                              base_url=client.config.base_url if client else None, settings={})
+                              base_url=client.config.base_url if client else None,
+                              settings={"max_screenshots": max_screenshots})
 
     def judge(self, episode_dir: Path, task: Task) -> Verdict:
         episode = load_episode(episode_dir)
@@ -113,7 +118,8 @@ class RubricJudge:
         traj = episode.trajectory
         visited = [s.url for s in traj.steps if s.url]
         shots = {s.url: s.path for s in episode.screenshots if s.url}  # the last screenshot of each page
-        ctx = RubricContext(traj.answer, visited, pages, self.client, self.prompts, screenshots=shots)
+        ctx = RubricContext(traj.answer, visited, pages, self.client, self.prompts, screenshots=shots,
+                            max_screenshots=self.max_screenshots)
         result = evaluate_rubric(rubric, ctx)
         log = CallLog()
         if ctx.extraction is not None:
@@ -140,7 +146,7 @@ class RubricJudge:
 
 def rubric_judge(**settings: Any) -> Judge:
     """Mind2Web 2 rubric trees with partial credit."""
-    client_settings, own = _split("rubric", settings, {"pages", "prompt_version", "prompts_dir"})
+    client_settings, own = _split("rubric", settings, {"pages", "prompt_version", "prompts_dir", "max_screenshots"})
     try:
         client: LLMClient | None = _client(settings, client_settings)
     except JudgeError:

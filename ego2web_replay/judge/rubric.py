@@ -15,7 +15,8 @@ completion. Leaf checks are deterministic (text or URL matches against the
 answer, the visited URLs or the archived pages) or ``llm_claim`` (a claim
 verified by the judge model against the answer, the whole archived text of the
 pages the answer cites, in model-sized parts, and the screenshots the episode
-took of those pages). With a prompt set that has an ``extract`` stage
+took of those pages: at most ``max_screenshots`` per claim, default
+:data:`RUBRIC_MAX_SCREENSHOTS`, ``judge --max-screenshots``). With a prompt set that has an ``extract`` stage
 (``rubric-v2``, the default) an extractor call first turns the answer into
 each claim's statement and cited URLs (:mod:`.extract`), and each claim is
 verified from those. Cited URLs are looked up in the episode's archived pages
@@ -46,11 +47,12 @@ from .pages import PageSource
 from .prompts import ClaimCheck, PromptSet, parse_claim
 from .rule import normalize_text
 
-__all__ = ["RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult", "RubricContext",
-           "load_rubric", "evaluate_rubric", "cited_urls", "url_key"]
+__all__ = ["RUBRIC_MAX_SCREENSHOTS", "RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult",
+           "RubricContext", "load_rubric", "evaluate_rubric", "cited_urls", "url_key"]
 
 CheckType = Literal["answer_contains", "answer_regex", "url_visited", "final_url", "page_contains",
                     "cited_url", "llm_claim"]
+RUBRIC_MAX_SCREENSHOTS = 3  # screenshots sent with one claim, unless judge --max-screenshots says otherwise
 _NEEDS = {"answer_contains": "text", "answer_regex": "pattern", "url_visited": "pattern",
           "final_url": "pattern", "page_contains": "text", "llm_claim": "claim"}
 
@@ -211,7 +213,7 @@ class RubricContext:
     def __init__(self, answer: str | None, visited: list[str], pages: PageSource,
                  client: LLMClient | None = None, prompts: PromptSet | None = None,
                  page_chars: int = 6000, screenshots: dict[str, Path] | None = None,
-                 max_screenshots: int = 3) -> None:
+                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS) -> None:
         self.answer = answer or ""
         self.visited = visited
         self.pages = pages

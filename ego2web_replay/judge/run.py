@@ -9,10 +9,10 @@ others go on; an unreachable endpoint stops the run with one line.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -33,9 +33,18 @@ from .client import EndpointError
 from .registry import Judge, make_judge
 from .verdicts import error_verdict, write_verdict
 
-__all__ = ["judge_run", "find_episodes", "load_run_tasks", "summarize", "prepare_task"]
+__all__ = ["judge_run", "judge_episode", "find_episodes", "load_run_tasks", "summarize", "prepare_task",
+           "VerdictExecutor"]
 
 MODES: tuple[Mode, ...] = ("live", "frozen")
+
+
+class VerdictExecutor(Protocol):
+    """Computes verdicts somewhere else; :func:`judge_run` writes them as they come back."""
+
+    def verdicts(self, episodes: Sequence[Path], suite: TaskSuite, judge: Judge, *, judge_name: str,
+                 model: str | None, base_url: str | None, settings: dict[str, Any]) -> Iterator[tuple[Path, Verdict]]:
+        ...
 
 
 def find_episodes(run_dir: Path) -> list[Path]:
@@ -78,12 +87,13 @@ def prepare_task(task: Task, base: Path | None) -> Task:
     return task.model_copy(update=update) if update else task
 
 
-def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
+def judge_episode(judge: Judge, episode: Path, task: Task | Callable[[], Task]) -> Verdict:
+    """The verdict on one episode folder (``<...>/<task-id>/<mode>[-r<repeat>]``); a failure in it
+    (but an unreachable endpoint, which stops the whole judging) is an error verdict."""
     task_id = episode.parent.name
     mode, repeat = parse_episode_folder(episode.name) or (episode.name, 0)
     try:
-        task = prepare_task(suite.get(task_id), suite.base_dir)
-        verdict = judge.judge(episode, task)
+        verdict = judge.judge(episode, task() if callable(task) else task)
     except EndpointError:
         raise
     except Ego2WebError as e:
@@ -91,6 +101,11 @@ def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
     except Exception as e:  # an unexpected failure in one episode must not lose the others
         verdict = error_verdict(judge.spec, task_id, mode, f"{type(e).__name__}: {e}")  # type: ignore[arg-type]
     verdict.repeat = repeat
+    return verdict
+
+
+def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
+    verdict = judge_episode(judge, episode, lambda: prepare_task(suite.get(episode.parent.name), suite.base_dir))
     write_verdict(episode, verdict)
     return verdict
 
@@ -99,11 +114,13 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
               model: str | None = None, base_url: str | None = None, workers: int = 4,
               progress: bool = True, settings: dict[str, Any] | None = None,
               cache_dir: str | Path | None = None, task_ids: list[str] | None = None,
-              on_verdict: Callable[[Path, Verdict], None] | None = None) -> list[Verdict]:
+              on_verdict: Callable[[Path, Verdict], None] | None = None,
+              executor: VerdictExecutor | None = None) -> list[Verdict]:
     """Judge every episode of ``run_dir`` with ``judge_name``; return the verdicts in episode order.
 
     Each verdict is written to ``<episode>/verdicts/<judge>.json``; ``on_verdict(episode_dir, verdict)``
-    is called (in this thread) as each one is made.
+    is called (in this thread) as each one is made. ``executor`` computes the verdicts elsewhere (a
+    :class:`~.ray_judge.RayJudge`: each a Ray task); they are written here all the same.
     """
     run = Path(run_dir)
     opts = dict(settings or {})
@@ -123,6 +140,16 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
         job = bar.add_task("judge", total=len(episodes))
+        if executor is not None:
+            made = executor.verdicts(episodes, suite, judge, judge_name=judge_name, model=model, base_url=base_url,
+                                     settings=opts)
+            for episode, verdict in made:
+                write_verdict(episode, verdict)
+                results[episode] = verdict
+                if on_verdict is not None:
+                    on_verdict(episode, verdict)
+                bar.advance(job)
+            return [results[e] for e in episodes]
         with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
             futures = {pool.submit(_judge_one, judge, ep, suite): ep for ep in episodes}
             try:

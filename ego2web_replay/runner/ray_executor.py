@@ -38,6 +38,7 @@ from typing import Any
 
 from ..errors import Ego2WebError
 from ..models import load_trajectory, save_model
+from ..raycluster import connected, driver_env, import_ray, swap_env
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 from .executor import infra_failure, log_start
 
@@ -55,11 +56,7 @@ def ray_available() -> bool:
 
 
 def _import_ray() -> Any:
-    try:
-        import ray
-    except ImportError:
-        raise Ego2WebError("--executor ray needs Ray: pip install 'ego2web-replay[ray]'") from None
-    return ray
+    return import_ray()
 
 
 @dataclass(frozen=True)
@@ -107,7 +104,8 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes], upstream_ca:
                    storage_env: dict[str, str] | None = None) -> tuple[EpisodeSummary, bytes, str]:
     """Run one episode on a worker; returns its summary, its folder as a tar, and the scratch run folder.
 
-    ``storage_env``: the driver's AWS variables, so a worker reads ``s3://`` snapshots as the driver would.
+    ``storage_env``: the driver's variables (:func:`~ego2web_replay.raycluster.driver_env`), so a worker
+    reads ``s3://`` snapshots as the driver would.
     """
     from ..browser import chromium_executable
     from ..errors import BrowserError
@@ -118,25 +116,23 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes], upstream_ca:
     except BrowserError as e:
         raise Ego2WebError(f"node {node}: {e}") from None
     home = _private_home(ca_files)
-    scratch = home / "episode"
     env = {"EGO2WEB_REPLAY_HOME": str(home), **(storage_env or {})}
-    old = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
     try:
-        ca_path = None
-        if upstream_ca is not None:
-            ca_path = home / "upstream-ca.pem"
-            with os.fdopen(os.open(ca_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
-                fh.write(upstream_ca)
-        summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path))
-        return summary, _pack(summary.path), str(scratch / "run")
+        with swap_env(env):
+            return _run_remote(job, home, upstream_ca)
     finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works
+
+
+def _run_remote(job: EpisodeRequest, home: Path, upstream_ca: bytes | None) -> tuple[EpisodeSummary, bytes, str]:
+    scratch = home / "episode"
+    ca_path = None
+    if upstream_ca is not None:
+        ca_path = home / "upstream-ca.pem"
+        with os.fdopen(os.open(ca_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
+            fh.write(upstream_ca)
+    summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path))
+    return summary, _pack(summary.path), str(scratch / "run")
 
 
 # ---------------------------------------------------------------- driver side
@@ -175,34 +171,20 @@ class RayExecutor:
             return
         from ..proxy import project_ca
 
-        ray = _import_ray()
         s = self.settings
-        started_here = not ray.is_initialized()
-        if started_here:
-            try:
-                ray.init(address=s.address, log_to_driver=False, include_dashboard=False,
-                         configure_logging=False, runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-            except (ConnectionError, RuntimeError, ValueError) as e:
-                raise Ego2WebError(f"cannot connect to the Ray cluster at {s.address or 'this machine'}: "
-                                   f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from None
-        try:
+        with connected(s.address) as ray:
             if self.on_info:
                 nodes = [n for n in ray.nodes() if n.get("Alive")]
                 cpus = sum(n.get("Resources", {}).get("CPU", 0) for n in nodes)
                 self.on_info(f"ray: {len(nodes)} node(s), {cpus:g} CPUs; {len(jobs)} episode(s) of "
                              f"{s.num_cpus:g} CPU each")
             yield from self._run(ray, jobs, project_ca())
-        finally:
-            if started_here:
-                ray.shutdown()
 
     def _run(self, ray: Any, jobs: Sequence[EpisodeRequest], ca: Any) -> Iterator[EpisodeSummary]:
         s = self.settings
         ca_files = {name: (ca.confdir / name).read_bytes() for name in _CA_FILES if (ca.confdir / name).exists()}
         ca_ref = ray.put(ca_files)
-        from ..snapshots.objstore import AWS_VARIABLES
-
-        storage_env = {name: os.environ[name] for name in AWS_VARIABLES if os.environ.get(name)}
+        storage_env = driver_env()
         options: dict[str, Any] = {"num_cpus": s.num_cpus, "max_retries": s.max_retries,
                                    "retry_exceptions": False, "scheduling_strategy": "SPREAD"}
         if s.memory_mb:

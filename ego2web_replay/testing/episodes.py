@@ -52,9 +52,9 @@ def make_video(path: Path, seconds: int = 4, fps: int = 10, size: int = 64,
 def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: str | None = None,
                  urls: Sequence[str] = ("http://shop.test/",), titles: Sequence[str] | None = None,
                  agent: str = "scripted", model: str | None = None, screenshots: bool = True,
-                 snapshot_path: str | None = None) -> Path:
+                 snapshot_path: str | None = None, repeat: int = 0) -> Path:
     """Write ``trajectory.json`` and one distinct screenshot per step; return the episode folder."""
-    ep = episode_dir(run_dir, task_id, mode)
+    ep = episode_dir(run_dir, task_id, mode, repeat)
     steps = []
     for i, url in enumerate(urls, 1):
         shot = None
@@ -70,7 +70,7 @@ def make_episode(run_dir: Path, task_id: str, mode: Mode = "frozen", *, answer: 
     traj = Trajectory(task_id=task_id, mode=mode, instruction=f"instruction of {task_id}",
                       agent=AgentSpec(name=agent, model=model), steps=steps, answer=answer,
                       end_reason="answered" if answer is not None else "stopped",
-                      snapshot_path=snapshot_path)
+                      snapshot_path=snapshot_path, repeat=repeat)
     save_model(ep / "trajectory.json", traj)
     return ep
 

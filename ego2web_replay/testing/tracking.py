@@ -79,6 +79,7 @@ class EpisodeSpec:
     keyframes: int = 0
     verdict_errors: dict[str, str] = field(default_factory=dict)  # judge -> error: a verdict not made
     repeat: int = 0
+    validity: str | None = None  # frozen only: complete / degraded / off-snapshot
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -110,7 +111,8 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         replay = None
         if e.mode == "frozen":
             replay = ReplayStats(exact=10, canonical=2, fuzzy=1, miss=e.miss,
-                                 missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)])
+                                 missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
+                                 validity=e.validity)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id="s1", agent=agent, steps=steps, answer=e.answer,
                           end_reason="answered" if e.answer else "stopped", started_at=started_at,

@@ -110,11 +110,12 @@ def _validity_html(comp: Comparison) -> str:
             continue
         rows.append([escape(g.agent), escape(g.judge), str(v.episodes), pct(v.success_rate), str(v.complete),
                      pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
-                     pct(v.shares.get("off-snapshot"))])
+                     pct(v.shares.get("off-snapshot")), str(v.judge_errors)])
     return ("<p>Frozen coverage: <em>complete</em> episodes saw only recorded pages; <em>off-snapshot</em> "
-            "ones missed a document or content fetch (marked in the episode list).</p>"
+            "ones missed a document or content fetch (marked in the episode list). A judge error is neither a "
+            "success nor a failure: it is left out of both rates and counted on its own.</p>"
             + _table(["agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
-                      "complete", "degraded", "off-snapshot"], rows, numeric=set(range(2, 9))))
+                      "complete", "degraded", "off-snapshot", "judge errors"], rows, numeric=set(range(2, 10))))
 
 
 def _comparison_html(comp: Comparison) -> str:

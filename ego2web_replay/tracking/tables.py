@@ -80,18 +80,19 @@ def repeats_table(g: GroupComparison) -> Table:
 
 def validity_table(comp: Comparison) -> Table:
     """Frozen success with its coverage: over all frozen episodes and over complete ones, and each class's share."""
-    t = Table(title="frozen success and coverage (complete: only recorded pages seen)")
+    t = Table(title="frozen success and coverage (complete: only recorded pages seen; "
+                    "judge errors are in no rate)")
     for col in ("agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
-                "complete %", "degraded %", "off-snapshot %", "unknown %"):
+                "complete %", "degraded %", "off-snapshot %", "unknown %", "judge errors"):
         t.add_column(col, justify="left" if col in ("agent", "judge") else "right")
     for g in comp.groups:
         v = g.frozen_validity
         if v is None:
-            t.add_row(g.agent, g.judge, "0", *["–"] * 7)
+            t.add_row(g.agent, g.judge, "0", *["–"] * 8)
             continue
         t.add_row(g.agent, g.judge, str(v.episodes), pct(v.success_rate), str(v.complete),
                   pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
-                  pct(v.shares.get("off-snapshot")), pct(v.shares.get("unknown")))
+                  pct(v.shares.get("off-snapshot")), pct(v.shares.get("unknown")), str(v.judge_errors))
     return t
 
 

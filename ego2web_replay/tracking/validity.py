@@ -5,6 +5,11 @@ episode saw pages that were not recorded (a missed document or content fetch),
 a ``degraded`` one missed only subresources, a ``complete`` one saw only
 recorded pages (see ``ego2web_replay.validity``). Selection is the one
 ``compare`` uses: the most recent run per (agent, judge, task) with a verdict.
+
+A verdict the judge could not make (its ``error`` is set) is neither a success
+nor a failure: its episode still counts in the coverage (the episode happened and
+saw what it saw), but it is left out of the success rates and counted in
+``judge_errors`` (``complete_judge_errors`` among the complete episodes).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ __all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_not
 
 _QUERY = """
 WITH joined AS (
-    SELECT e.agent, v.judge, e.task_id, v.success, coalesce(e.validity, 'unknown') AS validity,
+    SELECT e.agent, v.judge, e.task_id, v.success, v.error, coalesce(e.validity, 'unknown') AS validity,
            coalesce(e.repeat_index, 0) AS repeat_index,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
@@ -32,7 +37,7 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
     WHERE e.mode = 'frozen'
 )
-SELECT agent, judge, task_id, success, validity, repeat_index FROM joined WHERE rn = 1
+SELECT agent, judge, task_id, success, error, validity, repeat_index FROM joined WHERE rn = 1
 ORDER BY agent, judge, task_id, repeat_index
 """
 
@@ -42,10 +47,14 @@ class FrozenValidity(BaseModel):
 
     episodes: int = Field(description="Frozen episodes (all, paired or not).")
     successes: int
-    success_rate: float | None = Field(description="Frozen success over all frozen episodes.")
+    success_rate: float | None = Field(description="Frozen success over all judged frozen episodes "
+                                                   "(judge errors left out).")
     complete: int = Field(description="Episodes that saw only recorded pages.")
     complete_successes: int
-    complete_success_rate: float | None = Field(description="Frozen success over complete episodes only.")
+    complete_success_rate: float | None = Field(description="Frozen success over judged complete episodes only.")
+    judge_errors: int = Field(default=0, description="Frozen episodes whose verdict is a judge error: neither "
+                                                     "success nor failure, left out of both rates.")
+    complete_judge_errors: int = Field(default=0, description="Judge errors among the complete episodes.")
     counts: dict[str, int] = Field(description="Episodes per class: complete, degraded, off-snapshot, unknown.")
     shares: dict[str, float | None] = Field(description="Share of each class among the frozen episodes.")
 
@@ -54,23 +63,27 @@ def frozen_validity(con: duckdb.DuckDBPyConnection) -> tuple[dict[tuple[str, str
                                                               dict[tuple[str, str, str, int], str]]:
     """Per (agent, judge): frozen success and validity shares; per (agent, judge, task, repeat) the validity."""
     rows = con.execute(_QUERY).fetchall()
-    groups: dict[tuple[str, str], list[tuple[bool, str]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[tuple[bool | None, str]]] = defaultdict(list)
     per_task: dict[tuple[str, str, str, int], str] = {}
-    for agent, judge, task, success, validity, repeat in rows:
-        groups[(agent, judge)].append((bool(success), validity))
+    for agent, judge, task, success, error, validity, repeat in rows:
+        groups[(agent, judge)].append((None if error else bool(success), validity))
         per_task[(agent, judge, task, int(repeat))] = validity
     return {key: _summary(eps) for key, eps in groups.items()}, per_task
 
 
-def _summary(eps: list[tuple[bool, str]]) -> FrozenValidity:
+def _summary(eps: list[tuple[bool | None, str]]) -> FrozenValidity:
+    """``ok`` is None for a judge error: counted in the coverage, never in a rate."""
     counts = {name: 0 for name in (*VALIDITIES, "unknown")}
     for _, validity in eps:
         counts[validity if validity in counts else "unknown"] += 1
+    judged = [ok for ok, _ in eps if ok is not None]
     complete = [ok for ok, validity in eps if validity == "complete"]
+    complete_judged = [ok for ok in complete if ok is not None]
     n = len(eps)
     return FrozenValidity(
-        episodes=n, successes=sum(ok for ok, _ in eps), success_rate=rate([ok for ok, _ in eps]),
-        complete=len(complete), complete_successes=sum(complete), complete_success_rate=rate(complete),
+        episodes=n, successes=sum(judged), success_rate=rate(judged),
+        complete=len(complete), complete_successes=sum(complete_judged), complete_success_rate=rate(complete_judged),
+        judge_errors=n - len(judged), complete_judge_errors=len(complete) - len(complete_judged),
         counts=counts, shares={k: (v / n if n else None) for k, v in counts.items()})
 
 
@@ -94,4 +107,5 @@ def validity_note(v: FrozenValidity | None) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
     return (f"complete {v.complete}/{v.episodes}, success over all {pct(v.success_rate)}, over complete "
             f"{pct(v.complete_success_rate)}; degraded {pct(v.shares['degraded'])}, "
-            f"off-snapshot {pct(v.shares['off-snapshot'])}")
+            f"off-snapshot {pct(v.shares['off-snapshot'])}"
+            + (f"; judge errors {v.judge_errors} (not in the rates)" if v.judge_errors else ""))
