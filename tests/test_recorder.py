@@ -54,11 +54,11 @@ def test_every_exchange_captured_with_wire_bytes(recorded):
     import hashlib
 
     archived = Counter()
-    for rec in iter_records(snap.archive_path):
-        if rec.rec_type == "response":
-            path = rec.url[len(base):].split("?")[0] or "/"
-            archived[(rec.http_header("X-Orig-Method") or "GET", path, rec.http_status,
-                      hashlib.sha256(rec.payload).hexdigest())] += 1
+    for entry in snap.entries():  # responses, and revisits of payloads recorded earlier in the session
+        rec = snap.resolve(entry)
+        path = rec.url[len(base):].split("?")[0] or "/"
+        archived[(rec.http_header("X-Orig-Method") or "GET", path, rec.http_status,
+                  hashlib.sha256(rec.payload).hexdigest())] += 1
     # compare by path/status/body (the request method is checked through the request records below)
     strip = lambda c: Counter({(k[1], k[2], k[3]): v for k, v in c.items()})  # noqa: E731
     assert strip(archived) == strip(wire)
@@ -77,8 +77,16 @@ def test_records_linked_and_bodies_as_on_the_wire(recorded):
     assert records[0].rec_type == "warcinfo"
     by_id = {r.record_id: r for r in records}
     responses = [r for r in records if r.rec_type == "response"]
+    revisits = [r for r in records if r.rec_type == "revisit"]
     requests = [r for r in records if r.rec_type == "request"]
-    assert len(requests) == len(responses)
+    assert len(requests) == len(responses) + len(revisits)
+    # the font is loaded twice: stored once, then a revisit of the first capture (identical payload digest)
+    font = sorted((r for r in responses + revisits if r.url.endswith("/static/font.ttf")), key=lambda r: r.offset)
+    assert [r.rec_type for r in font] == ["response", "revisit"]
+    assert font[1].refers_to_target_uri == font[0].url and font[1].payload_digest == font[0].payload_digest
+    assert font[1].refers_to == font[0].record_id and font[1].refers_to_date == font[0].date
+    assert font[1].headers.get("WARC-Profile", "").endswith("/revisit/identical-payload-digest")
+    assert font[1].http_status == 200 and font[1].payload == b""
     for req in requests:
         assert req.concurrent_to and req.concurrent_to[0] in by_id
         assert by_id[req.concurrent_to[0]].url == req.url

@@ -40,10 +40,13 @@ from ._output import progress, say, warn
 @db_options("each snapshot as it is recorded")
 @click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               help="Seconds each reference action may take before the task fails.")
+@click.option("--dedup-min-size", type=click.IntRange(min=0), default=256, show_default=True,
+              help="Store identical payloads of at least this many bytes once per recording, later captures "
+                   "as WARC revisit records; 0 stores every payload.")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
-               db: Path | None, action_timeout: float) -> None:
+               db: Path | None, action_timeout: float, dedup_min_size: int) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -73,7 +76,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             opts = RecordOptions(compression=compression, guard=guard, allow=allowed, deny=deny,
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
-                                 interactive=interactive, action_timeout_s=action_timeout)
+                                 interactive=interactive, action_timeout_s=action_timeout,
+                                 dedup_min_size=dedup_min_size or None)
             recorded = sink.snapshot_recorded if sink is not None else None
             r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
             if r.ok and r.manifest is not None and r.snapshot is not None:

@@ -78,6 +78,20 @@ def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:
         return decoded.decode("utf-8", errors="replace")
 
 
+def _served(snap: Any, entry: Any) -> tuple[str, int]:
+    """Media type and status an entry is served with; a revisit (indexed as ``warc/revisit``, no
+    status: a page stored once per recording, seen again, maybe under another URL) as its response's."""
+    mime, status = getattr(entry, "mime", "") or "", getattr(entry, "status", 0) or 0
+    if getattr(entry, "record_type", "response") == "revisit":
+        try:
+            record = snap.resolve(entry)
+        except Exception:  # noqa: BLE001 - an unresolvable revisit is no page
+            return mime.lower(), 0
+        mime = (record.http_header("Content-Type") or "").split(";", 1)[0].strip() or mime
+        status = record.http_status or 0
+    return mime.lower(), int(status)
+
+
 class SnapshotPages:
     """Archived HTML and text pages of snapshot folders, by URL."""
 
@@ -105,8 +119,7 @@ class SnapshotPages:
             else:
                 snap = Snapshot.open(d)
             for entry in snap.entries():
-                mime = (getattr(entry, "mime", "") or "").lower()
-                status = int(getattr(entry, "status", 0) or 0)
+                mime, status = _served(snap, entry)
                 if not ("html" in mime or mime.startswith("text/")) or not 200 <= status < 300:
                     continue
                 entries.setdefault(normalize_url(entry.url), (snap, entry))

@@ -42,6 +42,9 @@ class RecordOptions:
     screenshots: bool = True
     action_timeout_s: float = 30.0
     source: str = "record"
+    dedup_min_size: int | None = 256
+    """Identical payloads of at least this many bytes are stored once per recording, later captures as
+    revisit records; None stores every payload (a revisit's own head costs about 250 bytes)."""
 
 
 @dataclass
@@ -76,7 +79,8 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
 
 def _settings(opts: RecordOptions) -> dict[str, Any]:
     return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
-            "redaction": redactor_for(opts).settings(), "interactive": opts.interactive}
+            "redaction": redactor_for(opts).settings(), "interactive": opts.interactive,
+            "dedup_min_size": opts.dedup_min_size}
 
 
 class LiveRecording:
@@ -114,7 +118,8 @@ class LiveRecording:
         try:
             self.writer = SnapshotWriter(self.root, self.task.id, compression=o.compression, source=o.source,
                                          start_url=self.task.start_url, settings=_settings(o),
-                                         tools=tool_versions({"chromium": chromium_version()}))
+                                         tools=tool_versions({"chromium": chromium_version()}),
+                                         dedup_min_size=o.dedup_min_size)
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path

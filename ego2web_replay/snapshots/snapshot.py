@@ -224,7 +224,10 @@ class SnapshotWriter:
         tools: dict[str, str] | None = None,
         clock: Callable[[], datetime] | None = None,
         id_factory: Callable[[], str] | None = None,
+        dedup_min_size: int | None = None,
     ) -> None:
+        """``dedup_min_size``: store identical payloads of at least that many bytes once, later captures
+        of them as revisit records (:class:`~.warc.ArchiveWriter`); None stores every payload."""
         self._clock = clock or (lambda: datetime.now(UTC).replace(tzinfo=None))
         self.created_at = naive_utc(self._clock())
         if source not in _SOURCES:
@@ -259,6 +262,7 @@ class SnapshotWriter:
             },
             clock=clock,
             id_factory=id_factory,
+            dedup_min_size=dedup_min_size,
         )
 
     @staticmethod

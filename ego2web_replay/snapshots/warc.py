@@ -10,6 +10,7 @@ Record ids and the clock are injectable, so the same input gives the same bytes.
 
 from __future__ import annotations
 
+import hashlib
 import io
 import os
 import threading
@@ -101,7 +102,12 @@ class ArchiveWriter:
     """Append WARC records to ``path``, one compression unit per record.
 
     The warcinfo record is written first when the file is new or empty. The
-    writer is a context manager; :meth:`close` closes the file.
+    writer is a context manager; :meth:`close` closes the file. With
+    ``dedup_min_size`` set, a response whose stored payload (at least that many
+    bytes) this writer already wrote is written as a ``revisit`` record
+    (identical-payload-digest profile: the response's own HTTP head, no payload,
+    ``WARC-Refers-To`` / ``-Target-URI`` / ``-Date`` naming the first capture),
+    as warcprox does within a recording.
     """
 
     def __init__(
@@ -114,9 +120,14 @@ class ArchiveWriter:
         id_factory: Callable[[], str] | None = None,
         zstd_level: int = 3,
         fsync_each: bool = False,
+        dedup_min_size: int | None = None,
     ) -> None:
         self.path = Path(path)
         self.fsync_each = fsync_each
+        # in-session deduplication: sha256 of a stored payload -> (record id, URL, WARC-Date, payload digest)
+        self.dedup_min_size = dedup_min_size
+        self._payloads: dict[bytes, tuple[str, str, str, str]] = {}
+        self.revisits_written = 0
         self.compression: Compression = compression
         self._clock = clock or _default_clock
         self._new_id = id_factory or _default_id
@@ -198,10 +209,7 @@ class ArchiveWriter:
         extra = [("WARC-IP-Address", ip)] if ip else []
         with self._lock:
             resp_id = self._new_id()
-            response = self.write_record(
-                "response", url, payload=response_body, http_headers=response_http,
-                warc_headers=extra, record_id=resp_id, date=when,
-            )
+            response = self._write_response(url, response_body, response_http, extra, resp_id, when)
             request = self.write_record(
                 "request", url, payload=request_body, http_headers=request_http,
                 warc_headers=[("WARC-Concurrent-To", resp_id)], date=when,
@@ -250,6 +258,25 @@ class ArchiveWriter:
             WARCWriter(buf, gzip=False, warc_version="WARC/1.1").write_record(record)
             digest = record.rec_headers.get_header("WARC-Payload-Digest")
             return self._append(buf.getvalue(), record_type, record_id, url, digest)
+
+    def _write_response(self, url: str, payload: bytes, http: StatusAndHeaders, extra: list[tuple[str, str]],
+                        record_id: str, when: datetime) -> RecordLocation:
+        """The response record, or a revisit of the first capture of the same payload (see the class)."""
+        key = None
+        if self.dedup_min_size is not None and payload and len(payload) >= self.dedup_min_size:
+            key = hashlib.sha256(payload).digest()
+            original = self._payloads.get(key)
+            if original is not None:
+                refers = [("WARC-Refers-To", original[0]), ("WARC-Refers-To-Target-URI", original[1]),
+                          ("WARC-Refers-To-Date", original[2]), ("WARC-Payload-Digest", original[3])]
+                self.revisits_written += 1
+                return self.write_record("revisit", url, http_headers=http, warc_headers=extra + refers,
+                                         record_id=record_id, date=when)
+        location = self.write_record("response", url, payload=payload, http_headers=http, warc_headers=extra,
+                                     record_id=record_id, date=when)
+        if key is not None and location.payload_digest:
+            self._payloads[key] = (record_id, url, datetime_to_iso_date(when, use_micros=True), location.payload_digest)
+        return location
 
     def write_raw(
         self, data: bytes, *, record_type: str, record_id: str, url: str, payload_digest: str | None

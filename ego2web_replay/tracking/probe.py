@@ -92,9 +92,12 @@ def _targets(snap: Any) -> list[tuple[Any, bool]]:
     pages = set(snap.manifest.pages)
     out: list[tuple[Any, bool]] = []
     seen: set[str] = set()
+    from ..snapshots.served import served_entry
+
     for e in snap.entries():
-        if e.record_type != "response" or (e.method or "GET").upper() != "GET" or e.url in seen:
+        if e.record_type not in ("response", "revisit") or (e.method or "GET").upper() != "GET" or e.url in seen:
             continue
+        e = served_entry(snap, e)  # a revisit probes as the response it replays
         mime = (e.mime or "").lower()
         main = e.url in pages or ("html" in mime and (e.status or 0) < 300)
         if main or "json" in mime:
