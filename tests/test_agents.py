@@ -413,3 +413,25 @@ def test_command_agent_bad_trajectories_are_clear_errors(tmp_path, writes, error
     traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
     assert traj.end_reason == "agent_error" and traj.extra["exit_code"] == 0
     assert traj.error.startswith(error) and "\n" not in traj.error
+
+
+def test_run_cli_passes_the_openai_agent_settings(tmp_path, capsys, monkeypatch):
+    """`run --agent openai` with --temperature/--seed/--max-output-tokens/--agent-timeout/--image-size:
+    the settings reach the agent and are recorded in run.json's agent spec (the task has no snapshot, so
+    its episode is a setup error before any browser starts)."""
+    from ego2web_replay.cli import main
+
+    monkeypatch.delenv("EGO2WEB_AGENT_MODEL", raising=False)
+    suite = tmp_path / "tasks.jsonl"
+    suite.write_text(json.dumps({"id": "t1", "instruction": "x", "start_url": "http://127.0.0.1:9/"}) + "\n", "utf-8")
+    out = tmp_path / "runs"
+    code = main(["run", str(suite), "--agent", "openai", "--model", "m", "--base-url", "http://localhost:1/v1",
+                 "--temperature", "0.4", "--seed", "11", "--max-output-tokens", "256", "--agent-timeout", "7.5",
+                 "--image-size", "320", "--modality", "none", "--out", str(out), "--snapshots", str(tmp_path),
+                 "--no-db"])
+    assert code == 1 and "no snapshot" in capsys.readouterr().err
+    (run_json,) = out.glob("*/run.json")
+    spec = json.loads(run_json.read_text("utf-8"))["agent"]
+    assert (spec["name"], spec["model"], spec["input_modality"]) == ("openai", "m", "none")
+    wanted = {"temperature": 0.4, "seed": 11, "max_output_tokens": 256, "timeout_s": 7.5, "image_max_side": 320}
+    assert {k: spec["settings"][k] for k in wanted} == wanted

@@ -92,3 +92,37 @@ def out_path(text: str):
     from pathlib import Path
 
     return Path(text.split("extended snapshot ", 1)[1].split(":", 1)[0])
+
+
+def test_coverage_lists_every_repeat_and_finds_live_repeat_archives(tmp_path, capsys):
+    """With `run --repeats`, each repeat's frozen episode is covered, and a page only a later live repeat
+    visited is found in that repeat's archive (episodes/<task>/live-r1/snapshots/)."""
+    from ego2web_replay.models import ReplayLogEntry, ReplayStats, save_model
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+    from ego2web_replay.testing.episodes import make_episode
+
+    runs = tmp_path / "runs"
+    for repeat, page in ((0, "a"), (1, "b")):
+        ep = make_episode(runs / "frozen", "T1", "frozen", answer="x", urls=["http://s.test/"], repeat=repeat)
+        traj = load_trajectory(ep)
+        traj.replay = ReplayStats(miss=1, missed_urls=[f"http://s.test/{page}"], validity="off-snapshot",
+                                  log=[ReplayLogEntry(method="GET", url=f"http://s.test/{page}", outcome="miss",
+                                                      status=404, kind="document")])
+        save_model(ep / "trajectory.json", traj)
+    for repeat, page in ((0, "c"), (1, "b")):
+        live = make_episode(runs / "live", "T1", "live", answer="x", repeat=repeat)
+        sw = SnapshotWriter(live / "snapshots", "T1")
+        sw.writer.write_exchange(url=f"http://s.test/{page}", method="GET", request_headers=[], request_body=b"",
+                                 status=200, reason="OK", response_headers=[("Content-Type", "text/html")],
+                                 response_body=b"<p>page</p>")
+        sw.finalize()
+    capsys.readouterr()
+    assert main(["runs", "coverage", str(runs / "frozen"), "--json", "-"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [(t["repeat"], [m["url"] for m in t["missed"]]) for t in report] == [
+        (0, ["http://s.test/a"]), (1, ["http://s.test/b"])]
+    assert report[0]["missed"][0]["held_by"] == []
+    (holder,) = report[1]["missed"][0]["held_by"]
+    assert "/episodes/T1/live-r1/snapshots/T1/" in holder
+    assert main(["runs", "coverage", str(runs / "frozen")]) == 0
+    assert "T1 (repeat 1): off-snapshot, 1 missed" in capsys.readouterr().out

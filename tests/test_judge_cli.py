@@ -45,6 +45,14 @@ def test_rule_judge_as_written_in_the_issue(run, capsys):
     assert json.loads((run / "episodes/T1/frozen/verdicts/rule.json").read_text())["success"] is True
 
 
+def test_verdicts_table_names_the_repeat(run, capsys):
+    make_episode(run, "T1", "frozen", answer="It is $20", urls=["http://s.test/k"], repeat=1)
+    assert main(["judge", str(run), "--judge", "rule", "--no-progress", "--no-db"]) == 0
+    out = capsys.readouterr().out
+    assert "frozen r1" in out and "frozen: 2/3 success" in out
+    assert json.loads((run / "episodes/T1/frozen-r1/verdicts/rule.json").read_text())["repeat"] == 1
+
+
 def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
     def answer(body):
         system = body["messages"][0]["content"]

@@ -166,3 +166,37 @@ def test_unparseable_final_and_corrupt_video_are_per_episode_errors(run, tmp_pat
     assert "clip.mp4: cannot read video" in t1.error and not t1.success and t1.score == 0
     assert "could not be read after 2 tries" in t2.error
     assert read_verdict(run / "episodes/T1/frozen", "ego2web").error == t1.error
+
+
+def _sides(body) -> list[int]:
+    """The longest side of each image the request carries."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    sides = []
+    for m in body["messages"]:
+        for p in m["content"] if isinstance(m["content"], list) else []:
+            if p["type"] == "image_url":
+                data = base64.b64decode(p["image_url"]["url"].split(",", 1)[1])
+                sides.append(max(Image.open(io.BytesIO(data)).size))
+    return sides
+
+
+def test_keyframe_size_is_a_judge_option(run, tmp_path):
+    """`judge --keyframe-size N` scales the video keyframes the verdict call sends (the clip is 64 px)."""
+    from ego2web_replay.cli import main
+
+    finals = {}
+    for size in (None, 32):
+        with FakeOpenAIServer(scripted()) as srv:
+            extra = [] if size is None else ["--keyframe-size", str(size)]
+            assert main(["judge", str(run), "--judge", "ego2web", "--model", "m", "--base-url", srv.base_url,
+                         "--no-db", "--no-progress", "--cache-dir", str(tmp_path / f"cache-{size}"), *extra]) == 0
+            finals[size] = srv.requests[-1]
+    assert "Keyframe at" in _text(finals[32])
+    keyframes = {size: sorted(_sides(body))[-3:] for size, body in finals.items()}  # screenshots are smaller
+    assert keyframes == {None: [64, 64, 64], 32: [32, 32, 32]}
+    verdict = read_verdict(run / "episodes/T1/frozen", "ego2web")
+    assert verdict is not None and verdict.judge.settings["keyframe_max_side"] == 32

@@ -50,6 +50,17 @@ def test_serve_prints_how_to_connect_and_the_stats(snap, tmp_path, capsys, ca):
     assert "replay stats: 0 requests: exact 0, canonical 0, fuzzy 0, miss 0" in out
     loaded = ReplayStats.model_validate_json(stats.read_text())
     assert loaded.total == 0 and loaded.snapshots == [str(snap)]
+    # the browser-use hint is code the installed browser-use takes, with the loopback bypass removed
+    # (without it a site on 127.0.0.1 would be read live, past the replay: issue 11)
+    hint = next(line for line in out.splitlines() if line.lstrip().startswith("browser-use"))
+    pytest.importorskip("browser_use")
+    from browser_use import BrowserProfile
+    from browser_use.browser.profile import ProxySettings
+
+    profile = eval(hint.split("browser-use", 1)[1].strip(), {"BrowserProfile": BrowserProfile,  # noqa: S307
+                                                             "ProxySettings": ProxySettings})
+    assert profile.proxy.server == f"http://127.0.0.1:{port}" and profile.proxy.bypass == "<-loopback>"
+    assert f"--ignore-certificate-errors-spki-list={ca.spki}" in profile.args
 
 
 def test_unknown_snapshot_path(tmp_path, capsys):

@@ -133,3 +133,38 @@ def test_a_chunked_response_recorded_here_is_served_chunked(site, ca, tmp_path):
     export_snapshot(snap, wacz, "wacz")
     run = subprocess.run([Path(sys.executable).parent / "wacz", "validate", "-f", wacz], capture_output=True, text=True)
     assert run.returncode == 0 and "is valid" in run.stdout, run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_chromium_keeps_a_capture_fresh_as_it_was_at_capture_time(tmp_path, ca, chromium):
+    """A stylesheet archived over a year ago, fresh for two hours after its capture: in frozen replay
+    Chromium finds it fresh in its cache on the next page, as live browsing did, and makes no second
+    request (with its archived Date and Expires kept, it would be stale and fetched again)."""
+    sw = SnapshotWriter(tmp_path, "cache")
+    captured = format_datetime(CAPTURED.replace(tzinfo=UTC), usegmt=True)
+    for name in ("one", "two"):
+        page = f'<html><head><link rel="stylesheet" href="/site.css"></head><body><p id="p">{name}</p></body></html>'
+        sw.writer.write_exchange(url=f"http://assets.example/{name}.html", method="GET", request_headers=[],
+                                 request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "text/html"), ("Date", captured)],
+                                 response_body=page.encode(), date=CAPTURED)
+    sw.writer.write_exchange(
+        url="http://assets.example/site.css", method="GET", request_headers=[], request_body=b"", status=200,
+        reason="OK", response_headers=[
+            ("Content-Type", "text/css"), ("Date", captured),
+            ("Expires", format_datetime((CAPTURED + timedelta(hours=2)).replace(tzinfo=UTC), usegmt=True)),
+            ("Last-Modified", "Sat, 01 Mar 2025 00:00:00 GMT")],
+        response_body=b"p { color: rgb(200, 0, 0) }", date=CAPTURED)
+    sw.finalize()
+    with Replay([sw.path], ca=ca) as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        try:
+            page = ctx.new_page()
+            for name in ("one", "two"):
+                page.goto(f"http://assets.example/{name}.html")
+                assert page.eval_on_selector("#p", "e => getComputedStyle(e).color") == "rgb(200, 0, 0)"
+        finally:
+            ctx.close()
+        log = replay.stats().log
+    css = [e for e in log if e.url.endswith("/site.css")]
+    assert len([e for e in log if e.url.endswith(".html")]) == 2 and [e.outcome for e in css] == ["exact"]

@@ -110,8 +110,8 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
                          executor=executor.make_judge_executor())
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
-        rows.add_row(v.task_id, v.mode, "yes" if v.success else "no", f"{v.score:.2f}",
-                      str(v.prompt_tokens + v.completion_tokens), v.error or "")
+        rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""), "yes" if v.success else "no",
+                     f"{v.score:.2f}", str(v.prompt_tokens + v.completion_tokens), v.error or "")
     console().print(rows)
     for mode, s in summarize(verdicts).items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"

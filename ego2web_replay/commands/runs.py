@@ -106,7 +106,8 @@ def runs_coverage(run_dir: Path, runs_root: Path | None, json_out: str | None) -
             return
     out = console()
     for t in report:
-        out.print(f"{t.task_id}: {t.validity or 'unknown'}, {len(t.missed)} missed document(s)/content fetch(es)",
+        name = t.task_id + (f" (repeat {t.repeat})" if t.repeat else "")
+        out.print(f"{name}: {t.validity or 'unknown'}, {len(t.missed)} missed document(s)/content fetch(es)",
                   highlight=False, markup=False)
         for m in t.missed:
             held = ", ".join(m.held_by) if m.held_by else "no live-run archive holds it"

@@ -39,8 +39,9 @@ How to connect:
                 --ignore-certificate-errors-spki-list={pin}
   Playwright  browser = p.chromium.launch(proxy={{"server": "{p}"}},
                   args=["--ignore-certificate-errors-spki-list={pin}"])
-  browser-use BrowserSession/BrowserProfile(proxy={{"server": "{p}"}},
-                  args=["--ignore-certificate-errors-spki-list={pin}"])
+  browser-use BrowserProfile(proxy=ProxySettings(server="{p}", bypass="<-loopback>"), args=["--ignore-certificate-errors-spki-list={pin}"])
+                (the bypass: browser-use, unlike Playwright, keeps Chromium's loopback bypass; and no proxy
+                variables in its own process, or its CDP socket goes to the proxy)
   Python      HTTPS_PROXY={p} HTTP_PROXY={p} SSL_CERT_FILE={ca} REQUESTS_CA_BUNDLE={ca}
 Sealing: a Chromium you launch yourself must also get these flags, or WebRTC sends UDP and
   DNS lookups past the proxy (see docs/sealing.md):

@@ -3,9 +3,11 @@
 :func:`run_coverage` reads a run's frozen episodes (their ``replay_stats.json``
 log), keeps the misses that matter for validity (documents, scripts,
 fetch/XHR; see :mod:`ego2web_replay.validity`), and looks each up in the
-archives live runs keep of the same task (``episodes/<task>/live/snapshots/``
-under the runs folder), matched the way replay matches (exact or canonical,
-learned volatility included). ``snapshot extend`` then merges those archives.
+archives live runs keep of the same task (``episodes/<task>/live/snapshots/``,
+and ``live-r<r>/`` for the repeats of ``run --repeats``, under the runs folder),
+matched the way replay matches (exact or canonical, learned volatility
+included). Every repeat's frozen episode is listed. ``snapshot extend`` then
+merges those archives.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..errors import Ego2WebError
-from ..models import load_trajectory
+from ..models import load_trajectory, parse_episode_folder
 from ..validity import is_content
 
 __all__ = ["MissedRequest", "TaskCoverage", "run_coverage", "live_archives"]
@@ -31,6 +33,7 @@ class MissedRequest(BaseModel):
 
 class TaskCoverage(BaseModel):
     task_id: str
+    repeat: int = Field(default=0, description="The repeat of the frozen episode (run --repeats).")
     validity: str | None
     snapshot: str | None
     missed: list[MissedRequest] = Field(default_factory=list)
@@ -38,8 +41,9 @@ class TaskCoverage(BaseModel):
 
 def live_archives(runs_root: Path, task_id: str) -> list[Path]:
     """Every finished live-run archive of ``task_id`` under a runs folder, oldest first."""
-    found = sorted({m.parent for m in Path(runs_root).glob(f"*/episodes/{task_id}/live/snapshots/{task_id}/*/manifest.json")})
-    return found
+    found = {m.parent for m in Path(runs_root).glob(f"*/episodes/{task_id}/live*/snapshots/{task_id}/*/manifest.json")
+             if (parse_episode_folder(m.parents[3].name) or ("",))[0] == "live"}
+    return sorted(found)
 
 
 def _holders(archives: list[Path]) -> list[tuple[Path, Any]]:
@@ -64,7 +68,9 @@ def run_coverage(run_dir: Path, runs_root: Path | None = None) -> list[TaskCover
         raise Ego2WebError(f"{run_dir}: not a run folder (no episodes/); give a folder under runs/")
     root = Path(runs_root) if runs_root is not None else run_dir.parent
     report = []
-    for traj_file in sorted(run_dir.glob("episodes/*/frozen/trajectory.json")):
+    frozen = [f for f in run_dir.glob("episodes/*/frozen*/trajectory.json")
+              if (parse_episode_folder(f.parent.name) or ("",))[0] == "frozen"]
+    for traj_file in sorted(frozen, key=lambda f: (f.parent.parent.name, parse_episode_folder(f.parent.name))):
         traj = load_trajectory(traj_file)
         stats = traj.replay
         entries = [e for e in (stats.log if stats else []) if e.outcome in ("miss", "fuzzy", "live")
@@ -79,6 +85,6 @@ def run_coverage(run_dir: Path, runs_root: Path | None = None) -> list[TaskCover
             held = [str(path) for path, index in indexes
                     if index.session().match(e.method, e.url).outcome in ("exact", "canonical")]
             missed.append(MissedRequest(method=e.method, url=e.url, kind=e.kind, held_by=held))
-        report.append(TaskCoverage(task_id=traj.task_id, validity=stats.validity if stats else None,
+        report.append(TaskCoverage(task_id=traj.task_id, repeat=traj.repeat, validity=stats.validity if stats else None,
                                    snapshot=traj.snapshot_path, missed=missed))
     return report
