@@ -40,8 +40,10 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
     for g in groups:
         drifted = [f for f in g.flips if f.direction == "frozen only"]
         attributed = [f for f in drifted if f.drift_status in ("changed", "gone", "blocked")]
+        v = g.frozen_validity
+        coverage = f" ({v.complete}/{v.episodes} frozen episodes complete)" if v is not None else ""
         console.print(f"[bold]{g.agent} / {g.judge}[/bold]: after drift, live {g.live_rate:.0%} vs frozen "
-                      f"{g.frozen_rate:.0%}; {len(drifted)} task(s) pass frozen but fail live, "
+                      f"{g.frozen_rate:.0%}{coverage}; {len(drifted)} task(s) pass frozen but fail live, "
                       f"{len(attributed)} of them explained by what had changed on the pages the live run used:")
         for f in attributed:
             a = f.attribution
