@@ -7,6 +7,8 @@ port, and the frozen episode replays the live archive: no miss, and not one
 request reaches the stand-in (browser-use's Chromium has no loopback bypass).
 browser-use's model is a scripted OpenAI-compatible server on 127.0.0.1 that
 answers browser-use's structured-output actions from the page state it is sent.
+A third episode replays an HTTPS site on a real host name: Chromium trusts the
+replay's certificates through the SPKI pin alone.
 """
 
 from __future__ import annotations
@@ -164,3 +166,40 @@ def test_model_is_sent_keyframes_of_the_whole_video_and_the_start_url(episodes):
     assert len(stamps) == KEYFRAMES and stamps[-1] > stamps[0] and stamps[0] < 2.0
     assert calls[0]["response_format"]["json_schema"]["name"] == "agent_output"
     json.dumps(calls)  # every request was plain JSON
+
+
+def test_frozen_https_site_through_the_ca_pin(tmp_path, ca):
+    """An HTTPS site on a real host name, frozen: browser-use's Chromium trusts the replay's certificates
+    through the SPKI pin alone, and every request is answered from the snapshot."""
+    from datetime import datetime
+
+    from ego2web_replay.png import png_bytes
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    html = "text/html"
+    pages = {"https://shop.example/": (html, b"<title>Shop</title><h1>Shop</h1><a href='/item'>Blue Mug</a>"),
+             "https://shop.example/item": (html, b"<title>Blue Mug</title><h1>Blue Mug</h1><p id=price>$7.00</p>"),
+             "https://shop.example/favicon.ico": ("image/png", png_bytes(16, 16, (0, 0, 200)))}  # Chromium asks
+    sw = SnapshotWriter(tmp_path / "snapshots", "https-shop")
+    for url, (ctype, body) in pages.items():
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[("Accept", "*/*")], request_body=b"",
+                                 status=200, reason="OK", response_headers=[("Content-Type", ctype)],
+                                 response_body=body, date=datetime(2026, 1, 2, 3, 4, 5))
+        if ctype == html:
+            sw.add_page(url)
+    sw.finalize()
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps({"id": "https-shop", "instruction": "What does the blue mug cost?",
+                                 "start_url": "https://shop.example/", "allowed_domains": ["shop.example"]}) + "\n")
+    plan = BrowserUsePlan({"/item": [Act("done", text="$7.00", success=True)],
+                           "shop.example/": [Act("click", element="Blue Mug")]})
+    with FakeOpenAIServer(plan) as srv:
+        _, s = _run(load_tasks(tasks), tmp_path / "runs", srv, mode="frozen",
+                    snapshots_root=str(tmp_path / "snapshots"), inputs={"modality": "none"})
+    assert s.ok and s.answer == "$7.00", s.error
+    traj = load_trajectory(s.path / "trajectory.json")
+    assert traj.replay.miss == 0, traj.replay.missed_urls
+    served = {(e.url, e.outcome) for e in traj.replay.log}
+    assert {("https://shop.example/", "exact"), ("https://shop.example/item", "exact")} <= served
+    assert [st.url for st in traj.steps] == ["https://shop.example/", "https://shop.example/item",
+                                             "https://shop.example/item"]
