@@ -91,7 +91,8 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     cluster; the verdicts, the call cache and the database are written here as a local judge
     writes them. The progress bar goes to stderr, the verdicts table to stdout.
     """
-    from ..judge.run import frozen_coverage, judge_run, summarize
+    from ..judge.run import judge_run, summarize
+    from ..tracking.validity import frozen_coverage
 
     settings = {k: v for k, v in options.items() if v is not None}
     on_verdict = None

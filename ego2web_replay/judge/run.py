@@ -33,8 +33,8 @@ from .client import EndpointError
 from .registry import Judge, make_judge
 from .verdicts import error_verdict, write_verdict
 
-__all__ = ["judge_run", "judge_episode", "find_episodes", "load_run_tasks", "summarize", "frozen_coverage",
-           "prepare_task", "VerdictExecutor"]
+__all__ = ["judge_run", "judge_episode", "find_episodes", "load_run_tasks", "summarize", "prepare_task",
+           "VerdictExecutor"]
 
 MODES: tuple[Mode, ...] = ("live", "frozen")
 
@@ -181,26 +181,3 @@ def summarize(verdicts: list[Verdict]) -> dict[str, dict[str, Any]]:
                     "prompt_tokens": sum(v.prompt_tokens for v in vs),
                     "completion_tokens": sum(v.completion_tokens for v in vs)}
     return out
-
-
-def frozen_coverage(run_dir: Path, verdicts: list[Verdict]) -> dict[str, Any] | None:
-    """The coverage beside a frozen score: how many judged frozen episodes are ``complete`` (saw only
-    recorded pages) and the success over those; None without frozen verdicts. Judge errors are in no rate."""
-    from ..models import episode_dir, load_trajectory
-    from ..validity import episode_validity
-
-    frozen = [v for v in verdicts if v.mode == "frozen"]
-    if not frozen:
-        return None
-    complete: list[Verdict] = []
-    for v in frozen:
-        try:
-            validity = episode_validity(load_trajectory(episode_dir(run_dir, v.task_id, v.mode, v.repeat)))
-        except Ego2WebError:
-            validity = None
-        if validity == "complete":
-            complete.append(v)
-    judged = [v for v in complete if v.error is None]
-    wins = sum(v.success for v in judged)
-    return {"episodes": len(frozen), "complete": len(complete), "complete_success": wins,
-            "complete_judged": len(judged), "complete_success_rate": wins / len(judged) if judged else None}
