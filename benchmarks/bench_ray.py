@@ -105,8 +105,7 @@ plus a worker node with 1 CPU each (each episode asks for 1 CPU). One round only
   object store, packing and unpacking the episode on the driver; a worker process also imports the
   package on its first task).{_noise_note(overhead)}
 - Starting the cluster: head {t_head:.1f} s, a worker node joining {t_node:.1f} s (not in the figures above).
-- Snapshot open from object storage (cold / warm): not measured; snapshots on object storage are
-  not implemented yet.
+- Snapshot open from object storage (cold / warm): see the `objstore` section (`bench_objstore.py`).
 
 Machine and versions:
 {machine_lines(info)}

@@ -207,3 +207,18 @@ def test_cli_passes_model_settings_and_refuses_a_missing_model(tmp_path, capsys,
     assert spec["name"] == "browser-use" and spec["model"] == "m" and spec["input_modality"] == "captions"
     assert {k: spec["settings"][k] for k in ("base_url", "temperature", "seed", "timeout_s")} == {
         "base_url": "http://localhost:1/v1", "temperature": 0.3, "seed": 7, "timeout_s": 9.0}
+
+
+def test_without_the_package_the_error_says_how_to_install_it(monkeypatch):
+    from importlib import metadata
+
+    real = metadata.version
+
+    def version(name: str) -> str:
+        if name == "browser-use":
+            raise metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(metadata, "version", version)
+    with pytest.raises(AgentError, match=r"pip install 'ego2web-replay\[browser-use\]'"):
+        make_agent("browser-use", model="m", base_url="http://localhost:1/v1")

@@ -141,8 +141,10 @@ def test_persistent_429_and_timeouts_give_up(tmp_path):
         with pytest.raises(EndpointError, match="HTTP 429"):
             LLMClient(_cfg(srv, max_retries=2)).chat([Message("user", ["q"])], _status, stage="s")
         assert len(srv.requests) == 3
-    with FakeOpenAIServer([Reply(delay=0.6, content="Status: success"), "Status: success"]) as srv:
-        cfg = _cfg(srv).model_copy(update={"timeout_s": 0.2})
+    # the first answer comes long after the timeout; the retry's answer comes at once (the margin
+    # leaves room for a loaded machine: the retry itself must not time out)
+    with FakeOpenAIServer([Reply(delay=4.0, content="Status: success"), "Status: success"]) as srv:
+        cfg = _cfg(srv).model_copy(update={"timeout_s": 1.0})
         assert LLMClient(cfg).chat([Message("user", ["q"])], _status, stage="s").parsed == "success"
 
 

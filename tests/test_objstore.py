@@ -200,3 +200,23 @@ class socket_closed:
 
     def __exit__(self, *exc: object) -> None:
         pass
+
+
+def test_serve_replays_a_snapshot_from_s3(s3, tmp_path, data_home, capsys, ca):
+    import urllib.request
+
+    from ego2web_replay.replay import Replay
+
+    folder = _snapshot(tmp_path / "local", big=b"q" * 100)
+    url = f"{s3}/p/shop/{folder.name}"
+    upload_snapshot(folder, url)
+    shutil.rmtree(folder)
+    _forget_cache(data_home)
+    assert main(["serve", url, "--port", "0", "--duration", "0.2"]) == 0
+    assert "captures       2 from 1 snapshot(s)" in capsys.readouterr().out
+    with Replay([url], guard_mode="loopback", freeze=False) as replay:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": replay.proxy_url}))
+        with opener.open("http://127.0.0.1:8000/", timeout=10) as resp:
+            assert resp.read() == b"<h1>home</h1>"
+        stats = replay.stats()
+    assert stats.exact == 1 and stats.miss == 0 and stats.snapshots == [url]

@@ -61,7 +61,6 @@ def storage_options(url: str, env: Mapping[str, str] | None = None) -> dict[str,
         "client_kwargs": client,
         # fail in seconds, not minutes, when the endpoint is wrong; a refused request is not retried
         "config_kwargs": {"connect_timeout": 10, "read_timeout": 60, "retries": {"max_attempts": 2}},
-        "skip_instance_cache": True,
     }
     if env.get("AWS_ACCESS_KEY_ID"):
         opts["key"] = env["AWS_ACCESS_KEY_ID"]
@@ -144,6 +143,7 @@ class ObjectStorage:
         return bytes(data)
 
     def exists(self, name: str) -> bool:
+        self.fs.invalidate_cache(self._path(name))
         return bool(self._call("lookup", name, lambda: self.fs.isfile(self._path(name))))
 
     def list(self, prefix: str = "") -> list[str]:
@@ -172,6 +172,7 @@ class ObjectStorage:
 
     def etag(self, name: str) -> str:
         """A token that changes when ``name`` is replaced (ETag, else size and time); no body is read."""
+        self.fs.invalidate_cache(self._path(name))  # the connection is shared: never an ETag from an old listing
         info = self._call("lookup", name, lambda: self.fs.info(self._path(name)))
         tag = info.get("ETag") or info.get("etag")
         return str(tag) if tag else f"{info.get('size')}-{info.get('LastModified') or info.get('mtime') or ''}"

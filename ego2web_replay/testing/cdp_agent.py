@@ -104,11 +104,11 @@ def main(base_url: str) -> int:
                     steps.append({"index": i, "action": {"kind": "answer", "answer": answer}, "url": page.url})
                     break
                 if kind == "goto":
-                    page.goto(action["url"], wait_until="load", timeout=20000)
+                    page.goto(action["url"], wait_until="networkidle", timeout=20000)
                     step = {"kind": "goto", "url": action["url"]}
                 elif kind == "click":
                     page.get_by_text(action["text"], exact=False).first.click(timeout=10000)
-                    page.wait_for_load_state("load")
+                    page.wait_for_load_state("networkidle")
                     step = {"kind": "click", "text": action["text"]}
                 else:
                     raise SystemExit(f"the model asked for an unknown action {kind!r}")
