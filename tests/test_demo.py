@@ -45,3 +45,10 @@ def test_demo_end_to_end_reduced(tmp_path, data_home):
         for mode in ("live", "frozen"):
             v = json.loads((result.runs[0] / "episodes" / task / mode / "verdicts" / "rule.json").read_text())
             assert v["success"], (task, mode, v["thoughts"])
+
+
+def test_demo_summary_rate_when_nothing_could_be_judged():
+    from ego2web_replay.commands.demo import _rate
+
+    assert _rate(None) == "–"  # every verdict errored: no rate, not a crash
+    assert (_rate(1 / 3), _rate(1.0)) == ("33%", "100%")

@@ -45,6 +45,20 @@ def test_rule_judge_as_written_in_the_issue(run, capsys):
     assert json.loads((run / "episodes/T1/frozen/verdicts/rule.json").read_text())["success"] is True
 
 
+def test_frozen_score_is_printed_with_its_coverage(run, capsys):
+    from ego2web_replay.models import ReplayStats, load_trajectory, save_model
+
+    for task, validity in (("T1", "complete"), ("T2", "off-snapshot")):
+        ep = run / "episodes" / task / "frozen"
+        traj = load_trajectory(ep)
+        traj.replay = ReplayStats(exact=3, validity=validity)
+        save_model(ep / "trajectory.json", traj)
+    assert main(["judge", str(run), "--judge", "rule", "--no-progress", "--no-db"]) == 0
+    out = capsys.readouterr().out
+    assert ("frozen: 1/2 success (50.0%), 0 error(s), 0 tokens; coverage: 1/2 complete, success over "
+            "complete 1/1 (100.0%)") in out
+
+
 def test_verdicts_table_names_the_repeat(run, capsys):
     make_episode(run, "T1", "frozen", answer="It is $20", urls=["http://s.test/k"], repeat=1)
     assert main(["judge", str(run), "--judge", "rule", "--no-progress", "--no-db"]) == 0

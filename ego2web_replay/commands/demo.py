@@ -9,6 +9,11 @@ import click
 from ._output import console as make_console
 
 
+def _rate(x: float | None) -> str:
+    """A success rate as a whole percentage; '–' when no episode could be judged (all judge errors)."""
+    return "–" if x is None else f"{x:.0%}"
+
+
 @click.command("demo")
 @click.option("--out", type=click.Path(path_type=Path), default=None,
               help="Empty folder for everything the demo makes (default: a new temporary folder).")
@@ -40,8 +45,10 @@ def demo_cmd(out: Path | None, workers: int, task_ids: tuple[str, ...], base_url
     for g in groups:
         drifted = [f for f in g.flips if f.direction == "frozen only"]
         attributed = [f for f in drifted if f.drift_status in ("changed", "gone", "blocked")]
-        console.print(f"[bold]{g.agent} / {g.judge}[/bold]: after drift, live {g.live_rate:.0%} vs frozen "
-                      f"{g.frozen_rate:.0%}; {len(drifted)} task(s) pass frozen but fail live, "
+        v = g.frozen_validity
+        coverage = f" ({v.complete}/{v.episodes} frozen episodes complete)" if v is not None else ""
+        console.print(f"[bold]{g.agent} / {g.judge}[/bold]: after drift, live {_rate(g.live_rate)} vs frozen "
+                      f"{_rate(g.frozen_rate)}{coverage}; {len(drifted)} task(s) pass frozen but fail live, "
                       f"{len(attributed)} of them explained by what had changed on the pages the live run used:")
         for f in attributed:
             a = f.attribution

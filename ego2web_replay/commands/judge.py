@@ -92,6 +92,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     writes them. The progress bar goes to stderr, the verdicts table to stdout.
     """
     from ..judge.run import judge_run, summarize
+    from ..tracking.validity import frozen_coverage
 
     settings = {k: v for k, v in options.items() if v is not None}
     on_verdict = None
@@ -113,10 +114,17 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
         rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""), "yes" if v.success else "no",
                      f"{v.score:.2f}", str(v.prompt_tokens + v.completion_tokens), v.error or "")
     console().print(rows)
+    coverage = frozen_coverage(run_dir, verdicts)
     for mode, s in summarize(verdicts).items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
-        click.echo(f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
-                   f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+        line = (f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
+                f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+        if mode == "frozen" and coverage is not None:  # a frozen score is never shown without its coverage
+            c = coverage
+            on_complete = "n/a" if c["complete_success_rate"] is None else f"{c['complete_success_rate']:.1%}"
+            line += (f"; coverage: {c['complete']}/{c['episodes']} complete, success over complete "
+                     f"{c['complete_success']}/{c['complete_judged']} ({on_complete})")
+        click.echo(line)
     if verdicts and all(v.error for v in verdicts):
         from ..errors import JudgeError
 

@@ -15,15 +15,18 @@ saw what it saw), but it is left out of the success rates and counted in
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import duckdb
 from pydantic import BaseModel, Field
 
-from ..validity import VALIDITIES
+from ..errors import Ego2WebError
+from ..models import Verdict, episode_dir, load_trajectory
+from ..validity import VALIDITIES, episode_validity
 from .stats import rate
 
-__all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_note"]
+__all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_note", "frozen_coverage"]
 
 _QUERY = """
 WITH joined AS (
@@ -109,3 +112,23 @@ def validity_note(v: FrozenValidity | None) -> str:
             f"{pct(v.complete_success_rate)}; degraded {pct(v.shares['degraded'])}, "
             f"off-snapshot {pct(v.shares['off-snapshot'])}"
             + (f"; judge errors {v.judge_errors} (not in the rates)" if v.judge_errors else ""))
+
+
+def frozen_coverage(run_dir: Path, verdicts: list[Verdict]) -> dict[str, Any] | None:
+    """The coverage beside a frozen score: how many judged frozen episodes are ``complete`` (saw only
+    recorded pages) and the success over those; None without frozen verdicts. Judge errors are in no rate."""
+    frozen = [v for v in verdicts if v.mode == "frozen"]
+    if not frozen:
+        return None
+    complete: list[Verdict] = []
+    for v in frozen:
+        try:
+            validity = episode_validity(load_trajectory(episode_dir(run_dir, v.task_id, v.mode, v.repeat)))
+        except Ego2WebError:
+            validity = None
+        if validity == "complete":
+            complete.append(v)
+    judged = [v for v in complete if v.error is None]
+    wins = sum(v.success for v in judged)
+    return {"episodes": len(frozen), "complete": len(complete), "complete_success": wins,
+            "complete_judged": len(judged), "complete_success_rate": wins / len(judged) if judged else None}
