@@ -8,6 +8,7 @@ from typing import Literal
 import click
 
 from ..errors import RecordingError
+from ._hooks import wire_index_hooks
 from ._options import (
     compression_option,
     db_options,
@@ -56,6 +57,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     from ..recorder.session import RecordOptions
     from ..recorder.upload import record_task_to
 
+    wire_index_hooks()
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))
     _check_writable(root)

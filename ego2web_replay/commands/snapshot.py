@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from ..errors import SnapshotError
+from ._hooks import wire_index_hooks
 from ._options import LOCATION, compression_option, json_option, snapshots_option
 from ._output import console, emit_machine, is_stdout, line, table
 
@@ -120,6 +121,7 @@ def index_command(path: Path | str) -> None:
     from ..snapshots import reindex_snapshot
     from ..snapshots.location import require_local
 
+    wire_index_hooks()
     count = reindex_snapshot(require_local(path, "snapshot index"))
     click.echo(f"indexed {count} captures in {path}")
 
@@ -136,6 +138,7 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snap
     from ..snapshots import import_warc
     from ..snapshots.location import require_local
 
+    wire_index_hooks()
     snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
     m = snap.manifest
     click.echo(f"imported {m.exchanges} captures into {snap.path}")
@@ -155,6 +158,7 @@ def extend_command(base: Path | str, sources: tuple[Path | str, ...], window: st
     from ..snapshots.extend import extend_snapshot, parse_window
     from ..snapshots.location import require_local
 
+    wire_index_hooks()
     base_dir = require_local(base, "snapshot extend")
     source_dirs = [require_local(s, "snapshot extend") for s in sources]
     rules = default_rules()

@@ -11,12 +11,16 @@
 * :mod:`.responder`: what a request is answered with (both engines call it);
 * :mod:`.front` (with :mod:`.certs`, :mod:`.h1`, :mod:`.h2conn`): the fast asyncio engine, the default;
 * :mod:`.addon`: the mitmproxy replay addon (``engine="mitmproxy"``);
-* :mod:`.session`: :class:`Replay`, the Python API (and what ``serve`` runs).
+* :mod:`.session`: :class:`Replay`, the Python API (and what ``serve`` runs);
+* :mod:`.mapped`: matching over sorted, memory-mapped index files (large snapshots). Importing this
+  package registers its canonical-key build with the snapshots layer, so an index built in a
+  process that uses replay (every command, the runner, the probe) gets those keys at once.
 """
 
 from __future__ import annotations
 
 from .canonical import body_form, match_key
+from .mapped import install_index_hook
 from .matching import MATCH_STAGES, Capture, MatchIndex, MatchResult, ReplaySession, describe_key
 from .rules import MatchRules, load_rules
 from .session import Replay, ReplayConfig, replay_addons
@@ -36,3 +40,5 @@ __all__ = [
     "match_key",
     "body_form",
 ]
+
+install_index_hook()

@@ -7,8 +7,11 @@ built at open:
 * exact keys and the captures themselves from each snapshot's
   :class:`~ego2web_replay.snapshots.index_map.IndexMap` (built with the index);
 * canonical keys from a second sorted file per snapshot and rule set (``canonical``: ``key_bytes(host,
-  canonical key)`` -> position), written on the first mapped open with those rules and kept in the
-  data folder's ``index-cache/``, keyed by the index map, the rules and the canonicalisation code;
+  canonical key)`` -> position), kept in the data folder's ``index-cache/``, keyed by the index map,
+  the rules and the canonicalisation code. Under the built-in rules it is written when the index is
+  built (:func:`install_index_hook` registers :func:`build_default_canonical` as a map hook of
+  :mod:`~ego2web_replay.snapshots.index_map`; importing :mod:`ego2web_replay.replay` installs it);
+  for other rules, or an older snapshot, on the first mapped open;
 * learned-volatile keys and fuzzy groups of one path are computed the first time a request of that
   path is not an exact or canonical match, from a prefix scan of the canonical file (a path's
   canonical keys are the group itself or the group followed by ``?``), and kept, like the in-memory
@@ -30,7 +33,7 @@ from pathlib import Path
 
 from ..config import data_dir
 from ..errors import ArchiveError
-from ..snapshots.index_map import IndexMap, open_index_map
+from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
 from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
 from ..snapshots.volatility import path_group
 from . import canonical as _canonical_module
@@ -38,12 +41,16 @@ from . import rules as _rules_module
 from .canonical import canonicalize, url_host
 from .gcfreeze import refreeze
 from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry, _learned_key
-from .rules import MatchRules
+from .rules import MatchRules, default_rules
 
-__all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file"]
+__all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_default_canonical", "install_index_hook",
+           "CANONICAL_HOOK",
+           "BUILDS"]
 
 _VERSION = 1
 _CODE: str | None = None
+CANONICAL_HOOK = "replay.canonical"  # the name the commands' lazy wiring registers under too
+BUILDS = [0]  # canonical files this process has written (read by tests: a first open builds none)
 
 
 def rules_fingerprint(rules: MatchRules) -> str:
@@ -67,10 +74,12 @@ def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
 
 
 def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
+    BUILDS[0] += 1
     pairs = []
     for position in range(imap.count):
         _ts, _offset, url, method, body, _line = imap.row(position)
         pairs.append((key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), position))
+    pairs.sort()  # in place: write_sorted_file's copy of a sorted list is then a cheap one
     try:
         write_sorted_file(target, {"version": _VERSION, "count": imap.count}, {"canonical": pairs})
     except OSError as e:
@@ -90,6 +99,16 @@ def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:
             return file
         file.close()
     raise ArchiveError(f"{target}: the canonical index does not match {imap.index}; delete it to rebuild")
+
+
+def build_default_canonical(imap: IndexMap) -> None:
+    """Write the canonical keys of ``imap`` under the built-in rules unless they are there already."""
+    _open_canonical(imap, default_rules()).close()
+
+
+def install_index_hook() -> None:
+    """Have every index built in this process get its canonical keys (built-in rules) with its map."""
+    add_map_hook(CANONICAL_HOOK, build_default_canonical)
 
 
 @dataclass(slots=True)

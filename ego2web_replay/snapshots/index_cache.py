@@ -87,14 +87,18 @@ def parse_rows(path: Path) -> list[IndexRow]:
 
 
 def warm_cache(index: Path) -> None:
-    """Build the caches of ``index`` now (large indexes only): this compact cache and the mapped index
-    (:mod:`.index_map`) that replay opens large snapshots with; never fails the caller."""
-    from .index_map import build_index_map
+    """Build the caches of ``index`` now (large indexes only): this compact cache, the mapped index
+    (:mod:`.index_map`) that replay opens large snapshots with, and what the map hooks derive from it
+    (:func:`~.index_map.add_map_hook`: replay's canonical keys); never fails the caller."""
+    from .index_map import build_index_map, run_map_hooks
 
     try:
         rows = index_rows(Path(index))
-        if len(rows) >= _CACHE_MIN_ROWS:
-            build_index_map(Path(index), rows)
+        if len(rows) < _CACHE_MIN_ROWS:
+            return
+        target = build_index_map(Path(index), rows)
+        del rows  # the hooks read the map, not the parsed rows
+        run_map_hooks(Path(index), target)
     except (ArchiveError, OSError):
         pass
 

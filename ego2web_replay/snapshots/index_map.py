@@ -15,12 +15,18 @@ it serves its first request. :func:`open_index_map` gives an :class:`IndexMap` o
 The file is built when the index is built (``finalize``, ``snapshot index``, import; large indexes
 only, through :func:`~.index_cache.warm_cache`) or on the first mapped open of an older snapshot.
 It is never the source of truth: a missing, stale or unreadable one is rebuilt from the index.
+
+A layer above may add what it derives from the map to that build: :func:`add_map_hook` registers a
+function that :func:`run_map_hooks` calls with the freshly built :class:`IndexMap` (replay registers
+the build of its canonical match keys, which this layer cannot compute: it may not import replay).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 from ..config import data_dir
@@ -29,10 +35,38 @@ from ..models.index import IndexRow, index_row
 from .index_cache import parse_rows
 from .sortedfile import SortedFile, key_bytes, write_sorted_file
 
-__all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes"]
+__all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
+           "run_map_hooks", "MapHook"]
+
+log = logging.getLogger(__name__)
 
 _VERSION = 1
 _POSITION = struct.Struct(">I")
+
+MapHook = Callable[["IndexMap"], None]
+_HOOKS: dict[str, MapHook] = {}
+
+
+def add_map_hook(name: str, hook: MapHook) -> None:
+    """Have ``hook(index_map)`` run each time an index is built with its map; a hook registered
+    under the same ``name`` replaces the earlier one (so a lazy and an eager wiring run it once)."""
+    _HOOKS[name] = hook
+
+
+def run_map_hooks(index: Path, target: Path) -> None:
+    """Call the registered hooks with the map ``target`` of ``index``; a failing hook is logged and
+    skipped (what it builds is a cache the replay builds itself when missing)."""
+    if not _HOOKS:
+        return
+    imap = IndexMap(SortedFile(target), Path(index))
+    try:
+        for name, hook in list(_HOOKS.items()):
+            try:
+                hook(imap)
+            except (ArchiveError, OSError, ValueError) as e:
+                log.warning("%s: building %s with the index failed: %s", index, name, e)
+    finally:
+        imap.close()
 
 
 def exact_key_bytes(method: str, url: str, body: str | None) -> bytes:
