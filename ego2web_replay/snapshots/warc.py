@@ -148,13 +148,24 @@ class ArchiveWriter:
             fields = {"software": "ego2web-replay", "format": "WARC File Format 1.1"}
             fields.update(warcinfo or {})
             payload = "".join(f"{k}: {v}\r\n" for k, v in fields.items() if v).encode("utf-8")
-            self.write_record(
-                "warcinfo",
-                "",
-                payload=payload,
-                content_type="application/warc-fields",
-                warc_headers=[("WARC-Filename", self.path.name)],
-            )
+            try:
+                self.write_record(
+                    "warcinfo",
+                    "",
+                    payload=payload,
+                    content_type="application/warc-fields",
+                    warc_headers=[("WARC-Filename", self.path.name)],
+                )
+            except ArchiveError:
+                self._discard()
+                raise
+
+    def _discard(self) -> None:
+        """Close the file after a failed write; what is still buffered cannot be written either."""
+        try:
+            self._fh.close()
+        except OSError:
+            pass
 
     # -- public API ------------------------------------------------------------
 
