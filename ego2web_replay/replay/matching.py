@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -210,7 +211,7 @@ class _HostTables:
     learned: dict[str, list[int]]
 
 
-class IndexBase:
+class IndexBase(ABC):
     """What a :class:`ReplaySession` asks of an index of captures: positions (recorded order) by
     exact key, by canonical key, by learned key, the fuzzy group of a path, and the capture at a
     position. :class:`MatchIndex` keeps them in memory; :class:`~.mapped.MappedMatchIndex` reads them
@@ -233,29 +234,30 @@ class IndexBase:
         self.fuzzy_threshold = fuzzy_threshold
         self.learned = {g: frozenset(n) for g, n in (learned or {}).items() if n}
 
+    @abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """The number of captures."""
 
+    @abstractmethod
     def capture(self, position: int) -> Capture:
         """The capture at ``position`` (recorded order)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
         """Positions of the captures with this (method, URL, body) key, ascending."""
-        raise NotImplementedError
 
+    @abstractmethod
     def canonical_positions(self, host: str, key: str) -> list[int] | None:
         """Positions of ``host``'s captures with this canonical key, ascending."""
-        raise NotImplementedError
 
+    @abstractmethod
     def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
         """Positions of ``host``'s captures whose key without their learned-volatile names is ``key``
         (a request's, of fuzzy group ``group``), ascending."""
-        raise NotImplementedError
 
+    @abstractmethod
     def group_entries(self, host: str, group: str) -> list[_Entry] | None:
         """``host``'s captures in fuzzy group ``group`` (method, scheme, host, path), recorded order."""
-        raise NotImplementedError
 
     def session(self, policy: SequencePolicy | None = None) -> ReplaySession:
         """A fresh replay session over this index (its own sequencing state)."""
