@@ -17,14 +17,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import shutil
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from _common import OUT
-from _synthetic import synthetic_url
+from _synthetic import earlier_build, synthetic_url
 
 
 def _sha1(data: bytes) -> str:
@@ -50,10 +49,8 @@ def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
 
     root = OUT / f"big-{n}"
     timing = root / "build.json"
-    done = sorted(root.glob("synthetic/*/manifest.json"))
-    if done and timing.exists():
-        return done[-1].parent, json.loads(timing.read_text())
-    shutil.rmtree(root, ignore_errors=True)
+    if (earlier := earlier_build(root)) is not None:
+        return earlier
     t0 = time.perf_counter()
     sw = SnapshotWriter(root, "synthetic", compression="zst", source="record")
     writer = sw.writer

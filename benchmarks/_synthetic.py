@@ -14,6 +14,16 @@ def synthetic_url(i: int) -> str:
     return f"http://127.0.0.1:9/item/{i // 100}/r{i}?q={i % 37}"
 
 
+def earlier_build(root: Path) -> tuple[Path, dict[str, str]] | None:
+    """The synthetic snapshot built earlier under ``root`` and the timings of that build (its
+    ``build.json``); ``None``, with ``root`` emptied for a new build, when there is none."""
+    done = sorted(root.glob("synthetic/*/manifest.json"))
+    if done and (root / "build.json").exists():
+        return done[-1].parent, json.loads((root / "build.json").read_text())
+    shutil.rmtree(root, ignore_errors=True)
+    return None
+
+
 def synthetic_snapshot(n: int) -> tuple[Path, dict[str, str]]:
     """A zst snapshot of ``n`` records (``ArchiveWriter`` + ``finalize``) and the timings of its build.
 
@@ -24,10 +34,8 @@ def synthetic_snapshot(n: int) -> tuple[Path, dict[str, str]]:
 
     root = OUT / f"index-{n}"
     timing = root / "build.json"
-    done = sorted(root.glob("synthetic/*/manifest.json"))
-    if done and timing.exists():
-        return done[-1].parent, json.loads(timing.read_text())
-    shutil.rmtree(root, ignore_errors=True)
+    if (earlier := earlier_build(root)) is not None:
+        return earlier
     t0 = time.perf_counter()
     sw = SnapshotWriter(root, "synthetic", compression="zst", source="record")
     for i in range(n):
