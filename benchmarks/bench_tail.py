@@ -19,6 +19,7 @@ table and rewrites the ``tail`` and ``tail-gc`` sections of BENCHMARKS.md.
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import sys
 import tempfile
@@ -44,7 +45,7 @@ from _common import (  # noqa: E402
 from _synthetic import synthetic_url  # noqa: E402
 
 _SAMPLE = 2000
-_WARMUP = 2.0
+_WARMUP = 1.0
 CLIENTS = {"wrk": "wrk (C), 1 thread", "python": "Python threads"}
 
 
@@ -59,6 +60,20 @@ def preemptions(pid: int) -> int:
         except OSError:
             continue
     return total
+
+
+def touch_all(port: int, urls: list[str]) -> None:
+    """Request every URL once through the proxy on one connection (every archived response read once)."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        for url in urls:
+            conn.request("GET", url)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                raise RuntimeError(f"warm-up: {url} answered {resp.status}")
+    finally:
+        conn.close()
 
 
 def measure(snapshot: Path, n: int, freeze: bool, duration: float, conns: int, tmp: Path,
@@ -83,7 +98,8 @@ def measure(snapshot: Path, n: int, freeze: bool, duration: float, conns: int, t
                 os.environ[k] = v
     out: dict[str, dict[str, Any]] = {}
     try:
-        _wrk.run(peer.port, script, _WARMUP, conns)  # every archived response read once, as in steady serving
+        touch_all(peer.port, urls)  # every archived response read once, as a replay serves a page's again and again
+        _wrk.run(peer.port, script, _WARMUP, conns)
         for client in clients:
             before, t0 = preemptions(peer.proc.pid), time.monotonic()
             if client == "wrk":
@@ -213,9 +229,9 @@ def main() -> None:
 `ego2web-replay serve` (default settings, one process) on synthetic snapshots of small JSON exchanges
 (`benchmarks/_bigsnap.py`), in its own process; {args.conns} keep-alive connections sending absolute-form
 requests through it over {_SAMPLE:,} URLs spread across the snapshot (all exact matches). Each server is
-first warmed up for {_WARMUP:.0f} s with wrk over the same URLs (every archived response read once, as a
-replay serves a page's resources again and again), then measured for {args.duration:.0f} s by each load
-client in turn; one run per configuration and client.
+first warmed up: every URL requested once (every archived response read once, as a replay serves a
+page's resources again and again), then {_WARMUP:.0f} s of wrk; then measured for {args.duration:.0f} s by
+each load client in turn; one run per configuration and client.
 
 Load clients: **wrk** (C, event-driven, one thread for all connections, latencies in an HDR
 histogram: it adds next to nothing of its own, so its figures are the ones for the target) and the
