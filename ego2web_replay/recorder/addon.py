@@ -63,8 +63,8 @@ class ExchangeArchive:
                 http_version: str, ip: str | None, started: float, authority: str | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
 
-        ``authority`` is given for an HTTP/2 (or /3) request, which carries no Host header: the
-        archived request gets one, first.
+        A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
+        archived with ``Host: authority`` first, when ``authority`` is given.
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
         red = self.redactor if not self.keep_credentials else None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..errors import ReplayError
 from ..guard import GuardPolicy
 from ..proxy import ProjectCA
-from ..wire.conn import ProxyFront, bind_socket, host_of, settle_future
+from ..wire.conn import ProxyFront, bind_socket, settle_future
 from .responder import Reply, Responder
 
 __all__ = ["FrontServer", "bind_socket", "settle_future"]
@@ -27,18 +27,12 @@ class FrontServer(ProxyFront):
         if responder.miss == "live":
             raise ReplayError("miss=live forwards requests upstream: the fast engine never does; "
                               "use --engine mitmproxy")
-        super().__init__(ca=ca, host=host, port=port, http2=http2)
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="open"), host=host, port=port, http2=http2)
         self.responder = responder
-        self.guard = guard or GuardPolicy(mode="open")
-        self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         """The guard's answer for a host the proxy never contacts, else the responder's."""
-        host = host_of(url)
-        decided = self._allowed.get(host)
-        if decided is None:
-            decided = self._allowed[host] = self.guard.allowed(host)
-        ok, why = decided
+        host, ok, why = self.allowed(url)
         if not ok:
             return self.responder.blocked(host, why, method.upper())
         return self.responder.answer(method, url, headers, body)

@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ProxyError
+from ..guard import GuardPolicy
 from ..proxy import ProjectCA
 from .certs import ALPN_H2, LeafCerts
 from .h1 import H1Handler, Request
@@ -144,6 +145,9 @@ class _Conn(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.connections.discard(self)
+        tunnel = getattr(self.app, "tunnel", None)
+        if tunnel is not None:
+            tunnel.close()
 
     def eof_received(self) -> bool:
         return False
@@ -224,8 +228,11 @@ class _Conn(asyncio.Protocol):
 class ProxyFront(ABC):
     """A fast proxy on ``host:port`` (0: any free port); subclasses say what each request gets (:meth:`reply`)."""
 
-    def __init__(self, *, ca: ProjectCA, host: str = "127.0.0.1", port: int = 0, http2: bool = True) -> None:
+    def __init__(self, *, ca: ProjectCA, guard: GuardPolicy, host: str = "127.0.0.1", port: int = 0,
+                 http2: bool = True) -> None:
         self.host, self.requested_port, self.ca, self.http2 = host, port, ca, http2
+        self.guard = guard
+        self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
         self.certs = LeafCerts(ca, http2=http2)
         self.port: int | None = None
         self.connections: set[_Conn] = set()
@@ -244,6 +251,14 @@ class ProxyFront(ABC):
     @property
     def authority(self) -> str:
         return f"{self.host}:{self.port}"
+
+    def allowed(self, url: str) -> tuple[str, bool, str]:
+        """``(host, ok, why)``: may the host of ``url`` be contacted (the guard policy, asked once per host)."""
+        host = host_of(url)
+        decided = self._allowed.get(host)
+        if decided is None:
+            decided = self._allowed[host] = self.guard.allowed(host)
+        return host, decided[0], decided[1]
 
     @abstractmethod
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],

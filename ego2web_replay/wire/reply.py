@@ -17,7 +17,7 @@ class Reply(NamedTuple):
     ``replayed``, ``blocked`` (the guard), ``live`` (forward upstream; mitmproxy only) or
     ``recorded`` (the recording front end). ``tunnel``, on a ``101`` only, carries the
     connection on as raw bytes after the head (a websocket the recorder passes through):
-    it has ``start(write, close)`` and ``send(data)``.
+    it has ``start(write, close)``, ``send(data)`` and ``close()``.
     """
 
     status: int
