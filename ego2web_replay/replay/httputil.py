@@ -146,7 +146,7 @@ def _http_date(value: str | None) -> datetime | None:
         return None
 
 
-def conditional(request_headers: RequestHeaders, status: int, headers: Headers) -> bool:
+def conditional(request_headers: RequestHeaders, status: int, headers: Iterable[tuple[str, str]]) -> bool:
     """True when the request's validators say the client's copy is current (answer 304).
 
     If-None-Match is compared with the archived ETag (weak comparison, ``*``
@@ -176,7 +176,7 @@ def conditional(request_headers: RequestHeaders, status: int, headers: Headers) 
 _KEEP_ON_304 = {"cache-control", "content-location", "date", "etag", "expires", "vary", "last-modified"}
 
 
-def not_modified_response(headers: Headers) -> Response:
+def not_modified_response(headers: Iterable[tuple[str, str]]) -> Response:
     """A 304 carrying only the validator and caching headers of the archived response."""
     kept = [(k, v) for k, v in headers if k.lower() in _KEEP_ON_304]
     return 304, reason_phrase(304), kept, b""

@@ -52,6 +52,9 @@ REPLAY_HEADER = "X-Ego2Web-Replay"
 MAX_LOG = 100_000
 CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 Headers = list[tuple[str, str]]
+Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
+Frozen = tuple[tuple[str, str], ...]  # headers as the cache keeps them (see _remember)
+LogRow = tuple[str, str, str, int | None, str | None, float | None, str | None]  # one ReplayLogEntry's fields
 
 
 def _dedupe_header(headers: Headers, name: str) -> Headers:
@@ -67,12 +70,12 @@ def _dedupe_header(headers: Headers, name: str) -> Headers:
     return out
 
 
-def _set_header(headers: Headers, name: str, value: str) -> Headers:
+def _set_header(headers: Head, name: str, value: str) -> Headers:
     n = name.lower()
     return [(k, v) for k, v in headers if k.lower() != n] + [(name, value)]
 
 
-def _set_in_place(headers: Headers, name: str, value: str) -> Headers:
+def _set_in_place(headers: Head, name: str, value: str) -> Headers:
     """``name: value`` where the first ``name`` stood (others dropped), else appended."""
     n, out, done = name.lower(), [], False
     for k, v in headers:
@@ -85,16 +88,18 @@ def _set_in_place(headers: Headers, name: str, value: str) -> Headers:
     return out if done else out + [(name, value)]
 
 
-def framed(status: int, reason: str, headers: Headers, body: bytes, method: str, tag: str = "replayed") -> Reply:
+def framed(status: int, reason: str, headers: Head, body: bytes, method: str, tag: str = "replayed") -> Reply:
     """Decide the framing: chunked as archived, else an exact Content-Length; HEAD sends no body."""
     chunked = "chunked" in (get_header(headers, "transfer-encoding") or "").lower()
     if method == "HEAD":
-        return Reply(status, reason, headers, b"", chunked, tag)
+        return Reply(status, reason, list(headers), b"", chunked, tag)
     if chunked:  # served chunked, as the live page got it
-        headers = [(k, v) for k, v in headers if k.lower() != "content-length"]
+        out = [(k, v) for k, v in headers if k.lower() != "content-length"]
     elif status not in (204, 304) and not 100 <= status < 200:
-        headers = _set_in_place(headers, "Content-Length", str(len(body)))
-    return Reply(status, reason, headers, body, chunked, tag)
+        out = _set_in_place(headers, "Content-Length", str(len(body)))
+    else:
+        out = list(headers)
+    return Reply(status, reason, out, body, chunked, tag)
 
 
 def inject_allowed(headers: Sequence[tuple[str, str]]) -> bool:
@@ -103,7 +108,7 @@ def inject_allowed(headers: Sequence[tuple[str, str]]) -> bool:
     return ctype in ("text/html", "application/xhtml+xml")
 
 
-def _rename_jsonp(body: bytes, headers: Headers, archived_url: str, request_url: str) -> tuple[bytes, Headers]:
+def _rename_jsonp(body: bytes, headers: Head, archived_url: str, request_url: str) -> tuple[bytes, Head]:
     """Serve a JSONP body under the callback name the page asked for now."""
     lowered = request_url.lower()
     if "callback=" not in lowered and "jsonp=" not in lowered and "cb=" not in lowered:
@@ -133,6 +138,11 @@ def _first_values(headers: Sequence[tuple[str, str]]) -> dict[str, str]:
     return out
 
 
+def _cache_key(kind: str, ref: Any) -> tuple[Any, ...]:
+    """``(kind, *ref)``: flat, so untracked by the collector even when ``ref`` is a tuple held by a frozen index."""
+    return (kind, *ref) if isinstance(ref, tuple) else (kind, ref)
+
+
 def _plain(status: int, text: str, marker: str, method: str) -> Reply:
     body = text.encode()
     headers = [("Content-Type", "text/plain"), (REPLAY_HEADER, marker), ("Cache-Control", "no-store"),
@@ -160,29 +170,43 @@ class Responder:
         self._cache: dict[Any, Any] = {}
         self._cached_bytes = 0
         self._stable: dict[int, Any] = {}  # id of a cached head -> its cache entry (keeps it alive)
-        self._shifted: dict[int, tuple[Headers, int, Headers]] = {}  # cached head -> (it, second, shifted)
-        self.stats = ReplayStats(snapshots=list(snapshots))
+        self._shifted: dict[int, tuple[Head, int, Frozen]] = {}  # cached head -> (it, second, shifted)
+        self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
+        self._rows: list[LogRow] = []  # the replay log, as plain tuples (see _log)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
              score: float | None = None, kind: str | None = None) -> None:
+        # A log row is a tuple of strings, numbers and None: the collector stops tracking such a
+        # tuple the first time it sees it, so a long log (up to MAX_LOG rows) adds nothing to the
+        # collections taken while serving. Log entries as models (three tracked objects each)
+        # made every full collection walk the whole log: pauses of 100+ ms under load.
         with self._lock:
-            s = self.stats
+            s = self._counts
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}")
-            if len(s.log) < MAX_LOG:
-                s.log.append(ReplayLogEntry(method=method, url=url, outcome=outcome, status=status,  # type: ignore[arg-type]
-                                            matched_url=matched, score=score, kind=kind))
+            if len(self._rows) < MAX_LOG:
+                self._rows.append((method, url, outcome, status, matched, score, kind))
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
         with self._lock:
-            self.stats.blocked += 1
+            self._counts.blocked += 1
+
+    @property
+    def stats(self) -> ReplayStats:
+        """The counts and the log so far (a copy)."""
+        return self.snapshot_stats()
 
     def snapshot_stats(self) -> ReplayStats:
+        """The counts and the log so far, as a new :class:`ReplayStats`."""
         with self._lock:
-            return self.stats.model_copy(deep=True)
+            stats = self._counts.model_copy(deep=True)
+            rows = list(self._rows)
+        stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
+                                    score=sc, kind=k) for m, u, o, st, mu, sc, k in rows]
+        return stats
 
     # -- answers -------------------------------------------------------------
     def blocked(self, host: str, why: str, method: str) -> Reply:
@@ -195,6 +219,7 @@ class Responder:
         """The reply to one request (``url`` absolute, as the client meant it)."""
         method = method.upper()
         h = _first_values(req_headers)  # looked up a dozen times below
+        headers: Head  # a cached head is a tuple (see _remember); framed() hands on a list
         if (h.get("upgrade") or "").lower() == "websocket":
             self._log(method, url, "websocket", 403)
             return _plain(403, "ego2web-replay: websockets are not replayed\n", "websocket-refused", method)
@@ -232,7 +257,7 @@ class Responder:
         else:
             rng = h.get("range")
             if rng and status == 200:
-                status, headers, rbody = apply_range(status, headers, rbody, rng)
+                status, headers, rbody = apply_range(status, list(headers), rbody, rng)
                 reason = reason_phrase(status)
             elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
                 rbody, headers = self._injected(ref, rbody, headers)
@@ -244,19 +269,26 @@ class Responder:
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
         return framed(status, reason, headers, rbody, method)
 
-    def _dated(self, headers: Headers) -> Headers:
+    def _dated(self, headers: Head) -> Head:
         """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads."""
         now = datetime.now(UTC)
         second = int(now.timestamp())
         hit = self._shifted.get(id(headers))
         if hit is not None and hit[0] is headers and hit[1] == second:
             return hit[2]
-        shifted = shift_dates(headers, now.replace(microsecond=0))
-        if id(headers) in self._stable:  # a cached head: the same list object comes back next time
-            self._shifted[id(headers)] = (headers, second, shifted)
+        shifted = shift_dates(list(headers), now.replace(microsecond=0))
+        if id(headers) in self._stable:  # a cached head: the same tuple comes back next time
+            frozen = tuple(shifted)
+            self._shifted[id(headers)] = (headers, second, frozen)
+            return frozen
         return shifted
 
     # -- archived responses, read once ----------------------------------------
+    # The cache holds tuples of strings, bytes and numbers only (headers as tuples of pairs, not
+    # lists; flat keys): the collector stops tracking such tuples once it has seen them (nested ones
+    # from the inside out, over a collection or two), so a cache of many thousands of responses adds
+    # nothing to the full collections taken while serving (with lists, three tracked objects per
+    # response: a full collection walked them all, 150 ms for 50,000 cached responses).
     def _remember(self, key: Any, value: Any, size: int) -> None:
         with self._lock:
             if self._cached_bytes + size > CACHE_BYTES:
@@ -268,9 +300,10 @@ class Responder:
             self._cache[key] = value
             self._cached_bytes += size
 
-    def _prepared(self, ref: Any) -> tuple[int, str, Headers, bytes]:
+    def _prepared(self, ref: Any) -> tuple[int, str, Head, bytes]:
         """The archived response for a capture, headers cleaned; kept in memory (bounded)."""
-        hit = self._cache.get(("r", ref))
+        key = _cache_key("r", ref)
+        hit = self._cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         status, reason, headers, body = self.resolve(ref)
@@ -280,21 +313,22 @@ class Responder:
             cleaned = _dedupe_header(cleaned, "transfer-encoding")
         else:
             cleaned = clean_response_headers(headers)
-        value = (status, reason or reason_phrase(status), cleaned, body)
-        self._remember(("r", ref), value, len(body))
+        value = (status, reason or reason_phrase(status), tuple(cleaned), body)
+        self._remember(key, value, len(body))
         return value
 
-    def _injected(self, ref: Any, body: bytes, headers: Headers) -> tuple[bytes, Headers]:
-        hit = self._cache.get(("i", ref))
+    def _injected(self, ref: Any, body: bytes, headers: Head) -> tuple[bytes, Head]:
+        key = _cache_key("i", ref)
+        hit = self._cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
         from .freeze import inject_into_html
 
-        value = inject_into_html(body, headers, self.freeze_script or "")
+        page, injected = inject_into_html(body, list(headers), self.freeze_script or "")
         if _chunked_without_length(headers):  # the rewritten page is still served chunked, as it was live
-            value = (value[0], [(k, v) for k, v in value[1] if k.lower() != "content-length"]
-                     + [("Transfer-Encoding", "chunked")])
-        self._remember(("i", ref), value, len(value[0]))
+            injected = [(k, v) for k, v in injected if k.lower() != "content-length"] + [("Transfer-Encoding", "chunked")]
+        value = (page, tuple(injected))
+        self._remember(key, value, len(page))
         return value
 
 

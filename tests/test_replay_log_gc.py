@@ -1,0 +1,76 @@
+"""Serving adds nothing long-lived for the cyclic collector to walk: the replay log grows by one
+entry per request and the response cache by one entry per capture served, so entries the collector
+tracks made every full collection walk all of them (pauses of 100+ ms under load, BENCHMARKS.md
+``tail``). The stats and the bytes served are unchanged."""
+
+from __future__ import annotations
+
+import gc
+from datetime import datetime
+
+from ego2web_replay.models import ReplayLogEntry
+from ego2web_replay.replay.session import Replay
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+N = 400
+HEADERS = [("Host", "api.example"), ("Accept", "application/json"), ("Sec-Fetch-Dest", "empty")]
+
+
+def _snapshot(root):
+    sw = SnapshotWriter(root, "logged")
+    for i in range(N):
+        sw.writer.write_exchange(url=f"http://api.example/item/{i}?utm_source=s{i}", method="GET", request_headers=[],
+                                 request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "application/json"), ("ETag", f'"e{i}"'),
+                                                   ("Date", "Thu, 01 Jan 2026 00:00:00 GMT")],
+                                 response_body=b'{"item": %d}' % i, date=datetime(2026, 1, 1, 0, i // 60, i % 60))
+    sw.finalize()
+    return sw.path
+
+
+def _tracked() -> int:
+    """Objects the collector tracks, once it has looked at the new ones (a tuple of tuples is
+    untracked from the inside out: a collection or two)."""
+    for _ in range(3):
+        gc.collect()
+    return len(gc.get_objects())
+
+
+def test_the_cache_and_the_log_leave_the_collector_nothing_to_walk(tmp_path):
+    replay = Replay([_snapshot(tmp_path)], miss="404")
+    replay.open()
+    try:
+        responder = replay.responder
+        urls = [f"http://api.example/item/{i}?utm_source=s{i}" for i in range(N)]
+        first = responder.answer("GET", urls[0], HEADERS, b"")
+        before = _tracked()
+        for url in urls[1:]:  # every other archived response read and cached
+            responder.answer("GET", url, HEADERS, b"")
+        for _ in range(2):
+            for url in urls:
+                responder.answer("GET", url, HEADERS, b"")
+        grown = _tracked() - before
+        # 399 responses cached, 1,199 more log entries: none tracked (as lists and models: 4,000+ objects)
+        assert grown < 100, f"{grown} more objects tracked by the collector after caching {N} responses"
+        again = responder.answer("GET", urls[0], HEADERS, b"")
+        undated = [(k, v) for k, v in again.headers if k != "Date"]
+        assert again._replace(headers=undated) == first._replace(headers=[(k, v) for k, v in first.headers if k != "Date"])
+        assert isinstance(again.headers, list) and ("ETag", '"e0"') in again.headers
+        assert responder.answer("GET", urls[0], HEADERS + [("If-None-Match", '"e0"')], b"").status == 304
+        assert responder.answer("HEAD", urls[0], HEADERS, b"").headers == again.headers
+
+        responder.answer("GET", "http://api.example/item/3?utm_source=other", HEADERS, b"")  # canonical
+        responder.answer("POST", "http://api.example/nowhere", HEADERS, b"x=1")  # miss
+        stats = replay.stats()
+    finally:
+        replay.stop()
+    served = 3 * N + 5
+    assert (stats.exact, stats.canonical, stats.miss, stats.total) == (served - 2, 1, 1, served)
+    assert stats.missed_urls == ["POST http://api.example/nowhere"]
+    assert len(stats.log) == served and all(isinstance(e, ReplayLogEntry) for e in stats.log)
+    assert stats.log[0] == ReplayLogEntry(method="GET", url=urls[0], outcome="exact", status=200,
+                                          matched_url=urls[0], score=1.0, kind="content")
+    assert stats.log[-3].method == "HEAD" and stats.log[-4].status == 304
+    assert stats.log[-2].outcome == "canonical" and stats.log[-2].matched_url == urls[3]
+    assert stats.log[-1] == ReplayLogEntry(method="POST", url="http://api.example/nowhere", outcome="miss",
+                                           status=404, kind="content")
