@@ -346,17 +346,28 @@ def run_load(target_port: int, urls: Sequence[str], *, concurrency: int = 8, dur
 
 
 class RecordingProxy:
-    """The recording proxy (guard in loopback mode + recorder) writing one snapshot."""
+    """The recording proxy (guard in loopback mode + recorder) writing one snapshot.
 
-    def __init__(self, root: Path, name: str, compression: str) -> None:
-        from ego2web_replay.proxy import ProxyServer
+    ``engine``: ``fast`` (the recording front end, what ``record`` uses by default) or ``mitmproxy``.
+    """
+
+    def __init__(self, root: Path, name: str, compression: str, engine: str = "fast") -> None:
+        from ego2web_replay.guard import GuardPolicy
+        from ego2web_replay.proxy import ProxyServer, project_ca
+        from ego2web_replay.recorder.addon import ExchangeArchive
+        from ego2web_replay.recorder.front import RecordFront
         from ego2web_replay.recorder.session import RecordOptions, record_addons
         from ego2web_replay.snapshots.snapshot import SnapshotWriter
 
         self.writer = SnapshotWriter(root, name, compression=compression, source="record",  # type: ignore[arg-type]
                                      dedup_min_size=RecordOptions().dedup_min_size)  # as `record` does
-        self.guard, self.recorder = record_addons(self.writer.writer)
-        self.proxy = ProxyServer([self.guard, self.recorder], options={"guard_mode": "loopback"})
+        self.proxy: Any
+        if engine == "mitmproxy":
+            self.guard, self.recorder = record_addons(self.writer.writer)
+            self.proxy = ProxyServer([self.guard, self.recorder], options={"guard_mode": "loopback"})
+        else:
+            self.recorder = ExchangeArchive(self.writer.writer)
+            self.proxy = RecordFront(self.recorder, ca=project_ca(), guard=GuardPolicy(mode="loopback"))
 
     def __enter__(self) -> RecordingProxy:
         self.proxy.start()

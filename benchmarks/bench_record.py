@@ -4,14 +4,16 @@ recorder throughput (exchanges/s) and archive bytes per exchange, zst vs gz.
     /work/main/.venv/bin/python benchmarks/bench_record.py [--reps 7] [--duration 4]
 
 Everything runs on 127.0.0.1: a local multi-page site (in its own process) with ~50
-subresources per page, the recording proxy (``record_addons`` with the guard in loopback mode,
-writing a real snapshot) in this process, Chromium via Playwright. Prints a table and rewrites
+subresources per page, the recording proxy (guard in loopback mode, writing a real snapshot; each
+engine: the fast front end and the mitmproxy master with ``record_addons``) in this process,
+warcprox in its own, Chromium via Playwright. Prints a table and rewrites
 the ``record`` section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import sys
 import tempfile
@@ -37,6 +39,18 @@ from _common import (  # noqa: E402
     wait_port,
 )
 from _warcprox import Warcprox  # noqa: E402
+
+ENGINES = ("fast", "mitmproxy")
+Times = dict[str, list[tuple[float, float]]]
+
+
+def _ratio(t: Times, k: int, mode: str) -> float:
+    """Median over the rounds of ``mode``'s time over direct's (k: 0 load, 1 last XHR)."""
+    return median([x[k] / d[k] for x, d in zip(t[mode], t["direct"], strict=True)])
+
+
+def _ms(t: Times, k: int, mode: str) -> float:
+    return median([x[k] for x in t[mode]])
 
 
 def main() -> None:
@@ -69,44 +83,42 @@ def main() -> None:
             direct_browser = launch_chromium(pw)
             timed_load(direct_browser, page_url)  # warm-up (process start, disk cache of the binary)
             for comp in ("zst", "gz"):
-                # 1) page loads, interleaved direct / our recorder / warcprox, fresh context each
-                d_load, d_done, r_load, r_done, w_load, w_done = [], [], [], [], [], []
+                # 1) page loads, interleaved direct / our recorder (both engines) / warcprox, fresh context each
+                times: dict[str, list[tuple[float, float]]] = {m: [] for m in ("direct", *ENGINES, "warcprox")}
                 peer = Warcprox(Path(tmp) / f"warcprox-{comp}", free_port())
-                with RecordingProxy(Path(tmp), f"pages-{comp}", comp) as rec, peer:
-                    browser = launch_chromium(pw, rec.proxy.url)
-                    wbrowser = launch_chromium(pw, peer.url)
-                    timed_load(browser, page_url)  # warm-up
-                    timed_load(wbrowser, page_url)
+                with RecordingProxy(Path(tmp), f"pages-{comp}", comp) as rec, \
+                        RecordingProxy(Path(tmp), f"pages-{comp}-mitm", comp, engine="mitmproxy") as mrec, peer:
+                    browsers = {"direct": direct_browser, "fast": launch_chromium(pw, rec.proxy.url),
+                                "mitmproxy": launch_chromium(pw, mrec.proxy.url),
+                                "warcprox": launch_chromium(pw, peer.url)}
+                    for mode in ("fast", "mitmproxy", "warcprox"):
+                        timed_load(browsers[mode], page_url)  # warm-up
                     for _ in range(args.reps):
-                        for b, loads_, dones in ((direct_browser, d_load, d_done), (browser, r_load, r_done),
-                                                 (wbrowser, w_load, w_done)):
-                            a, z = timed_load(b, page_url)
-                            loads_.append(a)
-                            dones.append(z)
-                    browser.close()
-                    wbrowser.close()
-                page_exchanges = rec.recorder.exchanges
-                revisits = rec.writer.writer.revisits_written
-                sizes[f"page mix, {comp}"] = {"exchanges": page_exchanges, "bytes": rec.archive_bytes,
-                                              "revisits": revisits}
+                        for mode, b in browsers.items():
+                            times[mode].append(timed_load(b, page_url))
+                    for mode in ("fast", "mitmproxy", "warcprox"):
+                        browsers[mode].close()
+                sizes[f"page mix, {comp}"] = {"exchanges": rec.recorder.exchanges, "bytes": rec.archive_bytes,
+                                              "revisits": rec.writer.writer.revisits_written}
                 counts = peer.records()
                 sizes[f"page mix, warcprox {peer.version} (gzip), beside {comp}"] = {
                     "exchanges": counts.get("response", 0) + counts.get("revisit", 0), "bytes": peer.archive_bytes,
                     "revisits": counts.get("revisit", 0)}
-                loads[comp] = {"direct_load": d_load, "direct_done": d_done, "rec_load": r_load, "rec_done": r_done,
-                               "warcprox_load": w_load, "warcprox_done": w_done}
+                loads[comp] = times
                 # 2) throughput: many small GETs through the recorder, keep-alive, N threads
-                runs = []
-                with RecordingProxy(Path(tmp), f"small-{comp}", comp) as rec:
-                    for _ in range(args.runs):
-                        if comp == "zst":
-                            thr["direct"].append(run_load(port, small, concurrency=args.concurrency,
-                                                          duration=args.duration, via_proxy=False))
-                        runs.append(run_load(rec.proxy.port, small, concurrency=args.concurrency,
-                                             duration=args.duration))
-                sizes[f"1 KiB mix, {comp}"] = {"exchanges": rec.recorder.exchanges, "bytes": rec.archive_bytes,
-                                               "revisits": rec.writer.writer.revisits_written}
-                thr[comp] = runs
+                for engine in ENGINES:
+                    runs = []
+                    with RecordingProxy(Path(tmp), f"small-{comp}-{engine}", comp, engine=engine) as rec:
+                        for _ in range(args.runs):
+                            if comp == "zst" and engine == "fast":
+                                thr["direct"].append(run_load(port, small, concurrency=args.concurrency,
+                                                              duration=args.duration, via_proxy=False))
+                            runs.append(run_load(rec.proxy.port, small, concurrency=args.concurrency,
+                                                 duration=args.duration))
+                    if engine == "fast":
+                        sizes[f"1 KiB mix, {comp}"] = {"exchanges": rec.recorder.exchanges, "bytes": rec.archive_bytes,
+                                                       "revisits": rec.writer.writer.revisits_written}
+                    thr[f"{comp}, {engine}"] = runs
             direct_browser.close()
     finally:
         proc.kill()
@@ -114,22 +126,28 @@ def main() -> None:
     # -- report ---------------------------------------------------------------------------------
     rows = []
     peer_rows = []
-    for comp, m in loads.items():
-        for what, key in (("`load`", "load"), ("last XHR", "done")):
-            ours = [r / d for r, d in zip(m[f"rec_{key}"], m[f"direct_{key}"], strict=True)]
-            theirs = [r / d for r, d in zip(m[f"warcprox_{key}"], m[f"direct_{key}"], strict=True)]
-            rows.append([f"page load to {what} ({comp})", f"{median(m[f'direct_{key}']):.0f} ms",
-                         f"{median(m[f'rec_{key}']):.0f} ms", f"{median(ours):.2f}x"])
-            peer_rows.append([f"page load to {what} (ours: {comp})", f"{median(m[f'direct_{key}']):.0f} ms",
-                              f"{median(m[f'rec_{key}']):.0f} ms ({median(ours):.2f}x)",
-                              f"{median(m[f'warcprox_{key}']):.0f} ms ({median(theirs):.2f}x)",
-                              f"{median(ours) / median(theirs):.2f}"])
+    for comp, t in loads.items():
+        for what, k in (("`load`", 0), ("last XHR", 1)):
+            direct = [x[k] for x in t["direct"]]
+            ratio = functools.partial(_ratio, t, k)
+            ms = functools.partial(_ms, t, k)
+            rows.append([f"page load to {what} ({comp}), fast engine", f"{median(direct):.0f} ms",
+                         f"{ms('fast'):.0f} ms", f"{ratio('fast'):.2f}x"])
+            rows.append([f"page load to {what} ({comp}), mitmproxy engine", f"{median(direct):.0f} ms",
+                         f"{ms('mitmproxy'):.0f} ms", f"{ratio('mitmproxy'):.2f}x"])
+            peer_rows.append([f"page load to {what} (ours: {comp})", f"{median(direct):.0f} ms",
+                              f"{ms('fast'):.0f} ms ({ratio('fast'):.2f}x)",
+                              f"{ms('mitmproxy'):.0f} ms ({ratio('mitmproxy'):.2f}x)",
+                              f"{ms('warcprox'):.0f} ms ({ratio('warcprox'):.2f}x)",
+                              f"{ratio('fast') / ratio('warcprox'):.2f}"])
     d_rps = median([r["rps"] for r in thr["direct"]])
     for comp in ("zst", "gz"):
-        rps = median([r["rps"] for r in thr[comp]])
-        p50 = median([r["p50"] for r in thr[comp]])
-        rows.append([f"throughput, 1 KiB GETs, {args.concurrency} conns ({comp})", f"{d_rps:.0f} req/s",
-                     f"{rps:.0f} exchanges/s (p50 {p50:.1f} ms)", f"{rps / d_rps:.2f}x"])
+        for engine in ENGINES:
+            runs = thr[f"{comp}, {engine}"]
+            rps = median([r["rps"] for r in runs])
+            p50 = median([r["p50"] for r in runs])
+            rows.append([f"throughput, 1 KiB GETs, {args.concurrency} conns ({comp}), {engine} engine",
+                         f"{d_rps:.0f} req/s", f"{rps:.0f} exchanges/s (p50 {p50:.1f} ms)", f"{rps / d_rps:.2f}x"])
     header = ["measure", "direct", "through the recorder", "recorder / direct"]
     size_rows = []
     for label, s in sizes.items():
@@ -140,8 +158,8 @@ def main() -> None:
         size_rows.append([f"{mix}: zst / gz bytes per exchange", "", "", "",
                           f"{(z['bytes'] / z['exchanges']) / (g['bytes'] / g['exchanges']):.2f}"])
     size_header = ["archive", "exchanges", "of them revisits", "archive size", "bytes / exchange"]
-    peer_header = ["measure", "direct", "our recorder (ratio to direct)", "warcprox (ratio to direct)",
-                   "ours / warcprox"]
+    peer_header = ["measure", "direct", "ours, fast engine (ratio to direct)", "ours, mitmproxy engine",
+                   "warcprox (ratio to direct)", "fast / warcprox"]
     errors = sum(r["errors"] for v in thr.values() for r in v)
 
     print(text_table(header, rows))
@@ -156,7 +174,9 @@ def main() -> None:
 One local page with {site.subresources_per_page()} subresources (6 CSS, 12 JS, 24 PNG, 2 fonts, 8 XHR),
 loaded {args.reps} times in a fresh Chromium context (empty cache) directly, through our
 recording proxy (guard in loopback mode + recorder writing a snapshot, identical payloads of 256
-bytes or more stored once per recording as revisit records, the `record` default) and through
+bytes or more stored once per recording as revisit records, the `record` default), with each of its
+two engines (`fast`, the default: the asyncio front end of `recorder/front.py`; `mitmproxy`: the
+mitmproxy master with our addons), and through
 warcprox (gzip WARCs, its default deduplication of every payload, a fresh dedup database),
 interleaved; medians of the per-pair ratios to direct. Throughput: {args.concurrency} client threads
 (keep-alive, own process) fetching 1 KiB resources for {args.duration:.0f} s, {args.runs} runs, median.

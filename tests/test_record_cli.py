@@ -104,6 +104,10 @@ def test_task_option_selects(site, tmp_path, capsys):
     (info,) = list_snapshots(root)
     assert info.task_id == "two" and info.complete and info.manifest.archive == "archive.warc.gz"
     assert verify_snapshot(info.path).ok
+    assert info.manifest.settings["engine"] == "fast"  # the default recording proxy
+    assert main(_record_args(tasks, tmp_path / "mitm", site, "--task", "one", "--engine", "mitmproxy")) == 0
+    (mitm,) = list_snapshots(tmp_path / "mitm")
+    assert mitm.complete and mitm.manifest.settings["engine"] == "mitmproxy" and mitm.manifest.exchanges >= 1
     capsys.readouterr()
     assert main(_record_args(tasks, root, site, "--task", "three")) == 1
     _one_line_error(capsys.readouterr().err, "three")

@@ -37,12 +37,14 @@ def _wire_by_path(site):
     return Counter((e.method, e.path.split("?")[0], e.status, e.sha256) for e in site.wire)
 
 
-@pytest.fixture(scope="module", params=["https", "http"])
+@pytest.fixture(scope="module", params=["https", "http", "https-mitmproxy"])
 def recorded(request, site, ca, tmp_path_factory):
-    base = site.https_url if request.param == "https" else site.http_url
+    """One recording per scheme with the fast engine (the default), and one through mitmproxy."""
+    scheme, _, engine = request.param.partition("-")
+    base = site.https_url if scheme == "https" else site.http_url
     root = tmp_path_factory.mktemp(f"snap-{request.param}")
     site.clear_log()
-    opts = RecordOptions(guard="loopback", upstream_ca=site.tls.ca_cert, compression="zst")
+    opts = RecordOptions(guard="loopback", upstream_ca=site.tls.ca_cert, compression="zst", engine=engine or "fast")
     result = record_task(_task(base, f"T-{request.param}"), root, opts, ca=ca)
     return result, _wire_by_path(site), base
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
 
-__all__ = ["Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
+__all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
 
 log = logging.getLogger(__name__)
 
@@ -38,25 +38,91 @@ def _fields(headers: Any) -> list[tuple[str, str]]:
     return [(k.decode("latin-1"), v.decode("latin-1")) for k, v in headers.fields]
 
 
-class Recorder:
-    """mitmproxy addon writing each completed exchange through an archive writer.
+class ExchangeArchive:
+    """What both recording engines do with a completed exchange: redact it, write it, count it.
 
     ``writer`` has ``write_exchange(**fields)`` (:class:`ego2web_replay.snapshots.warc.ArchiveWriter`).
-    ``on_exchange(flow)`` is called after each record pair is written.
+    The first failed write sets ``failed``: from then on the engine refuses every request.
+    ``errors`` are upstream failures (URL: why, redacted); ``untrusted`` the hosts whose
+    certificate failed verification.
     """
 
-    def __init__(self, writer: Any, *, keep_credentials: bool = False,
-                 on_exchange: Callable[[Any], None] | None = None, redactor: Redactor | None = None) -> None:
+    def __init__(self, writer: Any, *, keep_credentials: bool = False, redactor: Redactor | None = None) -> None:
         self.writer = writer
         self.keep_credentials = keep_credentials
         self.redactor = redactor or Redactor()
-        self.on_exchange = on_exchange
         self.exchanges = 0
         self.payload_bytes = 0
         self.failed: str | None = None
         self.errors: list[str] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self._lock = threading.Lock()
+
+    def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
+                status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
+                http_version: str, ip: str | None, started: float, authority: str | None = None) -> bool:
+        """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
+
+        A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
+        archived with ``Host: authority`` first, when ``authority`` is given.
+        """
+        req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
+        red = self.redactor if not self.keep_credentials else None
+        if red is not None:
+            req_type, req_enc = _header(req_headers, "content-type"), _header(req_headers, "content-encoding")
+            req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
+            url = red.url(url)
+            req_body = red.body(req_type, req_body, req_enc)
+        if authority is not None and _header(req_headers, "host") is None:
+            req_headers.insert(0, ("Host", authority))
+        date = dt.datetime.fromtimestamp(started, dt.UTC).replace(tzinfo=None)
+        try:
+            with self._lock:
+                if self.failed:
+                    return False
+                self.writer.write_exchange(
+                    url=url, method=method, request_headers=req_headers, request_body=req_body,
+                    status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
+                    http_version=http_version or "HTTP/1.1", ip=ip, date=date)
+                self.exchanges += 1
+                self.payload_bytes += len(response_body)
+        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
+            self.failed = f"cannot write the archive: {e}"
+            self.errors.append(self.failed)
+            log.error("ego2web-replay: %s", self.failed)
+            return False
+        return True
+
+    def note_error(self, url: str, message: str) -> None:
+        """An exchange that failed upstream (nothing archived): kept, redacted, for the report."""
+        if not self.keep_credentials:
+            url, message = self.redactor.url(url), self.redactor.text(message)
+        with self._lock:
+            self.errors.append(f"{url}: {message}")
+
+    def note_untrusted(self, host: str, why: str) -> None:
+        with self._lock:
+            if len(self.untrusted) < 20:
+                self.untrusted.append(f"{host}: {why}")
+
+
+def _header(headers: list[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+class Recorder(ExchangeArchive):
+    """mitmproxy addon writing each completed exchange through :class:`ExchangeArchive`.
+
+    ``on_exchange(flow)`` is called after each record pair is written.
+    """
+
+    def __init__(self, writer: Any, *, keep_credentials: bool = False,
+                 on_exchange: Callable[[Any], None] | None = None, redactor: Redactor | None = None) -> None:
+        super().__init__(writer, keep_credentials=keep_credentials, redactor=redactor)
+        self.on_exchange = on_exchange
 
     def load(self, loader: Any) -> None:
         loader.add_option("record_keep_credentials", bool, self.keep_credentials,
@@ -83,43 +149,16 @@ class Recorder:
         if flow.websocket is not None:
             return
         req, resp = flow.request, flow.response
-        red = self.redactor if not self.keep_credentials else None
-        req_headers = _fields(req.headers)
-        resp_headers = _fields(resp.headers)
-        url, req_body = req.pretty_url, req.raw_content or b""
-        if red is not None:
-            req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
-            url = red.url(url)
-            req_body = red.body(req.headers.get("content-type"), req_body, req.headers.get("content-encoding"))
-        if req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3"):
-            if not any(k.lower() == "host" for k, _ in req_headers):
-                req_headers.insert(0, ("Host", req.authority or req.pretty_host))
+        h2 = req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3")
         peer = flow.server_conn.peername
-        started = dt.datetime.fromtimestamp(req.timestamp_start, dt.UTC).replace(tzinfo=None)
         body = resp.raw_content or b""
-        try:
-            with self._lock:
-                self.writer.write_exchange(
-                    url=url,
-                    method=req.method,
-                    request_headers=req_headers,
-                    request_body=req_body,
-                    status=resp.status_code,
-                    reason=resp.reason or "",
-                    response_headers=resp_headers,
-                    response_body=body,
-                    http_version=resp.http_version or "HTTP/1.1",
-                    ip=peer[0] if peer else None,
-                    date=started,
-                )
-        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
-            self.failed = f"cannot write the archive: {e}"
-            self.errors.append(self.failed)
-            log.error("ego2web-replay: %s", self.failed)
+        if not self.archive(url=req.pretty_url, method=req.method, request_headers=_fields(req.headers),
+                            request_body=req.raw_content or b"", status=resp.status_code, reason=resp.reason or "",
+                            response_headers=_fields(resp.headers), response_body=body,
+                            http_version=resp.http_version or "HTTP/1.1", ip=peer[0] if peer else None,
+                            started=req.timestamp_start, authority=(req.authority or req.pretty_host) if h2 else None):
             flow.kill()
             return
-        self.exchanges += 1
-        self.payload_bytes += len(body)
         if self.on_exchange is not None:
             self.on_exchange(flow)
 
@@ -129,11 +168,8 @@ class Recorder:
         why = str(getattr(conn, "error", "") or "")
         if "certificate" in why.lower():
             host = getattr(conn, "sni", None) or (getattr(conn, "address", None) or ("?",))[0]
-            with self._lock:
-                if len(self.untrusted) < 20:
-                    self.untrusted.append(f"{host}: {why}")
+            self.note_untrusted(str(host), why)
 
     def error(self, flow: Any) -> None:
         if flow.error and not flow.metadata.get("ego2web"):
-            url = flow.request.pretty_url if self.keep_credentials else self.redactor.url(flow.request.pretty_url)
-            self.errors.append(f"{url}: {self.redactor.text(flow.error.msg)}")
+            self.note_error(flow.request.pretty_url, flow.error.msg)

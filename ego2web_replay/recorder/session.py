@@ -1,7 +1,8 @@
 """A recording session: the recording proxy plus Chromium, for one task at a time.
 
-``record_task`` starts the proxy with ``record_addons()`` (upstream guard,
-recorder), drives Chromium through the task's reference actions (or lets a
+``record_task`` starts the recording proxy (by default the fast front end,
+:class:`~.front.RecordFront`; ``engine="mitmproxy"`` the mitmproxy master with
+``record_addons()``: upstream guard, recorder), drives Chromium through the task's reference actions (or lets a
 person browse, in interactive mode), saves a screenshot after each action, then
 finalizes the snapshot (index + manifest, atomically). A task that fails leaves
 its folder without a manifest, which ``snapshot verify`` reports as incomplete.
@@ -16,12 +17,13 @@ from typing import Any, Literal
 
 from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
 from ..errors import Ego2WebError, RecordingError
-from ..guard import UpstreamGuard
+from ..guard import GuardPolicy, UpstreamGuard
 from ..models import SnapshotManifest, Task
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..versions import tool_versions
-from .addon import Recorder
+from .addon import ExchangeArchive, Recorder
+from .front import RecordFront
 
 __all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task"]
 
@@ -42,6 +44,8 @@ class RecordOptions:
     screenshots: bool = True
     action_timeout_s: float = 30.0
     source: str = "record"
+    engine: Literal["fast", "mitmproxy"] = "fast"
+    """``fast``: the asyncio front end (:mod:`.front`); ``mitmproxy``: the mitmproxy master with the addons."""
     dedup_min_size: int | None = 256
     """Identical payloads of at least this many bytes are stored once per recording, later captures as
     revisit records; None stores every payload (a revisit's own head costs about 250 bytes)."""
@@ -80,7 +84,7 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
 def _settings(opts: RecordOptions) -> dict[str, Any]:
     return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
             "redaction": redactor_for(opts).settings(), "interactive": opts.interactive,
-            "dedup_min_size": opts.dedup_min_size}
+            "dedup_min_size": opts.dedup_min_size, "engine": opts.engine}
 
 
 class LiveRecording:
@@ -96,10 +100,10 @@ class LiveRecording:
                  ca: ProjectCA | None = None) -> None:
         self.task, self.root, self.opts = task, Path(root), opts or RecordOptions(source="live-run")
         self.ca = ca or project_ca()
-        self.proxy: ProxyServer | None = None
+        self.proxy: ProxyServer | RecordFront | None = None
         self.writer: Any = None
-        self.recorder: Recorder | None = None
-        self.guard: UpstreamGuard | None = None
+        self.recorder: ExchangeArchive | None = None
+        self.guard: UpstreamGuard | RecordFront | None = None  # ``counts``: what the guard answered, by reason
         self.snapshot_path: Path | None = None
         self.manifest: SnapshotManifest | None = None
         self.ok = False
@@ -123,12 +127,22 @@ class LiveRecording:
         except OSError as e:
             raise RecordingError(f"cannot create a snapshot under {self.root}: {e.strerror or e}") from None
         self.snapshot_path = self.writer.path
-        self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials,
-                                                  redactor=redactor_for(o))
+        if o.engine == "mitmproxy":
+            self.guard, self.recorder = record_addons(self.writer.writer, keep_credentials=o.keep_credentials,
+                                                      redactor=redactor_for(o))
+            return
+        self.recorder = ExchangeArchive(self.writer.writer, keep_credentials=o.keep_credentials,
+                                        redactor=redactor_for(o))
+        self.guard = RecordFront(self.recorder, ca=self.ca, guard=GuardPolicy(o.guard, tuple(o.allow), tuple(o.deny)),
+                                 upstream_ca=o.upstream_ca)
 
     def start(self) -> None:
         """Start the recording proxy (:class:`~ego2web_replay.errors.ProxyError` if it cannot start)."""
         assert self.guard is not None and self.recorder is not None
+        if isinstance(self.guard, RecordFront):
+            self.guard.start()
+            self.proxy = self.guard
+            return
         proxy = ProxyServer([self.guard, self.recorder], ca=self.ca, options=proxy_options(self.opts))
         proxy.start()
         self.proxy = proxy
@@ -139,6 +153,8 @@ class LiveRecording:
         assert self.recorder is not None
         if self.proxy is not None:
             self.proxy.stop()
+        elif isinstance(self.guard, RecordFront):
+            self.guard.certs.close()  # made, never started
         if error or self.recorder.failed:
             self.error = error or self.recorder.failed
             self.writer.writer.close()
@@ -210,7 +226,7 @@ def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Seque
         context.close()
 
 
-def _check_trust(task: Task, recorder: Recorder) -> None:
+def _check_trust(task: Task, recorder: ExchangeArchive) -> None:
     """Stop with the certificate problem itself, not a click timeout on an error page."""
     if recorder.untrusted:
         raise RecordingError(
@@ -220,7 +236,7 @@ def _check_trust(task: Task, recorder: Recorder) -> None:
 
 
 def _run_actions(page: Any, task: Task, actions: Sequence[Any], sw: Any, opts: RecordOptions,
-                 recorder: Recorder) -> None:
+                 recorder: ExchangeArchive) -> None:
     steps = list(actions)
     if not steps or steps[0].kind != "goto":
         from ..models import Action

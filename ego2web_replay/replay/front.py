@@ -1,222 +1,25 @@
-"""The fast replay front end: asyncio, the standard library's TLS, HTTP/1.1 and HTTP/2.
+"""The fast replay front end: the proxy wire (:mod:`ego2web_replay.wire`) answering from a snapshot.
 
-A proxy for replay only, so it never connects anywhere: plain-HTTP requests come
-in absolute form (``GET http://host/path``); HTTPS comes through a CONNECT tunnel,
-answered ``200`` at once, then TLS with a leaf certificate for the tunnel's host
-(or the SNI name) minted from the project CA (:mod:`.certs`), HTTP/2 when ALPN
-picks ``h2`` (:mod:`.h2conn`), else HTTP/1.1 (:mod:`.h1`). A tunnel whose first
-byte is not a TLS handshake carries plain HTTP (e.g. ``ws://``). Every request
-goes to the upstream-guard policy (Chromium's background hosts are answered by
-the proxy) and then to the :class:`~.responder.Responder` that the mitmproxy
-engine uses too: same matching, stats, log, misses, freeze, redaction, bytes.
-
-:class:`FrontServer` runs in a daemon thread (the Python API, ``serve``) or in the
-calling thread (:meth:`FrontServer.serve_forever`, the worker processes of
-``serve --processes``).
+A proxy for replay only, so it never connects anywhere: CONNECT is answered at once,
+TLS is terminated with leaves minted from the project CA, HTTP/1.1 and HTTP/2 are
+read by :mod:`ego2web_replay.wire`. Every request goes to the upstream-guard policy
+(Chromium's background hosts are answered by the proxy) and then to the
+:class:`~.responder.Responder` that the mitmproxy engine uses too: same matching,
+stats, log, misses, freeze, redaction, bytes.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import errno
-import logging
-import socket
-import ssl
-import threading
-from collections.abc import Callable
-from typing import Any
-
-from ..errors import ProxyError, ReplayError
+from ..errors import ReplayError
 from ..guard import GuardPolicy
 from ..proxy import ProjectCA
-from .certs import ALPN_H2, LeafCerts
-from .h1 import H1Handler, Request
-from .h2conn import H2Handler
+from ..wire.conn import ProxyFront, bind_socket, settle_future
 from .responder import Reply, Responder
 
-__all__ = ["FrontServer", "bind_socket"]
-
-log = logging.getLogger(__name__)
-_CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
-_DEFAULT_PORT = {"http": "80", "https": "443"}
+__all__ = ["FrontServer", "bind_socket", "settle_future"]
 
 
-def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (listening unless ``listen`` is false); a busy port is one error line."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind((host, port))
-        if listen:
-            sock.listen(1024)
-        sock.setblocking(False)
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EADDRINUSE:
-            raise ProxyError(f"port {port} on {host} is in use; choose another with --port") from None
-        raise ProxyError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
-    return sock
-
-
-def split_authority(authority: str, scheme: str) -> tuple[str, str]:
-    """``(host, authority)`` of ``host[:port]`` with the scheme's default port left out."""
-    if authority.startswith("["):
-        end = authority.find("]")
-        host, rest = authority[: end + 1], authority[end + 1:]
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        host, _, port = authority.partition(":")
-    if port and port != _DEFAULT_PORT.get(scheme):
-        return host, f"{host}:{port}"
-    return host, host
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
-class _Tls:
-    """Server-side TLS over memory buffers, so the connection decides when a tunnel turns to TLS."""
-
-    def __init__(self, context: ssl.SSLContext) -> None:
-        self.incoming, self.outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
-        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_side=True)
-        self.ready = False
-
-    def receive(self, data: bytes) -> bytes | None:
-        """Decrypted bytes (``b''`` while the handshake goes on); None when the session is over."""
-        self.incoming.write(data)
-        if not self.ready:
-            try:
-                self.obj.do_handshake()
-                self.ready = True
-            except ssl.SSLWantReadError:
-                return b""
-            except (ssl.SSLError, OSError):
-                return None
-        out: list[bytes] = []
-        while True:
-            try:
-                chunk = self.obj.read(65536)
-            except ssl.SSLWantReadError:
-                break
-            except (ssl.SSLError, OSError):
-                return None if not out else b"".join(out)
-            if not chunk:
-                return None if not out else b"".join(out)
-            out.append(chunk)
-        return b"".join(out)
-
-    def send(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[self.obj.write(view):]
-
-    def pending(self) -> bytes:
-        return self.outgoing.read()
-
-
-class _Conn(asyncio.Protocol):
-    """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2."""
-
-    def __init__(self, front: FrontServer) -> None:
-        self.front = front
-        self.transport: Any = None
-        self.tls: _Tls | None = None
-        self.app: Any = None
-        self.scheme, self.tunnel = "http", ""
-        self.sniff = False
-
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        self.front.connections.add(self)
-        self.app = H1Handler(self._answer_h1, self.write, self.close, self._connect)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.front.connections.discard(self)
-
-    def eof_received(self) -> bool:
-        return False
-
-    def write(self, data: bytes) -> None:
-        if self.transport is None or self.transport.is_closing():
-            return
-        if self.tls is not None:
-            self.tls.send(data)
-            data = self.tls.pending()
-        self.transport.write(data)
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def data_received(self, data: bytes) -> None:
-        if self.sniff:
-            self.sniff = False
-            if data[:1] == b"\x16":
-                host, _ = split_authority(self.tunnel, "https")
-                self.tls, self.scheme = _Tls(self.front.certs.context(host)), "https"
-            else:  # plain HTTP through the tunnel (ws:// and the like)
-                self.app = H1Handler(self._answer_h1, self.write, self.close, None)
-        if self.tls is not None:
-            was_ready = self.tls.ready
-            plain = self.tls.receive(data)
-            out = self.tls.pending()
-            if out:
-                self.transport.write(out)
-            if plain is None:
-                self.close()
-                return
-            if self.tls.ready and not was_ready:
-                self._after_handshake()
-            if not plain:
-                return
-            data = plain
-        self.app.feed(data)
-
-    def _after_handshake(self) -> None:
-        assert self.tls is not None
-        if self.tls.obj.selected_alpn_protocol() == ALPN_H2:
-            self.app = H2Handler(self.front.reply, self.write, self.close, authority=self.tunnel)
-        else:
-            self.app = H1Handler(self._answer_h1, self.write, self.close, None)
-
-    def _connect(self, req: Request, rest: bytes) -> None:
-        """CONNECT host:port: say yes (nothing is contacted), then read what the tunnel carries."""
-        scheme = "http" if req.target.endswith(":80") else "https"
-        self.tunnel = split_authority(req.target, scheme)[1]
-        self.transport.write(_CONNECTED)
-        self.sniff = True
-        if rest:
-            self.data_received(rest)
-
-    def _answer_h1(self, req: Request) -> tuple[Reply | None, bool]:
-        target = req.target
-        lowered = target[:8].lower()
-        host_header = req.header("host")
-        if lowered.startswith("http://") or lowered.startswith("https://"):
-            scheme, _, rest = target.partition("://")
-            scheme = scheme.lower()
-            cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-            authority, path = rest[:cut], rest[cut:] or "/"
-            if path.startswith("?"):
-                path = "/" + path
-        else:
-            scheme, authority, path = self.scheme, self.tunnel, target
-        if host_header:
-            authority = host_header
-        if not authority:
-            authority = self.front.authority
-        authority = split_authority(authority, scheme)[1]
-        return self.front.reply(req.method, f"{scheme}://{authority}{path}", req.headers, req.body), True
-
-
-class FrontServer:
+class FrontServer(ProxyFront):
     """The fast replay proxy on ``host:port`` (0: any free port), answering through ``responder``."""
 
     def __init__(self, responder: Responder, *, ca: ProjectCA, host: str = "127.0.0.1", port: int = 0,
@@ -224,102 +27,12 @@ class FrontServer:
         if responder.miss == "live":
             raise ReplayError("miss=live forwards requests upstream: the fast engine never does; "
                               "use --engine mitmproxy")
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="open"), host=host, port=port, http2=http2)
         self.responder = responder
-        self.guard = guard or GuardPolicy(mode="open")
-        self.host, self.requested_port, self.ca, self.http2 = host, port, ca, http2
-        self.certs = LeafCerts(ca, http2=http2)
-        self.port: int | None = None
-        self.connections: set[_Conn] = set()
-        self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stopping: asyncio.Future[None] | None = None
-
-    @property
-    def url(self) -> str:
-        if self.port is None:
-            raise ProxyError("the proxy is not running")
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def authority(self) -> str:
-        return f"{self.host}:{self.port}"
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         """The guard's answer for a host the proxy never contacts, else the responder's."""
-        host = url.partition("://")[2]
-        host = split_authority(host[: min((i for i in (host.find("/"), host.find("?")) if i >= 0),
-                                          default=len(host))], "http")[0]
-        decided = self._allowed.get(host)
-        if decided is None:
-            decided = self._allowed[host] = self.guard.allowed(host)
-        ok, why = decided
+        host, ok, why = self.allowed(url)
         if not ok:
             return self.responder.blocked(host, why, method.upper())
         return self.responder.answer(method, url, headers, body)
-
-    # -- in a thread (the Python API) ------------------------------------------
-    def start(self, timeout: float = 20.0) -> FrontServer:
-        sock = bind_socket(self.host, self.requested_port)
-        self._thread = threading.Thread(target=self._run, args=(sock,), name="ego2web-front", daemon=True)
-        self._thread.start()
-        if not self._ready.wait(timeout) or self._error is not None:
-            self.stop()
-            raise ProxyError(f"the proxy could not start: {self._error or 'timed out'}")
-        log.info("proxy listening on %s", self.url)
-        return self
-
-    def _run(self, sock: socket.socket) -> None:
-        loop = asyncio.new_event_loop()
-        self._loop = loop
-        try:
-            loop.run_until_complete(self._serve(sock, loop.create_future(), self._ready.set))
-        except BaseException as e:  # noqa: BLE001 - reported to start()
-            self._error = e
-            self._ready.set()
-        finally:
-            loop.close()
-
-    def stop(self) -> None:
-        """Stop serving, close every connection, free the port; safe to call twice."""
-        loop, thread, stopping = self._loop, self._thread, self._stopping
-        if loop is not None and stopping is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_settle, stopping)
-        if thread is not None:
-            thread.join(timeout=10)
-        self._thread = self._loop = None
-        self.port = None
-        self.certs.close()
-
-    # -- in the calling thread (worker processes) --------------------------------
-    def serve_forever(self, sock: socket.socket, on_ready: Callable[[], None] | None = None,
-                      until: Callable[[asyncio.Future[None]], None] | None = None) -> None:
-        """Serve on ``sock`` until the future handed to ``until`` is set."""
-
-        async def main() -> None:
-            stopping = asyncio.get_running_loop().create_future()
-            if until is not None:
-                until(stopping)
-            await self._serve(sock, stopping, on_ready or (lambda: None))
-
-        asyncio.run(main())
-        self.certs.close()
-
-    async def _serve(self, sock: socket.socket, stopping: asyncio.Future[None], ready: Callable[[], None]) -> None:
-        loop = asyncio.get_running_loop()
-        self._stopping = stopping
-        server = await loop.create_server(lambda: _Conn(self), sock=sock)
-        self.port = int(sock.getsockname()[1])
-        ready()
-        try:
-            await stopping
-        finally:
-            server.close()
-            for conn in list(self.connections):
-                conn.close()
-            await asyncio.sleep(0)
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(server.wait_closed(), 2)

@@ -24,11 +24,12 @@ import logging
 import threading
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..guard import blocked_response
 from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
+from ..wire.reply import Reply
 from .httputil import (
     apply_range,
     clean_response_headers,
@@ -54,22 +55,6 @@ Headers = list[tuple[str, str]]
 Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
 Frozen = tuple[tuple[str, str], ...]  # headers as the cache keeps them (see _remember)
 LogRow = tuple[str, str, str, int | None, str | None, float | None, str | None]  # one ReplayLogEntry's fields
-
-
-class Reply(NamedTuple):
-    """One answer, ready for the wire.
-
-    ``headers`` carry the framing (Content-Length, or Transfer-Encoding: chunked when
-    ``chunked``); ``body`` is what to send (empty for HEAD). ``tag`` says who answered:
-    ``replayed``, ``blocked`` (the guard) or ``live`` (forward upstream; mitmproxy only).
-    """
-
-    status: int
-    reason: str
-    headers: Headers
-    body: bytes
-    chunked: bool
-    tag: str
 
 
 def _dedupe_header(headers: Headers, name: str) -> Headers:

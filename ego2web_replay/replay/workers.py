@@ -142,7 +142,7 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
 
     from ..guard import GuardPolicy
     from ..lifeline import die_with_parent
-    from .front import FrontServer, _settle
+    from .front import FrontServer, settle_future
     from .session import Replay
 
     settings = json.loads(stdin.readline())
@@ -174,7 +174,7 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
                     stdout.flush()
                 elif line.strip() == "stop":
                     break
-            loop.call_soon_threadsafe(_settle, stopping)
+            loop.call_soon_threadsafe(settle_future, stopping)
 
         threading.Thread(target=listen, daemon=True).start()
 

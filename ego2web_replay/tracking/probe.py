@@ -135,7 +135,9 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))
             continue
         server = next((v for k, v in headers if k.lower() == "server"), "")
-        if status in (502, 504) and server.startswith("mitmproxy"):  # the proxy's own "cannot connect" page
+        if marker.startswith("upstream-error"):  # the fast recorder's own answer: the origin could not be asked
+            err = "unreachable: " + visible_text(body, "text/plain")[:200]
+        elif status in (502, 504) and server.startswith("mitmproxy"):  # mitmproxy's own "cannot connect" page
             err = "unreachable: " + visible_text(body, "text/html")[:200]
         if err:
             results.append(UrlProbe(entry.url, entry.status, None, None, None, "error", main, err))

@@ -5,25 +5,29 @@ client ends it; the reply's headers go lower-cased without the connection-specif
 ones HTTP/2 forbids (Connection, Transfer-Encoding, Keep-Alive ...), and its body
 as DATA frames within the peer's flow-control windows: what does not fit waits for
 a WINDOW_UPDATE. A reply archived chunked keeps its bytes (HTTP/2 has no chunked
-framing, so it goes without Content-Length, as mitmproxy sends it).
+framing, so it goes without Content-Length, as mitmproxy sends it). A reply that
+comes later (an awaitable: the recording proxy waits for the upstream) is sent when
+it arrives; other streams go on meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
+from collections.abc import Awaitable, Callable
 
 import h2.config
 import h2.connection
 import h2.events
 import h2.exceptions
 
-from .responder import Reply
+from .h1 import settle
+from .reply import Reply
 
 __all__ = ["H2Handler"]
 
 _FORBIDDEN = frozenset({b"connection", b"transfer-encoding", b"keep-alive", b"proxy-connection", b"upgrade",
                         b"te"})
-Answer = Callable[[str, str, list[tuple[str, str]], bytes], Reply]
+Answer = Callable[[str, str, list[tuple[str, str]], bytes], "Reply | Awaitable[Reply]"]
 
 
 def _text(value: bytes) -> str:
@@ -93,6 +97,20 @@ class H2Handler:
         authority = pseudo.get(":authority") or self.authority
         url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
         reply = self.answer(method, url, headers, bytes(body))
+        if not isinstance(reply, Reply) and inspect.isawaitable(reply):
+            settle(reply, lambda r: self._late(stream_id, method, r))
+            return
+        self._send(stream_id, method, reply)
+
+    def _late(self, stream_id: int, method: str, reply: Reply) -> None:
+        if self.done:
+            return
+        self._send(stream_id, method, reply)
+        out = self.conn.data_to_send()
+        if out:
+            self.write(out)
+
+    def _send(self, stream_id: int, method: str, reply: Reply) -> None:
         fields = [(b":status", str(reply.status).encode())]
         for k, v in reply.headers:
             name = k.lower().encode("latin-1", "replace")

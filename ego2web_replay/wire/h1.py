@@ -5,18 +5,30 @@ the body by Content-Length or chunked framing (``Expect: 100-continue`` is
 answered). Requests on one connection are answered in order (pipelining works);
 HTTP/1.0 without keep-alive, or ``Connection: close``, closes after the answer.
 Anything malformed is answered 400 (431 for an oversized head) and the connection
-closed. Responses are written exactly as :class:`~.responder.Reply` says: its
+closed. Responses are written exactly as :class:`~.reply.Reply` says: its
 status line, its headers in order and case, its body with Content-Length or, when
 the reply is chunked, in one chunk and the last chunk.
+
+An answer may come later: ``answer`` then returns an awaitable of the reply (the
+recording proxy waits for the upstream), and the connection reads no further
+request until it is written. A ``101`` reply with a ``tunnel`` hands the rest of
+the connection to that tunnel as raw bytes (a websocket passed through).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
-from .responder import Reply
+from ..web import reason_phrase
+from .reply import Reply
 
-__all__ = ["H1Handler", "ParseError", "MAX_HEAD", "MAX_BODY", "head_bytes", "write_reply"]
+__all__ = ["H1Handler", "ParseError", "MAX_HEAD", "MAX_BODY", "head_bytes", "write_reply", "error_reply"]
+
+log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
@@ -79,6 +91,29 @@ def head_bytes(reply: Reply) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
 
 
+def error_reply(status: int, message: str) -> Reply:
+    """A short plain-text answer of the proxy itself (``message`` is its one line)."""
+    body = f"ego2web-replay: {message}\n".encode()
+    return Reply(status, reason_phrase(status), [("Content-Type", "text/plain; charset=utf-8"),
+                                                 ("Content-Length", str(len(body)))], body, False, "error")
+
+
+def settle(reply: Awaitable[Reply], done: Callable[[Reply], None]) -> None:
+    """Run ``done`` with the reply once ``reply`` has it (a 502 if it raised: a bug, logged)."""
+
+    def finished(fut: asyncio.Future[Reply]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None:
+            log.error("ego2web-replay: answering a request failed: %r", exc)
+            done(error_reply(502, f"the proxy failed to answer: {type(exc).__name__}"))
+            return
+        done(fut.result())
+
+    asyncio.ensure_future(reply).add_done_callback(finished)
+
+
 def write_reply(write: Callable[[bytes], None], reply: Reply, *, head: bool = False,
                 chunks_ok: bool = True) -> None:
     """Send ``reply``: its head, then (unless answering HEAD) its body framed as the reply says.
@@ -98,34 +133,45 @@ def write_reply(write: Callable[[bytes], None], reply: Reply, *, head: bool = Fa
         write(head_bytes(reply) + reply.body)
 
 
+Answer = Callable[["Request"], tuple["Reply | Awaitable[Reply] | None", bool]]
+
+
 class H1Handler:
-    """Reads requests from a byte stream and answers each with ``answer(request) -> (Reply, keep)``.
+    """Reads requests from a byte stream and answers each with ``answer(request) -> (reply, keep)``.
+
+    ``reply`` is a :class:`Reply`, an awaitable of one, or None (the answer was written already).
 
     ``write`` sends bytes; ``close`` ends the connection once written; ``on_connect``
     takes over the connection after a CONNECT (with any bytes already read past it).
     """
 
-    def __init__(self, answer: Callable[[Request], tuple[Reply | None, bool]], write: Callable[[bytes], None],
+    def __init__(self, answer: Answer, write: Callable[[bytes], None],
                  close: Callable[[], None], on_connect: Callable[[Request, bytes], None] | None = None) -> None:
         self.answer, self.write, self.close, self.on_connect = answer, write, close, on_connect
         self.buf = bytearray()
         self.pending: Request | None = None  # head read, body still coming
         self.continued = False
         self.done = False
+        self.waiting = False  # an answer is on its way: read no further request until it is written
+        self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
 
     def feed(self, data: bytes) -> None:
+        if self.tunnel is not None:
+            if data:
+                self.tunnel.send(data)
+            return
         if self.done:
             return
         self.buf += data
+        if self.waiting:
+            return
         try:
-            while not self.done and self._step():
+            while not self.done and not self.waiting and self._step():
                 pass
         except ParseError as e:
             self._fail(e.status, str(e))
 
     def _fail(self, status: int, message: str) -> None:
-        from .httputil import reason_phrase
-
         body = f"ego2web-replay: bad request: {message}\n".encode()
         self.write(f"HTTP/1.1 {status} {reason_phrase(status)}\r\nContent-Type: text/plain\r\n"
                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
@@ -166,13 +212,35 @@ class H1Handler:
         req.body = body
         self.pending = None
         reply, keep = self.answer(req)
+        if reply is not None and not isinstance(reply, Reply) and inspect.isawaitable(reply):
+            self.waiting = True
+            settle(reply, lambda r: self._answered(req, r, keep))
+            return False
+        return self._written(req, reply, keep)  # type: ignore[arg-type]
+
+    def _written(self, req: Request, reply: Reply | None, keep: bool) -> bool:
+        """Write ``reply`` to ``req``; whether the connection reads on."""
         if reply is not None:
             write_reply(self.write, reply, head=req.method == "HEAD", chunks_ok=req.version == "HTTP/1.1")
+            if reply.status == 101 and reply.tunnel is not None:
+                self.done, self.tunnel = True, reply.tunnel
+                rest = bytes(self.buf)
+                self.buf.clear()
+                reply.tunnel.start(self.write, self.close)
+                if rest:
+                    reply.tunnel.send(rest)
+                return False
         if not keep or not req.keep_alive or (reply is not None and reply.chunked and req.version != "HTTP/1.1"):
             self.done = True
             self.close()
             return False
         return True
+
+    def _answered(self, req: Request, reply: Reply, keep: bool) -> None:
+        """A late answer: write it, then read on with what arrived meanwhile."""
+        self.waiting = False
+        if self._written(req, reply, keep):
+            self.feed(b"")
 
     def _body(self, req: Request) -> bytes | None:
         te = (req.header("transfer-encoding") or "").lower()

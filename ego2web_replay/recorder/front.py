@@ -1,0 +1,133 @@
+"""The fast recording front end: the proxy wire (:mod:`ego2web_replay.wire`) forwarding to the live web.
+
+The same connection code as the fast replay (CONNECT answered at once, TLS with
+leaves minted from the project CA, HTTP/1.1 and HTTP/2 to the client), with each
+request sent upstream by :class:`~.upstream.UpstreamPool` (HTTP/1.1, kept alive)
+and its response archived by :class:`~.addon.ExchangeArchive` before the client
+gets it, so nothing passes unrecorded. What the mitmproxy recording engine
+(``--engine mitmproxy``) does, this does too: the upstream guard answers
+Chromium's background hosts and hosts outside the policy itself, before any DNS or
+TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
+every request is refused with a 502; an upstream failure is a 502 whose reason is
+kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
+passed through, not archived.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
+from ..proxy import ProjectCA
+from ..web import reason_phrase
+from ..wire import Reply
+from ..wire.conn import ProxyFront, split_authority
+from .addon import ExchangeArchive
+from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
+
+__all__ = ["RecordFront"]
+
+_DEFAULT_PORT = {"http": 80, "https": 443}
+
+
+def _plain(status: int, message: str, extra: list[tuple[str, str]]) -> Reply:
+    body = f"ego2web-replay: {message}\n".encode()
+    headers = [("Content-Type", "text/plain; charset=utf-8"), *extra, ("Content-Length", str(len(body)))]
+    return Reply(status, reason_phrase(status), headers, body, False, "error")
+
+
+def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
+    """The origin's response as the client gets it: its head as sent, its body framed as it came."""
+    headers = resp.headers
+    if not resp.chunked and method != "HEAD" and resp.status not in (204, 304) and resp.status >= 200 \
+            and not any(k.lower() == "content-length" for k, _ in headers):
+        headers = [*headers, ("Content-Length", str(len(resp.body)))]  # it ran to the connection's end
+    return Reply(resp.status, resp.reason, headers, b"" if method == "HEAD" else resp.body, resp.chunked, "recorded")
+
+
+class _Pipe:  # the tunnel of a 101 Reply
+    """A ``101`` connection passed through as raw bytes, both ways (a websocket; nothing archived)."""
+
+    def __init__(self, resp: UpstreamResponse) -> None:
+        assert resp.reader is not None and resp.writer is not None
+        self.reader, self.writer = resp.reader, resp.writer
+        self.task: asyncio.Task[None] | None = None
+
+    def start(self, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        async def pump() -> None:
+            try:
+                while data := await self.reader.read(65536):
+                    write(data)
+            except (ConnectionError, OSError):
+                pass
+            finally:
+                close()
+                self.writer.close()
+
+        self.task = asyncio.ensure_future(pump())
+
+    def send(self, data: bytes) -> None:
+        if not self.writer.is_closing():
+            self.writer.write(data)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class RecordFront(ProxyFront):
+    """The fast recording proxy on ``host:port``: guard, upstream, archive (see the module docstring)."""
+
+    def __init__(self, archive: ExchangeArchive, *, ca: ProjectCA, guard: GuardPolicy | None = None,
+                 upstream_ca: Path | None = None, host: str = "127.0.0.1", port: int = 0,
+                 http2: bool = True) -> None:
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2)
+        self.archive = archive
+        self.upstream = UpstreamPool(upstream_ca=upstream_ca)
+        self.counts: Counter[str] = Counter()  # what the guard answered, by reason
+        self.blocked_urls: list[str] = []
+
+    def reply(self, method: str, url: str, headers: list[tuple[str, str]],
+              body: bytes) -> Reply | Awaitable[Reply]:
+        host, ok, why = self.allowed(url)
+        if not ok:
+            self.counts[why] += 1
+            if len(self.blocked_urls) < 1000:
+                self.blocked_urls.append(url)
+            status, head, text = blocked_response(host, why)
+            return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
+        if self.archive.failed:
+            return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
+        return self._forward(method, url, headers, body)
+
+    async def _forward(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
+        started = time.time()
+        scheme, _, rest = url.partition("://")
+        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+        authority, target = rest[:cut], rest[cut:] or "/"
+        if target.startswith("?"):
+            target = "/" + target
+        host, _ = split_authority(authority, scheme)
+        port_text = authority[len(host) + 1:] if authority.startswith(host + ":") else ""
+        port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
+        try:
+            resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
+        except UpstreamError as e:
+            if e.kind == "certificate":
+                self.archive.note_untrusted(host, str(e))
+            self.archive.note_error(url, str(e))
+            return _plain(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
+        if resp.status == 101:
+            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp))
+        if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
+                                    status=resp.status, reason=resp.reason, response_headers=resp.headers,
+                                    response_body=resp.body, http_version=resp.version, ip=resp.ip,
+                                    started=started, authority=authority):
+            return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
+        return _client_reply(resp, method)
+
+    async def closing(self) -> None:
+        self.upstream.close()

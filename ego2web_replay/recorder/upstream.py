@@ -1,0 +1,298 @@
+"""The recording front end's upstream client: HTTP/1.1 to origins, kept alive, bytes as they came.
+
+One request in, one response out, with the body exactly as the origin sent it
+(content-encoding kept; a chunked body is read out of its chunks and the response
+is marked ``chunked``, so the archive stores it chunked again and the client gets
+it chunked). Connections are kept per origin (scheme, host, port) and reused; a
+kept connection that the origin closed meanwhile is retried once on a fresh one
+when nothing of the response had come. HTTPS verifies the origin's certificate
+against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
+``http/1.1``. A ``101 Switching Protocols`` hands the connection back to the caller
+(a websocket passed through, not archived).
+
+Failures are :class:`UpstreamError` with a ``kind``: ``connect`` (refused, no
+route, name not found), ``tls`` (handshake failed), ``certificate`` (verification
+failed), ``timeout``, ``protocol`` (not HTTP/1.x, bad framing) or ``closed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP"]
+
+MAX_HEAD = 256 * 1024
+MAX_RESPONSE = 1024 * 1024 * 1024  # one archived response at most (read whole, as mitmproxy does)
+_NO_BODY_STATUS = frozenset({204, 304})
+#: Headers that describe the client's connection to the proxy, never forwarded upstream.
+HOP_BY_HOP = frozenset({"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer",
+                        "transfer-encoding"})
+_IDLE_PER_ORIGIN = 8
+
+
+class UpstreamError(Exception):
+    """The origin could not be asked or did not answer; ``kind`` says how (see the module docstring)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class UpstreamResponse:
+    """The origin's answer: status line, headers as sent, and the body without transfer framing."""
+
+    status: int
+    reason: str
+    version: str
+    headers: list[tuple[str, str]]
+    body: bytes = b""
+    chunked: bool = False
+    ip: str | None = None
+    reader: asyncio.StreamReader | None = field(default=None, repr=False)  # a 101's connection
+    writer: asyncio.StreamWriter | None = field(default=None, repr=False)
+
+
+def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _tokens(value: str | None) -> set[str]:
+    return {t.strip().lower() for t in (value or "").split(",") if t.strip()}
+
+
+class _Link:
+    """One connection to an origin."""
+
+    __slots__ = ("reader", "writer", "ip", "reused")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        peer = writer.get_extra_info("peername")
+        self.ip = str(peer[0]) if peer else None
+        self.reused = False
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+class UpstreamPool:
+    """Kept-alive HTTP/1.1 connections to origins; :meth:`fetch` asks one request."""
+
+    def __init__(self, *, upstream_ca: Path | None = None, connect_timeout_s: float = 30.0,
+                 read_timeout_s: float = 120.0) -> None:
+        self.connect_timeout_s, self.read_timeout_s = connect_timeout_s, read_timeout_s
+        self._tls = ssl.create_default_context()
+        # Python 3.13 adds RFC 5280 strictness (e.g. a leaf must name its authority key) that
+        # browsers and mitmproxy do not ask of a site: verify as they do.
+        self._tls.verify_flags &= ~ssl.VERIFY_X509_STRICT
+        if upstream_ca is not None:
+            self._tls.load_verify_locations(cafile=str(upstream_ca))
+        self._tls.set_alpn_protocols(["http/1.1"])
+        self._idle: dict[tuple[str, str, int], list[_Link]] = {}
+
+    async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
+                    headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
+        """Send one request (``target``: origin-form path and query) and read its whole response."""
+        key = (scheme, host, port)
+        head = self._head(method, target, headers, body, host, port, scheme)
+        while True:
+            link = self._take(key)
+            fresh = link is None
+            if link is None:
+                link = await self._open(scheme, host, port)
+            try:
+                resp = await self._exchange(link, head + body, method)
+            except _Stale:
+                link.close()
+                if fresh:
+                    raise UpstreamError("closed", "the origin closed the connection without answering") from None
+                continue  # a kept connection the origin had closed: once more on a fresh one
+            except BaseException:
+                link.close()
+                raise
+            resp.ip = link.ip
+            if resp.status == 101:
+                resp.reader, resp.writer = link.reader, link.writer
+            elif self._reusable(resp):
+                link.reused = True
+                idle = self._idle.setdefault(key, [])
+                if len(idle) < _IDLE_PER_ORIGIN:
+                    idle.append(link)
+                else:
+                    link.close()
+            else:
+                link.close()
+            return resp
+
+    def close(self) -> None:
+        """Close every kept connection."""
+        for links in self._idle.values():
+            for link in links:
+                link.close()
+        self._idle.clear()
+
+    # -- internals -------------------------------------------------------------
+    def _take(self, key: tuple[str, str, int]) -> _Link | None:
+        idle = self._idle.get(key)
+        while idle:
+            link = idle.pop()
+            if not link.writer.is_closing() and not link.reader.at_eof():
+                return link
+            link.close()
+        return None
+
+    async def _open(self, scheme: str, host: str, port: int) -> _Link:
+        bare = host.strip("[]")
+        tls = self._tls if scheme == "https" else None
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(bare, port, ssl=tls, server_hostname=bare if tls else None,
+                                        limit=MAX_HEAD), self.connect_timeout_s)
+        except ssl.SSLCertVerificationError as e:
+            raise UpstreamError("certificate", f"certificate verify failed: {e.verify_message or e}") from None
+        except ssl.SSLError as e:
+            raise UpstreamError("tls", f"TLS handshake with {host} failed: {e.reason or e}") from None
+        except TimeoutError:
+            raise UpstreamError("timeout", f"connecting to {host}:{port} timed out") from None
+        except OSError as e:
+            raise UpstreamError("connect", f"cannot connect to {host}:{port}: {e.strerror or e}") from None
+        return _Link(reader, writer)
+
+    @staticmethod
+    def _head(method: str, target: str, headers: list[tuple[str, str]], body: bytes, host: str, port: int,
+              scheme: str) -> bytes:
+        out = [f"{method} {target} HTTP/1.1"]
+        has_host = False
+        chunked_in = False
+        cookies: list[str] = []
+        for k, v in headers:
+            name = k.lower()
+            if name == "transfer-encoding":
+                chunked_in = True
+            if name in HOP_BY_HOP or name == "content-length" or name.startswith(":"):
+                continue
+            if name == "host":
+                has_host = True
+            if name == "cookie":  # HTTP/2 may split it in several fields; HTTP/1.1 wants one
+                if not cookies:
+                    out.append("")
+                    cookie_at = len(out) - 1
+                cookies.append(v)
+                out[cookie_at] = f"{k}: {'; '.join(cookies)}"
+                continue
+            out.append(f"{k}: {v}")
+        if not has_host:
+            default = 443 if scheme == "https" else 80
+            out.insert(1, f"Host: {host}" + (f":{port}" if port != default else ""))
+        if body or chunked_in or _header(headers, "content-length") is not None:
+            out.append(f"Content-Length: {len(body)}")  # the body was read whole: always a length upstream
+        return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8", "surrogateescape")
+
+    async def _exchange(self, link: _Link, data: bytes, method: str) -> UpstreamResponse:
+        link.writer.write(data)
+        try:
+            await asyncio.wait_for(link.writer.drain(), self.read_timeout_s)
+            while True:
+                resp = await self._read_head(link)
+                if 100 <= resp.status < 200 and resp.status != 101:
+                    continue  # interim answers (100 Continue, 103 Early Hints) are not the response
+                break
+            if method != "HEAD" and resp.status not in _NO_BODY_STATUS and resp.status != 101:
+                resp.body = await asyncio.wait_for(self._read_body(link, resp), self.read_timeout_s)
+        except TimeoutError:
+            raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:.0f} s") from None
+        except ConnectionError as e:
+            if link.reused:
+                raise _Stale() from None
+            raise UpstreamError("closed", f"the origin closed the connection: {e}") from None
+        return resp
+
+    async def _read_head(self, link: _Link) -> UpstreamResponse:
+        try:
+            raw = await asyncio.wait_for(link.reader.readuntil(b"\r\n\r\n"), self.read_timeout_s)
+        except asyncio.IncompleteReadError as e:
+            if not e.partial and link.reused:
+                raise _Stale() from None
+            raise UpstreamError("closed", "the origin closed the connection before answering") from None
+        except asyncio.LimitOverrunError:
+            raise UpstreamError("protocol", "the origin's response head is too large") from None
+        lines = raw[:-4].decode("latin-1").split("\r\n")
+        version, _, rest = lines[0].partition(" ")
+        code, _, reason = rest.partition(" ")
+        if not version.startswith("HTTP/1.") or not code.isdigit():
+            raise UpstreamError("protocol", f"not an HTTP/1.x response: {lines[0][:80]!r}")
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers.append((name, value.strip(" \t")))
+        return UpstreamResponse(int(code), reason, version, headers)
+
+    async def _read_body(self, link: _Link, resp: UpstreamResponse) -> bytes:
+        reader = link.reader
+        te = _tokens(_header(resp.headers, "transfer-encoding"))
+        try:
+            if "chunked" in te:
+                resp.chunked = True
+                return await self._read_chunks(reader)
+            length = _header(resp.headers, "content-length")
+            if length is not None:
+                n = int(length.split(",")[0].strip())
+                if n > MAX_RESPONSE:
+                    raise UpstreamError("protocol", f"response too large to archive ({n} bytes)")
+                return await reader.readexactly(n)
+            # no length: the body runs to the end of the connection
+            data = await reader.read(MAX_RESPONSE + 1)
+            parts = [data]
+            while data:
+                data = await reader.read(MAX_RESPONSE + 1)
+                parts.append(data)
+            return b"".join(parts)
+        except asyncio.IncompleteReadError:
+            raise UpstreamError("closed", "the origin closed the connection in the middle of the body") from None
+        except ValueError:
+            raise UpstreamError("protocol", "bad Content-Length from the origin") from None
+
+    @staticmethod
+    async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
+        parts: list[bytes] = []
+        total = 0
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            try:
+                size = int(line.split(b";")[0].strip(), 16)
+            except ValueError:
+                raise UpstreamError("protocol", "bad chunk size from the origin") from None
+            if size == 0:
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass  # trailers: not kept (mitmproxy's recorder kept none either)
+                return b"".join(parts)
+            total += size
+            if total > MAX_RESPONSE:
+                raise UpstreamError("protocol", "response too large to archive")
+            parts.append(await reader.readexactly(size))
+            if await reader.readexactly(2) != b"\r\n":
+                raise UpstreamError("protocol", "bad chunk framing from the origin")
+
+    @staticmethod
+    def _reusable(resp: UpstreamResponse) -> bool:
+        conn = _tokens(_header(resp.headers, "connection"))
+        if "close" in conn:
+            return False
+        if resp.version == "HTTP/1.0" and "keep-alive" not in conn:
+            return False
+        te = _tokens(_header(resp.headers, "transfer-encoding"))
+        return "chunked" in te or _header(resp.headers, "content-length") is not None \
+            or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
+
+
+class _Stale(Exception):
+    """A kept connection turned out closed before any of the response came."""

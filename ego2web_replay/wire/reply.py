@@ -1,0 +1,29 @@
+"""One answer to one request, ready for the wire (both fast proxies build these)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+__all__ = ["Reply", "Headers"]
+
+Headers = list[tuple[str, str]]
+
+
+class Reply(NamedTuple):
+    """One answer, ready for the wire.
+
+    ``headers`` carry the framing (Content-Length, or Transfer-Encoding: chunked when
+    ``chunked``); ``body`` is what to send (empty for HEAD). ``tag`` says who answered:
+    ``replayed``, ``blocked`` (the guard), ``live`` (forward upstream; mitmproxy only) or
+    ``recorded`` (the recording front end). ``tunnel``, on a ``101`` only, carries the
+    connection on as raw bytes after the head (a websocket the recorder passes through):
+    it has ``start(write, close)``, ``send(data)`` and ``close()``.
+    """
+
+    status: int
+    reason: str
+    headers: Headers
+    body: bytes
+    chunked: bool
+    tag: str
+    tunnel: Any = None

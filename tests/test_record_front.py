@@ -1,0 +1,235 @@
+"""The fast recording front end against real origins on 127.0.0.1: what reaches the client, what reaches
+the archive, and what happens when the origin, the archive or the policy says no.
+
+The origin here is a raw-socket server, so each test controls the bytes on the wire: a body that runs
+to the connection's end, a kept-alive connection the origin drops, a websocket upgrade, a refused port.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import socket
+import socketserver
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+
+import pytest
+
+from ego2web_replay.guard import GuardPolicy
+from ego2web_replay.recorder.addon import ExchangeArchive
+from ego2web_replay.recorder.front import RecordFront
+from ego2web_replay.snapshots.reader import iter_records
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
+
+
+def _read_head(sock: socket.socket, buf: bytearray) -> tuple[str, dict[str, str]] | None:
+    while b"\r\n\r\n" not in buf:
+        data = sock.recv(65536)
+        if not data:
+            return None
+        buf += data
+    end = buf.index(b"\r\n\r\n")
+    lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
+    del buf[: end + 4]
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    n = int(headers.get("content-length", "0"))
+    while len(buf) < n:
+        buf += sock.recv(65536)
+    del buf[:n]
+    return lines[0], headers
+
+
+class _Origin(socketserver.BaseRequestHandler):
+    """Answers by path; ``server.seen`` counts the requests and the connections that carried them."""
+
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        buf = bytearray()
+        self.server.connections += 1  # type: ignore[attr-defined]
+        while True:
+            got = _read_head(sock, buf)
+            if got is None:
+                return
+            line, headers = got
+            path = line.split(" ")[1]
+            self.server.seen.append((line, headers))  # type: ignore[attr-defined]
+            if path == "/keep":
+                body = b"kept alive"
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
+                             % (len(body), body))
+            elif path == "/drop":  # says keep-alive, then drops the connection anyway
+                body = b"dropped after"
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+                time.sleep(0.05)
+                sock.close()
+                return
+            elif path == "/to-close":  # no length: the body runs to the end of the connection
+                sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"until close " * 100)
+                sock.close()
+                return
+            elif path == "/ws":
+                accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + WS_GUID).encode()).digest())
+                sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                             b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
+                while data := (bytes(buf) if buf else sock.recv(65536)):
+                    buf.clear()
+                    sock.sendall(b"echo:" + data)
+                return
+            else:
+                sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+
+@pytest.fixture(scope="module")
+def origin():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Origin)
+    server.daemon_threads = True
+    server.seen, server.connections = [], 0  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+class _Recording:
+    def __init__(self, root, ca, writer: object | None = None, guard: str = "loopback") -> None:
+        self.snap = SnapshotWriter(root, "T", compression="zst", source="record")
+        self.archive = ExchangeArchive(writer or self.snap.writer)
+        self.front = RecordFront(self.archive, ca=ca, guard=GuardPolicy(mode=guard))
+
+    def __enter__(self) -> _Recording:
+        self.front.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.front.stop()
+
+    def open(self, url: str, **kw) -> tuple[int, dict[str, str], bytes]:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": self.front.url}))
+        try:
+            with opener.open(urllib.request.Request(url, **kw), timeout=10) as r:
+                return r.status, {k.lower(): v for k, v in r.headers.items()}, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, {k.lower(): v for k, v in e.headers.items()}, e.read()
+
+    def records(self) -> list:
+        """Every record of the finished archive."""
+        self.snap.finalize()
+        return list(iter_records(self.snap.writer.path))
+
+
+def _raw(proxy_port: int, data: bytes, until: Callable[[bytes], bool], timeout: float = 10) -> tuple[socket.socket, bytes]:
+    s = socket.create_connection(("127.0.0.1", proxy_port), timeout=timeout)
+    s.sendall(data)
+    got = b""
+    while not until(got):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+    return s, got
+
+
+def test_kept_alive_connections_are_reused_and_a_dropped_one_is_retried(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        before = origin.connections
+        for _ in range(3):
+            assert rec.open(base + "/keep")[2] == b"kept alive"
+        assert origin.connections - before == 1  # three requests, one upstream connection
+        assert rec.open(base + "/drop")[2] == b"dropped after"
+        time.sleep(0.2)  # the origin has closed the kept connection by now
+        status, _, body = rec.open(base + "/keep")
+        assert (status, body) == (200, b"kept alive")
+    assert rec.archive.exchanges == 5 and not rec.archive.errors
+
+
+def test_a_body_that_runs_to_the_connection_end_reaches_client_and_archive_whole(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        status, headers, body = rec.open(base + "/to-close")
+    assert status == 200 and body == b"until close " * 100
+    assert headers["content-length"] == str(len(body))  # the client gets a length the origin never sent
+    [response] = [r for r in rec.records() if r.rec_type == "response"]
+    assert response.payload == b"until close " * 100
+    assert response.http_protocol == "HTTP/1.1"  # archived framed, as docs/matching.md says of HTTP/1.0
+    assert response.http_header("Content-Length") is not None  # the archive frames it, as for any response
+
+
+def test_websocket_passes_through_both_ways_and_is_not_archived(origin, ca, tmp_path):
+    port = origin.server_address[1]
+    key = base64.b64encode(b"0123456789abcdef").decode()
+    upgrade = (f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    with _Recording(tmp_path, ca) as rec:
+        s, got = _raw(rec.front.port, upgrade, lambda b: b"\r\n\r\n" in b)
+        with s:
+            assert got.startswith(b"HTTP/1.1 101 ")
+            expected = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest())
+            assert b"Sec-WebSocket-Accept: " + expected in got
+            s.sendall(b"\x81\x05hello")
+            echoed = b""
+            while len(echoed) < len(b"echo:\x81\x05hello"):
+                echoed += s.recv(65536)
+            assert echoed == b"echo:\x81\x05hello"
+    assert rec.archive.exchanges == 0 and not rec.archive.errors
+
+
+def test_an_origin_that_refuses_is_a_502_kept_among_the_errors(ca, tmp_path):
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with _Recording(tmp_path, ca) as rec:
+        status, headers, body = rec.open(f"http://127.0.0.1:{port}/x?token=secret")
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=connect"
+    assert b"cannot connect to 127.0.0.1" in body
+    assert rec.archive.exchanges == 0
+    [error] = rec.archive.errors
+    assert f"127.0.0.1:{port}/x" in error and "secret" not in error  # credentials redacted in the report
+
+
+def test_hosts_outside_the_policy_are_answered_by_the_proxy_and_counted(origin, ca, tmp_path):
+    with _Recording(tmp_path, ca) as rec:
+        status, headers, body = rec.open("http://example.com/page")
+        background = rec.open("http://update.googleapis.com/service/update2")
+    assert status == 403 and headers["x-ego2web-replay"] == "blocked; reason=not-allowed"
+    assert background[0] == 403
+    assert dict(rec.front.counts) == {"not-allowed": 1, "background": 1}
+    assert rec.front.blocked_urls == ["http://example.com/page", "http://update.googleapis.com/service/update2"]
+    assert rec.archive.exchanges == 0
+
+
+def test_a_failed_write_refuses_that_exchange_and_every_later_one(site, ca, tmp_path):
+    """Nothing passes unrecorded: the exchange whose write failed is not delivered either."""
+
+    class Broken:
+        def write_exchange(self, **kw):
+            raise OSError(28, "No space left on device")
+
+    with _Recording(tmp_path, ca, writer=Broken()) as rec:
+        first = rec.open(site.http_url + "/product/42")
+        later = rec.open(site.http_url + "/")
+    assert first[0] == 502 and b"No space left" in first[2] and b"Snack" not in first[2]
+    assert later[0] == 502 and later[1]["x-ego2web-replay"] == "recording-failed"
+    assert rec.archive.failed and "No space left" in rec.archive.failed and rec.archive.exchanges == 0
+
+
+def test_a_chunked_request_body_goes_upstream_with_its_length(site, ca, tmp_path):
+    """A POST whose body the client sent chunked reaches the origin whole, with a Content-Length."""
+    with _Recording(tmp_path, ca) as rec:
+        port = rec.front.port
+        target = site.http_url + "/api/cart"
+        request = (f"POST {target} HTTP/1.1\r\nHost: {target.split('/')[2]}\r\nContent-Type: application/json\r\n"
+                   "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+                   "7\r\n{\"item\"\r\n6\r\n: 42}\n\r\n0\r\n\r\n").encode()
+        s, got = _raw(port, request, lambda b: False)
+        s.close()
+    assert got.startswith(b"HTTP/1.1 200 "), got[:200]
+    assert got.endswith(b'{"items": 0, "item": 42}')  # the origin read the whole body
+    [request] = [r for r in rec.records() if r.rec_type == "request"]
+    assert request.payload == b'{"item": 42}\n'
