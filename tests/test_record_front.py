@@ -62,7 +62,7 @@ class _Origin(socketserver.BaseRequestHandler):
             if not data:
                 return None
             buf += data
-        return bytes(buf).split(b" ", 2)[1].decode()
+        return bytes(buf).split(b" ", 2)[1].decode("latin-1")
 
     def handle(self) -> None:
         sock: socket.socket = self.request
@@ -336,3 +336,20 @@ def test_stopping_closes_upstream_connections_in_flight(origin, ca, tmp_path, ca
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert "Task was destroyed" not in caplog.text
+
+
+def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_path):
+    """A header value a page set with a Latin-1 byte (fetch allows it) and a raw byte in the query: both
+    are archived (the header as mitmproxy holds it, the URL percent-encoded) and the recording goes on."""
+    host = f"127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        for head in (f"GET http://{host}/keep HTTP/1.1\r\nHost: {host}\r\nX-Name: caf".encode() + b"\xe9\r\n",
+                     f"GET http://{host}/keep?q=".encode() + b"\xff HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"):
+            s, got = _raw(rec.front.port, head + b"Connection: close\r\n\r\n", lambda b: False)
+            s.close()
+            assert got.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 404 ")), got[:80]
+        assert rec.open(f"http://{host}/keep")[0] == 200
+    assert rec.archive.failed is None and rec.archive.exchanges == 3
+    requests = [r for r in rec.records() if r.rec_type == "request"]
+    assert [r.http_header("X-Name") for r in requests if r.url.endswith("/keep")][:1] == ["caf%C3%A9"]
+    assert f"http://{host}/keep?q=%FF" in [r.url for r in requests]
