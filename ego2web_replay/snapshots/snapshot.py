@@ -169,10 +169,11 @@ class Snapshot:
         return [e for e in map(IndexEntry.from_line, lines) if e.record_type != "revisit"]
 
     def _index_map(self) -> IndexMap | None:
-        """The mapped form of a local snapshot's index, when one was built (never built here)."""
+        """The mapped form of the snapshot's index file on this machine (a local snapshot's, or the
+        local view's copy of a remote one), when one was built (never built here)."""
         if self._imap is None:
             self._imap = False
-            if isinstance(self.storage, LocalStorage):
+            if self.index_path.is_file():
                 try:
                     self._imap = open_index_map(self.index_path, build=False)
                 except (ArchiveError, OSError, KeyError, TypeError, ValueError):
