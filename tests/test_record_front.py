@@ -66,8 +66,18 @@ class _Origin(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        buf = bytearray()
         self.server.connections += 1  # type: ignore[attr-defined]
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.active += 1  # type: ignore[attr-defined]
+            self.server.peak = max(self.server.peak, self.server.active)  # type: ignore[attr-defined]
+        try:
+            self.serve(sock)
+        finally:
+            with self.server.lock:  # type: ignore[attr-defined]
+                self.server.active -= 1  # type: ignore[attr-defined]
+
+    def serve(self, sock: socket.socket) -> None:
+        buf = bytearray()
         served = 0  # requests answered on this connection
         while True:
             if self.path_of(buf) == "/early":  # answers before reading the body, then resets the connection
@@ -97,6 +107,9 @@ class _Origin(socketserver.BaseRequestHandler):
             if path == "/echo":  # the request head as the origin got it
                 body = repr(headers).encode()
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            elif path.startswith("/hold"):  # a slow answer on a kept connection
+                time.sleep(0.2)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
             elif path in ("/keep", "/partial"):
                 body = b"kept alive"
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
@@ -129,6 +142,7 @@ def origin():
     server.daemon_threads = True
     server.seen, server.connections = [], 0  # type: ignore[attr-defined]
     server.slow_closed = threading.Event()  # type: ignore[attr-defined]
+    server.lock, server.active, server.peak = threading.Lock(), 0, 0  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -353,3 +367,23 @@ def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_
     requests = [r for r in rec.records() if r.rec_type == "request"]
     assert [r.http_header("X-Name") for r in requests if r.url.endswith("/keep")][:1] == ["caf%C3%A9"]
     assert f"http://{host}/keep?q=%FF" in [r.url for r in requests]
+
+
+def test_connections_to_one_origin_are_bounded_as_a_browser_bounds_them(origin, ca, tmp_path):
+    """Many requests at once (HTTP/2 streams, or many client connections) share at most PER_ORIGIN
+    upstream connections, as Chromium talking HTTP/1.1 to a site would: a small origin is not flooded."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        with origin.lock:
+            origin.peak = before = origin.active  # connections earlier tests may still be closing
+        answers: list[bytes] = []
+        clients = [threading.Thread(target=lambda i=i: answers.append(rec.open(f"{base}/hold?{i}")[2]))
+                   for i in range(3 * PER_ORIGIN)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(20)
+    assert answers == [b"held"] * 3 * PER_ORIGIN
+    assert origin.peak - before <= PER_ORIGIN

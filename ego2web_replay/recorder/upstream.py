@@ -3,7 +3,9 @@
 One request in, one response out, with the body exactly as the origin sent it
 (content-encoding kept; a chunked body is read out of its chunks and the response
 is marked ``chunked``, so the archive stores it chunked again and the client gets
-it chunked). Connections are kept per origin (scheme, host, port) and reused; a
+it chunked). Connections are kept per origin (scheme, host, port) and reused, at
+most :data:`PER_ORIGIN` at a time, in use or kept, as Chromium opens to a site over
+HTTP/1.1 (a client on HTTP/2 may ask a hundred things at once: the rest wait); a
 kept connection that the origin closed meanwhile is retried once, on a fresh one,
 when nothing of the response had come, whatever the method: what Chromium itself
 does with a reused connection (a connection that dies after the response began is
@@ -27,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP"]
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
 
 MAX_HEAD = 256 * 1024
 MAX_RESPONSE = 1024 * 1024 * 1024  # one archived response at most (read whole, as mitmproxy does)
@@ -35,7 +37,7 @@ _NO_BODY_STATUS = frozenset({204, 304})
 #: Headers that describe the client's connection to the proxy, never forwarded upstream.
 HOP_BY_HOP = frozenset({"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer",
                         "transfer-encoding"})
-_IDLE_PER_ORIGIN = 8
+PER_ORIGIN = 6  # connections to one origin at a time, kept or in use: what Chromium opens over HTTP/1.1
 
 
 class UpstreamError(Exception):
@@ -91,8 +93,9 @@ class UpstreamPool:
     """Kept-alive HTTP/1.1 connections to origins; :meth:`fetch` asks one request."""
 
     def __init__(self, *, upstream_ca: Path | None = None, connect_timeout_s: float = 30.0,
-                 read_timeout_s: float = 120.0) -> None:
-        self.connect_timeout_s, self.read_timeout_s = connect_timeout_s, read_timeout_s
+                 read_timeout_s: float = 120.0, per_origin: int = PER_ORIGIN) -> None:
+        self.connect_timeout_s, self.read_timeout_s, self.per_origin = connect_timeout_s, read_timeout_s, per_origin
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._tls = ssl.create_default_context()
         # Python 3.13 adds RFC 5280 strictness (e.g. a leaf must name its authority key) that
         # browsers and mitmproxy do not ask of a site: verify as they do.
@@ -108,7 +111,15 @@ class UpstreamPool:
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
         """Send one request (``target``: origin-form path and query) and read its whole response."""
         key = (scheme, host, port)
-        head = self._head(method, target, headers, body, host, port, scheme)
+        data = self._head(method, target, headers, body, host, port, scheme) + body
+        slots = self._slots.get(key)
+        if slots is None:
+            slots = self._slots[key] = asyncio.Semaphore(self.per_origin)
+        async with slots:
+            return await self._fetch(key, data, method)
+
+    async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str) -> UpstreamResponse:
+        scheme, host, port = key
         retried = False
         while True:
             if self.closed:
@@ -122,7 +133,7 @@ class UpstreamPool:
                 raise UpstreamError("closed", "the recording proxy is stopping")
             self._busy.add(link)
             try:
-                resp = await self._exchange(link, head + body, method)
+                resp = await self._exchange(link, data, method)
             except _Stale:
                 link.close()
                 if fresh:
@@ -140,7 +151,7 @@ class UpstreamPool:
             elif self._reusable(resp) and not link.writer.is_closing():
                 link.reused = True
                 idle = self._idle.setdefault(key, [])
-                if len(idle) < _IDLE_PER_ORIGIN:
+                if len(idle) < self.per_origin:
                     idle.append(link)
                 else:
                     link.close()
