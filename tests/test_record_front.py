@@ -124,13 +124,19 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"until close " * 100)
                 sock.close()
                 return
-            elif path == "/ws":
+            elif path.startswith("/ws"):
                 accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + WS_GUID).encode()).digest())
                 sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-                while data := (bytes(buf) if buf else sock.recv(65536)):
-                    buf.clear()
-                    sock.sendall(b"echo:" + data)
+                if "bye" in line:  # the origin ends the websocket itself
+                    sock.sendall(b"bye")
+                    sock.close()
+                    return
+                with contextlib.suppress(OSError):
+                    while data := (bytes(buf) if buf else sock.recv(65536)):
+                        buf.clear()
+                        sock.sendall(b"echo:" + data)
+                self.server.ws_closed.set()  # type: ignore[attr-defined]
                 return
             else:
                 sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
@@ -141,7 +147,7 @@ def origin():
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Origin)
     server.daemon_threads = True
     server.seen, server.connections = [], 0  # type: ignore[attr-defined]
-    server.slow_closed = threading.Event()  # type: ignore[attr-defined]
+    server.slow_closed, server.ws_closed = threading.Event(), threading.Event()  # type: ignore[attr-defined]
     server.lock, server.active, server.peak = threading.Lock(), 0, 0  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
@@ -387,3 +393,28 @@ def test_connections_to_one_origin_are_bounded_as_a_browser_bounds_them(origin, 
             client.join(20)
     assert answers == [b"held"] * 3 * PER_ORIGIN
     assert origin.peak - before <= PER_ORIGIN
+
+
+def test_a_websocket_tunnel_closes_when_either_side_closes(origin, ca, tmp_path):
+    port = origin.server_address[1]
+
+    def upgrade(path: str) -> bytes:
+        return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+    with _Recording(tmp_path, ca) as rec:
+        origin.ws_closed.clear()
+        s, got = _raw(rec.front.port, upgrade("/ws"), lambda b: b"\r\n\r\n" in b)
+        assert got.startswith(b"HTTP/1.1 101 ")
+        s.close()  # the client goes: the proxy closes the origin's side
+        assert origin.ws_closed.wait(5)
+        s, got = _raw(rec.front.port, upgrade("/ws?bye"), lambda b: b"bye" in b)
+        with s:  # the origin goes: the proxy closes the client's side
+            assert got.endswith(b"bye")
+            s.settimeout(5)
+            assert s.recv(100) == b""
+        deadline = time.monotonic() + 5
+        while rec.front._pipes and time.monotonic() < deadline:  # both tunnels end: nothing left open
+            time.sleep(0.02)
+        assert not rec.front._pipes
