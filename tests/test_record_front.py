@@ -418,3 +418,19 @@ def test_a_websocket_tunnel_closes_when_either_side_closes(origin, ca, tmp_path)
         while rec.front._pipes and time.monotonic() < deadline:  # both tunnels end: nothing left open
             time.sleep(0.02)
         assert not rec.front._pipes
+
+
+def test_leaf_certificates_leave_nothing_on_disk(ca, tmp_path, monkeypatch):
+    """Even while the proxy runs (a killed process never cleans up), no leaf or key stays in the temp folder."""
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    front = RecordFront(ExchangeArchive(None), ca=ca, guard=GuardPolicy(mode="loopback"))
+    try:
+        ctx = front.certs.context("leaf.example")
+        assert ctx is front.certs.context("LEAF.example.")  # one context per host
+        assert list(temp.iterdir()) == []
+    finally:
+        front.certs.close()
