@@ -181,3 +181,43 @@ def test_extending_a_deduplicated_snapshot_keeps_its_store(suite_root, tmp_path)
     assert served(snap) == served(Snapshot.open(suite_root / "t1" / "s1"))
     report = verify_snapshot(grown.path)
     assert report.ok and not report.warnings, (report.problems, report.warnings)
+
+
+def test_suite_dedup_and_unpack_build_the_mapped_index_of_large_snapshots(tmp_path, data_home, monkeypatch):
+    """A deduplicated or unpacked copy has a new index, so it gets its own mapped index (large
+    snapshots replay from it); the copies staged inside `suite pack` get none."""
+    from datetime import datetime
+
+    from ego2web_replay.config import data_dir
+    from ego2web_replay.snapshots import index_cache
+    from ego2web_replay.snapshots.dedup import dedup_snapshots
+    from ego2web_replay.snapshots.index_map import map_file
+    from ego2web_replay.snapshots.pack import pack_suite, unpack_suite
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    monkeypatch.setattr(index_cache, "_CACHE_MIN_ROWS", 2)  # "large": two captures will do here
+    sources = []
+    for task in ("a", "b"):
+        sw = SnapshotWriter(tmp_path / "src", task, compression="zst", source="record")
+        for n in range(3):
+            sw.writer.write_exchange(url=f"http://{task}.test/{n}", method="GET", request_headers=[], request_body=b"",
+                                     status=200, reason="OK", response_headers=[("Content-Type", "text/plain")],
+                                     response_body=b"same payload everywhere " * 20, date=datetime(2026, 1, 1, 0, 0, n))
+        sw.finalize()
+        sources.append(sw.path)
+
+    def cached() -> set[str]:
+        return {p.name for p in (data_dir() / "index-cache").glob("*.sorted")}
+
+    result = dedup_snapshots(sources, tmp_path / "dedup")
+    for snap in result.snapshots:
+        assert map_file(snap / "index.cdxj").is_file()
+
+    before = cached()
+    pack_suite(tmp_path / "src", tmp_path / "suite.pack")
+    assert cached() == before  # nothing mapped for the staged copies
+    unpacked = unpack_suite(tmp_path / "suite.pack", tmp_path / "unpacked")
+    assert len(unpacked.snapshots) == 2
+    for snap in unpacked.snapshots:
+        target = map_file(snap / "index.cdxj")
+        assert target is not None and target.name in cached() - before

@@ -251,3 +251,40 @@ def test_bisection_across_sample_strides(tmp_path, monkeypatch):
         assert t.find(key) == want, key
         assert t.lower_bound(key) == next((n for n, k in enumerate(keys) if k >= key), len(keys))
     assert [k for k, _ in t.scan(b"k01")] == [k for k in keys if k.startswith(b"k01")]
+
+
+# -- revisits find their originals through the digest table ---------------------------------------
+
+def test_revisits_resolve_through_the_digest_table_without_parsing_the_index(tmp_path, data_home):
+    """A revisit's original comes from the map's digest table (the index stays unparsed), and it is
+    the same capture that the parsed index gives: same URL, URL-agnostic, and several candidates."""
+    from datetime import datetime
+
+    from ego2web_replay.snapshots.index_map import build_index_map, original_digest
+    from ego2web_replay.snapshots.snapshot import Snapshot, SnapshotWriter
+
+    sw = SnapshotWriter(tmp_path, "T", compression="zst", source="record", dedup_min_size=16)
+    shared, other = b"shared payload " * 10, b"other payload " * 10
+    plan = [("http://a.test/x", shared), ("http://a.test/y", other), ("http://b.test/z", shared),
+            ("http://a.test/x", shared), ("http://a.test/y", other), ("http://c.test/w", other)]
+    for n, (url, body) in enumerate(plan):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200,
+                                 reason="OK", response_headers=[("Content-Type", "text/plain")], response_body=body,
+                                 date=datetime(2026, 1, 1, 0, 0, n))
+    sw.finalize()
+    build_index_map(sw.path / "index.cdxj")
+
+    parsed = Snapshot.open(sw.path)
+    entries = parsed.entries()
+    revisits = [e for e in entries if e.record_type == "revisit"]
+    assert len(revisits) == 4
+    assert [original_digest(e.to_line()) for e in revisits] == [None] * 4
+    assert {original_digest(e.to_line()) for e in entries if e.record_type != "revisit"} == {e.digest for e in revisits}
+
+    mapped = Snapshot.open(sw.path)
+    for revisit in revisits:
+        expected = parsed.find_original(revisit)
+        assert expected is not None and expected.record_type == "response"
+        assert mapped.find_original(revisit) == expected
+        assert mapped.resolve(revisit).payload == parsed.resolve(expected).payload
+    assert mapped._entries is None  # no revisit made it read the whole index

@@ -220,3 +220,37 @@ def test_serve_replays_a_snapshot_from_s3(s3, tmp_path, data_home, capsys, ca):
             assert resp.read() == b"<h1>home</h1>"
         stats = replay.stats()
     assert stats.exact == 1 and stats.miss == 0 and stats.snapshots == [url]
+
+
+def test_a_snapshot_on_s3_replays_from_a_mapped_index_and_resolves_revisits_through_it(s3, tmp_path, data_home,
+                                                                                       monkeypatch, ca):
+    """Large snapshots on object storage map the index copy of their local view, as local ones do; a
+    revisit then finds its original through the map's digest table (the index is never parsed)."""
+    import urllib.request
+
+    from ego2web_replay.replay import Replay
+    from ego2web_replay.snapshots.index_map import map_file
+    from ego2web_replay.snapshots.location import open_snapshot
+
+    w = SnapshotWriter(tmp_path / "local", "shop", clock=lambda: datetime(2026, 11, 30, 7, 15), dedup_min_size=16)
+    for path in ("/a", "/b"):  # /b's payload is /a's: stored as a revisit
+        w.writer.write_exchange(url=f"http://127.0.0.1:8000{path}", method="GET", request_headers=[],
+                                request_body=b"", status=200, reason="OK",
+                                response_headers=[("Content-Type", "text/plain")], response_body=b"same body " * 10)
+    w.finalize()
+    url = f"{s3}/m/shop/{w.path.name}"
+    upload_snapshot(w.path, url)
+    shutil.rmtree(w.path)
+    _forget_cache(data_home)
+    monkeypatch.setenv("EGO2WEB_REPLAY_INDEX", "mapped")
+    with Replay([url], guard_mode="loopback", freeze=False) as replay:
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": replay.proxy_url}))
+        for path in ("/a", "/b"):
+            with opener.open(f"http://127.0.0.1:8000{path}", timeout=10) as resp:
+                assert resp.read() == b"same body " * 10
+        stats = replay.stats()
+        snap = replay.snapshots[0]
+        assert snap._entries is None  # the revisit was resolved through the map, not a parsed index
+    assert stats.exact == 2 and stats.miss == 0
+    view_index = open_snapshot(url).index_path
+    assert map_file(view_index).is_file()

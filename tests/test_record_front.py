@@ -8,13 +8,19 @@ to the connection's end, a kept-alive connection the origin drops, a websocket u
 from __future__ import annotations
 
 import base64
+import contextlib
+import gc
 import hashlib
+import logging
+import os
 import socket
 import socketserver
+import struct
 import threading
 import time
 import urllib.error
 import urllib.request
+import warnings
 from collections.abc import Callable
 
 import pytest
@@ -48,18 +54,50 @@ def _read_head(sock: socket.socket, buf: bytearray) -> tuple[str, dict[str, str]
 class _Origin(socketserver.BaseRequestHandler):
     """Answers by path; ``server.seen`` counts the requests and the connections that carried them."""
 
+    def path_of(self, buf: bytearray) -> str | None:
+        """The path of the request at the head of the connection (reading its head, not its body)."""
+        sock: socket.socket = self.request
+        while b"\r\n\r\n" not in buf:
+            data = sock.recv(65536)
+            if not data:
+                return None
+            buf += data
+        return bytes(buf).split(b" ", 2)[1].decode("latin-1")
+
     def handle(self) -> None:
         sock: socket.socket = self.request
         buf = bytearray()
         self.server.connections += 1  # type: ignore[attr-defined]
+        served = 0  # requests answered on this connection
         while True:
+            if self.path_of(buf) == "/early":  # answers before reading the body, then resets the connection
+                sock.sendall(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+                self.server.seen.append(("POST /early", {}))  # type: ignore[attr-defined]
+                time.sleep(0.1)
+                sock.close()
+                return
             got = _read_head(sock, buf)
             if got is None:
                 return
             line, headers = got
             path = line.split(" ")[1]
             self.server.seen.append((line, headers))  # type: ignore[attr-defined]
-            if path == "/keep":
+            served += 1
+            if path == "/partial" and served > 1:  # a kept connection that dies in the middle of the answer
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nthe first")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
+                sock.close()
+                return
+            if path == "/slow":  # never answers; notes when the proxy closes the connection
+                sock.settimeout(10)
+                with contextlib.suppress(OSError):
+                    if not sock.recv(1):
+                        self.server.slow_closed.set()  # type: ignore[attr-defined]
+                return
+            if path == "/echo":  # the request head as the origin got it
+                body = repr(headers).encode()
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            elif path in ("/keep", "/partial"):
                 body = b"kept alive"
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
                              % (len(body), body))
@@ -90,6 +128,7 @@ def origin():
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Origin)
     server.daemon_threads = True
     server.seen, server.connections = [], 0  # type: ignore[attr-defined]
+    server.slow_closed = threading.Event()  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
@@ -233,3 +272,84 @@ def test_a_chunked_request_body_goes_upstream_with_its_length(site, ca, tmp_path
     assert got.endswith(b'{"items": 0, "item": 42}')  # the origin read the whole body
     [request] = [r for r in rec.records() if r.rec_type == "request"]
     assert request.payload == b'{"item": 42}\n'
+
+
+def test_a_kept_connection_that_dies_mid_answer_is_a_502_never_a_resend(origin, ca, tmp_path):
+    """Only a request nothing of whose answer came is sent again (as Chromium does): the POST goes once."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/partial")[2] == b"kept alive"
+        before = len(origin.seen)
+        status, headers, _ = rec.open(base + "/partial", data=b"order=1", method="POST")
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=closed"
+    assert [line for line, _ in origin.seen[before:]] == ["POST /partial HTTP/1.1"]
+    assert rec.archive.exchanges == 1
+
+
+def test_an_answer_sent_before_the_body_was_read_reaches_the_client(origin, ca, tmp_path):
+    """An origin may refuse a large upload at once and reset the connection: its answer is the response."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        status, _, body = rec.open(base + "/early", data=os.urandom(16_000_000), method="POST")
+    assert (status, body) == (413, b"too large")
+    [response] = [r for r in rec.records() if r.rec_type == "response"]
+    assert response.http_status == 413 and response.payload == b"too large"
+
+
+def test_hop_by_hop_fields_and_expect_stay_on_the_client_hop(origin, ca, tmp_path):
+    """Connection and the fields it names are not forwarded (RFC 9110 7.6.1); the proxy answers Expect itself
+    and, as mitmproxy does, neither sends it upstream nor archives it."""
+    port = origin.server_address[1]
+    request = (f"POST http://127.0.0.1:{port}/echo HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+               "Connection: keep-alive, X-Hop\r\nX-Hop: 1\r\nX-End: 2\r\nExpect: 100-continue\r\n"
+               "Content-Length: 4\r\n\r\n").encode()
+    with _Recording(tmp_path, ca) as rec:
+        s, got = _raw(rec.front.port, request, lambda b: b"100 Continue\r\n\r\n" in b)
+        with s:
+            s.sendall(b"data")
+            while b"x-end" not in got:
+                got += s.recv(65536)
+    seen = origin.seen[-1][1]
+    assert seen["x-end"] == "2" and seen["content-length"] == "4"
+    assert not {"connection", "x-hop", "expect"} & set(seen)
+    [request_record] = [r for r in rec.records() if r.rec_type == "request"]
+    assert request_record.http_header("Expect") is None and request_record.payload == b"data"
+
+
+def test_stopping_closes_upstream_connections_in_flight(origin, ca, tmp_path, caplog):
+    """Nothing left open or pending when the proxy stops: the origin sees its connection closed."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    origin.slow_closed.clear()
+    gc.collect()  # what earlier tests left is not this test's
+    with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.ERROR, logger="asyncio"):
+        warnings.simplefilter("always", ResourceWarning)
+        with _Recording(tmp_path, ca) as rec:
+            rec.open(base + "/keep")  # one kept connection too
+            waiting = threading.Thread(target=rec.open, args=(base + "/slow",), daemon=True)
+            waiting.start()
+            deadline = time.monotonic() + 5
+            while not any(line.startswith("GET /slow") for line, _ in origin.seen) and time.monotonic() < deadline:
+                time.sleep(0.02)
+        assert origin.slow_closed.wait(5)
+        waiting.join(5)
+        rec.snap.writer.close()
+        gc.collect()
+    assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert "Task was destroyed" not in caplog.text
+
+
+def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_path):
+    """A header value a page set with a Latin-1 byte (fetch allows it) and a raw byte in the query: both
+    are archived (the header as mitmproxy holds it, the URL percent-encoded) and the recording goes on."""
+    host = f"127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        for head in (f"GET http://{host}/keep HTTP/1.1\r\nHost: {host}\r\nX-Name: caf".encode() + b"\xe9\r\n",
+                     f"GET http://{host}/keep?q=".encode() + b"\xff HTTP/1.1\r\nHost: " + host.encode() + b"\r\n"):
+            s, got = _raw(rec.front.port, head + b"Connection: close\r\n\r\n", lambda b: False)
+            s.close()
+            assert got.startswith((b"HTTP/1.1 200 ", b"HTTP/1.1 404 ")), got[:80]
+        assert rec.open(f"http://{host}/keep")[0] == 200
+    assert rec.archive.failed is None and rec.archive.exchanges == 3
+    requests = [r for r in rec.records() if r.rec_type == "request"]
+    assert [r.http_header("X-Name") for r in requests if r.url.endswith("/keep")][:1] == ["caf%C3%A9"]
+    assert f"http://{host}/keep?q=%FF" in [r.url for r in requests]

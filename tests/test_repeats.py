@@ -159,3 +159,42 @@ def test_migration_7_gives_older_rows_repeat_0(tmp_path):
     assert migrate(con) == [7]
     assert con.execute("SELECT repeat_index FROM episodes").fetchall() == [(0,)]
     con.close()
+
+
+def test_a_flip_is_explained_by_the_repeat_it_is_about(tmp_path):
+    """Live failed in repeat 1 only (frozen always passed): the flip is that repeat's, and a pair diff
+    of another repeat's archive never explains it."""
+    from datetime import UTC, datetime
+
+    from ego2web_replay.tracking.attribution import attach_attributions
+    from ego2web_replay.tracking.pairdiff import PairDiff, ResourceDiff
+    from ego2web_replay.tracking.pairdiff_store import record_pair_diffs
+
+    suite = make_suite(tmp_path / "suite.json", {"t": "shopping"})
+    eps = [EpisodeSpec("t", "live", {"rule": ok}, repeat=r, snapshot_id=f"L{r}")
+           for r, ok in enumerate([True, False, False])]
+    eps += [EpisodeSpec("t", "frozen", {"rule": True}, repeat=r) for r in range(3)]
+    make_run(tmp_path / "runs", "rep", AgentSpec(name="openai", model="m"), eps, suite=suite)
+    db = tmp_path / "r.duckdb"
+    ingest(db, [tmp_path / "runs"])
+
+    def diff_of(live_id: str, status: str) -> PairDiff:
+        at = datetime(2026, 11, 30, tzinfo=UTC)
+        return PairDiff(task_id="t", run_id="rep", live_snapshot=f"/x/{live_id}", live_snapshot_id=live_id,
+                        frozen_snapshot="/x/s1", frozen_snapshot_id="s1", live_at=at, diffed_at=at, status=status,
+                        resources=[ResourceDiff(url="https://t.example/p0", kind="document", status=status)])
+
+    def flip():
+        (g,) = compare(db).groups
+        (f,) = g.flips
+        attach_attributions(db, [g])
+        return f
+
+    f = flip()
+    assert (f.direction, f.live_repeat, f.frozen_repeat) == ("frozen only", 1, 0)
+    record_pair_diffs(db, [diff_of("L0", "gone")])  # repeat 0 passed: its archive is not the failure's
+    f = flip()
+    assert f.attribution.source == "none" and f.drift_status == "unknown"
+    record_pair_diffs(db, [diff_of("L1", "changed")])
+    f = flip()
+    assert f.attribution.source == "live-archive" and f.drift_status == "changed"

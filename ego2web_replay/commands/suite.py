@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ._hooks import wire_index_hooks
 from ._options import LOCATION, json_option, snapshots_option
 from ._output import emit_machine, is_stdout
 
@@ -71,6 +72,7 @@ def unpack_command(pack: Path, dest: Path | str, tasks_out: Path | None, json_ou
     from ..snapshots.location import require_local
     from ..snapshots.pack import unpack_suite
 
+    wire_index_hooks()  # large snapshots get their mapped index with replay's keys as they are placed
     r = unpack_suite(pack, require_local(dest, "suite unpack"), tasks_out=tasks_out)
     if _machine(json_out, {"root": r.root, "snapshots": r.snapshots, "stores": r.stores,
                            "tasks_file": r.tasks_file, "files_checked": r.files_checked}):
@@ -93,6 +95,8 @@ def dedup_command(snapshots: Path | str, out: Path, tasks_file: Path | None, dic
     from ..snapshots.dedup import dedup_snapshots
     from ..snapshots.location import require_local
     from ..snapshots.pack import choose_snapshots
+
+    wire_index_hooks()
 
     r = dedup_snapshots(choose_snapshots(require_local(snapshots, "suite dedup"), tasks_file), out, min_size=min_size, dictionary=dictionary)
     for note in r.notes:

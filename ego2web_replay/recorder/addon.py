@@ -9,7 +9,9 @@ Credentials are redacted
 (:mod:`ego2web_replay.redaction`: headers, Set-Cookie values, query and body
 fields, URL userinfo) unless ``record_keep_credentials`` is set. A failed write stops the recording:
 the failing flow is killed and every later request is refused, so no traffic
-ever passes unrecorded.
+ever passes unrecorded. Request bytes that are not UTF-8 (a header value a page set
+with ``fetch``, a raw byte in a hand-made request line) are archived as mitmproxy
+holds them: a header value's bytes read as Latin-1, a URL's stray bytes percent-encoded.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import logging
 import threading
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
 
@@ -67,6 +70,8 @@ class ExchangeArchive:
         archived with ``Host: authority`` first, when ``authority`` is given.
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
+        if not all(v.isascii() for _, v in req_headers) or not url.isascii():
+            req_headers, url = [(k, _wire_text(v)) for k, v in req_headers], _wire_url(url)
         red = self.redactor if not self.keep_credentials else None
         if red is not None:
             req_type, req_enc = _header(req_headers, "content-type"), _header(req_headers, "content-encoding")
@@ -104,6 +109,24 @@ class ExchangeArchive:
         with self._lock:
             if len(self.untrusted) < 20:
                 self.untrusted.append(f"{host}: {why}")
+
+
+def _wire_text(text: str) -> str:
+    """``text`` as a writable string: bytes that came undecodable (surrogate escapes) make it all Latin-1."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("latin-1")
+    return text
+
+
+def _wire_url(url: str) -> str:
+    """``url`` with bytes that came undecodable percent-encoded (a URL is ASCII on the wire)."""
+    try:
+        url.encode("utf-8")
+    except UnicodeEncodeError:
+        return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
+    return url
 
 
 def _header(headers: list[tuple[str, str]], name: str) -> str | None:

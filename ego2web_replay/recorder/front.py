@@ -10,16 +10,22 @@ Chromium's background hosts and hosts outside the policy itself, before any DNS 
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
 every request is refused with a 502; an upstream failure is a 502 whose reason is
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
-passed through, not archived.
+passed through, not archived. ``Expect: 100-continue`` is the proxy's to answer (the
+wire reads the whole body first): it goes neither upstream nor into the archive, as
+with mitmproxy. Stopping closes every upstream connection, in use or kept, and
+every websocket passed through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
@@ -52,10 +58,12 @@ def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
 class _Pipe:  # the tunnel of a 101 Reply
     """A ``101`` connection passed through as raw bytes, both ways (a websocket; nothing archived)."""
 
-    def __init__(self, resp: UpstreamResponse) -> None:
+    def __init__(self, resp: UpstreamResponse, pipes: set[_Pipe]) -> None:
         assert resp.reader is not None and resp.writer is not None
         self.reader, self.writer = resp.reader, resp.writer
         self.task: asyncio.Task[None] | None = None
+        self.pipes = pipes  # the open ones, closed when the proxy stops
+        pipes.add(self)
 
     def start(self, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
         async def pump() -> None:
@@ -67,6 +75,9 @@ class _Pipe:  # the tunnel of a 101 Reply
             finally:
                 close()
                 self.writer.close()
+                with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):
+                    await self.writer.wait_closed()
+                self.pipes.discard(self)
 
         self.task = asyncio.ensure_future(pump())
 
@@ -89,6 +100,8 @@ class RecordFront(ProxyFront):
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
+        self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
+        self._pipes: set[_Pipe] = set()
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
@@ -101,7 +114,12 @@ class RecordFront(ProxyFront):
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
         if self.archive.failed:
             return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
-        return self._forward(method, url, headers, body)
+        if any(k.lower() == "expect" for k, _ in headers):
+            headers = [(k, v) for k, v in headers if k.lower() != "expect"]
+        task = asyncio.ensure_future(self._forward(method, url, headers, body))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+        return task
 
     async def _forward(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         started = time.time()
@@ -121,7 +139,7 @@ class RecordFront(ProxyFront):
             self.archive.note_error(url, str(e))
             return _plain(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
-            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp))
+            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
                                     status=resp.status, reason=resp.reason, response_headers=resp.headers,
                                     response_body=resp.body, http_version=resp.version, ip=resp.ip,
@@ -130,4 +148,10 @@ class RecordFront(ProxyFront):
         return _client_reply(resp, method)
 
     async def closing(self) -> None:
-        self.upstream.close()
+        """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket."""
+        for pipe in list(self._pipes):
+            pipe.close()
+        await self.upstream.aclose()
+        pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
+        if pending:
+            await asyncio.wait(pending, timeout=2)

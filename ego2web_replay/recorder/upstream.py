@@ -4,8 +4,12 @@ One request in, one response out, with the body exactly as the origin sent it
 (content-encoding kept; a chunked body is read out of its chunks and the response
 is marked ``chunked``, so the archive stores it chunked again and the client gets
 it chunked). Connections are kept per origin (scheme, host, port) and reused; a
-kept connection that the origin closed meanwhile is retried once on a fresh one
-when nothing of the response had come. HTTPS verifies the origin's certificate
+kept connection that the origin closed meanwhile is retried once, on a fresh one,
+when nothing of the response had come, whatever the method: what Chromium itself
+does with a reused connection (a connection that dies after the response began is
+a failure, never a resend). An origin that answers before it has read the whole
+request body (a 413, a redirect) and then resets the connection gets its answer
+through. HTTPS verifies the origin's certificate
 against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
 ``http/1.1``. A ``101 Switching Protocols`` hands the connection back to the caller
 (a websocket passed through, not archived).
@@ -97,31 +101,43 @@ class UpstreamPool:
             self._tls.load_verify_locations(cafile=str(upstream_ca))
         self._tls.set_alpn_protocols(["http/1.1"])
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
+        self._busy: set[_Link] = set()  # links with an exchange in flight (closed too by :meth:`aclose`)
+        self.closed = False  # after :meth:`close`: no new connection, no resend
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
         """Send one request (``target``: origin-form path and query) and read its whole response."""
         key = (scheme, host, port)
         head = self._head(method, target, headers, body, host, port, scheme)
+        retried = False
         while True:
-            link = self._take(key)
+            if self.closed:
+                raise UpstreamError("closed", "the recording proxy is stopping")
+            link = None if retried else self._take(key)
             fresh = link is None
             if link is None:
                 link = await self._open(scheme, host, port)
+            if self.closed:
+                link.close()
+                raise UpstreamError("closed", "the recording proxy is stopping")
+            self._busy.add(link)
             try:
                 resp = await self._exchange(link, head + body, method)
             except _Stale:
                 link.close()
                 if fresh:
                     raise UpstreamError("closed", "the origin closed the connection without answering") from None
+                retried = True
                 continue  # a kept connection the origin had closed: once more on a fresh one
             except BaseException:
                 link.close()
                 raise
+            finally:
+                self._busy.discard(link)
             resp.ip = link.ip
             if resp.status == 101:
                 resp.reader, resp.writer = link.reader, link.writer
-            elif self._reusable(resp):
+            elif self._reusable(resp) and not link.writer.is_closing():
                 link.reused = True
                 idle = self._idle.setdefault(key, [])
                 if len(idle) < _IDLE_PER_ORIGIN:
@@ -133,11 +149,18 @@ class UpstreamPool:
             return resp
 
     def close(self) -> None:
-        """Close every kept connection."""
-        for links in self._idle.values():
-            for link in links:
-                link.close()
+        """Close every connection, kept or in use (an exchange in flight then fails as ``closed``)."""
+        self.closed = True
+        for link in [*self._busy, *(link for links in self._idle.values() for link in links)]:
+            link.close()
         self._idle.clear()
+
+    async def aclose(self, timeout: float = 2.0) -> None:
+        """:meth:`close`, then wait (at most ``timeout``) until the transports are closed for good."""
+        links = [*self._busy, *(link for links in self._idle.values() for link in links)]
+        self.close()
+        if links:
+            await asyncio.wait([asyncio.ensure_future(_closed(link.writer)) for link in links], timeout=timeout)
 
     # -- internals -------------------------------------------------------------
     def _take(self, key: tuple[str, str, int]) -> _Link | None:
@@ -173,11 +196,18 @@ class UpstreamPool:
         has_host = False
         chunked_in = False
         cookies: list[str] = []
+        # Connection and the fields it names describe the client's hop (RFC 9110 7.6.1): not forwarded,
+        # except an upgrade (a websocket), which asks the origin for the same.
+        named = _tokens(", ".join(v for k, v in headers if k.lower() == "connection"))
+        upgrade = "upgrade" in named and _header(headers, "upgrade") is not None
+        if upgrade:
+            out.append("Connection: Upgrade")
         for k, v in headers:
             name = k.lower()
             if name == "transfer-encoding":
                 chunked_in = True
-            if name in HOP_BY_HOP or name == "content-length" or name.startswith(":"):
+            if name in HOP_BY_HOP or name == "content-length" or name.startswith(":") or name == "connection" \
+                    or (name in named and not (upgrade and name == "upgrade")):
                 continue
             if name == "host":
                 has_host = True
@@ -198,10 +228,14 @@ class UpstreamPool:
 
     async def _exchange(self, link: _Link, data: bytes, method: str) -> UpstreamResponse:
         link.writer.write(data)
+        # The head is read while the request is still being sent: an origin may answer (and reset the
+        # connection) before it has read the whole body, and its answer is the response.
+        sending = asyncio.ensure_future(link.writer.drain())
+        started = False  # some of the response came: from then on a failure is never a resend
         try:
-            await asyncio.wait_for(link.writer.drain(), self.read_timeout_s)
             while True:
-                resp = await self._read_head(link)
+                resp = await self._read_head(link, first=not started)
+                started = True
                 if 100 <= resp.status < 200 and resp.status != 101:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
                 break
@@ -210,16 +244,20 @@ class UpstreamPool:
         except TimeoutError:
             raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:.0f} s") from None
         except ConnectionError as e:
-            if link.reused:
+            if link.reused and not started:
                 raise _Stale() from None
             raise UpstreamError("closed", f"the origin closed the connection: {e}") from None
+        finally:
+            if not sending.done() or sending.cancelled() or sending.exception() is not None:
+                sending.cancel()
+                link.close()  # the request did not go out whole (answered early): never reused
         return resp
 
-    async def _read_head(self, link: _Link) -> UpstreamResponse:
+    async def _read_head(self, link: _Link, first: bool = True) -> UpstreamResponse:
         try:
             raw = await asyncio.wait_for(link.reader.readuntil(b"\r\n\r\n"), self.read_timeout_s)
         except asyncio.IncompleteReadError as e:
-            if not e.partial and link.reused:
+            if not e.partial and link.reused and first:
                 raise _Stale() from None
             raise UpstreamError("closed", "the origin closed the connection before answering") from None
         except asyncio.LimitOverrunError:
@@ -292,6 +330,13 @@ class UpstreamPool:
         te = _tokens(_header(resp.headers, "transfer-encoding"))
         return "chunked" in te or _header(resp.headers, "content-length") is not None \
             or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
+
+
+async def _closed(writer: asyncio.StreamWriter) -> None:
+    try:
+        await writer.wait_closed()
+    except (ConnectionError, OSError, ssl.SSLError):
+        pass
 
 
 class _Stale(Exception):

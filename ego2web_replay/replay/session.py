@@ -61,16 +61,15 @@ MAPPED_MIN_BYTES = 512 * 1024  # about 2,000 index lines: below, parsing is quic
 def index_mode(snapshots: Sequence[Any], wanted: str | None = None) -> str:
     """How to hold the snapshots' indexes: ``memory`` (parsed into a :class:`MatchIndex`) or ``mapped``
     (a :class:`~.mapped.MappedMatchIndex` over sorted files). ``wanted`` (default: the environment's
-    ``EGO2WEB_REPLAY_INDEX``, else ``auto``) ``auto`` maps indexes of local snapshots once they
-    hold 512 KiB of lines together; a snapshot read through another storage is held in memory."""
+    ``EGO2WEB_REPLAY_INDEX``, else ``auto``) ``auto`` maps the indexes once they hold 512 KiB of
+    lines together. An index is mapped from its file on this machine: a local snapshot's, or the copy
+    that a snapshot on object storage keeps in its local view (:mod:`~ego2web_replay.snapshots.location`)."""
     mode = (wanted or os.environ.get("EGO2WEB_REPLAY_INDEX") or "auto").strip().lower()
     if mode not in INDEX_MODES:
         raise ReplayError(f"unknown index mode {mode!r}; use {', '.join(INDEX_MODES)}")
-    from ..snapshots.storage import LocalStorage
-
-    local = all(isinstance(getattr(s, "storage", None), LocalStorage) for s in snapshots)
+    local = all(Path(s.index_path).is_file() for s in snapshots)
     if mode == "mapped" and not local:
-        raise ReplayError("a mapped index needs snapshots in local folders; use the memory index")
+        raise ReplayError("a mapped index needs the snapshots' index files on this machine; use the memory index")
     if mode == "auto":
         size = sum(Path(s.index_path).stat().st_size for s in snapshots) if local else 0
         mode = "mapped" if local and size >= MAPPED_MIN_BYTES else "memory"

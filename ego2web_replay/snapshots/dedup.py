@@ -38,6 +38,7 @@ from .dictionary import RecordFrameWriter, train_dictionary
 from .digests import sha1_digest
 from .export import materialize_revisit, serialize_record
 from .framing import Unit, iter_units
+from .index_cache import warm_cache
 from .reader import ArchiveRecord, parse_record, read_record
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest
 from .storage import walk
@@ -185,11 +186,14 @@ def dedup_snapshots(
     min_size: int = 256,
     dictionary: bool = False,
     level: int = 3,
+    map_indexes: bool = True,
 ) -> DedupResult:
     """Write deduplicated copies of ``sources`` under ``out_root`` (``<task>/<snapshot>/``) with one store.
 
     ``dictionary=True`` trains a zstd dictionary on the suite's records and
     writes every archive (store included) with it, in the IIPC layout.
+    ``map_indexes``: build the mapped index of each large copy for replay (off when
+    the copies are staged to be packed and moved).
     """
     snaps = [Snapshot.open(Path(p)) for p in sources]
     if not snaps:
@@ -234,6 +238,9 @@ def dedup_snapshots(
                 result.snapshots.append(_write_snapshot(snap, out_root, store, stored, shared, min_size, zdict,
                                                         level, result))
         _finish_store(store_dir, store_id, len(stored), zdict)
+        if map_indexes:
+            for target in targets:
+                warm_cache(target / INDEX)
     except BaseException:  # leave nothing half written behind
         for path in [*targets, store_dir]:
             shutil.rmtree(path, ignore_errors=True)

@@ -10,7 +10,9 @@ it serves its first request. :func:`open_index_map` gives an :class:`IndexMap` o
   then offset, as :func:`~.index_cache.parse_rows` orders them), each keyed by its position as four
   big-endian bytes, so record ``i`` is capture ``i``;
 * ``exact``: :func:`~.sortedfile.key_bytes` of (method, URL, request body in the index's POST form)
-  -> position, for the exact stage of matching.
+  -> position, for the exact stage of matching;
+* ``digests``: the payload digest of each capture that is not a revisit -> position, so a revisit
+  finds its original (:meth:`~.snapshot.Snapshot.find_original`) without the whole index parsed.
 
 The file is built when the index is built (``finalize``, ``snapshot index``, import; large indexes
 only, through :func:`~.index_cache.warm_cache`) or on the first mapped open of an older snapshot.
@@ -31,16 +33,18 @@ from pathlib import Path
 
 from ..config import data_dir
 from ..errors import ArchiveError
-from ..models.index import IndexRow, index_row
+from ..models.index import IndexEntry, IndexRow, index_row
 from .index_cache import parse_rows
 from .sortedfile import SortedFile, key_bytes, write_sorted_file
 
 __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
-           "run_map_hooks", "MapHook"]
+           "run_map_hooks", "MapHook", "original_digest"]
 
 log = logging.getLogger(__name__)
 
-_VERSION = 1
+_VERSION = 2
+_DIGEST = '"digest": "'
+_REVISIT = '"mime": "warc/revisit"'
 _POSITION = struct.Struct(">I")
 
 MapHook = Callable[["IndexMap"], None]
@@ -96,13 +100,30 @@ def build_index_map(index: Path, rows: list[IndexRow] | None = None) -> Path:
         raise ArchiveError(f"{index}: {len(rows)} captures are more than one mapped index holds (2**32)")
     lines = [(_POSITION.pack(i) + row[5].encode("utf-8", "surrogatepass"), i) for i, row in enumerate(rows)]
     exact = [(exact_key_bytes(row[3], row[2], row[4]), i) for i, row in enumerate(rows)]
+    digests = [(key_bytes(d), i) for i, row in enumerate(rows) if (d := original_digest(row[5]))]
     meta = {"version": _VERSION, "index": str(index.resolve()), "count": len(rows),
             "methods": sorted({row[3] for row in rows}), "first_timestamp": rows[0][0] if rows else None}
     try:
-        write_sorted_file(target, meta, {"lines": lines, "exact": exact})
+        write_sorted_file(target, meta, {"lines": lines, "exact": exact, "digests": digests})
     except OSError as e:
         raise ArchiveError(f"{target}: cannot write the mapped index ({e.strerror})") from None
     return target
+
+
+def original_digest(line: str) -> str | None:
+    """The payload digest of an index line that can be a revisit's original (None for a revisit).
+
+    Our index lines are ``json.dumps`` output, where a key's quotes are never escaped: a plain
+    search finds them; any other form is parsed.
+    """
+    at = line.find(_DIGEST)
+    if at < 0 or '"recordType"' in line:
+        entry = IndexEntry.from_line(line)
+        return entry.digest if entry.record_type != "revisit" and entry.digest else None
+    if _REVISIT in line:
+        return None
+    start = at + len(_DIGEST)
+    return line[start:line.index('"', start)] or None
 
 
 class IndexMap:
@@ -118,7 +139,8 @@ class IndexMap:
         self.first_timestamp: str | None = meta["first_timestamp"]
         self._lines = file.table("lines")
         self._exact = file.table("exact")
-        if len(self._lines) != self.count or len(self._exact) != self.count:
+        self._digests = file.table("digests")
+        if len(self._lines) != self.count or len(self._exact) != self.count or len(self._digests) > self.count:
             raise ArchiveError(f"{self.path}: tables disagree with the header; delete it to rebuild")
 
     def __len__(self) -> int:
@@ -135,6 +157,10 @@ class IndexMap:
     def exact(self, method: str, url: str, body: str | None) -> list[int]:
         """Positions (ascending) of the captures with exactly this method, URL and body."""
         return self._exact.find(exact_key_bytes(method, url, body))
+
+    def originals(self, digest: str) -> list[int]:
+        """Positions of the captures (not revisits) whose payload has this digest."""
+        return self._digests.find(key_bytes(digest))
 
     def close(self) -> None:
         self.file.close()

@@ -31,7 +31,8 @@ from typing import BinaryIO
 from .. import __version__
 from ..errors import SnapshotError
 from .dedup import STORE_MANIFEST, dedup_snapshots
-from .snapshot import latest_snapshot, list_snapshots
+from .index_cache import warm_cache
+from .snapshot import latest_snapshot, list_snapshots, load_manifest
 from .verify import verify_snapshot
 
 __all__ = ["PackResult", "UnpackResult", "choose_snapshots", "pack_suite", "unpack_suite", "PACK_MANIFEST"]
@@ -113,7 +114,7 @@ def pack_suite(root: Path, out: Path, *, tasks_file: Path | None = None, diction
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".pack-", dir=out.parent) as tmp:
         staged = Path(tmp) / "snapshots"
-        result = dedup_snapshots(sources, staged, min_size=min_size, dictionary=dictionary)
+        result = dedup_snapshots(sources, staged, min_size=min_size, dictionary=dictionary, map_indexes=False)
         members: list[tuple[str, Path]] = []
         if tasks_file is not None:
             members.append((f"tasks/{Path(tasks_file).name}", Path(tasks_file)))
@@ -277,6 +278,8 @@ def unpack_suite(pack: Path, dest: Path, *, tasks_out: Path | None = None) -> Un
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(root / rel), dest / rel)
             placed.append(dest / rel)
+        for folder in placed:  # a large snapshot's mapped index, keyed by where its index now lies
+            warm_cache(folder / load_manifest(folder).index)
         if tasks_file is not None:
             tasks_file.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(staging / _safe_member(str(manifest["tasks_file"])), tasks_file)

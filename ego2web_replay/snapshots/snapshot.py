@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
@@ -22,6 +22,7 @@ from ..models import FileDigest, SnapshotManifest, check_id, parse_model
 from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
+from .index_map import IndexMap, open_index_map
 from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
 from .storage import LocalStorage, Storage, SubStorage
 from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
@@ -92,6 +93,7 @@ class Snapshot:
         self.archive_path = self.path / manifest.archive
         self.index_path = self.path / manifest.index
         self._entries: list[IndexEntry] | None = None
+        self._imap: IndexMap | Literal[False] | None = None  # None: not looked for; False: there is none
 
     @classmethod
     def open(cls, path: Path, storage: Storage | None = None) -> Snapshot:
@@ -138,8 +140,12 @@ class Snapshot:
         revisits), then at earlier captures of the same URL with the same
         payload digest, then at any capture with that digest; among equals, a
         capture made with the revisit's method and with an HTTP status wins.
+        The captures with that digest come from the mapped index's digest table
+        when the snapshot has one and its index is not parsed yet (a large
+        snapshot under replay), else from :meth:`entries`; both give them in
+        index order, so the choice is the same.
         """
-        candidates = [e for e in self.entries() if e.record_type != "revisit" and e.digest == entry.digest]
+        candidates = self._same_payload(entry.digest)
         # prefer captures made with the revisit's own method and with an HTTP status
         candidates.sort(key=lambda e: (e.method != entry.method, e.status is None))
         if entry.refers_to_uri:
@@ -153,6 +159,26 @@ class Snapshot:
             earlier = [e for e in same_url if e.timestamp <= entry.timestamp]
             return earlier[-1] if earlier else same_url[0]
         return candidates[0] if candidates else None
+
+    def _same_payload(self, digest: str) -> list[IndexEntry]:
+        """The captures (not revisits) whose payload has ``digest``, in index order."""
+        imap = self._index_map() if self._entries is None else None
+        if imap is None:
+            return [e for e in self.entries() if e.record_type != "revisit" and e.digest == digest]
+        lines = sorted(imap.line(i) for i in imap.originals(digest))  # the index file's (sorted) order
+        return [e for e in map(IndexEntry.from_line, lines) if e.record_type != "revisit"]
+
+    def _index_map(self) -> IndexMap | None:
+        """The mapped form of the snapshot's index file on this machine (a local snapshot's, or the
+        local view's copy of a remote one), when one was built (never built here)."""
+        if self._imap is None:
+            self._imap = False
+            if self.index_path.is_file():
+                try:
+                    self._imap = open_index_map(self.index_path, build=False)
+                except (ArchiveError, OSError, KeyError, TypeError, ValueError):
+                    pass
+        return self._imap or None
 
     def resolve(self, entry: IndexEntry) -> ArchiveRecord:
         """The record to serve for an entry; a revisit is resolved to its original.

@@ -80,6 +80,7 @@ class EpisodeSpec:
     verdict_errors: dict[str, str] = field(default_factory=dict)  # judge -> error: a verdict not made
     repeat: int = 0
     validity: str | None = None  # frozen only: complete / degraded / off-snapshot
+    snapshot_id: str = "s1"  # the snapshot replayed (frozen) or the episode's own archive (live)
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -114,7 +115,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
                                  missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
                                  validity=e.validity)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
-                          snapshot_id="s1", agent=agent, steps=steps, answer=e.answer,
+                          snapshot_id=e.snapshot_id, agent=agent, steps=steps, answer=e.answer,
                           end_reason="answered" if e.answer else "stopped", started_at=started_at,
                           finished_at=started_at + timedelta(seconds=30), replay=replay, repeat=e.repeat)
         save_model(ed / "trajectory.json", traj)

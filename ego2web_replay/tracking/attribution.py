@@ -15,7 +15,9 @@ this order:
 
 Because a probe counts only within the window of a run, and the live archive
 always wins over probes, a probe taken later never rewrites how an older run
-is attributed.
+is attributed. With repeats, a flip is explained by the repeat whose outcome it
+is about (:attr:`~.compare.Flip.live_repeat`): its own archive, never another
+repeat's.
 """
 
 from __future__ import annotations
@@ -76,10 +78,13 @@ def _aware(ts: datetime | None) -> datetime | None:
     return None if ts is None else (ts if ts.tzinfo else ts.replace(tzinfo=UTC))
 
 
-def _episode(con: duckdb.DuckDBPyConnection, run_id: str, task_id: str, mode: str) -> tuple[Any, ...] | None:
+def _episode(con: duckdb.DuckDBPyConnection, run_id: str, task_id: str, mode: str,
+             repeat: int) -> tuple[Any, ...] | None:
+    """The episode of that repeat (else the task's first in that mode, for a database without repeats)."""
     return con.execute("SELECT path, snapshot_id, started_at, finished_at FROM episodes "
-                       "WHERE run_id = ? AND task_id = ? AND mode = ? ORDER BY repeat_index LIMIT 1",
-                       [run_id, task_id, mode]).fetchone()
+                       "WHERE run_id = ? AND task_id = ? AND mode = ? "
+                       "ORDER BY repeat_index <> ?, repeat_index LIMIT 1",
+                       [run_id, task_id, mode, repeat]).fetchone()
 
 
 def _from_files(con: duckdb.DuckDBPyConnection, live_path: str | None, frozen_path: str | None,
@@ -137,13 +142,19 @@ def _from_probe(con: duckdb.DuckDBPyConnection, task_id: str, start: datetime, e
 
 
 def attribute(con: duckdb.DuckDBPyConnection, task_id: str, live_run: str, frozen_run: str,
-              window: timedelta = DEFAULT_PROBE_WINDOW) -> Attribution:
-    """The attribution of one live/frozen pair (see the module docstring)."""
+              window: timedelta = DEFAULT_PROBE_WINDOW, *, live_repeat: int = 0,
+              frozen_repeat: int = 0) -> Attribution:
+    """The attribution of one live/frozen pair (see the module docstring): the live episode of
+    ``live_repeat`` against the frozen episode of ``frozen_repeat``. A stored pair diff counts
+    only when it was made from that live episode's own archive."""
     from .pairdiff_store import load_pair_diff
 
-    live, frozen = _episode(con, live_run, task_id, "live"), _episode(con, frozen_run, task_id, "frozen")
+    live = _episode(con, live_run, task_id, "live", live_repeat)
+    frozen = _episode(con, frozen_run, task_id, "frozen", frozen_repeat)
     frozen_snapshot_id = frozen[1] if frozen else None
     diff = load_pair_diff(con, live_run, task_id, frozen_snapshot_id) if frozen_snapshot_id else None
+    if diff is not None and live is not None and live[1] and diff.live_snapshot_id != live[1]:
+        diff = None  # another repeat's archive: not what this live episode saw
     if diff is None:
         diff = _from_files(con, live[0] if live else None, frozen[0] if frozen else None, task_id, live_run)
     if diff is not None:
@@ -169,12 +180,12 @@ def attach_attributions(db_path: Any, groups: list[Any], window: timedelta = DEF
     flips = [f for g in groups for f in g.flips]
     if not flips:
         return
-    cache: dict[tuple[str, str, str], Attribution] = {}
+    cache: dict[tuple[str, str, str, int, int], Attribution] = {}
     with read_connection(db_path) as con:
         for f in flips:
-            key = (f.task_id, f.live_run, f.frozen_run)
+            key = (f.task_id, f.live_run, f.frozen_run, f.live_repeat, f.frozen_repeat)
             if key not in cache:
-                cache[key] = attribute(con, *key, window=window)
+                cache[key] = attribute(con, *key[:3], window=window, live_repeat=key[3], frozen_repeat=key[4])
             a = cache[key]
             f.attribution = a
             f.drift_status = a.status

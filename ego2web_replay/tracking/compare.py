@@ -96,6 +96,9 @@ class Flip(BaseModel):
     frozen_rate: float = 0.0
     live_run: str
     frozen_run: str
+    live_repeat: int = Field(default=0, description="The live repeat the flip is explained by: the first whose "
+                             "outcome is the live side's (a failure when frozen is higher, else a success).")
+    frozen_repeat: int = Field(default=0, description="Likewise on the frozen side.")
     drift_status: str = Field(default="unknown", description="unchanged/changed/gone/blocked at the time of the "
                               "live run, or 'unknown' (see ``attribution``).")
     probed_at: datetime | None = Field(default=None, description="When the probe used was taken (probe source).")
@@ -254,6 +257,13 @@ def _repeats(tasks: Samples) -> list[ModeRepeats]:
                                 if mode in ms}) for mode in modes]
 
 
+def _telling(rows: list[tuple], success: bool) -> tuple:
+    """The first repeat (lowest index) whose outcome is ``success``: the one a flip on that side is
+    about (a task that failed live in one repeat of three is explained by that repeat's pages)."""
+    ordered = sorted(rows, key=lambda r: int(r[13]))
+    return next((r for r in ordered if bool(r[6]) == success), ordered[0])
+
+
 def _group(agent: str, judge: str, tasks: Samples, iterations: int,
            seed: int, level: float) -> GroupComparison:
     paired = sorted(t for t, m in tasks.items() if "live" in m and "frozen" in m)
@@ -278,8 +288,11 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
         if lv == fz:
             continue
         fz_rows = tasks[t]["frozen"]
+        live_row = _telling(tasks[t]["live"], lv > fz)
+        frozen_row = _telling(fz_rows, fz > lv)
         flips.append(Flip(task_id=t, category=tasks[t]["live"][0][4], direction="live only" if lv > fz else "frozen only",
-                          live_rate=lv, frozen_rate=fz, live_run=tasks[t]["live"][0][5], frozen_run=fz_rows[0][5],
+                          live_rate=lv, frozen_rate=fz, live_run=live_row[5], frozen_run=frozen_row[5],
+                          live_repeat=int(live_row[13]), frozen_repeat=int(frozen_row[13]),
                           frozen_misses=sum(r[9] for r in fz_rows)))
     requests = sum(e.requests for e in frozen_eps)
     lr, fr = rate(live), rate(frozen)

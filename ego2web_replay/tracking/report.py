@@ -155,8 +155,9 @@ def _comparison_html(comp: Comparison) -> str:
                   escape(f.attribution.source if f.attribution else "none"),
                   escape(f"{f.attribution.resources[0].status} {f.attribution.resources[0].url}")
                   if f.attribution and f.attribution.resources else "–", str(f.frozen_misses),
-                  f'<a href="{episode_page_path(f.live_run, f.task_id, "live")}">live</a> · '
-                  f'<a href="{episode_page_path(f.frozen_run, f.task_id, "frozen")}">frozen</a>'] for f in g.flips]))
+                  f'<a href="{episode_page_path(f.live_run, f.task_id, "live", f.live_repeat)}">live</a> · '
+                  f'<a href="{episode_page_path(f.frozen_run, f.task_id, "frozen", f.frozen_repeat)}">frozen</a>']
+                 for f in g.flips]))
         flagged = [e for e in g.frozen_episodes if e.flagged]
         if flagged:
             parts.append("<p>Frozen episodes with replay misses (their scores may reflect missing pages):</p>")
@@ -364,9 +365,9 @@ def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, genera
     """One page per flip (:mod:`.report_flips`); returns the images copied."""
     from .report_flips import flip_body, flip_page_path
 
-    paths: dict[tuple[str, str, str], str | None] = {}
-    for e in episodes:  # a flip's page shows the first repeat of each side
-        paths.setdefault((e[0], e[1], e[2]), e[15])
+    paths: dict[tuple[str, str, str, int], str | None] = {}
+    for e in episodes:  # a flip's page shows the repeats the flip is about
+        paths[(e[0], e[1], e[2], e[17])] = e[15]
     assets = 0
     for g in comp.groups:
         for f in g.flips:
@@ -374,8 +375,9 @@ def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, genera
             page.parent.mkdir(parents=True, exist_ok=True)
             if (files := page.with_name(page.stem + "_files")).exists():
                 shutil.rmtree(files)
-            body, n = flip_body(f, g.agent, g.judge, {"live": paths.get((f.live_run, f.task_id, "live")),
-                                                      "frozen": paths.get((f.frozen_run, f.task_id, "frozen"))}, page)
+            body, n = flip_body(f, g.agent, g.judge,
+                                {"live": paths.get((f.live_run, f.task_id, "live", f.live_repeat)),
+                                 "frozen": paths.get((f.frozen_run, f.task_id, "frozen", f.frozen_repeat))}, page)
             assets += n
             page.write_text(_page(f"Flip: {f.task_id} ({f.direction})", body, "../../", generated), "utf-8")
     return assets

@@ -21,6 +21,10 @@ from .report import _copy_asset, _safe, _table, episode_page_path
 __all__ = ["flip_page_path", "flip_body"]
 
 
+def _repeat(n: int) -> str:
+    return f" (repeat {n})" if n else ""
+
+
 def flip_page_path(agent: str, judge: str, task_id: str, live_run: str) -> str:
     """The page of one flip, relative to the report folder."""
     return f"flips/{_safe(agent)}-{_safe(judge)}/{_safe(task_id)}-{_safe(live_run)}.html"
@@ -82,10 +86,10 @@ def flip_body(flip: Flip, agent: str, judge: str, paths: dict[str, str | None], 
     a = flip.attribution
     facts = [["task", escape(flip.task_id)], ["agent · judge", escape(f"{agent} · {judge}")],
              ["success in", escape(flip.direction)],
-             ["live episode", f'<a href="../../{episode_page_path(flip.live_run, flip.task_id, "live")}">'
-                              f"{escape(flip.live_run)}</a>"],
-             ["frozen episode", f'<a href="../../{episode_page_path(flip.frozen_run, flip.task_id, "frozen")}">'
-                                f"{escape(flip.frozen_run)}</a>"],
+             ["live episode", f'<a href="../../{episode_page_path(flip.live_run, flip.task_id, "live", flip.live_repeat)}">'
+                              f"{escape(flip.live_run)}{_repeat(flip.live_repeat)}</a>"],
+             ["frozen episode", f'<a href="../../{episode_page_path(flip.frozen_run, flip.task_id, "frozen", flip.frozen_repeat)}">'
+                                f"{escape(flip.frozen_run)}{_repeat(flip.frozen_repeat)}</a>"],
              ["site at the live run", escape(flip.drift_status)],
              ["attributed from", escape(a.source if a else "none")
               + (f" ({a.probe_id})" if a and a.probe_id else "")
