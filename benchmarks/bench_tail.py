@@ -12,7 +12,7 @@ against the same server, over 2,000 URLs spread across the snapshot (exact match
 requests through the proxy on keep-alive connections: ``wrk`` (C, event-driven, one thread; the
 figure for the target, ``apt-get install wrk``) and, for comparison, the threaded Python client of
 ``_common.py`` (its own scheduling under the GIL adds to its tail). Also counted: how often the
-kernel preempted the server while it was measured (its involuntary context switches). Prints a
+kernel preempted the server while it was measured, and how long it waited for a CPU. Prints a
 table and rewrites the ``tail`` and ``tail-gc`` sections of BENCHMARKS.md.
 """
 
@@ -49,17 +49,19 @@ _WARMUP = 1.0
 CLIENTS = {"wrk": "wrk (C), 1 thread", "python": "Python threads"}
 
 
-def preemptions(pid: int) -> int:
-    """Involuntary context switches of every thread of ``pid`` so far (the kernel took the CPU away)."""
-    total = 0
-    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+def waited(pid: int) -> tuple[float, int]:
+    """Seconds every thread of ``pid`` has spent so far runnable but waiting for a CPU (schedstat),
+    and its involuntary context switches (the kernel took the CPU away)."""
+    wait, switches = 0.0, 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
         try:
-            for line in status.read_text().splitlines():
+            wait += int((task / "schedstat").read_text().split()[1]) / 1e9
+            for line in (task / "status").read_text().splitlines():
                 if line.startswith("nonvoluntary_ctxt_switches:"):
-                    total += int(line.split()[1])
-        except OSError:
+                    switches += int(line.split()[1])
+        except (OSError, IndexError, ValueError):
             continue
-    return total
+    return wait, switches
 
 
 def touch_all(port: int, urls: list[str]) -> None:
@@ -101,13 +103,15 @@ def measure(snapshot: Path, n: int, freeze: bool, duration: float, conns: int, t
         touch_all(peer.port, urls)  # every archived response read once, as a replay serves a page's again and again
         _wrk.run(peer.port, script, _WARMUP, conns)
         for client in clients:
-            before, t0 = preemptions(peer.proc.pid), time.monotonic()
+            before, t0 = waited(peer.proc.pid), time.monotonic()
             if client == "wrk":
                 res: dict[str, Any] = _wrk.run(peer.port, script, duration, conns)
             else:
                 res = run_load(peer.port, urls, concurrency=conns, duration=duration)
                 res["p999"] = float("nan")
-            res["preempted"] = (preemptions(peer.proc.pid) - before) / (time.monotonic() - t0)
+            after, elapsed = waited(peer.proc.pid), time.monotonic() - t0
+            res["waited"] = (after[0] - before[0]) / elapsed * 1000
+            res["preempted"] = (after[1] - before[1]) / elapsed
             res["load"] = loadavg()
             out[client] = res
     finally:
@@ -214,11 +218,13 @@ def main() -> None:
                 p999 = "n/a" if r["p999"] != r["p999"] else f"{r['p999']:.2f}"
                 print(f"  {n:>9,} {label}, {CLIENTS[client]}: {r['rps']:.0f} req/s, p50 {r['p50']:.2f} ms, "
                       f"p99 {r['p99']:.2f} ms ({ratio:.1f}x), p99.9 {p999} ms, errors {r['errors']:.0f}, "
-                      f"server preempted {r['preempted']:.0f}/s, load {r['load']}")
+                      f"server preempted {r['preempted']:.0f}/s, waited for a CPU {r['waited']:.0f} ms/s, "
+                      f"load {r['load']}")
                 rows.append([f"{n:,}", label, CLIENTS[client], f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}",
-                             f"{ratio:.1f}x", p999, f"{r['errors']:.0f}", f"{r['preempted']:.0f}", r["load"]])
+                             f"{ratio:.1f}x", p999, f"{r['errors']:.0f}", f"{r['preempted']:.0f}", f"{r['waited']:.0f}",
+                             r["load"]])
     header = ["captures", "index", "load client", "req/s", "p50 ms", "p99 ms", "p99 / p50", "p99.9 ms", "errors",
-              "server preempted (/s)", "load average after (1/5/15 min)"]
+              "server preempted (/s)", "server waited for a CPU (ms/s)", "load average after (1/5/15 min)"]
     print()
     print(text_table(header, rows))
     print(f"took {time.monotonic() - t_start:.0f} s")
@@ -238,9 +244,10 @@ histogram: it adds next to nothing of its own, so its figures are the ones for t
 **threaded Python client** of `benchmarks/_common.py` ({args.conns} threads under one GIL, 5 ms switch
 interval), kept for comparison with earlier runs: its own scheduling adds a tail of its own.
 "Server preempted" is how many times a second the kernel took the CPU from the server while it
-was measured (its involuntary context switches): on this machine's two cores, shared with the load
-client and whatever else runs, each is a stall of up to a scheduler slice (a few ms) for every
-request in flight, which no server code can prevent.
+was measured (its involuntary context switches), "waited for a CPU" how long, per second, it was
+ready to run but had no core (`/proc/PID/task/*/schedstat`): on this machine's two cores, shared
+with the load client and whatever else runs, every such wait stalls each request in flight, and no
+server code can prevent it; the more of it, the more p99 measures the machine rather than the server.
 
 The mapped index (the default for large snapshots) searches sorted, memory-mapped files and builds
 no per-capture Python objects; the in-memory index is the previous way. "Frozen" is the default:

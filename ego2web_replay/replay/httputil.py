@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable
-from datetime import UTC, datetime
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
 from urllib.parse import parse_qsl, urlsplit
 
@@ -40,6 +40,8 @@ __all__ = [
     "reason_phrase",
     "rewrite_jsonp",
     "shift_dates",
+    "date_offsets",
+    "http_date",
 ]
 
 Headers = list[tuple[str, str]]
@@ -265,6 +267,7 @@ def rewrite_jsonp(body: bytes, archived_url: str, request_url: str,
 
 
 _DATED = ("expires", "last-modified")
+_ZERO = timedelta(0)
 
 
 def shift_dates(headers: Headers, now: datetime) -> Headers:
@@ -276,22 +279,36 @@ def shift_dates(headers: Headers, now: datetime) -> Headers:
     Last-Modified heuristic) is what the live browser saw. No header is added;
     a response without a parseable ``Date`` is left as it is.
     """
-    date = get_header(headers, "date")
-    then = _aware(_http_date(date))
-    if then is None:
+    offsets = date_offsets(headers)
+    if offsets is None:
         return headers
-    delta = now - then
-    out: Headers = []
+    return [(k, v) if off is None else (k, http_date(now + off)) for (k, v), off in zip(headers, offsets, strict=True)]
+
+
+def date_offsets(headers: Sequence[tuple[str, str]]) -> tuple[timedelta | None, ...] | None:
+    """For each header, where :func:`shift_dates` puts it: ``now`` plus this offset (zero for ``Date``,
+    the archived distance from ``Date`` for ``Expires``/``Last-Modified``), or None for a header left
+    as it is; None for a response without a parseable ``Date``. Worked out once for a response, it
+    makes moving its dates to any later ``now`` a matter of formatting (see ``Responder``)."""
+    then = _aware(_http_date(get_header(headers, "date")))
+    if then is None:
+        return None
+    out: list[timedelta | None] = []
     for key, value in headers:
         lk = key.lower()
         if lk == "date":
-            value = format_datetime(now.astimezone(UTC), usegmt=True)
+            out.append(_ZERO)
         elif lk in _DATED:
             moved = _aware(_http_date(value))
-            if moved is not None:
-                value = format_datetime((moved + delta).astimezone(UTC), usegmt=True)
-        out.append((key, value))
-    return out
+            out.append(None if moved is None else moved - then)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def http_date(when: datetime) -> str:
+    """``when`` as an HTTP date (``Tue, 01 Dec 2026 09:00:00 GMT``)."""
+    return format_datetime(when.astimezone(UTC), usegmt=True)
 
 
 def _aware(when: datetime | None) -> datetime | None:

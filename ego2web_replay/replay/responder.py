@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from ..guard import blocked_response
@@ -34,8 +34,10 @@ from .httputil import (
     apply_range,
     clean_response_headers,
     conditional,
+    date_offsets,
     decode_body,
     get_header,
+    http_date,
     miss_response,
     not_modified_response,
     preflight_response,
@@ -54,6 +56,7 @@ CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 Headers = list[tuple[str, str]]
 Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
 Frozen = tuple[tuple[str, str], ...]  # headers as the cache keeps them (see _remember)
+Offsets = tuple[timedelta | None, ...] | None  # where each header's date goes (httputil.date_offsets)
 LogRow = tuple[str, str, str, int | None, str | None, float | None, str | None]  # one ReplayLogEntry's fields
 
 
@@ -170,7 +173,8 @@ class Responder:
         self._cache: dict[Any, Any] = {}
         self._cached_bytes = 0
         self._stable: dict[int, Any] = {}  # id of a cached head -> its cache entry (keeps it alive)
-        self._shifted: dict[int, tuple[Head, int, Frozen]] = {}  # cached head -> (it, second, shifted)
+        self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
+        self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
         self._rows: list[LogRow] = []  # the replay log, as plain tuples (see _log)
 
@@ -270,18 +274,40 @@ class Responder:
         return framed(status, reason, headers, rbody, method)
 
     def _dated(self, headers: Head) -> Head:
-        """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads."""
+        """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads.
+
+        A cached head's dates are parsed once (:func:`~.httputil.date_offsets`); each second after,
+        moving them is a lookup of the stamps of that second, so the moment every cached head goes
+        stale at once (each new second) costs no more than any other.
+        """
         now = datetime.now(UTC)
         second = int(now.timestamp())
         hit = self._shifted.get(id(headers))
-        if hit is not None and hit[0] is headers and hit[1] == second:
-            return hit[2]
-        shifted = shift_dates(list(headers), now.replace(microsecond=0))
-        if id(headers) in self._stable:  # a cached head: the same tuple comes back next time
-            frozen = tuple(shifted)
-            self._shifted[id(headers)] = (headers, second, frozen)
-            return frozen
-        return shifted
+        if hit is not None and hit[0] is headers:
+            if hit[1] == second:
+                return hit[2]
+            offsets = hit[3]
+        elif id(headers) in self._stable:  # a cached head: the same tuple comes back next time
+            offsets = date_offsets(headers)
+        else:
+            return shift_dates(list(headers), now.replace(microsecond=0))
+        if offsets is None:
+            dated: Frozen = tuple(headers)
+        else:
+            dated = tuple((k, v) if off is None else (k, self._stamp(second, off))
+                          for (k, v), off in zip(headers, offsets, strict=True))
+        self._shifted[id(headers)] = (headers, second, dated, offsets)
+        return dated
+
+    def _stamp(self, second: int, offset: timedelta) -> str:
+        """The HTTP date ``offset`` from the start of ``second`` (made once a second per offset)."""
+        stamps = self._stamps
+        if stamps[0] != second:
+            stamps = self._stamps = (second, {})
+        text = stamps[1].get(offset)
+        if text is None:
+            text = stamps[1][offset] = http_date(datetime.fromtimestamp(second, UTC) + offset)
+        return text
 
     # -- archived responses, read once ----------------------------------------
     # The cache holds tuples of strings, bytes and numbers only (headers as tuples of pairs, not
