@@ -107,6 +107,12 @@ class _Origin(socketserver.BaseRequestHandler):
             if path == "/echo":  # the request head as the origin got it
                 body = repr(headers).encode()
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            elif path == "/idle-408":  # as some servers close an idle kept connection: a 408 first
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+                time.sleep(0.1)
+                sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                sock.close()
+                return
             elif path.startswith("/hold"):  # a slow answer on a kept connection
                 time.sleep(0.2)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
@@ -434,3 +440,14 @@ def test_leaf_certificates_leave_nothing_on_disk(ca, tmp_path, monkeypatch):
         assert list(temp.iterdir()) == []
     finally:
         front.certs.close()
+
+
+def test_a_408_on_a_reused_connection_is_the_origin_closing_it_not_the_answer(origin, ca, tmp_path):
+    """Some servers send 408 before closing an idle kept connection; Chromium then sends again on a fresh
+    one, and so does the recorder: the next request gets its own answer, not that 408."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/idle-408")[2] == b"first"
+        time.sleep(0.3)  # the 408 has come and the origin has closed
+        assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
+    assert [r.http_status for r in rec.records() if r.rec_type == "response"] == [200, 200]

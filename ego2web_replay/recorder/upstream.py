@@ -7,9 +7,10 @@ it chunked). Connections are kept per origin (scheme, host, port) and reused, at
 most :data:`PER_ORIGIN` at a time, in use or kept, as Chromium opens to a site over
 HTTP/1.1 (a client on HTTP/2 may ask a hundred things at once: the rest wait); a
 kept connection that the origin closed meanwhile is retried once, on a fresh one,
-when nothing of the response had come, whatever the method: what Chromium itself
-does with a reused connection (a connection that dies after the response began is
-a failure, never a resend). An origin that answers before it has read the whole
+when nothing of the response had come (or only a ``408``, which some servers send
+before closing an idle connection), whatever the method: what Chromium itself does
+with a reused connection (a connection that dies after the response began is a
+failure, never a resend). An origin that answers before it has read the whole
 request body (a 413, a redirect) and then resets the connection gets its answer
 through. HTTPS verifies the origin's certificate
 against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
@@ -178,8 +179,8 @@ class UpstreamPool:
         idle = self._idle.get(key)
         while idle:
             link = idle.pop()
-            if not link.writer.is_closing() and not link.reader.at_eof():
-                return link
+            if not link.writer.is_closing() and not link.reader.at_eof() and not getattr(link.reader, "_buffer", b""):
+                return link  # (bytes nobody asked for, on an idle connection: it is not idle, as Chromium judges)
             link.close()
         return None
 
@@ -246,6 +247,8 @@ class UpstreamPool:
         try:
             while True:
                 resp = await self._read_head(link, first=not started)
+                if resp.status == 408 and link.reused and not started:
+                    raise _Stale()  # an idle connection the origin closed with a 408 (Chromium sends again too)
                 started = True
                 if 100 <= resp.status < 200 and resp.status != 101:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
