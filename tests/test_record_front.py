@@ -113,6 +113,11 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
                 sock.close()
                 return
+            elif path == "/trickle":  # a long body that keeps coming, slowly
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
+                for byte in b"trickled":
+                    time.sleep(0.1)
+                    sock.sendall(bytes([byte]))
             elif path.startswith("/hold"):  # a slow answer on a kept connection
                 time.sleep(0.2)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
@@ -451,3 +456,14 @@ def test_a_408_on_a_reused_connection_is_the_origin_closing_it_not_the_answer(or
         time.sleep(0.3)  # the 408 has come and the origin has closed
         assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
     assert [r.http_status for r in rec.records() if r.rec_type == "response"] == [200, 200]
+
+
+def test_a_body_that_keeps_coming_slowly_is_not_cut_by_the_read_timeout(origin, ca, tmp_path):
+    """The read timeout is the longest wait between reads of a body with a length (a large download on a
+    slow line takes as long as it takes); nothing at all for that long is a 502."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 0.5  # the trickle takes 0.8 s, 0.1 s between bytes
+        assert rec.open(base + "/trickle")[:3:2] == (200, b"trickled")
+        status, headers, _ = rec.open(base + "/slow")
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"

@@ -254,9 +254,9 @@ class UpstreamPool:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
                 break
             if method != "HEAD" and resp.status not in _NO_BODY_STATUS and resp.status != 101:
-                resp.body = await asyncio.wait_for(self._read_body(link, resp), self.read_timeout_s)
+                resp.body = await self._read_body(link, resp)
         except TimeoutError:
-            raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:.0f} s") from None
+            raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:g} s") from None
         except ConnectionError as e:
             if link.reused and not started:
                 raise _Stale() from None
@@ -289,29 +289,50 @@ class UpstreamPool:
         return UpstreamResponse(int(code), reason, version, headers)
 
     async def _read_body(self, link: _Link, resp: UpstreamResponse) -> bytes:
+        """The body. One with a length may take as long as it keeps coming (``read_timeout_s`` between
+        reads: a large download on a slow line); one without may never end (a stream of events), so it
+        gets ``read_timeout_s`` in all."""
         reader = link.reader
         te = _tokens(_header(resp.headers, "transfer-encoding"))
         try:
             if "chunked" in te:
                 resp.chunked = True
-                return await self._read_chunks(reader)
+                return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
             length = _header(resp.headers, "content-length")
             if length is not None:
                 n = int(length.split(",")[0].strip())
                 if n > MAX_RESPONSE:
                     raise UpstreamError("protocol", f"response too large to archive ({n} bytes)")
-                return await reader.readexactly(n)
-            # no length: the body runs to the end of the connection
-            data = await reader.read(MAX_RESPONSE + 1)
-            parts = [data]
-            while data:
-                data = await reader.read(MAX_RESPONSE + 1)
-                parts.append(data)
-            return b"".join(parts)
+                return await self._read_exactly(reader, n)
+            return await asyncio.wait_for(self._read_to_end(reader), self.read_timeout_s)
         except asyncio.IncompleteReadError:
             raise UpstreamError("closed", "the origin closed the connection in the middle of the body") from None
+        except asyncio.LimitOverrunError:
+            raise UpstreamError("protocol", "bad chunk framing from the origin") from None
         except ValueError:
             raise UpstreamError("protocol", "bad Content-Length from the origin") from None
+
+    async def _read_exactly(self, reader: asyncio.StreamReader, n: int) -> bytes:
+        parts: list[bytes] = []
+        while n > 0:
+            data = await asyncio.wait_for(reader.read(min(n, 1 << 20)), self.read_timeout_s)
+            if not data:
+                raise asyncio.IncompleteReadError(b"".join(parts), None)
+            parts.append(data)
+            n -= len(data)
+        return b"".join(parts)
+
+    @staticmethod
+    async def _read_to_end(reader: asyncio.StreamReader) -> bytes:
+        """A body without a length: it runs to the end of the connection."""
+        parts: list[bytes] = []
+        total = 0
+        while data := await reader.read(1 << 20):
+            total += len(data)
+            if total > MAX_RESPONSE:
+                raise UpstreamError("protocol", "response too large to archive")
+            parts.append(data)
+        return b"".join(parts)
 
     @staticmethod
     async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
