@@ -98,6 +98,9 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
                 sock.close()
                 return
+            if path == "/vanish" and served > 1:  # a kept connection that takes a request and closes unanswered
+                sock.close()
+                return
             if path == "/slow":  # never answers; notes when the proxy closes the connection
                 sock.settimeout(10)
                 with contextlib.suppress(OSError):
@@ -121,7 +124,7 @@ class _Origin(socketserver.BaseRequestHandler):
             elif path.startswith("/hold"):  # a slow answer on a kept connection
                 time.sleep(0.2)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
-            elif path in ("/keep", "/partial"):
+            elif path in ("/keep", "/partial", "/vanish"):
                 body = b"kept alive"
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
                              % (len(body), body))
@@ -467,3 +470,17 @@ def test_a_body_that_keeps_coming_slowly_is_not_cut_by_the_read_timeout(origin, 
         assert rec.open(base + "/trickle")[:3:2] == (200, b"trickled")
         status, headers, _ = rec.open(base + "/slow")
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
+
+
+
+def test_a_post_on_a_reused_connection_that_got_no_answer_is_sent_again_as_chromium_does(origin, ca, tmp_path):
+    """Nothing of an answer came on a reused kept-alive connection: the request, POST included, is sent once
+    more on a fresh connection, which is Chromium's own rule (docs/ARCHITECTURE.md). The origin may then see
+    it twice, exactly as it would from the browser without the recorder."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/vanish")[2] == b"kept alive"
+        before = len(origin.seen)
+        assert rec.open(base + "/vanish", data=b"order=2", method="POST")[:3:2] == (200, b"kept alive")
+    assert [line for line, _ in origin.seen[before:]] == ["POST /vanish HTTP/1.1"] * 2
+    assert rec.archive.exchanges == 2 and not rec.archive.errors
