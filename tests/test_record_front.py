@@ -370,6 +370,7 @@ def test_stopping_closes_upstream_connections_in_flight(origin, ca, tmp_path, ca
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert "Task was destroyed" not in caplog.text
+    assert rec.archive.errors == []  # the proxy's own stop cut that exchange, not the origin
 
 
 def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_path):
