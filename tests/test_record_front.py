@@ -116,6 +116,8 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
                 sock.close()
                 return
+            elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
             elif path == "/trickle":  # a long body that keeps coming, slowly
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
                 for byte in b"trickled":
@@ -485,3 +487,14 @@ def test_a_post_on_a_reused_connection_that_got_no_answer_is_sent_again_as_chrom
         assert rec.open(base + "/vanish", data=b"order=2", method="POST")[:3:2] == (200, b"kept alive")
     assert [line for line, _ in origin.seen[before:]] == ["POST /vanish HTTP/1.1"] * 2
     assert rec.archive.exchanges == 2 and not rec.archive.errors
+
+
+def test_a_kept_connection_with_bytes_nobody_asked_for_is_not_reused(origin, ca, tmp_path):
+    """An origin that answers HEAD with a body leaves bytes on the connection; reusing it would read them as
+    the next answer. Like Chromium, the recorder does not reuse a connection that is not idle."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/head-body", method="HEAD")[:2] == (200, {"content-length": "5"})
+        time.sleep(0.2)
+        assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
+    assert not rec.archive.errors
