@@ -171,9 +171,21 @@ def origin():
     server.server_close()
 
 
+_OPEN: list[SnapshotWriter] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_archives():
+    """Each test's archive is closed after it, whether or not the test read it back."""
+    yield
+    while _OPEN:
+        _OPEN.pop().writer.close()
+
+
 class _Recording:
     def __init__(self, root, ca, writer: object | None = None, guard: str = "loopback") -> None:
         self.snap = SnapshotWriter(root, "T", compression="zst", source="record")
+        _OPEN.append(self.snap)
         self.archive = ExchangeArchive(writer or self.snap.writer)
         self.front = RecordFront(self.archive, ca=ca, guard=GuardPolicy(mode=guard))
 
@@ -368,7 +380,6 @@ def test_stopping_closes_upstream_connections_in_flight(origin, ca, tmp_path, ca
                 time.sleep(0.02)
         assert origin.slow_closed.wait(5)
         waiting.join(5)
-        rec.snap.writer.close()
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert "Task was destroyed" not in caplog.text
@@ -498,3 +509,30 @@ def test_a_kept_connection_with_bytes_nobody_asked_for_is_not_reused(origin, ca,
         time.sleep(0.2)
         assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
     assert not rec.archive.errors
+
+
+def test_stopping_while_connecting_to_an_origin_leaves_nothing_pending(ca, tmp_path):
+    """An origin whose connect never completes (its accept queue is full) holds no task past the stop."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        fillers = [socket.socket() for _ in range(3)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(full.getsockname())
+        time.sleep(0.1)
+        url = f"http://127.0.0.1:{full.getsockname()[1]}/never"
+        with _Recording(tmp_path, ca) as rec:
+            def ask() -> None:
+                with contextlib.suppress(OSError):  # the proxy closes the connection as it stops
+                    rec.open(url)
+
+            waiting = threading.Thread(target=ask, daemon=True)
+            waiting.start()
+            time.sleep(0.5)
+            assert len(rec.front._inflight) == 1  # still connecting
+        waiting.join(5)
+        for filler in fillers:
+            filler.close()
+    assert not rec.front._inflight  # ended with the proxy, not left pending in a closed loop
+    assert rec.archive.errors == []

@@ -156,4 +156,8 @@ class RecordFront(ProxyFront):
         await self.upstream.aclose()
         pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
         if pending:
-            await asyncio.wait(pending, timeout=2)
+            _, late = await asyncio.wait(pending, timeout=2)
+            for task in late:  # e.g. still connecting to an origin that does not answer
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1)

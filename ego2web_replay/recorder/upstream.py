@@ -89,6 +89,10 @@ class _Link:
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """Close at once, dropping what is still to be sent (a close would wait to send it first)."""
+        self.writer.transport.abort()
+
 
 class UpstreamPool:
     """Kept-alive HTTP/1.1 connections to origins; :meth:`fetch` asks one request."""
@@ -264,7 +268,7 @@ class UpstreamPool:
         finally:
             if not sending.done() or sending.cancelled() or sending.exception() is not None:
                 sending.cancel()
-                link.close()  # the request did not go out whole (answered early): never reused
+                link.abort()  # the request did not go out whole (answered early): never reused
         return resp
 
     async def _read_head(self, link: _Link, first: bool = True) -> UpstreamResponse:
