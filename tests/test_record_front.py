@@ -66,8 +66,18 @@ class _Origin(socketserver.BaseRequestHandler):
 
     def handle(self) -> None:
         sock: socket.socket = self.request
-        buf = bytearray()
         self.server.connections += 1  # type: ignore[attr-defined]
+        with self.server.lock:  # type: ignore[attr-defined]
+            self.server.active += 1  # type: ignore[attr-defined]
+            self.server.peak = max(self.server.peak, self.server.active)  # type: ignore[attr-defined]
+        try:
+            self.serve(sock)
+        finally:
+            with self.server.lock:  # type: ignore[attr-defined]
+                self.server.active -= 1  # type: ignore[attr-defined]
+
+    def serve(self, sock: socket.socket) -> None:
+        buf = bytearray()
         served = 0  # requests answered on this connection
         while True:
             if self.path_of(buf) == "/early":  # answers before reading the body, then resets the connection
@@ -88,6 +98,9 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # a reset
                 sock.close()
                 return
+            if path == "/vanish" and served > 1:  # a kept connection that takes a request and closes unanswered
+                sock.close()
+                return
             if path == "/slow":  # never answers; notes when the proxy closes the connection
                 sock.settimeout(10)
                 with contextlib.suppress(OSError):
@@ -97,7 +110,23 @@ class _Origin(socketserver.BaseRequestHandler):
             if path == "/echo":  # the request head as the origin got it
                 body = repr(headers).encode()
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
-            elif path in ("/keep", "/partial"):
+            elif path == "/idle-408":  # as some servers close an idle kept connection: a 408 first
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
+                time.sleep(0.1)
+                sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                sock.close()
+                return
+            elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
+            elif path == "/trickle":  # a long body that keeps coming, slowly
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
+                for byte in b"trickled":
+                    time.sleep(0.1)
+                    sock.sendall(bytes([byte]))
+            elif path.startswith("/hold"):  # a slow answer on a kept connection
+                time.sleep(0.2)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
+            elif path in ("/keep", "/partial", "/vanish"):
                 body = b"kept alive"
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%b"
                              % (len(body), body))
@@ -111,13 +140,19 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + b"until close " * 100)
                 sock.close()
                 return
-            elif path == "/ws":
+            elif path.startswith("/ws"):
                 accept = base64.b64encode(hashlib.sha1((headers["sec-websocket-key"] + WS_GUID).encode()).digest())
                 sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
-                while data := (bytes(buf) if buf else sock.recv(65536)):
-                    buf.clear()
-                    sock.sendall(b"echo:" + data)
+                if "bye" in line:  # the origin ends the websocket itself
+                    sock.sendall(b"bye")
+                    sock.close()
+                    return
+                with contextlib.suppress(OSError):
+                    while data := (bytes(buf) if buf else sock.recv(65536)):
+                        buf.clear()
+                        sock.sendall(b"echo:" + data)
+                self.server.ws_closed.set()  # type: ignore[attr-defined]
                 return
             else:
                 sock.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
@@ -128,16 +163,29 @@ def origin():
     server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Origin)
     server.daemon_threads = True
     server.seen, server.connections = [], 0  # type: ignore[attr-defined]
-    server.slow_closed = threading.Event()  # type: ignore[attr-defined]
+    server.slow_closed, server.ws_closed = threading.Event(), threading.Event()  # type: ignore[attr-defined]
+    server.lock, server.active, server.peak = threading.Lock(), 0, 0  # type: ignore[attr-defined]
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server
     server.shutdown()
     server.server_close()
 
 
+_OPEN: list[SnapshotWriter] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_archives():
+    """Each test's archive is closed after it, whether or not the test read it back."""
+    yield
+    while _OPEN:
+        _OPEN.pop().writer.close()
+
+
 class _Recording:
     def __init__(self, root, ca, writer: object | None = None, guard: str = "loopback") -> None:
         self.snap = SnapshotWriter(root, "T", compression="zst", source="record")
+        _OPEN.append(self.snap)
         self.archive = ExchangeArchive(writer or self.snap.writer)
         self.front = RecordFront(self.archive, ca=ca, guard=GuardPolicy(mode=guard))
 
@@ -332,10 +380,10 @@ def test_stopping_closes_upstream_connections_in_flight(origin, ca, tmp_path, ca
                 time.sleep(0.02)
         assert origin.slow_closed.wait(5)
         waiting.join(5)
-        rec.snap.writer.close()
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
     assert "Task was destroyed" not in caplog.text
+    assert rec.archive.errors == []  # the proxy's own stop cut that exchange, not the origin
 
 
 def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_path):
@@ -353,3 +401,138 @@ def test_request_bytes_that_are_not_utf8_are_archived_not_fatal(origin, ca, tmp_
     requests = [r for r in rec.records() if r.rec_type == "request"]
     assert [r.http_header("X-Name") for r in requests if r.url.endswith("/keep")][:1] == ["caf%C3%A9"]
     assert f"http://{host}/keep?q=%FF" in [r.url for r in requests]
+
+
+def test_connections_to_one_origin_are_bounded_as_a_browser_bounds_them(origin, ca, tmp_path):
+    """Many requests at once (HTTP/2 streams, or many client connections) share at most PER_ORIGIN
+    upstream connections, as Chromium talking HTTP/1.1 to a site would: a small origin is not flooded."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        with origin.lock:
+            origin.peak = before = origin.active  # connections earlier tests may still be closing
+        answers: list[bytes] = []
+        clients = [threading.Thread(target=lambda i=i: answers.append(rec.open(f"{base}/hold?{i}")[2]))
+                   for i in range(3 * PER_ORIGIN)]
+        for client in clients:
+            client.start()
+        for client in clients:
+            client.join(20)
+    assert answers == [b"held"] * 3 * PER_ORIGIN
+    assert origin.peak - before <= PER_ORIGIN
+
+
+def test_a_websocket_tunnel_closes_when_either_side_closes(origin, ca, tmp_path):
+    port = origin.server_address[1]
+
+    def upgrade(path: str) -> bytes:
+        return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+                "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
+                "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+    with _Recording(tmp_path, ca) as rec:
+        origin.ws_closed.clear()
+        s, got = _raw(rec.front.port, upgrade("/ws"), lambda b: b"\r\n\r\n" in b)
+        assert got.startswith(b"HTTP/1.1 101 ")
+        s.close()  # the client goes: the proxy closes the origin's side
+        assert origin.ws_closed.wait(5)
+        s, got = _raw(rec.front.port, upgrade("/ws?bye"), lambda b: b"bye" in b)
+        with s:  # the origin goes: the proxy closes the client's side
+            assert got.endswith(b"bye")
+            s.settimeout(5)
+            assert s.recv(100) == b""
+        deadline = time.monotonic() + 5
+        while rec.front._pipes and time.monotonic() < deadline:  # both tunnels end: nothing left open
+            time.sleep(0.02)
+        assert not rec.front._pipes
+
+
+def test_leaf_certificates_leave_nothing_on_disk(ca, tmp_path, monkeypatch):
+    """Even while the proxy runs (a killed process never cleans up), no leaf or key stays in the temp folder."""
+    import tempfile
+
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    front = RecordFront(ExchangeArchive(None), ca=ca, guard=GuardPolicy(mode="loopback"))
+    try:
+        ctx = front.certs.context("leaf.example")
+        assert ctx is front.certs.context("LEAF.example.")  # one context per host
+        assert list(temp.iterdir()) == []
+    finally:
+        front.certs.close()
+
+
+def test_a_408_on_a_reused_connection_is_the_origin_closing_it_not_the_answer(origin, ca, tmp_path):
+    """Some servers send 408 before closing an idle kept connection; Chromium then sends again on a fresh
+    one, and so does the recorder: the next request gets its own answer, not that 408."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/idle-408")[2] == b"first"
+        time.sleep(0.3)  # the 408 has come and the origin has closed
+        assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
+    assert [r.http_status for r in rec.records() if r.rec_type == "response"] == [200, 200]
+
+
+def test_a_body_that_keeps_coming_slowly_is_not_cut_by_the_read_timeout(origin, ca, tmp_path):
+    """The read timeout is the longest wait between reads of a body with a length (a large download on a
+    slow line takes as long as it takes); nothing at all for that long is a 502."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 0.5  # the trickle takes 0.8 s, 0.1 s between bytes
+        assert rec.open(base + "/trickle")[:3:2] == (200, b"trickled")
+        status, headers, _ = rec.open(base + "/slow")
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
+
+
+
+def test_a_post_on_a_reused_connection_that_got_no_answer_is_sent_again_as_chromium_does(origin, ca, tmp_path):
+    """Nothing of an answer came on a reused kept-alive connection: the request, POST included, is sent once
+    more on a fresh connection, which is Chromium's own rule (docs/ARCHITECTURE.md). The origin may then see
+    it twice, exactly as it would from the browser without the recorder."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/vanish")[2] == b"kept alive"
+        before = len(origin.seen)
+        assert rec.open(base + "/vanish", data=b"order=2", method="POST")[:3:2] == (200, b"kept alive")
+    assert [line for line, _ in origin.seen[before:]] == ["POST /vanish HTTP/1.1"] * 2
+    assert rec.archive.exchanges == 2 and not rec.archive.errors
+
+
+def test_a_kept_connection_with_bytes_nobody_asked_for_is_not_reused(origin, ca, tmp_path):
+    """An origin that answers HEAD with a body leaves bytes on the connection; reusing it would read them as
+    the next answer. Like Chromium, the recorder does not reuse a connection that is not idle."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/head-body", method="HEAD")[:2] == (200, {"content-length": "5"})
+        time.sleep(0.2)
+        assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")
+    assert not rec.archive.errors
+
+
+def test_stopping_while_connecting_to_an_origin_leaves_nothing_pending(ca, tmp_path):
+    """An origin whose connect never completes (its accept queue is full) holds no task past the stop."""
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        fillers = [socket.socket() for _ in range(3)]
+        for filler in fillers:
+            filler.setblocking(False)
+            filler.connect_ex(full.getsockname())
+        time.sleep(0.1)
+        url = f"http://127.0.0.1:{full.getsockname()[1]}/never"
+        with _Recording(tmp_path, ca) as rec:
+            def ask() -> None:
+                with contextlib.suppress(OSError):  # the proxy closes the connection as it stops
+                    rec.open(url)
+
+            waiting = threading.Thread(target=ask, daemon=True)
+            waiting.start()
+            time.sleep(0.5)
+            assert len(rec.front._inflight) == 1  # still connecting
+        waiting.join(5)
+        for filler in fillers:
+            filler.close()
+    assert not rec.front._inflight  # ended with the proxy, not left pending in a closed loop
+    assert rec.archive.errors == []

@@ -134,6 +134,8 @@ class RecordFront(ProxyFront):
         try:
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
         except UpstreamError as e:
+            if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
+                return _plain(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
             if e.kind == "certificate":
                 self.archive.note_untrusted(host, str(e))
             self.archive.note_error(url, str(e))
@@ -154,4 +156,8 @@ class RecordFront(ProxyFront):
         await self.upstream.aclose()
         pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
         if pending:
-            await asyncio.wait(pending, timeout=2)
+            _, late = await asyncio.wait(pending, timeout=2)
+            for task in late:  # e.g. still connecting to an origin that does not answer
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=1)

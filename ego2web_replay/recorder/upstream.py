@@ -3,11 +3,14 @@
 One request in, one response out, with the body exactly as the origin sent it
 (content-encoding kept; a chunked body is read out of its chunks and the response
 is marked ``chunked``, so the archive stores it chunked again and the client gets
-it chunked). Connections are kept per origin (scheme, host, port) and reused; a
+it chunked). Connections are kept per origin (scheme, host, port) and reused, at
+most :data:`PER_ORIGIN` at a time, in use or kept, as Chromium opens to a site over
+HTTP/1.1 (a client on HTTP/2 may ask a hundred things at once: the rest wait); a
 kept connection that the origin closed meanwhile is retried once, on a fresh one,
-when nothing of the response had come, whatever the method: what Chromium itself
-does with a reused connection (a connection that dies after the response began is
-a failure, never a resend). An origin that answers before it has read the whole
+when nothing of the response had come (or only a ``408``, which some servers send
+before closing an idle connection), whatever the method: what Chromium itself does
+with a reused connection (a connection that dies after the response began is a
+failure, never a resend). An origin that answers before it has read the whole
 request body (a 413, a redirect) and then resets the connection gets its answer
 through. HTTPS verifies the origin's certificate
 against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
@@ -27,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP"]
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
 
 MAX_HEAD = 256 * 1024
 MAX_RESPONSE = 1024 * 1024 * 1024  # one archived response at most (read whole, as mitmproxy does)
@@ -35,7 +38,7 @@ _NO_BODY_STATUS = frozenset({204, 304})
 #: Headers that describe the client's connection to the proxy, never forwarded upstream.
 HOP_BY_HOP = frozenset({"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer",
                         "transfer-encoding"})
-_IDLE_PER_ORIGIN = 8
+PER_ORIGIN = 6  # connections to one origin at a time, kept or in use: what Chromium opens over HTTP/1.1
 
 
 class UpstreamError(Exception):
@@ -86,13 +89,18 @@ class _Link:
     def close(self) -> None:
         self.writer.close()
 
+    def abort(self) -> None:
+        """Close at once, dropping what is still to be sent (a close would wait to send it first)."""
+        self.writer.transport.abort()
+
 
 class UpstreamPool:
     """Kept-alive HTTP/1.1 connections to origins; :meth:`fetch` asks one request."""
 
     def __init__(self, *, upstream_ca: Path | None = None, connect_timeout_s: float = 30.0,
-                 read_timeout_s: float = 120.0) -> None:
-        self.connect_timeout_s, self.read_timeout_s = connect_timeout_s, read_timeout_s
+                 read_timeout_s: float = 120.0, per_origin: int = PER_ORIGIN) -> None:
+        self.connect_timeout_s, self.read_timeout_s, self.per_origin = connect_timeout_s, read_timeout_s, per_origin
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
         self._tls = ssl.create_default_context()
         # Python 3.13 adds RFC 5280 strictness (e.g. a leaf must name its authority key) that
         # browsers and mitmproxy do not ask of a site: verify as they do.
@@ -108,7 +116,15 @@ class UpstreamPool:
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
         """Send one request (``target``: origin-form path and query) and read its whole response."""
         key = (scheme, host, port)
-        head = self._head(method, target, headers, body, host, port, scheme)
+        data = self._head(method, target, headers, body, host, port, scheme) + body
+        slots = self._slots.get(key)
+        if slots is None:
+            slots = self._slots[key] = asyncio.Semaphore(self.per_origin)
+        async with slots:
+            return await self._fetch(key, data, method)
+
+    async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str) -> UpstreamResponse:
+        scheme, host, port = key
         retried = False
         while True:
             if self.closed:
@@ -122,7 +138,7 @@ class UpstreamPool:
                 raise UpstreamError("closed", "the recording proxy is stopping")
             self._busy.add(link)
             try:
-                resp = await self._exchange(link, head + body, method)
+                resp = await self._exchange(link, data, method)
             except _Stale:
                 link.close()
                 if fresh:
@@ -140,7 +156,7 @@ class UpstreamPool:
             elif self._reusable(resp) and not link.writer.is_closing():
                 link.reused = True
                 idle = self._idle.setdefault(key, [])
-                if len(idle) < _IDLE_PER_ORIGIN:
+                if len(idle) < self.per_origin:
                     idle.append(link)
                 else:
                     link.close()
@@ -167,8 +183,8 @@ class UpstreamPool:
         idle = self._idle.get(key)
         while idle:
             link = idle.pop()
-            if not link.writer.is_closing() and not link.reader.at_eof():
-                return link
+            if not link.writer.is_closing() and not link.reader.at_eof() and not getattr(link.reader, "_buffer", b""):
+                return link  # (bytes nobody asked for, on an idle connection: it is not idle, as Chromium judges)
             link.close()
         return None
 
@@ -235,14 +251,16 @@ class UpstreamPool:
         try:
             while True:
                 resp = await self._read_head(link, first=not started)
+                if resp.status == 408 and link.reused and not started:
+                    raise _Stale()  # an idle connection the origin closed with a 408 (Chromium sends again too)
                 started = True
                 if 100 <= resp.status < 200 and resp.status != 101:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
                 break
             if method != "HEAD" and resp.status not in _NO_BODY_STATUS and resp.status != 101:
-                resp.body = await asyncio.wait_for(self._read_body(link, resp), self.read_timeout_s)
+                resp.body = await self._read_body(link, resp)
         except TimeoutError:
-            raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:.0f} s") from None
+            raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:g} s") from None
         except ConnectionError as e:
             if link.reused and not started:
                 raise _Stale() from None
@@ -250,7 +268,7 @@ class UpstreamPool:
         finally:
             if not sending.done() or sending.cancelled() or sending.exception() is not None:
                 sending.cancel()
-                link.close()  # the request did not go out whole (answered early): never reused
+                link.abort()  # the request did not go out whole (answered early): never reused
         return resp
 
     async def _read_head(self, link: _Link, first: bool = True) -> UpstreamResponse:
@@ -275,29 +293,50 @@ class UpstreamPool:
         return UpstreamResponse(int(code), reason, version, headers)
 
     async def _read_body(self, link: _Link, resp: UpstreamResponse) -> bytes:
+        """The body. One with a length may take as long as it keeps coming (``read_timeout_s`` between
+        reads: a large download on a slow line); one without may never end (a stream of events), so it
+        gets ``read_timeout_s`` in all."""
         reader = link.reader
         te = _tokens(_header(resp.headers, "transfer-encoding"))
         try:
             if "chunked" in te:
                 resp.chunked = True
-                return await self._read_chunks(reader)
+                return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
             length = _header(resp.headers, "content-length")
             if length is not None:
                 n = int(length.split(",")[0].strip())
                 if n > MAX_RESPONSE:
                     raise UpstreamError("protocol", f"response too large to archive ({n} bytes)")
-                return await reader.readexactly(n)
-            # no length: the body runs to the end of the connection
-            data = await reader.read(MAX_RESPONSE + 1)
-            parts = [data]
-            while data:
-                data = await reader.read(MAX_RESPONSE + 1)
-                parts.append(data)
-            return b"".join(parts)
+                return await self._read_exactly(reader, n)
+            return await asyncio.wait_for(self._read_to_end(reader), self.read_timeout_s)
         except asyncio.IncompleteReadError:
             raise UpstreamError("closed", "the origin closed the connection in the middle of the body") from None
+        except asyncio.LimitOverrunError:
+            raise UpstreamError("protocol", "bad chunk framing from the origin") from None
         except ValueError:
             raise UpstreamError("protocol", "bad Content-Length from the origin") from None
+
+    async def _read_exactly(self, reader: asyncio.StreamReader, n: int) -> bytes:
+        parts: list[bytes] = []
+        while n > 0:
+            data = await asyncio.wait_for(reader.read(min(n, 1 << 20)), self.read_timeout_s)
+            if not data:
+                raise asyncio.IncompleteReadError(b"".join(parts), None)
+            parts.append(data)
+            n -= len(data)
+        return b"".join(parts)
+
+    @staticmethod
+    async def _read_to_end(reader: asyncio.StreamReader) -> bytes:
+        """A body without a length: it runs to the end of the connection."""
+        parts: list[bytes] = []
+        total = 0
+        while data := await reader.read(1 << 20):
+            total += len(data)
+            if total > MAX_RESPONSE:
+                raise UpstreamError("protocol", "response too large to archive")
+            parts.append(data)
+        return b"".join(parts)
 
     @staticmethod
     async def _read_chunks(reader: asyncio.StreamReader) -> bytes:

@@ -4,8 +4,9 @@ The project CA (:func:`ego2web_replay.proxy.project_ca`, the one mitmproxy uses
 too) signs one short-lived leaf per host the client tunnels to, so a client that
 trusts the CA, by file or by its SPKI pin, trusts the replay. Leaves share one
 P-256 key (minting is one signature); each host's :class:`ssl.SSLContext` is made
-once and kept. The standard library loads certificates only from files, so the
-leaves live in a private temporary folder (0700) removed by :meth:`LeafCerts.close`.
+once and kept. The standard library loads certificates only from files, so each
+leaf (with the key) is written to a private temporary file (0600), loaded, and
+removed at once: nothing stays on disk, even when the process is killed.
 An SNI callback moves a handshake to the context of the name the client asked for.
 """
 
@@ -14,11 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import os
-import shutil
 import ssl
 import tempfile
 import threading
-from pathlib import Path
 from typing import Any
 
 from ..errors import ProxyError
@@ -48,13 +47,8 @@ class LeafCerts:
             raise ProxyError(f"cannot read the project CA in {ca.confdir}: {e}") from None
         self._ca_pem = ca.cert_path.read_bytes()
         self._key = ec.generate_private_key(ec.SECP256R1())
-        self._dir = Path(tempfile.mkdtemp(prefix="ego2web-leaves-"))
-        os.chmod(self._dir, 0o700)
-        self._key_file = self._dir / "leaf-key.pem"
-        fd = os.open(self._key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                            serialization.NoEncryption()))
+        self._key_pem = self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption())
         self._alpn = [ALPN_H2, ALPN_HTTP1] if http2 else [ALPN_HTTP1]
         self._contexts: dict[str, ssl.SSLContext] = {}
         self._lock = threading.Lock()
@@ -76,12 +70,15 @@ class LeafCerts:
         from cryptography.hazmat.primitives import serialization
 
         cert = self._mint(host)
-        name = "".join(c if c.isalnum() or c in ".-" else "_" for c in host)[:100]
-        path = self._dir / f"{name}-{len(self._contexts)}.pem"
-        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + self._ca_pem)  # leaf, then the CA
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-        ctx.load_cert_chain(str(path), str(self._key_file))
+        fd, name = tempfile.mkstemp(prefix="ego2web-leaf-", suffix=".pem")  # 0600, this process's own
+        try:
+            with os.fdopen(fd, "wb") as f:  # leaf, then the CA, then the key
+                f.write(cert.public_bytes(serialization.Encoding.PEM) + self._ca_pem + self._key_pem)
+            ctx.load_cert_chain(name)
+        finally:
+            os.unlink(name)
         ctx.set_alpn_protocols(self._alpn)
         ctx.sni_callback = self._sni
         return ctx
@@ -118,5 +115,4 @@ class LeafCerts:
         return builder.sign(self._ca_key, hashes.SHA256())  # type: ignore[arg-type]
 
     def close(self) -> None:
-        """Remove the leaves' folder (contexts already made keep working)."""
-        shutil.rmtree(self._dir, ignore_errors=True)
+        """Nothing is left to remove (no leaf stays on disk); kept so a proxy's stop reads the same."""
