@@ -118,6 +118,9 @@ class _Origin(socketserver.BaseRequestHandler):
                 return
             elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
+            elif path == "/large":  # 3 MiB of random bytes
+                body = os.urandom(3 << 20)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
             elif path == "/trickle":  # a long body that keeps coming, slowly
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
                 for byte in b"trickled":
@@ -536,3 +539,17 @@ def test_stopping_while_connecting_to_an_origin_leaves_nothing_pending(ca, tmp_p
             filler.close()
     assert not rec.front._inflight  # ended with the proxy, not left pending in a closed loop
     assert rec.archive.errors == []
+
+
+def test_a_body_past_the_record_cap_is_refused_not_archived_where_the_index_would_refuse_it(origin, ca, tmp_path,
+                                                                                           monkeypatch):
+    """The snapshot reader refuses a record over EGO2WEB_MAX_RECORD_BYTES; the recorder does not archive one,
+    so the rest of the recording still finalizes."""
+    monkeypatch.setenv("EGO2WEB_MAX_RECORD_BYTES", str(2 << 20))
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        status, headers, body = rec.open(base + "/large")
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
+    assert b"too large to archive" in body
+    assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/keep"]

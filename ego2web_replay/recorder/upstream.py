@@ -30,10 +30,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..limits import max_record_bytes
+
 __all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
 
 MAX_HEAD = 256 * 1024
-MAX_RESPONSE = 1024 * 1024 * 1024  # one archived response at most (read whole, as mitmproxy does)
+_HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
+
+
+def max_response() -> int:
+    """The largest body archived (read whole, as mitmproxy does): what the snapshot reader accepts as
+    one record (``EGO2WEB_MAX_RECORD_BYTES``), so a recording never holds a record its index refuses."""
+    return max(max_record_bytes() - _HEAD_ROOM, _HEAD_ROOM)
 _NO_BODY_STATUS = frozenset({204, 304})
 #: Headers that describe the client's connection to the proxy, never forwarded upstream.
 HOP_BY_HOP = frozenset({"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer",
@@ -305,8 +313,9 @@ class UpstreamPool:
             length = _header(resp.headers, "content-length")
             if length is not None:
                 n = int(length.split(",")[0].strip())
-                if n > MAX_RESPONSE:
-                    raise UpstreamError("protocol", f"response too large to archive ({n} bytes)")
+                if n > max_response():
+                    raise UpstreamError("protocol", f"response too large to archive ({n} bytes; "
+                                                    "EGO2WEB_MAX_RECORD_BYTES)")
                 return await self._read_exactly(reader, n)
             return await asyncio.wait_for(self._read_to_end(reader), self.read_timeout_s)
         except asyncio.IncompleteReadError:
@@ -330,18 +339,18 @@ class UpstreamPool:
     async def _read_to_end(reader: asyncio.StreamReader) -> bytes:
         """A body without a length: it runs to the end of the connection."""
         parts: list[bytes] = []
-        total = 0
+        total, limit = 0, max_response()
         while data := await reader.read(1 << 20):
             total += len(data)
-            if total > MAX_RESPONSE:
-                raise UpstreamError("protocol", "response too large to archive")
+            if total > limit:
+                raise UpstreamError("protocol", "response too large to archive (EGO2WEB_MAX_RECORD_BYTES)")
             parts.append(data)
         return b"".join(parts)
 
     @staticmethod
     async def _read_chunks(reader: asyncio.StreamReader) -> bytes:
         parts: list[bytes] = []
-        total = 0
+        total, limit = 0, max_response()
         while True:
             line = await reader.readuntil(b"\r\n")
             try:
@@ -353,8 +362,8 @@ class UpstreamPool:
                     pass  # trailers: not kept (mitmproxy's recorder kept none either)
                 return b"".join(parts)
             total += size
-            if total > MAX_RESPONSE:
-                raise UpstreamError("protocol", "response too large to archive")
+            if total > limit:
+                raise UpstreamError("protocol", "response too large to archive (EGO2WEB_MAX_RECORD_BYTES)")
             parts.append(await reader.readexactly(size))
             if await reader.readexactly(2) != b"\r\n":
                 raise UpstreamError("protocol", "bad chunk framing from the origin")
