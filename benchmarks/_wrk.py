@@ -47,9 +47,17 @@ def version() -> str:
     return (out.stdout + out.stderr).split("Copyright")[0].strip() or "unknown"
 
 
-def write_script(urls: Sequence[str], path: Path) -> Path:
-    """A Lua script for :func:`run` that cycles over ``urls`` (absolute, sent through the proxy)."""
-    path.write_text(_SCRIPT % ",\n".join(json.dumps(u) for u in urls))
+def write_script(urls: Sequence[str], path: Path, delay_ms: float = 0.0) -> Path:
+    """A Lua script for :func:`run` that cycles over ``urls`` (absolute, sent through the proxy).
+
+    ``delay_ms``: each connection waits this long after an answer before it sends its next request
+    (wrk's ``delay`` hook; the wait is not counted in the latency), so the load is paced below what
+    the server can take instead of saturating it.
+    """
+    text = _SCRIPT % ",\n".join(json.dumps(u) for u in urls)
+    if delay_ms > 0:
+        text += f"delay = function()\n  return {delay_ms:g}\nend\n"
+    path.write_text(text)
     return path
 
 
