@@ -20,12 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +102,6 @@ class RecordFront(ProxyFront):
         self.blocked_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ego2web-archive")
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
@@ -145,20 +142,12 @@ class RecordFront(ProxyFront):
             return _plain(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
-        write = functools.partial(self.archive.archive, url=url, method=method, request_headers=headers,
-                                  request_body=body, status=resp.status, reason=resp.reason,
-                                  response_headers=resp.headers, response_body=resp.body, http_version=resp.version,
-                                  ip=resp.ip, started=started, authority=authority)
-        # written by the archive's own thread (in order; compression runs beside the loop), and
-        # only then answered: nothing reaches the client unrecorded
-        if not await asyncio.get_running_loop().run_in_executor(self._writer, write):
+        if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
+                                    status=resp.status, reason=resp.reason, response_headers=resp.headers,
+                                    response_body=resp.body, http_version=resp.version, ip=resp.ip,
+                                    started=started, authority=authority):
             return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         return _client_reply(resp, method)
-
-    def stop(self) -> None:
-        """Stop serving; return once every exchange taken in is written (the snapshot can be finalized)."""
-        super().stop()
-        self._writer.shutdown(wait=True)
 
     async def closing(self) -> None:
         """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket."""
