@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
+from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
 
@@ -74,11 +75,11 @@ class ExchangeArchive:
             req_headers, url = [(k, _wire_text(v)) for k, v in req_headers], _wire_url(url)
         red = self.redactor if not self.keep_credentials else None
         if red is not None:
-            req_type, req_enc = _header(req_headers, "content-type"), _header(req_headers, "content-encoding")
+            req_type, req_enc = get_header(req_headers, "content-type"), get_header(req_headers, "content-encoding")
             req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
             url = red.url(url)
             req_body = red.body(req_type, req_body, req_enc)
-        if authority is not None and _header(req_headers, "host") is None:
+        if authority is not None and get_header(req_headers, "host") is None:
             req_headers.insert(0, ("Host", authority))
         date = dt.datetime.fromtimestamp(started, dt.UTC).replace(tzinfo=None)
         try:
@@ -128,12 +129,6 @@ def _wire_url(url: str) -> str:
         return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
     return url
 
-
-def _header(headers: list[tuple[str, str]], name: str) -> str | None:
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None
 
 
 class Recorder(ExchangeArchive):

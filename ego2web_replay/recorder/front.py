@@ -31,19 +31,14 @@ from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
 from ..web import reason_phrase
 from ..wire import Reply
-from ..wire.conn import ProxyFront, split_authority
+from ..wire.conn import ProxyFront, split_authority, split_url
+from ..wire.h1 import error_reply
 from .addon import ExchangeArchive
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
 __all__ = ["RecordFront"]
 
 _DEFAULT_PORT = {"http": 80, "https": 443}
-
-
-def _plain(status: int, message: str, extra: list[tuple[str, str]]) -> Reply:
-    body = f"ego2web-replay: {message}\n".encode()
-    headers = [("Content-Type", "text/plain; charset=utf-8"), *extra, ("Content-Length", str(len(body)))]
-    return Reply(status, reason_phrase(status), headers, body, False, "error")
 
 
 def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
@@ -113,7 +108,7 @@ class RecordFront(ProxyFront):
             status, head, text = blocked_response(host, why)
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
         if self.archive.failed:
-            return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
+            return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):
             headers = [(k, v) for k, v in headers if k.lower() != "expect"]
         task = asyncio.ensure_future(self._forward(method, url, headers, body))
@@ -123,11 +118,7 @@ class RecordFront(ProxyFront):
 
     async def _forward(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         started = time.time()
-        scheme, _, rest = url.partition("://")
-        cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-        authority, target = rest[:cut], rest[cut:] or "/"
-        if target.startswith("?"):
-            target = "/" + target
+        scheme, authority, target = split_url(url)
         host, _ = split_authority(authority, scheme)
         port_text = authority[len(host) + 1:] if authority.startswith(host + ":") else ""
         port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
@@ -135,18 +126,18 @@ class RecordFront(ProxyFront):
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
         except UpstreamError as e:
             if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
-                return _plain(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
+                return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
             if e.kind == "certificate":
                 self.archive.note_untrusted(host, str(e))
             self.archive.note_error(url, str(e))
-            return _plain(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
+            return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
                                     status=resp.status, reason=resp.reason, response_headers=resp.headers,
                                     response_body=resp.body, http_version=resp.version, ip=resp.ip,
                                     started=started, authority=authority):
-            return _plain(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
+            return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         return _client_reply(resp, method)
 
     async def closing(self) -> None:

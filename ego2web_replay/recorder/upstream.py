@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..limits import max_record_bytes
+from ..web import get_header
 
 __all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
 
@@ -71,12 +71,6 @@ class UpstreamResponse:
     reader: asyncio.StreamReader | None = field(default=None, repr=False)  # a 101's connection
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
 
-
-def _header(headers: Sequence[tuple[str, str]], name: str) -> str | None:
-    for k, v in headers:
-        if k.lower() == name:
-            return v
-    return None
 
 
 def _tokens(value: str | None) -> set[str]:
@@ -223,7 +217,7 @@ class UpstreamPool:
         # Connection and the fields it names describe the client's hop (RFC 9110 7.6.1): not forwarded,
         # except an upgrade (a websocket), which asks the origin for the same.
         named = _tokens(", ".join(v for k, v in headers if k.lower() == "connection"))
-        upgrade = "upgrade" in named and _header(headers, "upgrade") is not None
+        upgrade = "upgrade" in named and get_header(headers, "upgrade") is not None
         if upgrade:
             out.append("Connection: Upgrade")
         for k, v in headers:
@@ -246,7 +240,7 @@ class UpstreamPool:
         if not has_host:
             default = 443 if scheme == "https" else 80
             out.insert(1, f"Host: {host}" + (f":{port}" if port != default else ""))
-        if body or chunked_in or _header(headers, "content-length") is not None:
+        if body or chunked_in or get_header(headers, "content-length") is not None:
             out.append(f"Content-Length: {len(body)}")  # the body was read whole: always a length upstream
         return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
@@ -305,12 +299,12 @@ class UpstreamPool:
         reads: a large download on a slow line); one without may never end (a stream of events), so it
         gets ``read_timeout_s`` in all."""
         reader = link.reader
-        te = _tokens(_header(resp.headers, "transfer-encoding"))
+        te = _tokens(get_header(resp.headers, "transfer-encoding"))
         try:
             if "chunked" in te:
                 resp.chunked = True
                 return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
-            length = _header(resp.headers, "content-length")
+            length = get_header(resp.headers, "content-length")
             if length is not None:
                 n = int(length.split(",")[0].strip())
                 if n > max_response():
@@ -370,13 +364,13 @@ class UpstreamPool:
 
     @staticmethod
     def _reusable(resp: UpstreamResponse) -> bool:
-        conn = _tokens(_header(resp.headers, "connection"))
+        conn = _tokens(get_header(resp.headers, "connection"))
         if "close" in conn:
             return False
         if resp.version == "HTTP/1.0" and "keep-alive" not in conn:
             return False
-        te = _tokens(_header(resp.headers, "transfer-encoding"))
-        return "chunked" in te or _header(resp.headers, "content-length") is not None \
+        te = _tokens(get_header(resp.headers, "transfer-encoding"))
+        return "chunked" in te or get_header(resp.headers, "content-length") is not None \
             or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
 
 

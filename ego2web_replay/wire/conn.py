@@ -34,7 +34,7 @@ from .h1 import H1Handler, Request
 from .h2conn import H2Handler
 from .reply import Reply
 
-__all__ = ["ProxyFront", "bind_socket", "split_authority", "host_of"]
+__all__ = ["ProxyFront", "bind_socket", "split_authority", "split_url", "host_of"]
 
 log = logging.getLogger(__name__)
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
@@ -74,11 +74,18 @@ def split_authority(authority: str, scheme: str) -> tuple[str, str]:
     return host, host
 
 
+def split_url(url: str) -> tuple[str, str, str]:
+    """``(scheme, authority, target)`` of an absolute ``url``; the target in origin form (``/`` when
+    empty, a bare ``?query`` given its ``/``), the scheme as written."""
+    scheme, _, rest = url.partition("://")
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    target = rest[cut:] or "/"
+    return scheme, rest[:cut], "/" + target if target.startswith("?") else target
+
+
 def host_of(url: str) -> str:
     """The host of an absolute ``url`` (no port, IPv6 brackets kept)."""
-    rest = url.partition("://")[2]
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    return split_authority(rest[:cut], "http")[0]
+    return split_authority(split_url(url)[1], "http")[0]
 
 
 def settle_future(future: asyncio.Future[None]) -> None:
@@ -209,12 +216,8 @@ class _Conn(asyncio.Protocol):
         lowered = target[:8].lower()
         host_header = req.header("host")
         if lowered.startswith("http://") or lowered.startswith("https://"):
-            scheme, _, rest = target.partition("://")
+            scheme, authority, path = split_url(target)
             scheme = scheme.lower()
-            cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-            authority, path = rest[:cut], rest[cut:] or "/"
-            if path.startswith("?"):
-                path = "/" + path
         else:
             scheme, authority, path = self.scheme, self.tunnel, target
         if host_header:

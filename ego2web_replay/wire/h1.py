@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ..web import reason_phrase
@@ -91,11 +91,11 @@ def head_bytes(reply: Reply) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
 
 
-def error_reply(status: int, message: str) -> Reply:
-    """A short plain-text answer of the proxy itself (``message`` is its one line)."""
+def error_reply(status: int, message: str, extra: Sequence[tuple[str, str]] = ()) -> Reply:
+    """A short plain-text answer of the proxy itself (``message`` is its one line; ``extra`` headers)."""
     body = f"ego2web-replay: {message}\n".encode()
-    return Reply(status, reason_phrase(status), [("Content-Type", "text/plain; charset=utf-8"),
-                                                 ("Content-Length", str(len(body)))], body, False, "error")
+    headers = [("Content-Type", "text/plain; charset=utf-8"), *extra, ("Content-Length", str(len(body)))]
+    return Reply(status, reason_phrase(status), headers, body, False, "error")
 
 
 def settle(reply: Awaitable[Reply], done: Callable[[Reply], None]) -> None:
