@@ -11,6 +11,7 @@ import pytest
 
 from ego2web_replay.errors import ArchiveError
 from ego2web_replay.models.index import IndexEntry
+from ego2web_replay.replay import mapped as mapped_module
 from ego2web_replay.replay.mapped import MappedMatchIndex, canonical_file
 from ego2web_replay.replay.matching import MatchIndex
 from ego2web_replay.replay.rules import default_rules, load_rules
@@ -131,8 +132,12 @@ def _requests(rng: random.Random, captures: list[tuple[str, str, str | None]]) -
     return out
 
 
-@pytest.mark.parametrize("seed", [1, 2])
-def test_mapped_and_memory_answer_alike(tmp_path, data_home, seed):
+@pytest.mark.parametrize(("seed", "memo_max"), [(1, None), (2, None), (3, 7)])
+def test_mapped_and_memory_answer_alike(tmp_path, data_home, monkeypatch, seed, memo_max):
+    """Every request asked twice (the second time from the mapped index's memo of lookups and
+    captures; with ``memo_max`` 7 the memo is emptied again and again): the same answers throughout."""
+    if memo_max is not None:
+        monkeypatch.setattr(mapped_module, "MEMO_MAX", memo_max)
     rng = random.Random(seed)
     snaps = []
     for n in range(2):  # two snapshots replayed together
@@ -153,13 +158,15 @@ def test_mapped_and_memory_answer_alike(tmp_path, data_home, seed):
             assert [mapped.capture(i) for i in range(len(mapped))] == captures
             outcomes = set()
             learned_hits = 0
-            for method, url, body in requests:
+            for method, url, body in requests + requests:
                 ctype = "application/x-www-form-urlencoded" if body else None
                 want = memory.match(method, url, body, ctype)
                 got = mapped.match(method, url, body, ctype)
                 assert got == want, (policy, fuzzy, method, url, body)
                 outcomes.add(want.outcome)
                 learned_hits += "learned volatile" in want.key
+            assert len(mapped._exact_memo) <= mapped_module.MEMO_MAX
+            assert len(mapped._capture_memo) <= mapped_module.MEMO_MAX
             mapped.close()
             assert outcomes >= {"exact", "canonical", "miss"} | ({"fuzzy"} if fuzzy else set())
             assert learned_hits

@@ -48,6 +48,7 @@ __all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_def
            "BUILDS"]
 
 _VERSION = 1
+MEMO_MAX = 200_000  # exact lookups and captures remembered, each (a few hundred bytes apiece)
 _CODE: str | None = None
 CANONICAL_HOOK = "replay.canonical"  # the name the commands' lazy wiring registers under too
 BUILDS = [0]  # canonical files this process has written (read by tests: a first open builds none)
@@ -146,6 +147,12 @@ class MappedMatchIndex(IndexBase):
         self.canonical = [f.table("canonical") for f in self._files]
         self._paths: dict[tuple[str, str], _PathTables] = {}
         self._build_lock = threading.Lock()
+        # What the hot path looked up once: a replay asks for the same few hundred URLs again and
+        # again (a page's resources, on every reload), and a bisection plus a row decoded costs
+        # more than the rest of a cached answer. Tuples of strings and numbers only, so the
+        # collector stops tracking them; bounded, emptied when full (see MEMO_MAX).
+        self._exact_memo: dict[tuple[str, str, str], tuple[int, ...]] = {}
+        self._capture_memo: dict[int, Capture] = {}
         self._default = ReplaySession(self, policy)
 
     @classmethod
@@ -161,17 +168,32 @@ class MappedMatchIndex(IndexBase):
         return self.maps[snapshot].first_timestamp
 
     def capture(self, position: int) -> Capture:
+        memo = self._capture_memo
+        hit = memo.get(position)
+        if hit is not None:
+            return hit
         n = bisect.bisect_right(self.bases, position) - 1
         ts, _offset, url, method, body, line = self.maps[n].row(position - self.bases[n])
-        return Capture(url, method, body or None, ts, (n, line))
+        capture = Capture(url, method, body or None, ts, (n, line))
+        if len(memo) >= MEMO_MAX:
+            memo.clear()
+        memo[position] = capture
+        return capture
 
-    def _gather(self, found: Sequence[list[int]]) -> list[int] | None:
+    def _gather(self, found: Sequence[Sequence[int]]) -> list[int] | None:
         out = [self.bases[n] + p for n, positions in enumerate(found) for p in positions]
         return out or None
 
-    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
-        method, url, body = key
-        return self._gather([imap.exact(method, url, body) for imap in self.maps])
+    def exact_positions(self, key: tuple[str, str, str]) -> Sequence[int] | None:
+        memo = self._exact_memo
+        hit = memo.get(key)
+        if hit is None:
+            method, url, body = key
+            hit = tuple(self._gather([imap.exact(method, url, body) for imap in self.maps]) or ())
+            if len(memo) >= MEMO_MAX:
+                memo.clear()
+            memo[key] = hit
+        return hit or None
 
     def canonical_positions(self, host: str, key: str) -> list[int] | None:
         wanted = key_bytes(host, key)

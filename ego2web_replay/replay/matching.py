@@ -11,7 +11,7 @@ import gc
 import hashlib
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
@@ -243,7 +243,7 @@ class IndexBase(ABC):
         """The capture at ``position`` (recorded order)."""
 
     @abstractmethod
-    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
+    def exact_positions(self, key: tuple[str, str, str]) -> Sequence[int] | None:
         """Positions of the captures with this (method, URL, body) key, ascending."""
 
     @abstractmethod
@@ -371,7 +371,7 @@ class MatchIndex(IndexBase):
     def capture(self, position: int) -> Capture:
         return self.captures[position]
 
-    def exact_positions(self, key: tuple[str, str, str]) -> list[int] | None:
+    def exact_positions(self, key: tuple[str, str, str]) -> Sequence[int] | None:
         return self.exact.get(key)
 
     def canonical_positions(self, host: str, key: str) -> list[int] | None:
@@ -404,7 +404,7 @@ class ReplaySession:
             self._used.clear()
             self._last_position = 0
 
-    def _pick(self, stage: str, key: Any, positions: list[int]) -> int:
+    def _pick(self, stage: str, key: Any, positions: Sequence[int]) -> int:
         """The capture to serve among ``positions`` (recorded order); call with the lock held.
 
         ``sequence`` serves the first capture of the key this session has not
@@ -416,8 +416,8 @@ class ReplaySession:
             position = positions[-1]
         else:
             slot = (stage, key)
-            cursor = self._cursor.get(slot, 0)
             last = len(positions) - 1
+            cursor = min(self._cursor.get(slot, 0), last)
             while cursor < last and positions[cursor] in self._used:
                 cursor += 1
             self._cursor[slot] = cursor
@@ -457,8 +457,8 @@ class ReplaySession:
             learned_key = _learned_key(canon, names)
             positions = index.learned_positions(host, canon.group, learned_key)
             if positions:
-                with self._lock:
-                    position = self._pick("canonical", learned_key, positions)
+                with self._lock:  # its own cursors: a learned key can read like a canonical key of other captures
+                    position = self._pick("learned", learned_key, positions)
                 return MatchResult("canonical", index.capture(position), 1.0,
                                    f"{learned_key} (learned volatile: {', '.join(sorted(names))})")
         entries = index.group_entries(host, canon.group) if index.fuzzy else None
