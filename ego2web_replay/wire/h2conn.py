@@ -7,7 +7,8 @@ as DATA frames within the peer's flow-control windows: what does not fit waits f
 a WINDOW_UPDATE. A reply archived chunked keeps its bytes (HTTP/2 has no chunked
 framing, so it goes without Content-Length, as mitmproxy sends it). A reply that
 comes later (an awaitable: the recording proxy waits for the upstream) is sent when
-it arrives; other streams go on meanwhile.
+it arrives; other streams go on meanwhile. A request body over :data:`~.h1.MAX_BODY`
+is answered 413 at once and its stream reset (the rest of it is not read into memory).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
-from .h1 import settle
+from . import h1
+from .h1 import error_reply, settle
 from .reply import Reply
 
 __all__ = ["H2Handler"]
@@ -73,10 +75,12 @@ class H2Handler:
                 self._respond(event.stream_id)
         elif isinstance(event, h2.events.DataReceived):
             entry = self.requests.get(event.stream_id)  # type: ignore[arg-type]
-            if entry is not None:
-                entry[1].extend(event.data or b"")
             if event.flow_controlled_length:
                 self.conn.acknowledge_received_data(event.flow_controlled_length, event.stream_id)  # type: ignore[arg-type]
+            if entry is not None:
+                entry[1].extend(event.data or b"")
+                if len(entry[1]) > h1.MAX_BODY:
+                    self._too_large(event.stream_id)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.StreamEnded):
             if event.stream_id in self.requests:
                 self._respond(event.stream_id)  # type: ignore[arg-type]
@@ -101,6 +105,15 @@ class H2Handler:
             settle(reply, lambda r: self._late(stream_id, method, r))
             return
         self._send(stream_id, method, reply)
+
+    def _too_large(self, stream_id: int) -> None:
+        """Answer 413 and reset the stream: the client stops sending, nothing more is kept."""
+        del self.requests[stream_id]
+        self._send(stream_id, "POST", error_reply(413, "request body too large"))
+        try:
+            self.conn.reset_stream(stream_id)  # NO_ERROR: the answer is complete (RFC 9113, 8.1)
+        except h2.exceptions.H2Error:
+            pass
 
     def _late(self, stream_id: int, method: str, reply: Reply) -> None:
         if self.done:
