@@ -3,19 +3,19 @@ snapshots of 10k, 100k and 1M captures, with the mapped index (the default) and 
 (frozen out of the cyclic garbage collector, or not: ``--configs``); and the pause of one full
 collection with such an index open, frozen or not.
 
-    .venv/bin/python benchmarks/bench_tail.py [--sizes 10000 100000 1000000] [--duration 10] [--conns 10]
-                                              [--clients wrk wrk-paced python] [--only load|pauses]
+    .venv/bin/python benchmarks/bench_tail.py [--sizes 10000 100000 1000000] [--duration 8] [--rounds 3]
+                                              [--conns 10] [--clients wrk wrk-paced pacer] [--only load|pauses]
 
 The snapshots are built once under ``benchmarks/out/`` (``_bigsnap.py``). Each configuration runs
-``ego2web-replay serve`` in its own process; the load clients run in others, one after the other
-against the same server, over 2,000 URLs spread across the snapshot (exact matches), absolute-form
-requests through the proxy on keep-alive connections: ``wrk`` (C, event-driven, one thread,
-``apt-get install wrk``) saturating the server and paced (``wrk-paced``: each connection waits
-``PACE_MS`` after an answer), and, for comparison, the threaded Python client of ``_common.py``
-(its own scheduling under the GIL adds to its tail). After each configuration a static asyncio
-server holding the same bytes in memory is measured by both wrk modes: the machine's own tail. Also counted: how often the
-kernel preempted the server while it was measured, and how long it waited for a CPU. Prints a
-table and rewrites the ``tail`` and ``tail-gc`` sections of BENCHMARKS.md.
+``ego2web-replay serve`` in its own process, beside two limits of the machine: a static asyncio
+server holding the same bytes in memory and, when installed (``apt-get install nginx-light``),
+nginx serving the same bodies as files. Three load clients, all C, run in turn against each server,
+in rounds, over 2,000 URLs spread across the snapshot (exact matches), absolute-form requests on
+keep-alive connections: ``wrk`` saturating, ``wrk`` paced (each connection waits ``PACE_MS`` after
+an answer), and ``pacer.c`` (open loop: ``PACE_RATE`` requests/s evenly spaced, latency from when
+each was due). Also counted: how often the kernel preempted the server while it was measured, and
+how long it waited for a CPU. Prints a table and rewrites the ``tail`` and ``tail-gc`` sections of
+BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -23,14 +23,19 @@ from __future__ import annotations
 import argparse
 import http.client
 import os
+import shutil
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
+import _pacer  # noqa: E402
 import _peers  # noqa: E402
 import _wrk  # noqa: E402
 from _bigsnap import big_snapshot  # noqa: E402
@@ -40,7 +45,6 @@ from _common import (  # noqa: E402
     machine_info,
     machine_lines,
     markdown_table,
-    run_load,
     text_table,
     update_section,
     wait_port,
@@ -49,10 +53,15 @@ from _synthetic import synthetic_url  # noqa: E402
 
 _SAMPLE = 2000
 _WARMUP = 1.0
-PACE_MS = 5.0  # the paced client's wait between an answer and the next request, per connection
-CLIENTS = {"wrk": "wrk (C), 1 thread, saturating", "wrk-paced": f"wrk (C), 1 thread, paced ({PACE_MS:g} ms between requests)",
-           "python": "Python threads"}
-WRK_CLIENTS = ("wrk", "wrk-paced")
+PACE_MS = 5.0  # wrk-paced: each connection's wait between an answer and its next request
+PACE_RATE = 2000.0  # pacer: requests per second over all connections (10 connections: one each every 5 ms)
+CLIENTS = {"wrk": "wrk, saturating", "wrk-paced": f"wrk, paced ({PACE_MS:g} ms after each answer)",
+           "pacer": f"pacer, {PACE_RATE:g} req/s evenly spaced"}
+
+
+def sample_urls(n: int) -> list[str]:
+    """The URLs requested of a snapshot of ``n`` captures: {_SAMPLE} spread across it."""
+    return [synthetic_url(i) for i in range(0, n, max(1, n // _SAMPLE))][:_SAMPLE]
 
 
 def waited(pid: int) -> tuple[float, int]:
@@ -84,92 +93,160 @@ def touch_all(port: int, urls: list[str]) -> None:
         conn.close()
 
 
-def measure(snapshot: Path, n: int, freeze: bool, duration: float, conns: int, tmp: Path,
-            index: str = "auto", clients: tuple[str, ...] = ("wrk",)) -> dict[str, dict[str, Any]]:
-    """One ``serve`` of ``snapshot``, warmed up over every sample URL with wrk, then measured by each
-    of ``clients`` in turn: their figures, the server's preemptions per second and the load after."""
-    step = max(1, n // _SAMPLE)
-    urls = [synthetic_url(i) for i in range(0, n, step)][:_SAMPLE]
-    scripts = {"wrk": _wrk.write_script(urls, tmp / f"urls-{n}.lua"),
-               "wrk-paced": _wrk.write_script(urls, tmp / f"urls-{n}-paced.lua", PACE_MS)}
-    peer = _peers.ours(snapshot, free_port(), duration + 300, tmp / f"stats-{n}-{freeze}-{index}.json")
-    peer.log = tmp / f"serve-{n}-{freeze}-{index}.log"
-    saved = {k: os.environ.get(k) for k in ("EGO2WEB_REPLAY_GC_FREEZE", "EGO2WEB_REPLAY_INDEX")}
-    os.environ["EGO2WEB_REPLAY_GC_FREEZE"] = "1" if freeze else "0"
-    os.environ["EGO2WEB_REPLAY_INDEX"] = index
-    try:
-        peer.start()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k)
-            else:
-                os.environ[k] = v
-    out: dict[str, dict[str, Any]] = {}
-    try:
-        touch_all(peer.port, urls)  # every archived response read once, as a replay serves a page's again and again
-        _wrk.run(peer.port, scripts["wrk"], _WARMUP, conns)
-        for client in clients:
-            before, t0 = waited(peer.proc.pid), time.monotonic()
-            if client in scripts:
-                res: dict[str, Any] = _wrk.run(peer.port, scripts[client], duration, conns)
-            else:
-                res = run_load(peer.port, urls, concurrency=conns, duration=duration)
-                res["p999"] = res["client_waited"] = float("nan")
-            after, elapsed = waited(peer.proc.pid), time.monotonic() - t0
-            res["waited"] = (after[0] - before[0]) / elapsed * 1000
-            res["preempted"] = (after[1] - before[1]) / elapsed
-            res["load"] = loadavg()
-            out[client] = res
-    finally:
-        peer.stop()
-    return out
+class Server:
+    """One server under measurement, kept up over every round of one snapshot size."""
+
+    label = ""
+    urls: list[str]
+    proc: Any = None
+    port = 0
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
 
 
-def _row(n: int, label: str, client: str, r: dict[str, Any]) -> list[Any]:
-    """One table row (and its line on stdout) of one measured configuration."""
-    ratio = r["p99"] / r["p50"] if r["p50"] else float("nan")
-    p999 = "n/a" if r["p999"] != r["p999"] else f"{r['p999']:.2f}"
-    client_wait = "n/a" if r["client_waited"] != r["client_waited"] else f"{r['client_waited']:.0f}"
-    print(f"  {n:>9,} {label}, {client}: {r['rps']:.0f} req/s, p50 {r['p50']:.2f} ms, "
-          f"p99 {r['p99']:.2f} ms ({ratio:.1f}x), p99.9 {p999} ms, errors {r['errors']:.0f}, "
-          f"server preempted {r['preempted']:.0f}/s, waited for a CPU {r['waited']:.0f} ms/s, "
-          f"client waited {client_wait} ms/s, load {r['load']}")
-    return [f"{n:,}", label, client, f"{r['rps']:.0f}", f"{r['p50']:.2f}", f"{r['p99']:.2f}", f"{ratio:.1f}x", p999,
-            f"{r['errors']:.0f}", f"{r['preempted']:.0f}", f"{r['waited']:.0f}", client_wait, r["load"]]
+class Ours(Server):
+    """``ego2web-replay serve`` of one snapshot, with one index form (and collector setting)."""
+
+    def __init__(self, snapshot: Path, n: int, urls: list[str], index: str, freeze: bool, label: str,
+                 tmp: Path) -> None:
+        self.urls, self.index, self.freeze, self.label = urls, index, freeze, label
+        self.peer = _peers.ours(snapshot, free_port(), 7200, tmp / f"stats-{n}-{freeze}-{index}.json")
+        self.peer.log = tmp / f"serve-{n}-{freeze}-{index}.log"
+
+    def start(self) -> None:
+        saved = {k: os.environ.get(k) for k in ("EGO2WEB_REPLAY_GC_FREEZE", "EGO2WEB_REPLAY_INDEX")}
+        os.environ["EGO2WEB_REPLAY_GC_FREEZE"] = "1" if self.freeze else "0"
+        os.environ["EGO2WEB_REPLAY_INDEX"] = self.index
+        try:
+            self.peer.start()
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k)
+                else:
+                    os.environ[k] = v
+        self.proc, self.port = self.peer.proc, self.peer.port
+        touch_all(self.port, self.urls)  # every archived response read once, as a replay serves a page's again and again
+
+    def stop(self) -> None:
+        self.peer.stop()
 
 
-class StaticLimit:
-    """The machine's own tail: a static asyncio server holding the smallest snapshot's sampled
-    responses in memory (``_peers.static``), measured by wrk right after each configuration."""
+class StaticPython(Server):
+    """The limit in Python: an asyncio server writing the same bytes from memory (``_peers.static``)."""
 
-    label = "static asyncio server (the limit: same bytes, in memory)"
+    label = "static asyncio server (Python limit: same bytes, in memory)"
 
-    def __init__(self, snapshot: Path, n: int, tmp: Path, conns: int) -> None:
-        self.urls = [synthetic_url(i) for i in range(0, n, max(1, n // _SAMPLE))][:_SAMPLE]
-        self.scripts = {"wrk": _wrk.write_script(self.urls, tmp / "urls-static.lua"),
-                        "wrk-paced": _wrk.write_script(self.urls, tmp / "urls-static-paced.lua", PACE_MS)}
-        self.conns = conns
+    def __init__(self, snapshot: Path, urls: list[str], tmp: Path) -> None:
+        self.urls = urls
         self.peer = _peers.static(snapshot, free_port())
         self.peer.log = tmp / "static.log"
 
-    def __enter__(self) -> StaticLimit:
+    def start(self) -> None:
         self.peer.start()
         wait_port(self.peer.port, timeout=300)
-        _wrk.run(self.peer.port, self.scripts["wrk"], _WARMUP, self.conns)
-        return self
+        self.proc, self.port = self.peer.proc, self.peer.port
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         self.peer.stop()
 
-    def measure(self, duration: float, client: str) -> dict[str, Any]:
-        before, t0 = waited(self.peer.proc.pid), time.monotonic()
-        res: dict[str, Any] = _wrk.run(self.peer.port, self.scripts[client], duration, self.conns)
-        after, elapsed = waited(self.peer.proc.pid), time.monotonic() - t0
-        res["waited"] = (after[0] - before[0]) / elapsed * 1000
-        res["preempted"] = (after[1] - before[1]) / elapsed
-        res["load"] = loadavg()
-        return res
+
+class Nginx(Server):
+    """The limit in C: nginx (one process, like ``serve``) serving the same bodies as files."""
+
+    label = "nginx (C limit: same bodies, as files)"
+
+    def __init__(self, snapshot: Path, urls: list[str], tmp: Path) -> None:
+        self.urls, self.dir = urls, tmp / "nginx"
+        wanted = set(urls)
+        root = self.dir / "root"
+        for r in _peers.snapshot_responses(snapshot):
+            if r.url in wanted:  # the path names the file; the synthetic URLs' paths are unique
+                f = root / urlsplit(r.url).path.lstrip("/")
+                f.parent.mkdir(parents=True, exist_ok=True)
+                f.write_bytes(r.payload)
+        self.port = free_port()
+        (self.dir / "nginx.conf").write_text(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {self.dir}/nginx.pid;
+error_log {self.dir}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  default_type application/json;
+  keepalive_requests 100000000;
+  server {{ listen 127.0.0.1:{self.port}; root {root}; }}
+}}
+""")
+
+    def start(self) -> None:
+        log = open(self.dir / "stdout.log", "wb")  # noqa: SIM115 - closed with the process
+        self.proc = subprocess.Popen(["nginx", "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")],
+                                     stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port, timeout=30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    @staticmethod
+    def version() -> str:
+        out = subprocess.run(["nginx", "-v"], capture_output=True, text=True)
+        return (out.stderr or out.stdout).strip().replace("nginx version: ", "")
+
+
+def measure(server: Server, client: str, duration: float, conns: int, tmp: Path) -> dict[str, Any]:
+    """One measurement of ``server`` by ``client``, with the server's waits for a CPU and preemptions."""
+    tag = f"{server.port}-{client}"
+    before, t0 = waited(server.proc.pid), time.monotonic()
+    if client == "pacer":
+        res: dict[str, Any] = _pacer.run(server.port, _pacer.write_urls(server.urls, tmp / f"{tag}.txt"), duration,
+                                         conns, PACE_RATE, warmup=_WARMUP)
+    else:
+        script = _wrk.write_script(server.urls, tmp / f"{tag}.lua", PACE_MS if client == "wrk-paced" else 0.0)
+        res = _wrk.run(server.port, script, duration, conns)
+    after, elapsed = waited(server.proc.pid), time.monotonic() - t0
+    res["waited"] = (after[0] - before[0]) / elapsed * 1000
+    res["preempted"] = (after[1] - before[1]) / elapsed
+    res["load"] = loadavg()
+    return res
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The rounds of one server and client: medians, and each round's p99 / p50."""
+    ratios = [r["p99"] / r["p50"] for r in runs if r["p50"]]
+    return {"rps": _median([r["rps"] for r in runs]), "p50": _median([r["p50"] for r in runs]),
+            "p99": _median([r["p99"] for r in runs]), "p999": _median([r["p999"] for r in runs]),
+            "ratio": _median(ratios), "ratios": ratios, "errors": sum(r["errors"] for r in runs),
+            "late": _median([r.get("late", float("nan")) for r in runs]),
+            "preempted": _median([r["preempted"] for r in runs]), "waited": _median([r["waited"] for r in runs]),
+            "client_waited": _median([r["client_waited"] for r in runs]), "load": runs[-1]["load"]}
+
+
+def _fmt(x: float, spec: str) -> str:
+    return "n/a" if x != x else format(x, spec)
+
+
+def _row(n: int, label: str, client: str, s: dict[str, Any]) -> list[Any]:
+    """One table row (and its line on stdout) of one server and client over the rounds."""
+    each = ", ".join(f"{x:.1f}" for x in s["ratios"])
+    print(f"  {n:>9,} {label}, {CLIENTS[client]}: {s['rps']:.0f} req/s, p50 {s['p50']:.2f} ms, "
+          f"p99 {s['p99']:.2f} ms, p99/p50 {s['ratio']:.1f}x (rounds: {each}), p99.9 {s['p999']:.2f} ms, "
+          f"errors {s['errors']:.0f}, late {_fmt(s['late'], '.0f')}, server preempted {s['preempted']:.0f}/s, "
+          f"waited for a CPU {s['waited']:.0f} ms/s, load {s['load']}")
+    return [f"{n:,}", label, CLIENTS[client], f"{s['rps']:.0f}", f"{s['p50']:.2f}", f"{s['p99']:.2f}",
+            f"{s['ratio']:.1f}x", each, f"{s['p999']:.2f}", f"{s['errors']:.0f}", _fmt(s["late"], ".0f"),
+            f"{s['preempted']:.0f}", f"{s['waited']:.0f}", _fmt(s["client_waited"], ".0f"), s["load"]]
 
 
 def collection_pauses(snapshot: Path, n: int, reps: int = 5) -> dict[str, float]:
@@ -237,18 +314,22 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="captures per snapshot")
     ap.add_argument("--configs", nargs="+", choices=["mapped", "memory", "memory-unfrozen"],
                     default=["mapped", "memory"], help="index forms (and collector setting) to load")
-    ap.add_argument("--duration", type=float, default=10.0, help="seconds of load per configuration")
+    ap.add_argument("--duration", type=float, default=8.0, help="seconds of each measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds over every server and client (figures: medians)")
     ap.add_argument("--conns", type=int, default=10, help="connections of the load client")
     ap.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=list(CLIENTS),
-                    help="load clients, run one after the other against each server: wrk (the figure for the "
-                         "target) and the threaded Python client (for comparison)")
+                    help="load clients, run one after the other against each server")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     ap.add_argument("--only", choices=["load", "pauses"], help="run one of the two measurements (default: both)")
     args = ap.parse_args()
+    if args.rounds < 1 or args.duration <= 0 or args.conns < 1:
+        sys.exit("--rounds and --conns must be 1 or more, --duration above 0")
     info = machine_info()
-    if args.only != "pauses" and any(c in WRK_CLIENTS for c in args.clients) and not _wrk.available():
-        sys.exit("wrk is not installed (apt-get install -y wrk), or pass --clients python")
-    if any(c in WRK_CLIENTS for c in args.clients):
+    if args.only != "pauses":
+        if not _wrk.available():
+            sys.exit("wrk is not installed (apt-get install -y wrk)")
+        if "pacer" in args.clients and not _pacer.available():
+            sys.exit("pacer needs a C compiler (apt-get install -y gcc), or leave it out of --clients")
         info["wrk"] = _wrk.version()
     if args.only != "load":
         pauses_section(args.sizes, info, not args.no_write)
@@ -256,93 +337,115 @@ def main() -> None:
         return
     t_start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-tail-"))
-    rows = []
-    configs = {"mapped": ("mapped", True, "mapped index (default), frozen"),
-               "memory": ("memory", True, "in-memory index, frozen (EGO2WEB_REPLAY_INDEX=memory)"),
-               "memory-unfrozen": ("memory", False, "in-memory index, not frozen (EGO2WEB_REPLAY_GC_FREEZE=0)")}
-    limit: StaticLimit | None = None
-    if any(c in WRK_CLIENTS for c in args.clients):
-        smallest = min(args.sizes)
-        limit = StaticLimit(big_snapshot(smallest)[0], smallest, tmp, args.conns)
-        limit.__enter__()
+    configs = {"mapped": ("mapped", True, "ours: mapped index (default), frozen"),
+               "memory": ("memory", True, "ours: in-memory index, frozen (EGO2WEB_REPLAY_INDEX=memory)"),
+               "memory-unfrozen": ("memory", False, "ours: in-memory index, not frozen (EGO2WEB_REPLAY_GC_FREEZE=0)")}
+    smallest = min(args.sizes)
+    small_snap = big_snapshot(smallest)[0]
+    limits: list[Server] = [StaticPython(small_snap, sample_urls(smallest), tmp)]
+    if shutil.which("nginx"):
+        limits.append(Nginx(small_snap, sample_urls(smallest), tmp))
+        info["nginx"] = Nginx.version()
+    else:
+        print("nginx is not installed (apt-get install -y nginx-light): measured without the C limit")
+    results: dict[tuple[int, str, str], list[dict[str, Any]]] = {}
+    order: list[tuple[int, str, str]] = []
+    for limit in limits:
+        limit.start()
     try:
         for n in args.sizes:
             snap, built = big_snapshot(n)
             print(f"snapshot of {n:,} captures: {snap} (built {built['date']})")
-            for name in args.configs:
-                index, freeze, label = configs[name]
-                results = measure(snap, n, freeze, args.duration, args.conns, tmp, index, tuple(args.clients))
-                for client, r in results.items():
-                    rows.append(_row(n, label, CLIENTS[client], r))
-                if limit is not None:  # the machine's own tail, in the same minute
-                    for client in (c for c in args.clients if c in WRK_CLIENTS):
-                        rows.append(_row(n, StaticLimit.label, CLIENTS[client], limit.measure(args.duration, client)))
+            ours: list[Server] = [Ours(snap, n, sample_urls(n), *configs[c], tmp) for c in args.configs]
+            for server in ours:
+                server.start()
+            try:
+                for server in ours + limits:  # warmed: 1 s of wrk each
+                    _wrk.run(server.port, _wrk.write_script(server.urls, tmp / "warm.lua"), _WARMUP, args.conns)
+                for rnd in range(args.rounds):
+                    for server in ours + limits:  # interleaved: every server within the same minute
+                        for client in args.clients:
+                            key = (n, server.label, client)
+                            if key not in results:
+                                order.append(key)
+                            res = measure(server, client, args.duration, args.conns, tmp)
+                            results.setdefault(key, []).append(res)
+                            print(f"    round {rnd + 1}/{args.rounds} {server.label}, {client}: p50 {res['p50']:.2f} ms, "
+                                  f"p99 {res['p99']:.2f} ms ({res['p99'] / res['p50']:.1f}x)", flush=True)
+            finally:
+                for server in ours:
+                    server.stop()
     finally:
-        if limit is not None:
-            limit.__exit__()
-    header = ["captures", "index", "load client", "req/s", "p50 ms", "p99 ms", "p99 / p50", "p99.9 ms", "errors",
-              "server preempted (/s)", "server waited for a CPU (ms/s)", "wrk waited for a CPU (ms/s)",
-              "load average after (1/5/15 min)"]
+        for limit in limits:
+            limit.stop()
+    summaries = {key: summary(results[key]) for key in order}
+    rows = [_row(n, label, client, summaries[(n, label, client)]) for n, label, client in order]
+    header = ["captures", "server", "load client", "req/s", "p50 ms", "p99 ms", "p99 / p50 (median of rounds)",
+              "p99 / p50, each round", "p99.9 ms", "errors", "late (pacer)", "server preempted (/s)",
+              "server waited for a CPU (ms/s)", "wrk waited for a CPU (ms/s)", "load average after (1/5/15 min)"]
     print()
     print(text_table(header, rows))
     print(f"took {time.monotonic() - t_start:.0f} s")
-    def verdict(client: str) -> str:
-        ours = "; ".join(f"{r[0]} captures, {r[1]}: {r[6]}" + (" (within 2x)" if float(r[6][:-1]) <= 2 else
-                                                                  " (NOT within 2x)")
-                         for r in rows if r[2] == CLIENTS[client] and r[1] != StaticLimit.label)
-        limits = [r[6] for r in rows if r[2] == CLIENTS[client] and r[1] == StaticLimit.label]
-        return f"{ours}; the static limit server right after each: {', '.join(limits)}" if limits else ours
+    limit_labels = [limit.label for limit in limits]
 
-    verdicts = "\n".join(f"- {CLIENTS[c]}: {verdict(c)}." for c in args.clients if c in WRK_CLIENTS)
+    def verdict(client: str) -> str:
+        ours = "; ".join(f"{n:,} captures, {label.removeprefix('ours: ')}: {s['ratio']:.1f}x"
+                         + (" (within 2x)" if s["ratio"] <= 2 else " (NOT within 2x)")
+                         for (n, label, c), s in summaries.items() if c == client and label not in limit_labels)
+        refs = "; ".join(f"{label.split(' (')[0]} " + ", ".join(f"{s['ratio']:.1f}x" for (n, lb, c), s in summaries.items()
+                                                               if c == client and lb == label)
+                         for label in limit_labels)
+        return f"{ours}. The limits, at each size in turn: {refs}"
+
+    verdicts = "\n".join(f"- {CLIENTS[c]}: {verdict(c)}." for c in args.clients)
     body = f"""## Tail latency against snapshot size (`benchmarks/bench_tail.py`)
 
 `ego2web-replay serve` (default settings, one process) on synthetic snapshots of small JSON exchanges
 (`benchmarks/_bigsnap.py`), in its own process; {args.conns} keep-alive connections sending absolute-form
-requests through it over {_SAMPLE:,} URLs spread across the snapshot (all exact matches). Each server is
-first warmed up: every URL requested once (every archived response read once, as a replay serves a
-page's resources again and again), then {_WARMUP:.0f} s of wrk; then measured for {args.duration:.0f} s by
-each load client in turn; one run per configuration and client.
+requests through it over {_SAMPLE:,} URLs spread across the snapshot (all exact matches). Beside it, the
+two limits of this machine, serving the smallest snapshot's sampled answers: a static asyncio server
+writing the same bytes from memory (the least a Python server can do), and nginx {info.get('nginx', '')}
+(one process, like `serve`; the same bodies as files, with its own headers), the fastest server
+there is. Every server is warmed up (each of ours has every sampled URL requested once, so every
+archived response was read once, as a replay serves a page's resources again and again; then 1 s of
+wrk each), then measured by each load client for {args.duration:.0f} s, server after server, in
+{args.rounds} rounds, so every server meets the machine's moods of the same minutes. A figure is the median over the
+rounds; the p99 / p50 of each round is listed too.
 
-Load clients: **wrk** (C, event-driven, one thread for all connections, latencies in an HDR
-histogram: it adds next to nothing of its own, so its figures are the ones for the target), once
-saturating and once paced (below), and the
-**threaded Python client** of `benchmarks/_common.py` ({args.conns} threads under one GIL, 5 ms switch
-interval), kept for comparison with earlier runs: its own scheduling adds a tail of its own.
-"Server preempted" is how many times a second the kernel took the CPU from the server while it
-was measured (its involuntary context switches), "waited for a CPU" how long, per second, it was
-ready to run but had no core (`/proc/PID/task/*/schedstat`): on this machine's two cores, shared
-with the load client and whatever else runs, every such wait stalls each request in flight, and no
-server code can prevent it; the more of it, the more p99 measures the machine rather than the server.
-"wrk waited for a CPU" is the same for the load client (time it was late to read a response counts in
-its latencies too).
+Load clients, all in C, with no tail of their own to speak of:
+- **wrk, saturating**: one thread; every connection sends its next request the moment its answer
+  arrives. The server is always a turn of its event loop behind, and p99 is mostly queueing behind
+  whatever else the two cores did in that millisecond.
+- **wrk, paced**: each connection waits {PACE_MS:g} ms after an answer (wrk's `delay` hook, not counted).
+  wrk's timers tick in whole milliseconds, so the connections fall into step and their requests
+  arrive together: the one event loop answers them one after another, and the last waits for the rest.
+- **pacer** (`benchmarks/pacer.c`, built with `cc` on first use): {PACE_RATE:g} requests/s in all (one per
+  connection every {args.conns / PACE_RATE * 1000:g} ms), the connections' schedules interleaved so the
+  requests arrive evenly spaced, timed to the microsecond (a timerfd), and each latency counted from when
+  the request was due, not when it left, so a stall counts in every request it held up (the
+  coordinated-omission correction of wrk2). This is latency as targets are usually stated: a load
+  well below what the server can take, each request's service time plus whatever stalled it.
+  "Late" is how many requests it sent over 1 ms after they were due.
+
+"Server preempted" is how many times a second the kernel took the CPU from the server while it was
+measured (involuntary context switches), "waited for a CPU" how long, per second, it was ready to
+run but had no core (`/proc/PID/task/*/schedstat`); "wrk waited for a CPU" the same for wrk. The
+machine is a 2-vCPU virtual machine shared with the load client and the host's other guests: a
+wait or a stall there holds up every request in flight, and no server code can prevent it.
 
 The mapped index (the default for large snapshots) searches sorted, memory-mapped files and builds
-no per-capture Python objects; the in-memory index is the previous way. "Frozen" is the default:
-once the match index is built, `gc.freeze()` moves it into the collector's permanent generation, so
-full collections no longer walk it (`ego2web_replay/replay/gcfreeze.py`). What serving itself keeps
-(the replay log, one entry per request; the cache of archived responses, one entry per capture
-served) is held as plain tuples that the collector stops tracking, so it does not make collections
-longer either (before: a model per log entry and lists per cached response, so full collections
-grew with every request served; `tests/test_replay_log_gc.py`), and re-dating the cached responses
-each second is formatting only (their date offsets are parsed once), so there is no burst of work
-when they all go stale at once.
+no per-capture Python objects, and remembers the lookups and captures it served (bounded); the
+in-memory index is the previous way. "Frozen" is the default: once the match index is built,
+`gc.freeze()` moves it into the collector's permanent generation, so full collections no longer walk
+it (`ego2web_replay/replay/gcfreeze.py`). What serving itself keeps (the replay log, one entry per
+request; the cache of archived responses, one entry per capture served) is held as plain tuples
+that the collector stops tracking, so it does not make collections longer either
+(`tests/test_replay_log_gc.py`), and re-dating the cached responses each second is formatting only,
+so there is no burst of work when they all go stale at once.
 
-The target (issue 16): p99 within 2x of p50 at every size, at {args.conns} connections:
+The target (issue 16): p99 within 2x of p50 at every size, at {args.conns} connections (medians of the rounds):
 
 {verdicts}
-
-Saturating, every connection sends its next request the moment its answer arrives, so the server is
-always behind by a turn of its event loop or two and p99 is mostly queueing behind whatever else
-the two cores did in that millisecond; the static limit server, which does nothing but write bytes it
-holds in memory, measured by wrk right after each configuration in the same way, shows how much of
-that tail this machine has at that moment. Paced, each connection waits {PACE_MS:g} ms after an answer
-(wrk's `delay` hook; not counted in the latency), so the load is a fraction of what the server can
-take and a request's latency is its own service time plus any stall: the way latency targets are
-usually measured (below saturation), and the figure for "no pauses that grow with the snapshot".
-What is left of our paced tail is the event loop's turn: the paced connections keep in step, so up
-to ten requests arrive together and the one loop answers them one after another at tens of µs of
-CPU each (`bench_replay.py`), so the last of them waits for the others; it does not grow with the
-snapshot, and disabling the collector in the server does not change it.
 
 {markdown_table(header, rows)}
 
