@@ -57,7 +57,6 @@ Headers = list[tuple[str, str]]
 Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
 Frozen = tuple[tuple[str, str], ...]  # headers as the cache keeps them (see _remember)
 Offsets = tuple[timedelta | None, ...] | None  # where each header's date goes (httputil.date_offsets)
-LogRow = tuple[str, str, str, int | None, str | None, float | None, str | None]  # one ReplayLogEntry's fields
 
 
 def _dedupe_header(headers: Headers, name: str) -> Headers:
@@ -176,22 +175,29 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
-        self._rows: list[LogRow] = []  # the replay log, as plain tuples (see _log)
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(7))  # the replay log, by field (see _log)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
              score: float | None = None, kind: str | None = None) -> None:
-        # A log row is a tuple of strings, numbers and None: the collector stops tracking such a
-        # tuple the first time it sees it, so a long log (up to MAX_LOG rows) adds nothing to the
-        # collections taken while serving. Log entries as models (three tracked objects each)
-        # made every full collection walk the whole log: pauses of 100+ ms under load.
+        # The log is kept by field: seven lists of strings, numbers and None, so a request adds no
+        # object the collector tracks (a tuple per entry did: each young collection walked the last
+        # few thousand, a third of a millisecond, and log entries as models made every full
+        # collection walk the whole log, pauses of 100+ ms under load).
         with self._lock:
             s = self._counts
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}")
-            if len(self._rows) < MAX_LOG:
-                self._rows.append((method, url, outcome, status, matched, score, kind))
+            methods, urls, outcomes, statuses, matched_urls, scores, kinds = self._columns
+            if len(methods) < MAX_LOG:
+                methods.append(method)
+                urls.append(url)
+                outcomes.append(outcome)
+                statuses.append(status)
+                matched_urls.append(matched)
+                scores.append(score)
+                kinds.append(kind)
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
@@ -207,7 +213,7 @@ class Responder:
         """The counts and the log so far, as a new :class:`ReplayStats`."""
         with self._lock:
             stats = self._counts.model_copy(deep=True)
-            rows = list(self._rows)
+            rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
                                     score=sc, kind=k) for m, u, o, st, mu, sc, k in rows]
         return stats
@@ -294,8 +300,10 @@ class Responder:
         if offsets is None:
             dated: Frozen = tuple(headers)
         else:
-            dated = tuple((k, v) if off is None else (k, self._stamp(second, off))
-                          for (k, v), off in zip(headers, offsets, strict=True))
+            # the headers without a date are the cached pairs themselves: a second's new head
+            # makes new objects only for its dates (fewer to collect, and no young collections' worth)
+            dated = tuple(pair if off is None else (pair[0], self._stamp(second, off))
+                          for pair, off in zip(headers, offsets, strict=True))
         self._shifted[id(headers)] = (headers, second, dated, offsets)
         return dated
 
