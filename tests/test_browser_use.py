@@ -70,13 +70,29 @@ def _plan() -> BrowserUsePlan:
     })
 
 
-def _run(suite: Any, out: Path, srv: FakeOpenAIServer, **settings: Any) -> Any:
+def _run(suite: Any, out: Path, srv: FakeOpenAIServer, agent: dict[str, Any] | None = None, **settings: Any) -> Any:
     base = {"guard": "loopback", "timeout_s": 180, "max_steps": 8,
             "inputs": {"modality": "keyframes", "keyframes": KEYFRAMES, "max_side": 64}}
     base.update(settings)
     run_dir, (summary,) = run_suite(suite, agent_name="browser-use", out=out, settings=RunSettings(**base),
-                                    agent_settings={"model": "fake-browser-use-model", "base_url": srv.base_url})
+                                    agent_settings={"model": "fake-browser-use-model", "base_url": srv.base_url,
+                                                    **(agent or {})})
     return run_dir, summary
+
+
+def _image_sizes(call: dict[str, Any]) -> list[tuple[int, int]]:
+    """Width and height of every image in the last message of a model call."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    out = []
+    for part in call["messages"][-1]["content"]:
+        if part.get("type") == "image_url":
+            data = base64.b64decode(part["image_url"]["url"].split(",", 1)[1])
+            out.append(Image.open(io.BytesIO(data)).size)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +115,8 @@ def episodes(tmp_path_factory, ca):
     stand_in = StandIn().start(port=site.port)  # the "live" origin answers again, but not from the site
     try:
         with FakeOpenAIServer(frozen_plan) as srv:
-            frozen_dir, frozen = _run(suite, root / "runs", srv, mode="frozen", snapshots_root=str(snapshots))
+            frozen_dir, frozen = _run(suite, root / "runs", srv, {"image_max_side": 640}, mode="frozen",
+                                      snapshots_root=str(snapshots))
             frozen_calls = list(srv.requests)
     finally:
         stand_in.stop()
@@ -203,3 +220,19 @@ def test_frozen_https_site_through_the_ca_pin(tmp_path, ca):
     assert {("https://shop.example/", "exact"), ("https://shop.example/item", "exact")} <= served
     assert [st.url for st in traj.steps] == ["https://shop.example/", "https://shop.example/item",
                                              "https://shop.example/item"]
+
+
+def test_image_size_resizes_the_screenshots_browser_use_sends(episodes):
+    # live: the whole 1280x800 viewport; frozen was run with --image-size 640: the same shape, halved
+    live = [size for call in episodes["live_calls"] for size in _image_sizes(call) if max(size) > 64]
+    frozen = [size for call in episodes["frozen_calls"] for size in _image_sizes(call) if max(size) > 64]
+    assert live and set(live) == {(1280, 800)}
+    assert frozen and set(frozen) == {(640, 400)}
+
+
+def test_image_size_too_small_for_browser_use_is_one_clear_error():
+    from ego2web_replay.agents.browser_use_agent import BrowserUseAgent
+    from ego2web_replay.errors import AgentError
+
+    with pytest.raises(AgentError, match="at least 100 pixels a side.*use 160 or more"):
+        BrowserUseAgent(model="m", base_url="http://127.0.0.1:9/v1", image_max_side=150)

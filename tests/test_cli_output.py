@@ -188,3 +188,10 @@ def test_data_with_brackets_is_printed_as_it_is():
     assert "FAIL shop: click selector='body[data-ready]' [/b] failed" in text
     assert "warning: db [locked]" in text
     assert "t[1]" in text and "[note] $12" in text
+
+
+def test_image_size_for_an_agent_without_a_model_is_refused_before_anything_is_written(long_run, data_home):
+    root, _, args, _ = long_run
+    r = _piped(*args, "--image-size", "640", "--run-id", "sized", data_home=data_home)
+    assert r.returncode == 2 and "--image-size is for the model agents" in r.stderr, r.stderr
+    assert not (root / "runs" / "sized").exists()

@@ -33,7 +33,7 @@ from ..errors import AgentError
 from ..models import AgentSpec, Task, Trajectory
 from .base import EpisodeEnv
 from .browser_use import convert_browser_use_history
-from .browser_use_main import PROXY_VARS, QUIET_ENV
+from .browser_use_main import PROXY_VARS, QUIET_ENV, VIEWPORT
 from .command import CommandAgent
 
 __all__ = ["BrowserUseAgent", "browser_use_version"]
@@ -57,7 +57,8 @@ class BrowserUseAgent(CommandAgent):
     def __init__(self, model: str | None = None, base_url: str | None = None, *, api_key: str | None = None,
                  input_modality: str = "keyframes", temperature: float = 0.0, seed: int | None = None,
                  max_output_tokens: int | None = None, timeout_s: float = 120.0, max_actions_per_step: int = 5,
-                 use_vision: bool = True, headless: bool = True, http_retries: int = 3) -> None:
+                 use_vision: bool = True, headless: bool = True, http_retries: int = 3,
+                 image_max_side: int | None = None) -> None:
         version = browser_use_version()
         model = model or os.environ.get("EGO2WEB_AGENT_MODEL")
         base_url = base_url or os.environ.get("OPENAI_BASE_URL")
@@ -66,13 +67,20 @@ class BrowserUseAgent(CommandAgent):
         if not base_url and not (api_key or os.environ.get("OPENAI_API_KEY")):
             raise AgentError("the browser-use agent needs --base-url (or OPENAI_BASE_URL) "
                              "or OPENAI_API_KEY for the hosted API")
+        screenshot_size = None
+        if image_max_side is not None:  # browser-use resizes to a width and height: keep the viewport's shape
+            screenshot_size = [image_max_side, round(image_max_side * VIEWPORT[1] / VIEWPORT[0])]
+            if min(screenshot_size) < 100:
+                raise AgentError(f"browser-use sends screenshots at least 100 pixels a side: --image-size "
+                                 f"{image_max_side} would make them {screenshot_size[0]}x{screenshot_size[1]}; "
+                                 f"use {-(-100 * VIEWPORT[0] // VIEWPORT[1])} or more")
         super().__init__(shlex.join([sys.executable, "-m", MAIN_MODULE]))
         self.api_key = api_key
         self.settings: dict[str, Any] = {
             "model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
             "max_output_tokens": max_output_tokens, "timeout_s": timeout_s,
             "max_actions_per_step": max_actions_per_step, "use_vision": use_vision, "headless": headless,
-            "http_retries": http_retries}
+            "http_retries": http_retries, "screenshot_size": screenshot_size}
         self.spec = AgentSpec(name="browser-use", model=model, input_modality=input_modality,  # type: ignore[arg-type]
                               settings={**self.settings, "browser_use_version": version})
         self._tmp: Path | None = None

@@ -38,7 +38,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "QUIET_ENV", "PROXY_VARS", "task_text", "chromium_args", "start_blank_profile", "quiet_blank_pages"]
+__all__ = ["main", "QUIET_ENV", "PROXY_VARS", "VIEWPORT", "task_text", "chromium_args", "start_blank_profile", "quiet_blank_pages"]
 
 #: browser-use without telemetry, cloud sync, version checks, cloud hints or downloaded extensions.
 QUIET_ENV: dict[str, str] = {
@@ -51,6 +51,7 @@ QUIET_ENV: dict[str, str] = {
 }
 
 #: Variables that would send browser-use's own HTTP and websocket traffic (CDP, model calls) to a proxy.
+VIEWPORT = (1280, 800)  # the browser's viewport and window, in CSS pixels (device scale 1)
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy",
               "WS_PROXY", "WSS_PROXY", "ws_proxy", "wss_proxy")
 
@@ -162,8 +163,8 @@ async def _run(settings: dict[str, Any], task: dict[str, Any], inputs: dict[str,
         executable_path=chromium_executable(), headless=bool(settings.get("headless", True)),
         chromium_sandbox=False, user_data_dir=profile_dir, enable_default_extensions=False,
         proxy=ProxySettings(server=proxy_url, bypass="<-loopback>"),
-        args=chromium_args(proxy_url, spki), keep_alive=False, viewport=ViewportSize(width=1280, height=800),
-        window_size=ViewportSize(width=1280, height=800), device_scale_factor=1.0, captcha_solver=False,
+        args=chromium_args(proxy_url, spki), keep_alive=False, viewport=ViewportSize(width=VIEWPORT[0], height=VIEWPORT[1]),
+        window_size=ViewportSize(width=VIEWPORT[0], height=VIEWPORT[1]), device_scale_factor=1.0, captcha_solver=False,
     )
     frames = (inputs or {}).get("frames") or []
     start_url = task.get("start_url")
@@ -174,6 +175,7 @@ async def _run(settings: dict[str, Any], task: dict[str, Any], inputs: dict[str,
         sample_images=_sample_images(frames) or None, use_judge=False, generate_gif=False, calculate_cost=False,
         max_actions_per_step=int(settings.get("max_actions_per_step", 5)),
         step_timeout=int(settings.get("step_timeout_s", 180)), enable_signal_handler=False,
+        llm_screenshot_size=tuple(size) if (size := settings.get("screenshot_size")) else None,
         source="ego2web-replay",
     )
     async def save(_: Any = None) -> None:

@@ -72,7 +72,8 @@ if TYPE_CHECKING:
 @click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
               help="openai and browser-use agents: seconds to wait for one model reply (default 60; browser-use 120).")
 @click.option("--image-size", type=click.IntRange(16), default=None,
-              help="openai agent: longest side of screenshots sent, in pixels (default 1280).")
+              help="openai and browser-use agents: longest side of the screenshots sent to the model, in pixels "
+                   "(default: the whole 1280-pixel viewport; browser-use keeps the viewport's shape and needs 160 or more).")
 @db_options("the run and each episode as they finish")
 @keep_credentials_option
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
@@ -102,11 +103,12 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))
     agent_settings: dict[str, object] = {}
-    if agent_name in ("openai", "browser-use"):  # the model agents; browser-use sizes its own screenshots
+    if agent_name in ("openai", "browser-use"):  # the model agents
         agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
-                          "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout}
-        if agent_name == "openai":
-            agent_settings["image_max_side"] = image_size
+                          "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
+                          "image_max_side": image_size}
+    elif image_size is not None:
+        raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
     sink = None
     with progress("run") as bars:
         bar = bars.add_task("starting", total=None)
