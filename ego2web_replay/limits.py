@@ -11,7 +11,7 @@ one-line message names the file and the limit (and the variable that raises it).
 limit                              default     environment variable
 =================================  ==========  ==========================================
 one archive record, inflated       128 MiB     ``EGO2WEB_MAX_RECORD_BYTES``
-inflation ratio of a record        1000 : 1    ``EGO2WEB_MAX_INFLATION`` (above 1 MiB only)
+inflation ratio of a record        1000 : 1    ``EGO2WEB_MAX_INFLATION`` (above 32 MiB only)
 a JSON/YAML file or WACZ member    64 MiB      ``EGO2WEB_MAX_JSON_BYTES``
 JSON nesting                       200 levels  (fixed)
 digits of a JSON integer           100         (fixed)
@@ -46,7 +46,11 @@ __all__ = [
 
 MAX_JSON_DEPTH = 200
 MAX_INT_DIGITS = 100
-RATIO_FLOOR = 1 << 20  # the inflation ratio is only checked once a record is bigger than this
+# The inflation ratio is only checked once a record is bigger than this. Memory is bounded by the
+# record cap whatever the ratio; the ratio stops a bomb early. Below 32 MiB it would refuse real
+# pages: a blank bitmap or a zero-filled data file of a few MiB compresses past 1000:1, and a
+# recording holding one could not be finalized (nor replayed).
+RATIO_FLOOR = 32 << 20
 
 
 class InputLimitError(ArchiveError, ValueError):

@@ -154,3 +154,21 @@ def test_cdxj_lines_nested_absurdly_deep_are_refused_in_one_line(tmp_path):
         read_index(index)
     assert not isinstance(e.value, RecursionError) and "\n" not in str(e.value)
     json.dumps(str(e.value))
+
+
+def test_a_highly_compressible_response_records_verifies_and_replays(tmp_path):
+    # 6 MiB of zeros compresses past 1000:1: a real page's blank bitmap, not a bomb (under the ratio floor)
+    from ego2web_replay.replay.session import Replay
+
+    blank = b"\0" * (6 * MIB)
+    sw = SnapshotWriter(tmp_path, "t", snapshot_id="s1")
+    for url, body in (("http://a.example/blank.bmp", blank), ("http://a.example/", b"ok")):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "application/octet-stream")], response_body=body)
+    sw.finalize()
+    archive = next(sw.path.glob("archive.warc*"))
+    assert archive.stat().st_size * 1000 < len(blank)
+    assert verify_snapshot(sw.path).ok
+    with Replay([sw.path], miss="404") as replay:
+        reply = replay.responder.answer("GET", "http://a.example/blank.bmp", [], b"")
+    assert reply.status == 200 and reply.body == blank
