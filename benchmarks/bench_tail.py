@@ -3,7 +3,7 @@ snapshots of 10k, 100k and 1M captures, with the mapped index (the default) and 
 (frozen out of the cyclic garbage collector, or not: ``--configs``); and the pause of one full
 collection with such an index open, frozen or not.
 
-    .venv/bin/python benchmarks/bench_tail.py [--sizes 10000 100000 1000000] [--duration 8] [--rounds 3]
+    .venv/bin/python benchmarks/bench_tail.py [--sizes 10000 100000 1000000] [--duration 8] [--rounds 5]
                                               [--conns 10] [--clients wrk wrk-paced pacer] [--only load|pauses]
 
 The snapshots are built once under ``benchmarks/out/`` (``_bigsnap.py``). Each configuration runs
@@ -315,7 +315,7 @@ def main() -> None:
     ap.add_argument("--configs", nargs="+", choices=["mapped", "memory", "memory-unfrozen"],
                     default=["mapped", "memory"], help="index forms (and collector setting) to load")
     ap.add_argument("--duration", type=float, default=8.0, help="seconds of each measurement")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds over every server and client (figures: medians)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds over every server and client (figures: medians)")
     ap.add_argument("--conns", type=int, default=10, help="connections of the load client")
     ap.add_argument("--clients", nargs="+", choices=list(CLIENTS), default=list(CLIENTS),
                     help="load clients, run one after the other against each server")
