@@ -48,7 +48,7 @@ __all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_def
            "BUILDS"]
 
 _VERSION = 1
-MEMO_MAX = 200_000  # exact lookups and captures remembered, each (a few hundred bytes apiece)
+MEMO_MAX = 20_000  # exact lookups and captures remembered, each (about 800 bytes a URL for both: 16 MiB at most)
 _CODE: str | None = None
 CANONICAL_HOOK = "replay.canonical"  # the name the commands' lazy wiring registers under too
 BUILDS = [0]  # canonical files this process has written (read by tests: a first open builds none)
