@@ -33,6 +33,7 @@ from pathlib import Path
 
 from ..config import data_dir
 from ..errors import ArchiveError
+from ..snapshots.index_cache import mark_used
 from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
 from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
 from ..snapshots.volatility import path_group
@@ -96,6 +97,7 @@ def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:
             file = SortedFile(target)
         except ArchiveError:
             continue
+        mark_used(target)
         if file.meta.get("count") == imap.count and len(file.table("canonical")) == imap.count:
             return file
         file.close()

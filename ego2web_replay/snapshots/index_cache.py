@@ -7,6 +7,11 @@ folder's ``index-cache/``, keyed by the index's path, size and mtime, and
 written when the index is built (``finalize``, ``snapshot index``, import) or
 on first replay. The cache is never the source of truth: a missing or stale
 one is rebuilt from the index.
+
+Every file of ``index-cache/`` (these pickles, the mapped indexes, replay's canonical keys) has its
+access time set when it is used (:func:`mark_used`; its modification time is part of other files'
+keys, so it is left alone). A cache file of an index that changed or went away is never used again:
+:func:`prune_cache` (``ego2web-replay cache prune``) removes the files unused for a number of days.
 """
 
 from __future__ import annotations
@@ -14,14 +19,17 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import time
 from pathlib import Path
+from typing import NamedTuple
 
 from ..atomic import atomic_write_bytes
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexRow, index_row
 
-__all__ = ["IndexRow", "index_rows", "parse_rows", "cache_file", "warm_cache", "SERVABLE"]
+__all__ = ["IndexRow", "index_rows", "parse_rows", "cache_file", "warm_cache", "SERVABLE", "cache_dir", "mark_used",
+           "CacheFile", "cache_files", "prune_cache"]
 
 SERVABLE = ("response", "revisit", "resource")
 _CACHE_VERSION = 1
@@ -49,6 +57,7 @@ def index_rows(path: Path) -> list[IndexRow]:
             with cache.open("rb") as fh:
                 rows = pickle.load(fh)
             if isinstance(rows, list):
+                mark_used(cache)
                 return rows
         except Exception:  # noqa: BLE001 - a bad cache is rebuilt
             pass
@@ -110,3 +119,69 @@ def _trusted(cache: Path) -> bool:
     except OSError:
         return False
     return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+# -- the cache folder ------------------------------------------------------------------------------
+
+def cache_dir() -> Path:
+    """The data folder's ``index-cache/`` (it may not exist yet)."""
+    return data_dir() / "index-cache"
+
+
+def mark_used(path: Path) -> None:
+    """Say that ``path`` was just used (its access time; the modification time stays)."""
+    try:
+        st = path.stat()
+        os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
+    except OSError:
+        pass
+
+
+class CacheFile(NamedTuple):
+    path: Path
+    size: int
+    last_used: float  # seconds since the epoch: the later of its access and modification times
+
+
+def cache_files() -> list[CacheFile]:
+    """Every file in ``index-cache/``, least recently used first."""
+    out = []
+    try:
+        entries = list(os.scandir(cache_dir()))
+    except FileNotFoundError:
+        return []
+    for entry in entries:
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            st = entry.stat(follow_symlinks=False)
+        except OSError:
+            continue
+        out.append(CacheFile(Path(entry.path), st.st_size, max(st.st_atime, st.st_mtime)))
+    return sorted(out, key=lambda f: f.last_used)
+
+
+def prune_cache(unused_days: float, *, dry_run: bool = False) -> tuple[list[CacheFile], list[CacheFile]]:
+    """Remove the cache files not used for ``unused_days`` days: ``(removed, kept)``.
+
+    Removing one that is in use is safe: an open or mapped file stays readable, and a missing
+    one is rebuilt from its index the next time it is needed.
+    """
+    if unused_days < 0:
+        raise ValueError("unused_days must be 0 or more")
+    cutoff = time.time() - unused_days * 86400
+    removed, kept = [], []
+    for f in cache_files():
+        if f.last_used >= cutoff:
+            kept.append(f)
+            continue
+        if not dry_run:
+            try:
+                f.path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                kept.append(f)
+                continue
+        removed.append(f)
+    return removed, kept

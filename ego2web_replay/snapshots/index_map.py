@@ -34,7 +34,7 @@ from pathlib import Path
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexEntry, IndexRow, index_row
-from .index_cache import parse_rows
+from .index_cache import mark_used, parse_rows
 from .sortedfile import SortedFile, key_bytes, write_sorted_file
 
 __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
@@ -174,7 +174,9 @@ def open_index_map(index: Path, *, build: bool = True) -> IndexMap:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
     if target.is_file():
         try:
-            return IndexMap(SortedFile(target), index)
+            imap = IndexMap(SortedFile(target), index)
+            mark_used(target)
+            return imap
         except (ArchiveError, KeyError, TypeError):
             if not build:
                 raise
