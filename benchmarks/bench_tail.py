@@ -29,6 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -93,7 +94,7 @@ def touch_all(port: int, urls: list[str]) -> None:
         conn.close()
 
 
-class Server:
+class Server(ABC):
     """One server under measurement, kept up over every round of one snapshot size."""
 
     label = ""
@@ -101,11 +102,11 @@ class Server:
     proc: Any = None
     port = 0
 
-    def start(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def start(self) -> None: ...
 
-    def stop(self) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def stop(self) -> None: ...
 
 
 class Ours(Server):

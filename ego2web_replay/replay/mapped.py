@@ -114,6 +114,14 @@ def install_index_hook() -> None:
     add_map_hook(CANONICAL_HOOK, build_default_canonical)
 
 
+def _remember[K, V](memo: dict[K, V], key: K, value: V) -> V:
+    """``memo[key] = value``, the memo emptied first when it holds :data:`MEMO_MAX` entries."""
+    if len(memo) >= MEMO_MAX:
+        memo.clear()
+    memo[key] = value
+    return value
+
+
 @dataclass(slots=True)
 class _PathTables:
     """The captures under one path prefix of one host: fuzzy groups and learned keys."""
@@ -176,11 +184,7 @@ class MappedMatchIndex(IndexBase):
             return hit
         n = bisect.bisect_right(self.bases, position) - 1
         ts, _offset, url, method, body, line = self.maps[n].row(position - self.bases[n])
-        capture = Capture(url, method, body or None, ts, (n, line))
-        if len(memo) >= MEMO_MAX:
-            memo.clear()
-        memo[position] = capture
-        return capture
+        return _remember(memo, position, Capture(url, method, body or None, ts, (n, line)))
 
     def _gather(self, found: Sequence[Sequence[int]]) -> list[int] | None:
         out = [self.bases[n] + p for n, positions in enumerate(found) for p in positions]
@@ -191,10 +195,7 @@ class MappedMatchIndex(IndexBase):
         hit = memo.get(key)
         if hit is None:
             method, url, body = key
-            hit = tuple(self._gather([imap.exact(method, url, body) for imap in self.maps]) or ())
-            if len(memo) >= MEMO_MAX:
-                memo.clear()
-            memo[key] = hit
+            hit = _remember(memo, key, tuple(self._gather([imap.exact(method, url, body) for imap in self.maps]) or ()))
         return hit or None
 
     def canonical_positions(self, host: str, key: str) -> list[int] | None:

@@ -416,8 +416,8 @@ class ReplaySession:
             position = positions[-1]
         else:
             slot = (stage, key)
+            cursor = self._cursor.get(slot, 0)
             last = len(positions) - 1
-            cursor = min(self._cursor.get(slot, 0), last)
             while cursor < last and positions[cursor] in self._used:
                 cursor += 1
             self._cursor[slot] = cursor
