@@ -88,9 +88,9 @@ def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
     labels.write_text("task_id,mode,label\nT1,frozen,success\nT2,frozen,failure\n")
     assert main(["judge", "agreement", str(run), "--human", str(labels), "--iterations", "100"]) == 0
     out = capsys.readouterr().out
-    assert "overall" in out and "0.500" in out
+    assert "average over 1 agent(s)" in out and "pooled (all episodes)" in out and "0.500" in out
     report = json.loads((run / "agreement-ego2web.json").read_text())
-    assert report["overall"]["fp"] == 1 and report["overall"]["tp"] == 1
+    assert report["pooled"]["fp"] == 1 and report["pooled"]["tp"] == 1 and report["average"]["agreement"] == 0.5
     assert main(["judge", "agreement", str(run), "--human", str(labels), "--iterations", "100", "--json", "-"]) == 0
     assert json.loads(capsys.readouterr().out) == report  # only the JSON on stdout
     # the old names still work, hidden and deprecated

@@ -59,17 +59,20 @@ def test_parsers():
             parser(bad)
 
 
-def test_ego2web_verdict_prompt_v2_is_the_default_with_the_full_rules(tmp_path, monkeypatch):
+def test_ego2web_prompt_v3_is_the_default_and_older_sets_stay(tmp_path, monkeypatch):
     from ego2web_replay.judge.prompts import load_prompts
     from ego2web_replay.judge.registry import make_judge
 
     monkeypatch.setenv("OPENAI_API_KEY", "x")
     judge = make_judge("ego2web", model="m", base_url="http://127.0.0.1:9/v1")
-    assert judge.spec.prompt_version == "ego2web-v2"
-    assert make_judge("webjudge", model="m", base_url="http://127.0.0.1:9/v1").spec.prompt_version == "webjudge-v1"
-    final = (load_prompts("ego2web", "v2").directory / "final.txt").read_text()
-    rules = [line for line in final.splitlines() if line[:2].rstrip(".").isdigit()]
-    assert len(rules) == 9 and "Failure checklist" in final
-    for phrase in ("Visual grounding over textual claims", "Apparent success is not sufficient"):
-        assert phrase in final
-    assert (load_prompts("ego2web", "v1").directory / "final.txt").exists()  # old verdicts still name their prompt
+    assert judge.spec.prompt_version == "ego2web-v3" and judge.spec.settings["max_screenshots"] is None
+    webjudge = make_judge("webjudge", model="m", base_url="http://127.0.0.1:9/v1")
+    assert webjudge.spec.prompt_version == "webjudge-v1" and webjudge.spec.settings["max_screenshots"] == 8
+    v3 = load_prompts("ego2web", "v3")
+    for stage in ("keypoints", "screenshot", "final"):
+        system, user = v3.render(stage, **VALUES)
+        assert system and user and "$" not in system + user
+    assert sorted(p.stem for p in v3.directory.glob("*.txt")) == ["final", "keypoints", "screenshot"]
+    v2 = (load_prompts("ego2web", "v2").directory / "final.txt").read_text()  # old verdicts still name their prompt
+    assert len([line for line in v2.splitlines() if line[:2].rstrip(".").isdigit()]) == 9
+    assert (load_prompts("ego2web", "v1").directory / "final.txt").exists()

@@ -57,10 +57,12 @@ def judge() -> None:
 @click.option("--task", "task_ids", multiple=True, help="Judge only this task id (repeatable).")
 @click.option("--workers", default=4, show_default=True, help="Episodes judged at once (and LLM calls in flight).")
 @click.option("--threshold", type=click.IntRange(1, 5),
-              help="ego2web/webjudge: keep screenshots scored at least this (default 3).")
+              help="ego2web/webjudge: the relevance threshold δ: every screenshot scored at least this is kept "
+                   "(default 3).")
 @click.option("--max-screenshots", type=click.IntRange(0),
-              help="ego2web/webjudge: most screenshots kept (default 8); rubric: most screenshots of the cited "
-                   "pages sent with each verified claim (default 3).")
+              help="ego2web/webjudge: a cap on the screenshots kept, for a model's context: the highest-scored "
+                   "are kept, ties by step (ego2web: no cap by default; webjudge: 8); rubric: most screenshots "
+                   "of the cited pages sent with each verified claim (default 3).")
 @click.option("--keyframes", "keyframes_per_range", type=click.IntRange(1),
               help="ego2web: keyframes per evidence range (default 3).")
 @click.option("--keyframe-method", type=click.Choice(["even", "scene"]),
@@ -150,9 +152,11 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, ite
     annotators per episode the majority counts (ties are left out); agent
     (agent name, name/model, or run folder name) picks the episode when
     several runs hold the same task; repeat (default 0) picks one repeat of a
-    run --repeats K run. Reports per agent and overall: agreement,
-    Cohen's kappa, confusion matrix, false-positive and false-negative rates
-    with bootstrap confidence intervals.
+    run --repeats K run. Reports, as the Ego2Web paper does, each agent's
+    agreement, Cohen's kappa, confusion matrix, false-positive and
+    false-negative rates, then their average over the agents (every agent
+    weighs the same), then the pooled figures over all episodes (labelled so),
+    each with a bootstrap confidence interval.
     """
     from ..judge.agreement import agreement, agreement_table
 

@@ -9,15 +9,22 @@ task and mode; ``repeat`` (a whole number, default 0: the first repeat) picks
 one repeat of a ``run --repeats K`` run. Several rows for one episode (several annotators) are reduced to
 their majority; ties are left out and counted.
 
-Reported per agent and overall: agreement rate, Cohen's kappa, the
-confusion matrix (judge versus human, "positive" = success), false-positive
-rate (judge says success where humans say failure) and false-negative rate,
-each with a percentile bootstrap confidence interval.
+Reported as the Ego2Web paper reports its agreement rate: per agent first
+(agreement rate, Cohen's kappa, the confusion matrix of judge versus human
+with "positive" = success, false-positive rate: judge says success where
+humans say failure, and false-negative rate), then the mean of each figure
+over the agents (``average``: every agent weighs the same, however many of
+its episodes are labelled). The figure over all labelled episodes together
+is kept as ``pooled`` and labelled so; it weighs agents by their number of
+episodes and is not the paper's figure. Every figure has a percentile
+bootstrap confidence interval; the average's resamples each agent's
+episodes separately.
 """
 
 from __future__ import annotations
 
 import csv
+import warnings
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -31,8 +38,8 @@ from ..models import load_trajectory, parse_episode_folder, save_model
 from .run import find_episodes
 from .verdicts import read_verdict
 
-__all__ = ["HumanLabel", "AgreementStats", "AgreementReport", "load_labels", "compute_stats",
-           "agreement", "agreement_table"]
+__all__ = ["HumanLabel", "AgreementStats", "AveragedStats", "AgreementReport", "load_labels", "compute_stats",
+           "average_stats", "agreement", "agreement_table"]
 
 _TRUE = {"success", "1", "true", "yes", "pass", "passed", "y"}
 _FALSE = {"failure", "0", "false", "no", "fail", "failed", "n"}
@@ -120,6 +127,15 @@ def _num(x: Any) -> float | None:
     return None if np.isnan(v) else round(v, 6)
 
 
+def _interval(values: np.ndarray, confidence: float) -> list[float] | None:
+    """The percentile interval of bootstrap values (NaN rounds left out); None when there are none."""
+    values = values[~np.isnan(values)]
+    if not len(values):
+        return None
+    alpha = (1 - confidence) / 2
+    return [round(float(np.quantile(values, alpha)), 6), round(float(np.quantile(values, 1 - alpha)), 6)]
+
+
 def compute_stats(pairs: list[tuple[bool, bool]], *, bootstrap: int = 1000, seed: int = 0,
                   confidence: float = 0.95) -> AgreementStats:
     """Statistics of (human, judge) pairs, with percentile bootstrap intervals."""
@@ -132,24 +148,74 @@ def compute_stats(pairs: list[tuple[bool, bool]], *, bootstrap: int = 1000, seed
     ci: dict[str, list[float] | None] = {}
     if bootstrap > 0:
         idx = np.random.default_rng(seed).integers(0, n, size=(bootstrap, n))
-        samples = _metrics(h[idx], j[idx])
-        alpha = (1 - confidence) / 2
-        for name, values in samples.items():
-            values = values[~np.isnan(values)]
-            ci[name] = None if not len(values) else [round(float(np.quantile(values, alpha)), 6),
-                                                      round(float(np.quantile(values, 1 - alpha)), 6)]
+        ci = {name: _interval(values, confidence) for name, values in _metrics(h[idx], j[idx]).items()}
     return AgreementStats(n=n, agreement=_num(point["agreement"]), kappa=_num(point["kappa"]),
                           tp=int((h & j).sum()), fp=int((~h & j).sum()), fn=int((h & ~j).sum()),
                           tn=int((~h & ~j).sum()), fpr=_num(point["fpr"]), fnr=_num(point["fnr"]), ci=ci)
 
 
+_RATES = ("agreement", "kappa", "fpr", "fnr")
+
+
+class AveragedStats(BaseModel):
+    """Per-agent figures averaged over the agents (the paper's "averaged across agents")."""
+
+    agents: int = Field(description="Agents averaged over.")
+    n: int = Field(description="Labelled episodes of those agents, all together.")
+    agreement: float | None = Field(description="Mean of the agents' agreement rates.")
+    kappa: float | None = Field(description="Mean of the agents' kappas, over the agents where it is defined.")
+    fpr: float | None = Field(description="Mean false-positive rate, over the agents with a human failure.")
+    fnr: float | None = Field(description="Mean false-negative rate, over the agents with a human success.")
+    left_out: dict[str, int] = Field(default_factory=dict,
+                                     description="Per figure, agents left out of its mean (undefined for them).")
+    ci: dict[str, list[float] | None] = Field(default_factory=dict,
+                                              description="Bootstrap interval per figure (agents resampled apart).")
+
+
+def average_stats(groups: dict[str, list[tuple[bool, bool]]], *, bootstrap: int = 1000, seed: int = 0,
+                  confidence: float = 0.95) -> AveragedStats:
+    """The mean over agents of each agent's figures; each bootstrap round resamples every agent's own
+    (human, judge) pairs and averages the agents' figures again."""
+    groups = {a: ps for a, ps in groups.items() if ps}
+    n = sum(len(ps) for ps in groups.values())
+    if not groups:
+        return AveragedStats(agents=0, n=0, agreement=None, kappa=None, fpr=None, fnr=None)
+    arrays = [(np.array([p[0] for p in ps], dtype=bool), np.array([p[1] for p in ps], dtype=bool))
+              for ps in groups.values()]
+    per_agent = [_metrics(h, j) for h, j in arrays]
+    point: dict[str, float | None] = {}
+    left_out: dict[str, int] = {}
+    for name in _RATES:
+        values = np.array([float(m[name]) for m in per_agent])
+        defined = values[~np.isnan(values)]
+        point[name] = round(float(defined.mean()), 6) if len(defined) else None
+        if len(defined) < len(values):
+            left_out[name] = len(values) - len(defined)
+    ci: dict[str, list[float] | None] = {}
+    if bootstrap > 0:
+        rng = np.random.default_rng(seed)
+        rounds = []
+        for h, j in arrays:
+            idx = rng.integers(0, len(h), size=(bootstrap, len(h)))
+            rounds.append(_metrics(h[idx], j[idx]))
+        for name in _RATES:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a round where no agent defines it: NaN
+                means = np.nanmean(np.stack([r[name] for r in rounds]), axis=0)  # agents x rounds -> rounds
+            ci[name] = _interval(means, confidence)
+    return AveragedStats(agents=len(groups), n=n, left_out=left_out, ci=ci, **point)
+
+
 class AgreementReport(BaseModel):
-    version: int = 1
+    version: int = 2
     judge: str
     runs: list[str]
     labels: str
-    overall: AgreementStats
-    per_agent: dict[str, AgreementStats]
+    per_agent: dict[str, AgreementStats] = Field(description="Each agent's own figures (as the paper reports).")
+    average: AveragedStats = Field(description="The per-agent figures averaged over the agents: the paper's "
+                                               "agreement rate.")
+    pooled: AgreementStats = Field(description="Every labelled episode together (agents weighed by their "
+                                               "episodes); not the paper's figure.")
     episodes: list[dict[str, Any]] = Field(default_factory=list, description="Each compared episode.")
     ties: int = Field(default=0, description="Episodes whose annotators split evenly (left out).")
     unmatched_labels: int = Field(default=0, description="Labelled episodes with no episode in the runs.")
@@ -212,10 +278,12 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
                          f"({unmatched} unmatched, {missing} not judged, {errors} judge errors, {ties} ties); "
                          f"run 'ego2web-replay judge RUN --judge {judge}' first")
     everything = [p for ps in pairs.values() for p in ps]
+    by_agent = dict(sorted(pairs.items()))
     report = AgreementReport(
         judge=judge, runs=[str(r) for r in run_dirs], labels=str(labels_path),
-        overall=compute_stats(everything, bootstrap=bootstrap, seed=seed),
-        per_agent={a: compute_stats(ps, bootstrap=bootstrap, seed=seed) for a, ps in sorted(pairs.items())},
+        per_agent={a: compute_stats(ps, bootstrap=bootstrap, seed=seed) for a, ps in by_agent.items()},
+        average=average_stats(by_agent, bootstrap=bootstrap, seed=seed),
+        pooled=compute_stats(everything, bootstrap=bootstrap, seed=seed),
         episodes=episodes, ties=ties, unmatched_labels=unmatched, missing_verdicts=missing, judge_errors=errors)
     if out is not None:
         save_model(Path(out), report)
@@ -228,14 +296,25 @@ def _fmt(value: float | None, ci: list[float] | None) -> str:
     return f"{value:.3f}" + (f" [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "")
 
 
+def _row(table: Table, name: str, s: AgreementStats) -> None:
+    table.add_row(name, str(s.n), _fmt(s.agreement, s.ci.get("agreement")), _fmt(s.kappa, s.ci.get("kappa")),
+                  str(s.tp), str(s.fp), str(s.fn), str(s.tn), _fmt(s.fpr, s.ci.get("fpr")), _fmt(s.fnr, s.ci.get("fnr")))
+
+
 def agreement_table(report: AgreementReport) -> Table:
-    """The report as a rich table: one row per agent and one overall."""
+    """The report as a rich table: one row per agent, their average (the paper's figure), then the pooled row."""
     table = Table(title=f"Agreement of judge '{report.judge}' with human labels (95% bootstrap CI)")
     for col in ("agent", "n", "agreement", "kappa", "TP", "FP", "FN", "TN", "FPR", "FNR"):
         table.add_column(col, justify="left" if col == "agent" else "right")
-    rows = list(report.per_agent.items()) + [("overall", report.overall)]
-    for name, s in rows:
-        table.add_row(name, str(s.n), _fmt(s.agreement, s.ci.get("agreement")), _fmt(s.kappa, s.ci.get("kappa")),
-                      str(s.tp), str(s.fp), str(s.fn), str(s.tn), _fmt(s.fpr, s.ci.get("fpr")),
-                      _fmt(s.fnr, s.ci.get("fnr")))
+    for name, s in report.per_agent.items():
+        _row(table, name, s)
+    a = report.average
+
+    def mean(name: str) -> str:
+        value, fewer = getattr(a, name), a.left_out.get(name)
+        return _fmt(value, a.ci.get(name)) + (f" ({a.agents - fewer} agents)" if fewer and value is not None else "")
+
+    table.add_row(f"average over {a.agents} agent(s)", str(a.n), mean("agreement"), mean("kappa"), "", "", "", "",
+                  mean("fpr"), mean("fnr"))
+    _row(table, "pooled (all episodes)", report.pooled)
     return table

@@ -1,12 +1,16 @@
 """Ego2WebJudge and its WebJudge-style baseline: key points, screenshot filtering, a strict verdict.
 
 Stage 1 extracts key points from the instruction. Stage 2 summarises every
-screenshot and scores it 1-5 for relevance to the key points, keeping those
-at or above ``threshold`` (best first, at most ``max_screenshots``, then in
-step order). Stage 3 judges from the instruction, key points, action history,
-the kept screenshots with their summaries, the final answer and, for
-Ego2WebJudge, keyframes of the task's video evidence. The WebJudge-style
-baseline is the same pipeline with its own prompts and no video.
+screenshot and scores it 1-5 for relevance to the key points, keeping every
+one scored at or above ``threshold`` (the paper's relevance threshold δ).
+Only when ``max_screenshots`` is set and more than that many pass is the set
+cut down, and then to the highest-scored (ties: the earlier step first), so a
+decisive early screenshot is never dropped for a later, weaker one; each cut
+screenshot is marked ``capped`` in the verdict's checks. Stage 3 judges from
+the instruction, key points, action history, the kept screenshots (in step
+order) with their summaries, the final answer and, for Ego2WebJudge,
+keyframes of the task's video evidence. The WebJudge-style baseline is the
+same pipeline with its own prompts and no video.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from ..errors import JudgeError
 from ..media.keyframes import Keyframe, extract_keyframes
 from ..models import JudgeSpec, Task, Verdict
 from .client import ChatResult, Image, LLMClient, Message
@@ -29,20 +34,35 @@ from .prompts import (
 )
 from .verdicts import CallLog
 
-__all__ = ["PipelineJudge"]
+__all__ = ["PipelineJudge", "select_screenshots"]
 
 
 def _numbered(items: list[str]) -> str:
     return "\n".join(f"{i}. {p}" for i, p in enumerate(items, 1)) or "(none)"
 
 
+def select_screenshots(scored: list[dict[str, Any]], threshold: int,
+                       cap: int | None = None) -> list[dict[str, Any]]:
+    """The screenshots to keep, in the order given (step order): every one whose ``score`` is at least
+    ``threshold``; with a ``cap`` and more than ``cap`` of them, the ``cap`` highest-scored, ties going to
+    the one that comes first."""
+    eligible = [i for i, s in enumerate(scored) if s["score"] >= threshold]
+    if cap is not None and len(eligible) > cap:
+        eligible = sorted(sorted(eligible, key=lambda i: -scored[i]["score"])[:cap])  # stable: ties by order
+    return [scored[i] for i in eligible]
+
+
 class PipelineJudge:
     """The three-stage judge; ``use_video`` decides Ego2WebJudge versus WebJudge-style."""
 
     def __init__(self, name: str, client: LLMClient, prompts: PromptSet, *, use_video: bool,
-                 threshold: int = 3, max_screenshots: int = 8, keyframes_per_range: int = 3,
+                 threshold: int = 3, max_screenshots: int | None = None, keyframes_per_range: int = 3,
                  keyframe_method: str = "even", keyframe_max_side: int = 512,
                  reference_key_points: bool = False) -> None:
+        if not 1 <= threshold <= 5:
+            raise JudgeError(f"threshold must be between 1 and 5 (the relevance scale), not {threshold}")
+        if max_screenshots is not None and max_screenshots < 0:
+            raise JudgeError(f"max_screenshots must be 0 or more (or unset: no cap), not {max_screenshots}")
         self.name = name
         self.client = client
         self.prompts = prompts
@@ -83,10 +103,11 @@ class PipelineJudge:
             parsed = log.add(result)
             scored.append({"kind": "screenshot_relevance", "screenshot": shot.rel, "step": shot.step,
                            "score": parsed.score, "summary": parsed.summary, "kept": False})
-        eligible = [s for s in scored if s["score"] >= self.settings["threshold"]]
-        eligible.sort(key=lambda s: (-s["score"], -s["step"]))
-        for s in eligible[: self.settings["max_screenshots"]]:
+        for s in select_screenshots(scored, self.settings["threshold"], self.settings["max_screenshots"]):
             s["kept"] = True
+        for s in scored:
+            if s["score"] >= self.settings["threshold"] and not s["kept"]:
+                s["capped"] = True  # passed δ but over --max-screenshots: counted, never silent
         return scored
 
     def keyframes(self, task: Task) -> list[Keyframe]:

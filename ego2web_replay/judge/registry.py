@@ -56,8 +56,10 @@ def _client(settings: dict[str, Any], client_settings: dict[str, Any]) -> LLMCli
     return LLMClient(resolve_config(settings.get("model"), settings.get("base_url"), **client_settings))
 
 
-# ego2web-v2: the paper's full verdict rules and its failure checklist (v1 kept five of the rules)
-DEFAULT_PROMPTS = {"ego2web": "v2"}
+# ego2web-v3: the paper's judge point by point (docs/judging.md has the table); v2 and v1 stay for their verdicts
+DEFAULT_PROMPTS = {"ego2web": "v3"}
+# Ego2WebJudge keeps every screenshot at or above δ, as the paper does; the WebJudge-style baseline keeps its cap
+DEFAULT_MAX_SCREENSHOTS = {"webjudge": 8}
 
 _PIPELINE = {"threshold", "max_screenshots", "keyframes_per_range", "keyframe_method", "keyframe_max_side",
              "reference_key_points", "prompt_version", "prompts_dir"}
@@ -69,6 +71,7 @@ def _pipeline(name: str, use_video: bool) -> Callable[..., Judge]:
                                       _PIPELINE - {"keyframes_per_range", "keyframe_method", "keyframe_max_side"})
         prompts = load_prompts(name, own.pop("prompt_version", DEFAULT_PROMPTS.get(name, "v1")),
                                own.pop("prompts_dir", None))
+        own.setdefault("max_screenshots", DEFAULT_MAX_SCREENSHOTS.get(name))
         return PipelineJudge(name, _client(settings, client_settings), prompts, use_video=use_video, **own)
 
     factory.__doc__ = ("Ego2WebJudge: key points, screenshot filtering, strict verdict with video keyframes."
