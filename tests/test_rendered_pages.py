@@ -138,3 +138,23 @@ def test_rubric_judge_reads_rendered_pages_and_says_when_it_falls_back_to_the_ar
     assert {r["seed"] for r in verify} == {0, 1}  # each vote is its own sample (seed + k), not a cache hit
     mug_parts = [str(r["messages"][1]) for r in verify if "Claim: The Red Ceramic Mug costs" in str(r["messages"][1])]
     assert mug_parts and all(f"--- {mug} (rendered after step" in p for p in mug_parts)
+
+
+def test_capture_keeps_text_within_its_limit_and_leaves_out_a_large_dom(chromium, tmp_path, monkeypatch):
+    import ego2web_replay.browser as browser
+
+    monkeypatch.setattr(browser, "PAGE_TEXT_MAX_CHARS", 3000)
+    monkeypatch.setattr(browser, "DOM_MAX_CHARS", 5000)
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.set_content("<title>Big</title><p id=x>served</p><script>document.getElementById('x').textContent = "
+                         "'written ' + 'word '.repeat(2000)</script>")
+        rel = browser.capture_page(page, tmp_path, 4, redact_url=lambda u: u + "#redacted")
+    finally:
+        context.close()
+    capture = read_model(tmp_path / rel, PageCapture, "page capture")
+    assert rel == "pages/step-004.json" and capture.step == 4 and capture.title == "Big"
+    assert capture.text.startswith("written word") and len(capture.text) == 3000 and capture.truncated
+    assert capture.dom is None and "not kept (limit 5,000)" in capture.dom_note
+    assert capture.url.endswith("#redacted") and not (tmp_path / "pages/step-004.html").exists()

@@ -128,9 +128,11 @@ def test_max_screenshots_reaches_the_rubric_judge(tmp_path):
     suite.write_text(json.dumps({"id": "T1", "instruction": "x", "start_url": urls[0], "rubric": rubric}) + "\n")
     pages = DictPages({u: f"<p>page {i}</p>" for i, u in enumerate(urls)})
     sent: list[int] = []
+    temperatures: list[float] = []
 
     def reply(body):
         sent.append(len(_images(body["messages"][1])))
+        temperatures.append(body["temperature"])
         return "Reason: ok.\nVerdict: supported"
 
     with FakeOpenAIServer(reply) as srv:
@@ -146,7 +148,7 @@ def test_max_screenshots_reaches_the_rubric_judge(tmp_path):
         sent.clear()
         args = ["judge", "run", str(run), "--judge", "rubric", "--tasks", str(suite), "--base-url", srv.base_url,
                 "--model", "m", "--prompt-version", "v1", "--votes", "1", "--no-db", "--cache-dir", str(tmp_path / "c")]
-        assert main([*args, "--max-screenshots", "1"]) == 0
-        assert sent == [1]
+        assert main([*args, "--max-screenshots", "1", "--temperature", "0.5"]) == 0
+        assert sent == [1] and temperatures[-1] == 0.5 and temperatures[0] == 0.0
     verdict = json.loads((ep / "verdicts" / "rubric.json").read_text("utf-8"))
     assert verdict["judge"]["settings"]["max_screenshots"] == 1
