@@ -20,7 +20,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -28,7 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .errors import BrowserError
-from .models import Action
+from .models import DOM_MAX_CHARS, PAGE_TEXT_MAX_CHARS, Action, PageCapture
 
 __all__ = [
     "CHROMIUM_FLAGS",
@@ -43,6 +43,7 @@ __all__ = [
     "browser_session",
     "perform_action",
     "take_screenshot",
+    "capture_page",
 ]
 
 CHROMIUM_FLAGS: tuple[str, ...] = (
@@ -310,3 +311,32 @@ def take_screenshot(page: Any, path: Path) -> Path:
     settle_page(page)
     page.screenshot(path=str(path), animations="disabled", caret="hide", timeout=30000)
     return path
+
+
+def capture_page(page: Any, folder: Path, step: int, *, redact_url: Callable[[str], str] = str) -> str:
+    """Keep the page as rendered now: ``<folder>/pages/step-NNN.json`` (URL, title, visible text after
+    scripts ran; :class:`~ego2web_replay.models.PageCapture`) and the DOM beside it as ``step-NNN.html``
+    when it is at most ``DOM_MAX_CHARS``. ``redact_url`` turns the page's URL into the one written
+    (the trajectory's redaction, so the capture names its page as the step does). Returns the JSON file's path relative to ``folder``; raises
+    what Playwright raises when the page cannot be read (mid-navigation, crashed)."""
+    from datetime import UTC, datetime
+
+    from .models import save_model
+
+    rel = f"pages/step-{step:03d}.json"
+    (folder / "pages").mkdir(parents=True, exist_ok=True)
+    text = str(page.inner_text("body", timeout=5000))
+    capture = PageCapture(step=step, url=redact_url(page.url), title=str(page.title()), text=text[:PAGE_TEXT_MAX_CHARS],
+                          truncated=len(text) > PAGE_TEXT_MAX_CHARS, captured_at=datetime.now(UTC))
+    try:
+        dom = str(page.content())
+    except Exception as e:  # noqa: BLE001 - the text is what judges read; the DOM is kept where it can be
+        capture.dom_note = f"DOM not read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    else:
+        if len(dom) <= DOM_MAX_CHARS:
+            capture.dom = f"pages/step-{step:03d}.html"
+            (folder / capture.dom).write_text(dom, "utf-8")
+        else:
+            capture.dom_note = f"DOM of {len(dom):,} characters not kept (limit {DOM_MAX_CHARS:,})"
+    save_model(folder / rel, capture)
+    return rel

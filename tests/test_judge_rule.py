@@ -47,6 +47,20 @@ def test_cue_found_only_on_the_archived_final_page(tmp_path):
     assert not make_judge("rule", pages=DictPages({})).judge(ep, task).success
 
 
+def test_cue_on_a_program_agents_own_rendered_capture(tmp_path):
+    """A program agent that keeps pages/step-NNN.json: the rule judge reads its last capture of the final URL."""
+    from ego2web_replay.models import PageCapture, load_trajectory, save_model
+
+    task = Task(id="T1", instruction="x", start_url="http://shop.test/", must_match=["$12.99"])
+    ep = make_episode(tmp_path, "T1", answer="done", urls=["http://shop.test/item/7"])
+    traj = load_trajectory(ep)
+    assert not make_judge("rule", pages=DictPages({})).judge(ep, task).success
+    traj.steps[0].page = "agent/pages/step-001.json"
+    save_model(ep / traj.steps[0].page, PageCapture(step=1, url="http://shop.test/item/7", text="Price: $12.99"))
+    save_model(ep / "trajectory.json", traj)
+    assert make_judge("rule", pages=DictPages({})).judge(ep, task).success
+
+
 def test_no_answer_and_nothing_to_check(tmp_path):
     ep = make_episode(tmp_path, "T1", answer=None)
     v = make_judge("rule", pages=PAGES).judge(ep, TASK)

@@ -66,7 +66,7 @@ def test_extractor_claims_and_page_screenshots_reach_the_verifier(tmp_path):
 
     task = Task(id="T1", instruction="x", start_url="https://shop.test/", rubric=RUBRIC)
     with FakeOpenAIServer(reply) as srv:
-        judge = make_judge("rubric", pages=PAGES, base_url=srv.base_url, model="m")
+        judge = make_judge("rubric", pages=PAGES, base_url=srv.base_url, model="m", votes=1)
         verdict = judge.judge(ep, task)
         reqs = list(srv.requests)
     # one extractor call, then one verification per claim the answer makes (not for 'rating')
@@ -76,7 +76,8 @@ def test_extractor_claims_and_page_screenshots_reach_the_verifier(tmp_path):
     shipping = verify["Claim: shipping is free"]
     # the extracted statement and only the URLs it was attributed to are used
     assert "What the answer states for this claim:\nThe Acme X1 costs $199" in _text(price)
-    assert "--- https://shop.test/x1 (part 1 of 1)" in _text(price) and "--- https://shop.test/shipping" not in _text(price)
+    assert "--- https://shop.test/x1 (archived: the agent opened it, but the episode kept no rendered text of it; " \
+           "part 1 of 1)" in _text(price) and "--- https://shop.test/shipping" not in _text(price)
     assert "It has free shipping" in _text(shipping) and "Shipping: $5" in _text(shipping)
     assert "elsewhere.test" not in _text(shipping)
     # each cited page's screenshot, as the episode took it, is sent as an image
@@ -89,7 +90,7 @@ def test_extractor_claims_and_page_screenshots_reach_the_verifier(tmp_path):
     assert [c["stage"] for c in verdict.calls][0] == "extract" and len(verdict.calls) == 3
     extraction = next(c for c in verdict.checks if c["kind"] == "rubric_extraction")
     assert extraction["claims"][2]["urls"] == ["https://shop.test/shipping"]
-    assert verdict.score == pytest.approx(1 / 3, abs=1e-6) and verdict.judge.prompt_version == "rubric-v2"
+    assert verdict.score == pytest.approx(1 / 3, abs=1e-6) and verdict.judge.prompt_version == "rubric-v3"
 
 
 def test_prompt_set_without_extract_stage_verifies_the_whole_answer(tmp_path):
@@ -101,11 +102,11 @@ def test_prompt_set_without_extract_stage_verifies_the_whole_answer(tmp_path):
 
     with FakeOpenAIServer(reply) as srv:
         client = LLMClient(LLMConfig(model="m", base_url=srv.base_url))
-        ctx = RubricContext(ANSWER, [], PAGES, client, load_prompts("rubric", "v1"))
+        ctx = RubricContext(ANSWER, [], PAGES, client, load_prompts("rubric", "v1"), votes=1)
         res = evaluate_rubric(load_rubric({"id": "p", "check": RUBRIC["children"][0]["check"]}), ctx)
     assert res.success and res.extractor_calls == 0 and len(seen) == 1
     # every page the answer cites is a candidate (the first part already supports the claim)
-    assert "--- https://shop.test/x1 (part 1 of 1)" in seen[0] and "What the answer states" not in seen[0]
+    assert "--- https://shop.test/x1 (archived: the agent never opened it; part 1 of 1)" in seen[0] and "What the answer states" not in seen[0]
 
 
 def test_bad_extractions_are_format_errors():
@@ -127,25 +128,27 @@ def test_max_screenshots_reaches_the_rubric_judge(tmp_path):
     suite.write_text(json.dumps({"id": "T1", "instruction": "x", "start_url": urls[0], "rubric": rubric}) + "\n")
     pages = DictPages({u: f"<p>page {i}</p>" for i, u in enumerate(urls)})
     sent: list[int] = []
+    temperatures: list[float] = []
 
     def reply(body):
         sent.append(len(_images(body["messages"][1])))
+        temperatures.append(body["temperature"])
         return "Reason: ok.\nVerdict: supported"
 
     with FakeOpenAIServer(reply) as srv:
-        make_judge("rubric", pages=pages, base_url=srv.base_url, model="m", prompt_version="v1").judge(
+        make_judge("rubric", pages=pages, base_url=srv.base_url, model="m", prompt_version="v1", votes=1).judge(
             ep, Task(id="T1", instruction="x", start_url=urls[0], rubric=rubric))
         assert sent == [3]  # the default
         sent.clear()
         judge = make_judge("rubric", pages=pages, base_url=srv.base_url, model="m", prompt_version="v1",
-                           max_screenshots=5)
+                           max_screenshots=5, votes=1)
         assert judge.spec.settings["max_screenshots"] == 5
         judge.judge(ep, Task(id="T1", instruction="x", start_url=urls[0], rubric=rubric))
         assert sent == [5]
         sent.clear()
         args = ["judge", "run", str(run), "--judge", "rubric", "--tasks", str(suite), "--base-url", srv.base_url,
-                "--model", "m", "--prompt-version", "v1", "--no-db", "--cache-dir", str(tmp_path / "c")]
-        assert main([*args, "--max-screenshots", "1"]) == 0
-        assert sent == [1]
+                "--model", "m", "--prompt-version", "v1", "--votes", "1", "--no-db", "--cache-dir", str(tmp_path / "c")]
+        assert main([*args, "--max-screenshots", "1", "--temperature", "0.5"]) == 0
+        assert sent == [1] and temperatures[-1] == 0.5 and temperatures[0] == 0.0
     verdict = json.loads((ep / "verdicts" / "rubric.json").read_text("utf-8"))
     assert verdict["judge"]["settings"]["max_screenshots"] == 1

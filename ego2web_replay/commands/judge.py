@@ -70,6 +70,11 @@ def judge() -> None:
 @click.option("--keyframe-size", "keyframe_max_side", type=click.IntRange(16),
               help="ego2web: longest side of keyframes sent, in pixels (default 512).")
 @click.option("--last-k", type=click.IntRange(0), help="webvoyager: last screenshots shown (default 3).")
+@click.option("--votes", type=click.IntRange(1),
+              help="rubric: samples asked per claim question, the majority decides (an odd number; default 3, "
+                   "as in Mind2Web 2); each sample has its own seed and cache entry.")
+@click.option("--temperature", type=click.FloatRange(0),
+              help="LLM judges: sampling temperature (default 0; votes that should differ need more, e.g. 1).")
 @click.option("--prompt-version", help="Packaged prompt version, e.g. v1.")
 @click.option("--prompts-dir", type=click.Path(path_type=Path, file_okay=False),
               help="A folder of custom prompt files instead of the packaged ones.")

@@ -198,15 +198,23 @@ class LLMClient:
         c = self.config
         return {"temperature": c.temperature, "max_tokens": c.max_tokens, "seed": c.seed}
 
-    def chat[T](self, messages: list[Message], parse: Callable[[str], T], *, stage: str) -> ChatResult[T]:
+    def chat[T](self, messages: list[Message], parse: Callable[[str], T], *, stage: str,
+                sample: int = 0) -> ChatResult[T]:
         """Ask the model, or the cache; return the reply parsed by ``parse``.
 
         ``parse`` raises :class:`ReplyFormatError` for a reply it cannot read;
         the model is then asked again (``format_retries`` times) with the
-        problem stated. Only accepted replies are cached.
+        problem stated. Only accepted replies are cached. ``sample`` k > 0 asks
+        the same question as another sample (a vote): it is sent with seed
+        ``seed + k`` and cached under its own key; sample 0 is the plain call.
         """
-        request = {"endpoint": self.config.base_url.rstrip("/"), "model": self.config.model,
-                   "messages": [m.canonical() for m in messages], "params": self.params()}
+        params = self.params()
+        request: dict[str, Any] = {"endpoint": self.config.base_url.rstrip("/"), "model": self.config.model,
+                                   "messages": [m.canonical() for m in messages], "params": params}
+        if sample:
+            request["sample"] = sample
+            if params["seed"] is not None:
+                params["seed"] += sample
         key = request_key(request)
         with self._lock:  # identical calls in flight at once are made once: the others wait, then hit the cache
             entry = self._inflight.setdefault(key, [threading.Lock(), 0])
@@ -239,7 +247,7 @@ class LLMClient:
         problem = ""
         text = ""
         for attempt in range(self.config.format_retries + 1):
-            text, p, c = self._call(convo)
+            text, p, c = self._call(convo, request["params"]["seed"])
             prompt_tokens += p
             completion_tokens += c
             try:
@@ -262,13 +270,13 @@ class LLMClient:
         raise JudgeError(f"{stage}: the judge model's reply could not be read after "
                          f"{self.config.format_retries + 1} tries ({problem}); last reply began {snippet!r}")
 
-    def _call(self, convo: list[dict[str, Any]]) -> tuple[str, int, int]:
+    def _call(self, convo: list[dict[str, Any]], seed: int | None) -> tuple[str, int, int]:
         c = self.config
         client = self._openai()
         kwargs: dict[str, Any] = {"model": c.model, "messages": convo, "temperature": c.temperature,
                                   "max_tokens": c.max_tokens}
-        if c.seed is not None:
-            kwargs["seed"] = c.seed
+        if seed is not None:
+            kwargs["seed"] = seed
 
         def once() -> Any:
             with self._slots:

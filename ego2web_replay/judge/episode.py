@@ -1,4 +1,4 @@
-"""An episode folder as the judges read it: trajectory, screenshots, answer, archived pages."""
+"""An episode folder as the judges read it: trajectory, screenshots, rendered pages, answer, archived pages."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import Ego2WebError, JudgeError
-from ..models import Trajectory, load_trajectory
+from ..models import PageCapture, Trajectory, load_trajectory, read_model
 
-__all__ = ["Episode", "Shot", "load_episode"]
+__all__ = ["Episode", "Shot", "Render", "load_episode"]
 
 
 @dataclass(frozen=True)
@@ -22,6 +22,17 @@ class Shot:
     action: str
 
 
+@dataclass(frozen=True)
+class Render:
+    """The page as rendered after one step (its ``pages/step-NNN.json``; the final page text of an
+    episode recorded before per-step captures were kept)."""
+
+    step: int
+    url: str
+    text: str
+    rel: str
+
+
 @dataclass
 class Episode:
     """One episode on disk."""
@@ -29,6 +40,26 @@ class Episode:
     dir: Path
     trajectory: Trajectory
     screenshots: list[Shot]
+
+    def renders(self) -> list[Render]:
+        """Every rendered page the episode kept, in step order. An older episode without per-step
+        captures offers its final page's text (``final_page_text``) for its final URL."""
+        out: list[Render] = []
+        for step in self.trajectory.steps:
+            if not step.page:
+                continue
+            path = self.dir / step.page
+            try:
+                capture = read_model(path, PageCapture, "page capture", JudgeError)
+            except FileNotFoundError:
+                raise JudgeError(f"{path}: rendered page of step {step.index} missing from the episode "
+                                 "folder") from None
+            out.append(Render(step.index, capture.url or step.url or "", capture.text, step.page))
+        final = self.trajectory.final_url
+        if not out and final and self.trajectory.final_page_text is not None:
+            out.append(Render(self.trajectory.steps[-1].index, final, self.trajectory.final_page_text,
+                              "trajectory.json#final_page_text"))
+        return out
 
     @property
     def answer(self) -> str | None:

@@ -1,23 +1,32 @@
-"""Archived pages for judges that check cited URLs: never the live web.
+"""The pages judges read: as the agent's browser rendered them, else archived; never the live web.
 
 A :class:`PageSource` answers ``get_text(url)`` with the visible text of the
 archived page, or None when the page is not archived. :class:`SnapshotPages`
 reads snapshot folders (the live run's own ``snapshot/`` and the frozen
 snapshot a trajectory names) through ``ego2web_replay.snapshots``.
+
+:class:`EpisodePages` is what page-reading checks use: the text of a page as
+the episode rendered it (``pages/step-NNN.json``, kept after every step, so a
+value a script wrote into the page is there), and the archived text only for
+a page the episode never rendered, saying which it read and why
+(:class:`PageText`). An archived HTML body is the page as served: what
+scripts write into it later (prices, stock, search results) is not in it.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urldefrag
 
 from ..errors import JudgeError
 from ..web import html_to_text
 
-__all__ = ["PageSource", "DictPages", "SnapshotPages", "ChainPages", "html_to_text", "normalize_url"]
+__all__ = ["PageSource", "DictPages", "SnapshotPages", "ChainPages", "EpisodePages", "PageText", "html_to_text",
+           "normalize_url"]
 
 
 @runtime_checkable
@@ -61,6 +70,65 @@ class ChainPages:
             if text is not None:
                 return text
         return None
+
+
+@dataclass(frozen=True)
+class PageText:
+    """The text a check read of one page, and where it came from."""
+
+    url: str
+    text: str
+    origin: Literal["rendered", "archived"]
+    note: str  # "rendered after step 3"; "archived: the agent never opened it"; ...
+
+
+class EpisodePages:
+    """One episode's pages as judges read them: rendered when the episode rendered the page, else archived.
+
+    ``renders`` are ``(step, url, text)`` in step order (:meth:`Episode.renders`); ``archive`` is read only
+    for a URL with no render; ``opened`` are the URLs the agent's steps ended on, so a fallback can say
+    whether the agent never opened the page or opened it without a kept render (an older episode).
+    """
+
+    def __init__(self, renders: Iterable[tuple[int, str, str]], archive: PageSource | None,
+                 opened: Iterable[str] = ()) -> None:
+        self.renders: dict[str, list[tuple[int, str]]] = {}
+        for step, url, text in renders:
+            self.renders.setdefault(normalize_url(url), []).append((step, text))
+        self.archive = archive
+        self.opened = {normalize_url(u) for u in opened if u}
+
+    def read_all(self, url: str) -> list[PageText]:
+        """Every distinct render of the page (in step order), else its archived text; [] when neither."""
+        got = self.renders.get(normalize_url(url))
+        if got:
+            seen: set[str] = set()
+            out = []
+            for step, text in got:
+                if text not in seen:
+                    seen.add(text)
+                    out.append(PageText(url, text, "rendered", f"rendered after step {step}"))
+            return out
+        archived = self.archive.get_text(url) if self.archive is not None else None
+        if archived is None:
+            return []
+        why = ("the agent opened it, but the episode kept no rendered text of it" if normalize_url(url) in self.opened
+               else "the agent never opened it")
+        return [PageText(url, archived, "archived", f"archived: {why}")]
+
+    def read(self, url: str) -> PageText | None:
+        """The page as last rendered by the episode, else archived; None when neither."""
+        found = self.read_all(url)
+        if not found:
+            return None
+        if found[0].origin == "archived":
+            return found[0]
+        step, text = self.renders[normalize_url(url)][-1]
+        return PageText(url, text, "rendered", f"rendered after step {step}")
+
+    def get_text(self, url: str) -> str | None:
+        found = self.read(url)
+        return found.text if found is not None else None
 
 
 def _decode_body(payload: bytes, headers: list[tuple[str, str]]) -> str:

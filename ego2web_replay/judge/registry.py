@@ -18,10 +18,11 @@ from typing import Any, Protocol, runtime_checkable
 from ..errors import JudgeError
 from ..models import JudgeSpec, Task, Verdict
 from ..plugins import JUDGE_GROUP, PluginError, build, find_factory, plugin_names
+from .claims import RUBRIC_VOTES, check_votes
 from .client import LLMClient, LLMConfig, resolve_config
 from .ego2web import PipelineJudge
 from .episode import load_episode
-from .pages import ChainPages, PageSource, SnapshotPages
+from .pages import ChainPages, EpisodePages, PageSource, SnapshotPages
 from .prompts import load_prompts
 from .rubric import RUBRIC_MAX_SCREENSHOTS, RubricContext, evaluate_rubric, load_rubric
 from .rule import RuleJudge
@@ -94,21 +95,25 @@ def rule_judge(**settings: Any) -> Judge:
 
 
 class RubricJudge:
-    """Mind2Web 2 rubric trees; needs an endpoint only for rubrics with LLM-verified claims."""
+    """Mind2Web 2 rubric trees; needs an endpoint only for rubrics with LLM-verified claims.
+
+    Pages are read as the episode rendered them; ``pages`` (a :class:`PageSource`) replaces the episode's
+    archive, which is read only for pages the episode never rendered."""
 
     def __init__(self, client: LLMClient | None, *, pages: PageSource | None = None,
-                 prompt_version: str = "v2", prompts_dir: str | Path | None = None,
-                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS) -> None:
+                 prompt_version: str = "v3", prompts_dir: str | Path | None = None,
+                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS, votes: int = RUBRIC_VOTES) -> None:
         if max_screenshots < 0:
             raise JudgeError(f"max_screenshots must be 0 or more, not {max_screenshots}")
         self.client = client
         self.pages = pages
         self.max_screenshots = max_screenshots
+        self.votes = check_votes(votes)
         self.prompts = load_prompts("rubric", prompt_version, prompts_dir)
         self.spec = JudgeSpec(name="rubric", prompt_version=self.prompts.version,
                               model=client.config.model if client else None,
                               base_url=client.config.base_url if client else None,
-                              settings={"max_screenshots": max_screenshots})
+                              settings={"max_screenshots": max_screenshots, "votes": votes, "pages": "rendered"})
 
     def judge(self, episode_dir: Path, task: Task) -> Verdict:
         episode = load_episode(episode_dir)
@@ -116,26 +121,32 @@ class RubricJudge:
             raise JudgeError(f"task {task.id!r} has no rubric; add a 'rubric' (inline or a JSON/YAML file) "
                              "or use another judge")
         rubric = load_rubric(task.rubric)
-        pages = self.pages if self.pages is not None else ChainPages(
+        archive = self.pages if self.pages is not None else ChainPages(
             [SnapshotPages([d]) for d in episode.snapshot_dirs()])
         traj = episode.trajectory
         visited = [s.url for s in traj.steps if s.url]
+        pages = EpisodePages([(r.step, r.url, r.text) for r in episode.renders()], archive, visited)
         shots = {s.url: s.path for s in episode.screenshots if s.url}  # the last screenshot of each page
         ctx = RubricContext(traj.answer, visited, pages, self.client, self.prompts, screenshots=shots,
-                            max_screenshots=self.max_screenshots)
+                            max_screenshots=self.max_screenshots, votes=self.votes)
         result = evaluate_rubric(rubric, ctx)
         log = CallLog()
         if ctx.extraction is not None:
             log.add(ctx.extraction)
         for node in rubric.root.walk():
-            if node.id in ctx.results:
-                log.add(ctx.results[node.id])
+            for call in ctx.results.get(node.id, []):
+                log.add(call)
         checks: list[dict[str, Any]] = [
             {"kind": "rubric_node", "id": r.id, "depth": depth, "critical": r.critical, "status": r.status,
              "score": r.score, "passed": r.passed, "detail": r.detail} for depth, r in result.root.walk()]
         checks.append({"kind": "rubric_summary", "score": result.score, "success": result.success,
                        "llm_calls": result.llm_calls, "skipped_llm_calls": result.skipped_llm_calls,
-                       "skipped_nodes": result.skipped_nodes, "extractor_calls": result.extractor_calls})
+                       "skipped_nodes": result.skipped_nodes, "extractor_calls": result.extractor_calls,
+                       "verification_calls": result.verification_calls,
+                       "pages_rendered": sum(1 for p in ctx.page_reads if p["origin"] == "rendered"),
+                       "pages_archived": sum(1 for p in ctx.page_reads if p["origin"] == "archived")})
+        if ctx.page_reads:  # which text every page check read: rendered, or archived and why
+            checks.append({"kind": "rubric_pages", "pages": ctx.page_reads})
         if ctx.extraction is not None:
             checks.append({"kind": "rubric_extraction",
                            "claims": [c.model_dump() for c in ctx.extraction.parsed.claims]})
@@ -149,7 +160,8 @@ class RubricJudge:
 
 def rubric_judge(**settings: Any) -> Judge:
     """Mind2Web 2 rubric trees with partial credit."""
-    client_settings, own = _split("rubric", settings, {"pages", "prompt_version", "prompts_dir", "max_screenshots"})
+    client_settings, own = _split("rubric", settings, {"pages", "prompt_version", "prompts_dir", "max_screenshots",
+                                                       "votes"})
     try:
         client: LLMClient | None = _client(settings, client_settings)
     except JudgeError:

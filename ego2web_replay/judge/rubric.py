@@ -8,25 +8,35 @@ are skipped, and so are their LLM calls). A node's score:
 - a leaf scores 1 when its check passes, else 0;
 - a parent scores 0 when any *critical* child does not pass; otherwise the
   mean of its non-critical children's scores (1 when it has none);
-- a node *passes* when its score is 1; a skipped node scores 0.
+- a node *passes* when its score is 1; a skipped node scores 0;
+- a critical node's children must all be critical (as in Mind2Web 2's
+  verification tree: a gate cannot pass partly); a rubric with a critical node
+  that has a non-critical child is rejected when it is loaded.
 
 The episode succeeds when the root passes; the root's score is the partial
 completion. Leaf checks are deterministic (text or URL matches against the
-answer, the visited URLs or the archived pages) or ``llm_claim`` (a claim
-verified by the judge model against the answer, the whole archived text of the
-pages the answer cites, in model-sized parts, and the screenshots the episode
-took of those pages: at most ``max_screenshots`` per claim, default
-:data:`RUBRIC_MAX_SCREENSHOTS`, ``judge --max-screenshots``). With a prompt set that has an ``extract`` stage
-(``rubric-v2``, the default) an extractor call first turns the answer into
-each claim's statement and cited URLs (:mod:`.extract`), and each claim is
-verified from those. Cited URLs are looked up in the episode's archived pages
-only, never on the live web.
+answer, the visited URLs or the pages) or ``llm_claim`` (a claim verified by
+the judge model, :mod:`.claims`: against the whole text of the pages the answer
+cites, in overlapping model-sized parts, with majority votes, and the
+screenshots the episode took of those pages: at most ``max_screenshots`` per
+claim, default :data:`RUBRIC_MAX_SCREENSHOTS`, ``judge --max-screenshots``).
+With a prompt set that has an ``extract`` stage (``rubric-v2`` and
+``rubric-v3``, the default) an extractor call first turns the answer into each
+claim's statement and cited URLs (:mod:`.extract`), and each claim is verified
+from those.
+
+Pages are read as the episode rendered them (:class:`~.pages.EpisodePages`: the
+text after scripts ran, kept after every step); only a cited page the agent
+never opened is read from the episode's archive, and the node's detail and the
+verdict's ``rubric_pages`` entry say which was read. Never the live web.
 
 Check types: ``answer_contains`` (text), ``answer_regex`` (pattern),
 ``url_visited`` (pattern), ``final_url`` (pattern), ``page_contains`` (text,
-optional url: else any visited page), ``cited_url`` (optional pattern and
-text: some URL cited in the answer is archived, matches and contains the
-text), ``llm_claim`` (claim, optional url).
+optional url: else any visited page; every render of the page counts),
+``cited_url`` (optional pattern and text: some URL cited in the answer was
+rendered or is archived, matches and contains the text), ``llm_claim`` (claim,
+optional url, optional ``source``: ``cited``, the default, or ``none`` for a
+check against the answer alone).
 """
 
 from __future__ import annotations
@@ -41,13 +51,14 @@ import yaml  # type: ignore[import-untyped,unused-ignore]
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import JudgeError
-from .client import ChatResult, Image, LLMClient, Message
+from .claims import PAGE_CHARS, PAGE_OVERLAP, RUBRIC_VOTES, check_votes, verify_claim
+from .client import ChatResult, Image, LLMClient
 from .extract import ExtractedClaim, Extraction, extract_claims, has_extractor
-from .pages import PageSource
-from .prompts import ClaimCheck, PromptSet, parse_claim
+from .pages import EpisodePages, PageSource, PageText
+from .prompts import ClaimCheck, PromptSet
 from .rule import normalize_text
 
-__all__ = ["RUBRIC_MAX_SCREENSHOTS", "RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult",
+__all__ = ["RUBRIC_MAX_SCREENSHOTS", "RUBRIC_VOTES", "RubricCheck", "RubricNode", "Rubric", "NodeResult", "RubricResult",
            "RubricContext", "load_rubric", "evaluate_rubric", "cited_urls", "url_key"]
 
 CheckType = Literal["answer_contains", "answer_regex", "url_visited", "final_url", "page_contains",
@@ -65,14 +76,19 @@ class RubricCheck(BaseModel):
     type: CheckType
     text: str | None = Field(default=None, description="Text to find (normalised, case-insensitive).")
     pattern: str | None = Field(default=None, description="Regex to search for.")
-    url: str | None = Field(default=None, description="page_contains/llm_claim: the archived page to use.")
+    url: str | None = Field(default=None, description="page_contains/llm_claim: the page to use.")
     claim: str | None = Field(default=None, description="llm_claim: the claim to verify.")
+    source: Literal["cited", "none"] = Field(
+        default="cited", description="llm_claim: 'cited' verifies against the pages cited for it (no cited URL: "
+                                     "fails, missing attribution); 'none' checks it against the answer alone.")
 
     @model_validator(mode="after")
     def _fields(self) -> RubricCheck:
         need = _NEEDS.get(self.type)
         if need and not getattr(self, need):
             raise ValueError(f"a {self.type} check needs {need!r}")
+        if self.source != "cited" and (self.type != "llm_claim" or self.url):
+            raise ValueError("'source: none' is for an llm_claim without 'url' (a check against the answer alone)")
         if self.pattern:
             try:
                 re.compile(self.pattern)
@@ -97,6 +113,10 @@ class RubricNode(BaseModel):
     def _shape(self) -> RubricNode:
         if (self.check is None) == (not self.children):
             raise ValueError(f"node {self.id!r} needs either 'check' or 'children' (not both)")
+        soft = [c.id for c in self.children if not c.critical]
+        if self.critical and soft:  # Mind2Web 2: every child of a critical node is critical
+            raise ValueError(f"critical node {self.id!r} has non-critical children ({', '.join(soft)}); "
+                             "mark them critical, or make the node non-critical")
         return self
 
     def walk(self) -> list[RubricNode]:
@@ -175,6 +195,7 @@ class RubricResult(BaseModel):
     skipped_llm_calls: int = Field(description="LLM-verified claims skipped by sequential gates.")
     skipped_nodes: int
     extractor_calls: int = Field(default=0, description="Extractor calls (one per judgment with claims).")
+    verification_calls: int = Field(default=0, description="Claim verification calls (parts x votes).")
 
     @property
     def score(self) -> float:
@@ -207,24 +228,50 @@ def url_key(url: str) -> str:
 
 
 class RubricContext:
-    """What the leaves look at: the answer, the URLs visited, archived pages, the episode's screenshots
-    (URL → image file, the last one taken of each page) and an optional LLM."""
+    """What the leaves look at: the answer, the URLs visited, the pages (an :class:`EpisodePages`: rendered,
+    else archived; a plain source is taken as archived), the episode's screenshots (URL → image file, the last
+    one taken of each page), an optional LLM, and how claims are read (``page_chars`` a part,
+    ``page_overlap`` between parts, ``votes`` per question)."""
 
     def __init__(self, answer: str | None, visited: list[str], pages: PageSource,
                  client: LLMClient | None = None, prompts: PromptSet | None = None,
-                 page_chars: int = 6000, screenshots: dict[str, Path] | None = None,
-                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS) -> None:
+                 page_chars: int = PAGE_CHARS, screenshots: dict[str, Path] | None = None,
+                 max_screenshots: int = RUBRIC_MAX_SCREENSHOTS, votes: int = RUBRIC_VOTES,
+                 page_overlap: int = PAGE_OVERLAP) -> None:
         self.answer = answer or ""
+        self.cited = cited_urls(self.answer)
         self.visited = visited
-        self.pages = pages
+        self.pages = pages if isinstance(pages, EpisodePages) else EpisodePages([], pages, visited)
         self.client = client
         self.prompts = prompts
         self.page_chars = page_chars
+        self.page_overlap = page_overlap
+        self.votes = check_votes(votes)
         self.screenshots = {url_key(u): p for u, p in (screenshots or {}).items()}
         self.max_screenshots = max_screenshots
-        self.results: dict[str, ChatResult[ClaimCheck]] = {}
+        self.results: dict[str, list[ChatResult[ClaimCheck]]] = {}
         self.extraction: ChatResult[Extraction] | None = None
         self.extracted: dict[str, ExtractedClaim] | None = None
+        self.page_reads: list[dict[str, str]] = []  # every page a check read: node, url, origin, note
+
+    def _note(self, node: str, url: str, found: list[PageText]) -> None:
+        if not found:
+            self.page_reads.append({"node": node, "url": url, "origin": "missing",
+                                    "note": "neither rendered nor archived"})
+        for p in found:
+            self.page_reads.append({"node": node, "url": url, "origin": p.origin, "note": p.note})
+
+    def read_page(self, url: str, node: str) -> PageText | None:
+        """The page as last rendered, else archived (noted in :attr:`page_reads`)."""
+        found = self.pages.read(url)
+        self._note(node, url, [found] if found else [])
+        return found
+
+    def read_renders(self, url: str, node: str) -> list[PageText]:
+        """Every distinct render of the page, else its archived text (noted in :attr:`page_reads`)."""
+        found = self.pages.read_all(url)
+        self._note(node, url, found)
+        return found
 
     def screenshots_of(self, urls: list[str]) -> list[Image]:
         """The episode's screenshots of these pages (at most ``max_screenshots``), labelled by URL."""
@@ -256,83 +303,32 @@ def _leaf(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
         ok = bool(final) and re.search(c.pattern or "", final) is not None
         return ok, f"final URL {final or '(none)'}" + ("" if ok else " does not match")
     if c.type == "page_contains":
-        urls = [c.url] if c.url else ctx.visited
-        archived = 0
+        urls = [c.url] if c.url else list(dict.fromkeys(ctx.visited))
+        read: list[str] = []
         for u in urls:
-            text = ctx.pages.get_text(u)
-            if text is None:
-                continue
-            archived += 1
-            if ctx.contains(text, c.text or ""):
-                return True, f"found on archived {u}"
-        return False, "page not archived" if not archived else f"not found on {archived} archived page(s)"
+            for page in ctx.read_renders(u, node.id):
+                if ctx.contains(page.text, c.text or ""):
+                    return True, f"found on {u} ({page.note})"
+                read.append(f"{u} ({page.note})")
+        return False, (f"not found on {len(read)} page(s): {'; '.join(read)}" if read
+                       else "page neither rendered by the episode nor archived")
     if c.type == "cited_url":
-        cited = cited_urls(ctx.answer)
-        if not cited:
+        if not ctx.cited:
             return False, "the answer cites no URL"
         notes = []
-        for u in cited:
+        for u in ctx.cited:
             if c.pattern and not re.search(c.pattern, u):
                 continue
-            text = ctx.pages.get_text(u)
-            if text is None:
-                notes.append(f"{u} not archived")
+            cited = ctx.read_page(u, node.id)
+            if cited is None:
+                notes.append(f"{u} neither rendered nor archived")
                 continue
-            if c.text and not ctx.contains(text, c.text):
-                notes.append(f"{u} lacks the text")
+            if c.text and not ctx.contains(cited.text, c.text):
+                notes.append(f"{u} lacks the text ({cited.note})")
                 continue
-            return True, f"cited {u} is archived" + (" and holds the text" if c.text else "")
+            return True, f"cited {u} was read ({cited.note})" + (" and holds the text" if c.text else "")
         return False, "; ".join(notes) or "no cited URL matches"
-    return _claim(node, ctx)
-
-
-def _claim(node: RubricNode, ctx: RubricContext) -> tuple[bool, str]:
-    c = node.check
-    assert c is not None and c.claim
-    if ctx.client is None or ctx.prompts is None:
-        raise JudgeError("the rubric has LLM-verified claims but no judge endpoint is configured: "
-                         "pass --base-url/--model (or set OPENAI_BASE_URL)")
-    urls = [c.url] if c.url else cited_urls(ctx.answer)
-    statement = ctx.answer or "(no answer)"
-    if ctx.extracted is not None:
-        got = ctx.extracted.get(node.id)
-        if got is None or got.statement is None:
-            return False, "the answer states nothing for this claim (extractor)"
-        statement = got.statement
-        urls = [c.url] if c.url else got.urls
-    images = ctx.screenshots_of(urls)
-    shots = (f"Screenshots ({len(images)} attached, in order): " + "; ".join(i.label for i in images)
-             if images else "Screenshots: none of these pages.")
-    result = None
-    for pages in _page_chunks(urls, ctx):  # the whole of every cited page, one model-sized chunk at a time
-        system, user = ctx.prompts.render("claim", claim=c.claim, answer=ctx.answer or "(no answer)", pages=pages,
-                                          statement=statement, screenshots=shots)
-        result = ctx.client.chat([Message("system", [system]), Message("user", [user, *images])], parse_claim,
-                                 stage=f"claim:{node.id}")
-        if result.parsed.supported:
-            break
-    assert result is not None
-    ctx.results[node.id] = result
-    return result.parsed.supported, result.parsed.reason or ("supported" if result.parsed.supported else "unsupported")
-
-
-def _page_chunks(urls: list[str], ctx: RubricContext) -> list[str]:
-    """The cited pages as prompt parts of at most ``page_chars`` characters of page text each, so a
-    fact far down a long page is read too; one part saying so when nothing is cited or archived."""
-    size = max(1, ctx.page_chars)
-    parts: list[str] = []
-    missing: list[str] = []
-    for u in urls:
-        text = ctx.pages.get_text(u)
-        if text is None:
-            missing.append(f"--- {u} ---\n(not archived)")
-            continue
-        total = max(1, -(-len(text) // size))
-        for i in range(total):
-            parts.append(f"--- {u} (part {i + 1} of {total}) ---\n" + text[i * size:(i + 1) * size])
-    if not parts:
-        return ["\n".join(missing) or "(none cited)"]
-    return [p + ("\n" + "\n".join(missing) if missing else "") for p in parts]
+    return verify_claim(node, ctx)
 
 
 def _skipped(node: RubricNode) -> NodeResult:
@@ -383,5 +379,7 @@ def evaluate_rubric(rubric: Rubric, ctx: RubricContext) -> RubricResult:
     by_id = {n.id: n for n in rubric.root.walk()}
     skipped = [r for _, r in root.walk() if r.status == "skipped"]
     skipped_llm = sum(1 for r in skipped if (n := by_id[r.id]).check is not None and n.check.type == "llm_claim")
-    return RubricResult(root=root, llm_calls=len(ctx.results), skipped_llm_calls=skipped_llm,
-                        skipped_nodes=len(skipped), extractor_calls=int(ctx.extraction is not None))
+    return RubricResult(root=root, llm_calls=sum(1 for calls in ctx.results.values() if calls),
+                        skipped_llm_calls=skipped_llm, skipped_nodes=len(skipped),
+                        extractor_calls=int(ctx.extraction is not None),
+                        verification_calls=sum(len(calls) for calls in ctx.results.values()))

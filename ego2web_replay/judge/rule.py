@@ -6,8 +6,9 @@ Checks, each only when the task defines it:
   and punctuation ignored), or holds every number the expected answer holds;
 - ``answer_pattern``: each regex of ``answer_patterns`` is found in the answer;
 - ``must_match``: each cue is found on the final page: its URL, its title and
-  its visible text as rendered when the episode ended (recorded by the runner);
-  for trajectories without that text, the archived page's text or the answer;
+  its visible text as rendered when the episode ended (recorded by the runner,
+  or the last rendered capture of that URL a program agent kept); for
+  trajectories without either, the archived page's text or the answer;
 - ``url_pattern``: each regex of ``url_patterns`` is found in the final URL.
 
 The verdict is a success when every check passes; its thoughts name the
@@ -104,9 +105,12 @@ class RuleJudge:
             checks.append({"kind": "answer_pattern", "pattern": pattern, "passed": ok,
                            "detail": "found in answer" if ok else "not found in answer"})
         if task.must_match:
-            if traj.final_page_text is not None:
+            rendered = traj.final_page_text
+            if rendered is None:  # a program agent's own captures (pages/step-NNN.json), the last one
+                rendered = next((r.text for r in reversed(episode.renders()) if r.url == final_url), None)
+            if rendered is not None:
                 # the page as the agent saw it rendered: cues describe the result on the web page
-                page, note = traj.final_page_text, None
+                page, note = rendered, None
                 haystack = normalize_text(" ".join([title, final_url or "", page]))
             else:
                 page, note = self._page_text(episode, final_url)

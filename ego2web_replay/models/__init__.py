@@ -39,9 +39,12 @@ from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reas
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import (
+    DOM_MAX_CHARS,
+    PAGE_TEXT_MAX_CHARS,
     AgentSpec,
     EndReason,
     Mode,
+    PageCapture,
     Step,
     Trajectory,
     episode_dir,
@@ -56,6 +59,8 @@ __all__ = [
     "check_id",
     "check_relative_path",
     "ACTION_KINDS",
+    "DOM_MAX_CHARS",
+    "PAGE_TEXT_MAX_CHARS",
     "Action",
     "ActionKind",
     "AgentSpec",
@@ -68,6 +73,7 @@ __all__ = [
     "JudgeSpec",
     "MatchOutcome",
     "Mode",
+    "PageCapture",
     "RUN_MANIFEST",
     "ReplayConfig",
     "ReplayLogEntry",

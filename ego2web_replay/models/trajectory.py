@@ -5,6 +5,8 @@ An episode is one task run by one agent in one mode. On disk it is a folder::
     <run>/episodes/<task-id>/<mode>/          repeat 0 (``run --repeats K``: <mode>-r1 ... <mode>-r<K-1>)
         trajectory.json      Trajectory (this module)
         screenshots/         step-NNN.png, one per step
+        pages/               step-NNN.json (PageCapture: URL, title and visible text as rendered, after scripts
+                             ran) and step-NNN.html (the DOM then, when it is at most DOM_MAX_CHARS), one per step
         replay_stats.json    ReplayStats (frozen runs)
         snapshot/            the live run's own archived snapshot (live runs)
         verdicts/<judge>.json  one Verdict per judge
@@ -23,7 +25,7 @@ from .action import Action
 from .base import FileModel, read_model
 from .replay import ReplayStats
 
-__all__ = ["AgentSpec", "Step", "EndReason", "Trajectory", "Mode", "episode_dir", "episode_folder_name",
+__all__ = ["AgentSpec", "PageCapture", "Step", "PAGE_TEXT_MAX_CHARS", "DOM_MAX_CHARS", "EndReason", "Trajectory", "Mode", "episode_dir", "episode_folder_name",
            "parse_episode_folder", "load_trajectory"]
 
 Mode = Literal["live", "frozen"]
@@ -43,6 +45,29 @@ class AgentSpec(BaseModel):
                                                          "module:factory); None for a built-in agent.")
 
 
+PAGE_TEXT_MAX_CHARS = 400_000  # visible text kept of one page (Mind2Web 2's verifier reads up to as much)
+DOM_MAX_CHARS = 2_000_000  # a larger DOM is not kept: its text is, and the capture says the DOM was left out
+
+
+class PageCapture(BaseModel):
+    """The page as the agent's browser rendered it after one step (``pages/step-NNN.json``).
+
+    Judges that read a page read this: a value a script wrote into the page (a
+    price, the stock, search results) is here, where the archived HTML lacks it.
+    """
+
+    step: int = Field(description="The step after which the page was captured.")
+    url: str = Field(description="The page's URL at capture time.")
+    title: str = Field(default="", description="The page's title at capture time.")
+    text: str = Field(default="", description="Visible text of the page body (innerText), after scripts ran; "
+                                              f"at most {PAGE_TEXT_MAX_CHARS:,} characters.")
+    truncated: bool = Field(default=False, description="Whether ``text`` was cut at the limit.")
+    dom: str | None = Field(default=None, description="The serialised DOM file (pages/step-NNN.html), relative "
+                                                      "to the episode folder; None when not kept.")
+    dom_note: str | None = Field(default=None, description="Why the DOM was not kept, when it was not.")
+    captured_at: datetime | None = Field(default=None, description="When the page was captured (UTC).")
+
+
 class Step(BaseModel):
     """One action and what the page looked like after it."""
 
@@ -53,6 +78,9 @@ class Step(BaseModel):
     started_at: datetime | None = Field(default=None, description="When the action started (UTC).")
     duration_s: float = Field(default=0.0, description="How long the action took, in seconds.")
     screenshot: str | None = Field(default=None, description="Screenshot path, relative to the episode folder.")
+    page: str | None = Field(default=None, description="The rendered page after the action (a PageCapture file, "
+                                                       "pages/step-NNN.json), relative to the episode folder; None "
+                                                       "for episodes recorded before captures were kept.")
     error: str | None = Field(default=None, description="Why the action failed, if it did.")
     thought: str | None = Field(default=None, description="The agent's stated reasoning, if any.")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from typing import Any
 
 from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
-from ..browser import BrowserSession, perform_action, take_screenshot
+from ..browser import BrowserSession, capture_page, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
 from ..models import (
     Action,
@@ -117,6 +118,7 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
     last_shot: Path | None = None
     last_error: str | None = None
     history: list[Action] = []
+    redact = Redactor.make(keep_credentials=req.keep_credentials).url  # the capture's URL as the step's
     for i in range(req.max_steps):
         remaining = req.timeout_s - (time.monotonic() - t0)
         if remaining <= 0:
@@ -138,6 +140,7 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
         step = Step(index=i, action=action, started_at=started, thought=getattr(agent, "last_thought", None))
         if action.kind in ("answer", "stop"):
             step.url, step.title = page.url, _title(page)
+            _capture(page, out, step, redact)  # the page the agent answered from, as rendered
             traj.steps.append(step)
             traj.answer = action.answer if action.kind == "answer" else None
             traj.end_reason = "answered" if action.kind == "answer" else "stopped"
@@ -155,10 +158,20 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
         except Exception as e:  # noqa: BLE001
             step.error = (step.error or "") + f" (screenshot failed: {str(e).splitlines()[0]})"
         step.url, step.title = page.url, _title(page)
+        _capture(page, out, step, redact)
         step.duration_s = round(time.monotonic() - s0, 3)
         traj.steps.append(step)
     traj.end_reason = "step_budget"
     traj.error = f"step budget of {req.max_steps} exhausted without an answer"
+
+
+def _capture(page: Any, out: Path, step: Step, redact: Callable[[str], str]) -> None:
+    """The page as rendered after the step, beside its screenshot (what page-reading judges read)."""
+    try:
+        step.page = capture_page(page, out, step.index, redact_url=redact)
+    except Exception as e:  # noqa: BLE001 - a page that cannot be read now is noted on the step
+        step.error = ((step.error + " ") if step.error else "") + \
+            f"(page text not captured: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
 def _page_text(page: Any, limit: int = 100_000) -> str | None:
@@ -270,9 +283,11 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
 
 def _adopt_program_output(traj: Trajectory, out: Path) -> None:
-    """Screenshots a program wrote under ``agent/`` are referenced from the episode folder."""
+    """Screenshots and page captures a program wrote under ``agent/`` are referenced from the episode folder."""
     for step in traj.steps:
         if step.screenshot and not Path(step.screenshot).is_absolute():
             if (out / "agent" / step.screenshot).exists():
                 step.screenshot = str(Path("agent") / step.screenshot)
+        if step.page and not Path(step.page).is_absolute() and (out / "agent" / step.page).exists():
+            step.page = str(Path("agent") / step.page)
 
