@@ -134,7 +134,9 @@ recorded with Chromium through the recording proxy; then the app drifts (a price
 JSON a static page fetches, a sign-in wall goes up, a page is removed and the host answers 200
 with MkDocs' 404 page, the site goes down); the scripted agent runs each task live and frozen, the
 rule judge judges both, the episodes go into a DuckDB file, and `compare` attributes each
-live/frozen flip from the live episode's own archive. A drift probe taken after the drift is shown
+live/frozen flip from the live episode's own archive. A control case does not drift: a fallible
+agent answers a Datasette row page wrongly in its live run only, on a site whose pages differ only
+in volatile content (Datasette's query timings), so its flip is the agent's own. A drift probe taken after the drift is shown
 beside it (it cannot reach a site that is down, so it says `unknown` there). There is one case
 per label: the figures say that each path works end to end, not how often it does.
 

@@ -59,3 +59,9 @@ def test_change_seen_only_in_json_is_changed_at_the_task_level_of_the_probe(outc
     json_ = [s for u, s in o.probe_urls.items() if ".json" in u]
     assert page == ["unchanged"] and json_ == ["changed"]
     assert o.probe_status == "changed"
+
+
+def test_agent_caused_flip_on_an_unchanged_site_is_unchanged(outcomes):
+    o = outcomes["datasette-agent-mistake"]
+    # Datasette's pages differ in their query timings from fetch to fetch: volatile, not a change
+    assert o.attribution.resources == [] and o.probe_status == "unchanged"

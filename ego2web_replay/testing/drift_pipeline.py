@@ -4,14 +4,18 @@ Each case is a task on a real application (Datasette, MkDocs, a Flask shop behin
 recorded through the recording proxy with Chromium; then the application drifts (its data changes,
 a page is removed and the host falls back to MkDocs' 404 page with status 200, a sign-in wall goes up,
 the site goes down), the scripted agent runs the task live and frozen, the rule judge judges both,
-everything is tracked in a DuckDB file, and ``compare`` attributes the live/frozen flip. The label is
-the attribution a person gives the flip; :func:`run_pipeline_cases` returns what the pipeline said,
+everything is tracked in a DuckDB file, and ``compare`` attributes the live/frozen flip. One control
+case does not drift at all: a fallible agent (a program run by the command agent) answers a Datasette
+row page wrongly in its live run only, so its flip is the agent's own, on an unchanged site (whose
+pages still differ in volatile content: Datasette's query timings). The label is the attribution a
+person gives the flip; :func:`run_pipeline_cases` returns what the pipeline said,
 with the task status of a drift probe taken after the drift beside it.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,7 +56,22 @@ PIPELINE_CASES = [
                  "blocked"),
     PipelineCase("mkdocs-soft-404", "a page removed; the host answers 200 with MkDocs' 404 page (soft 404)", "gone"),
     PipelineCase("mkdocs-unreachable", "the MkDocs site is down (connection refused)", "unreachable"),
+    PipelineCase("datasette-agent-mistake", "no drift: the agent itself answers wrongly live (Datasette row page)",
+                 "unchanged"),
 ]
+
+# the control's agent: reads the page through the proxy it is given; live, it reports a wrong price
+_FALLIBLE_AGENT = """
+import json, os, re, urllib.request
+task = json.load(open(os.environ["EGO2WEB_TASK_FILE"]))
+url = task["start_url"]
+with urllib.request.urlopen(url, timeout=30) as r:
+    text = " ".join(re.sub("<[^>]+>", " ", r.read().decode()).split())
+answer = "$1.00" if os.environ["EGO2WEB_MODE"] == "live" else "$240.00"
+out = {"steps": [{"index": 0, "action": {"kind": "goto", "url": url}, "url": url}], "answer": answer,
+       "final_page_text": text[:20000]}
+json.dump(out, open(os.path.join(os.environ["EGO2WEB_OUT"], "trajectory.json"), "w"))
+"""
 
 _PRICE_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Price check</title></head><body>
 <h1 id="name">Product</h1><p>Price: <span id="price">loading</span></p>
@@ -106,6 +125,8 @@ def run_pipeline_cases(work: Path, *, workers: int = 2, probe: bool = True) -> l
                       ["Grow a snapshot by merging live runs"], {"seconds": 0.3}),
                 _task("mkdocs-unreachable", f"{down.url}/matching/", "matched exactly",
                       ["A request is matched exactly"], {"seconds": 0.3}),
+                _task("datasette-agent-mistake", f"{datasette.url}/shop/products/3", "$240.00", ["oak table"],
+                      {"seconds": 0.3}),
             ]
             suite_file = work / "tasks.jsonl"
             suite_file.write_text("".join(json.dumps(t) + "\n" for t in tasks), "utf-8")
@@ -124,11 +145,18 @@ def run_pipeline_cases(work: Path, *, workers: int = 2, probe: bool = True) -> l
             down.stop()
             settings = RunSettings(mode="both", workers=workers, snapshots_root=str(snapshots), guard="loopback",
                                    timeout_s=120)
-            run_dir, _ = run_suite(suite, agent_name="scripted", out=work / "runs", settings=settings,
-                                   run_id="drifted", on_start=lambda d, total, done: sink.run_started(d),
-                                   on_episode=lambda s: sink.episode_finished(s.path.parents[2], s.path))
-            judge_run(run_dir, "rule", progress=False,
-                      on_verdict=lambda ep, v: sink.verdict_made(ep, v, judge="rule"))
+            hooks: dict[str, Any] = {"on_start": lambda d, total, done: sink.run_started(d),
+                                     "on_episode": lambda s: sink.episode_finished(s.path.parents[2], s.path)}
+            agent = work / "fallible_agent.py"
+            agent.write_text(_FALLIBLE_AGENT, "utf-8")
+            control = ["datasette-agent-mistake"]
+            runs = [run_suite(suite, agent_name="scripted", out=work / "runs", settings=settings, run_id="drifted",
+                              task_ids=[t.id for t in suite if t.id not in control], **hooks)[0],
+                    run_suite(suite, agent_name=f"command:{sys.executable} {agent}", out=work / "runs",
+                              settings=settings, run_id="agent", task_ids=control, **hooks)[0]]
+            for run_dir in runs:
+                judge_run(run_dir, "rule", progress=False,
+                          on_verdict=lambda ep, v: sink.verdict_made(ep, v, judge="rule"))
             if sink.error is not None:
                 raise RuntimeError(f"tracking failed: {sink.error}")
             if probe:
