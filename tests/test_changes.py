@@ -101,3 +101,21 @@ def test_markup_only_redesign_is_unchanged():
     assert c.status == "unchanged" and "markup" in c.detail
     reworded = page("Basil", "<article><h1>Basil</h1><p>Basil belongs to the Lamiaceae.</p><p>A herb.</p></article>")
     assert classify(a, reworded).status == "changed"
+
+
+def test_soft_404_on_a_site_whose_layout_outweighs_its_content():
+    # the site's not-found page is known, but the captured page is like it too (a long navigation, a few
+    # words of content), so the known page cannot tell: the live page's "404" heading does
+    nav = "".join(f"<li><a href='/p{i}/'>Chapter {i} of the handbook</a></li>" for i in range(12))
+
+    def docs(title: str, main: str) -> Response:
+        return page(title, f"<ul>{nav}</ul>{main}", url="https://docs.test/coverage/")
+
+    old = docs("Coverage - Handbook", "<h1>Coverage</h1><p>Grow a snapshot by merging live runs.</p>")
+    new = docs("Handbook", "<h1>404</h1><p><strong>Page not found</strong></p>")
+    reference = normalize_text(page_facts(new.text()).text)
+    c = classify(old, new, not_found=[reference])
+    assert c.status == "gone" and 'not-found page ("404")' in c.detail
+    # a page of the same site whose content merely changed is not gone
+    edited = docs("Coverage - Handbook", "<h1>Coverage</h1><p>Grow a snapshot by merging many live runs.</p>")
+    assert classify(old, edited, not_found=[reference]).status == "changed"

@@ -20,7 +20,7 @@ def test_labelled_set_covers_the_kinds_of_drift():
     kinds = " | ".join(c.kind for c in cases)
     for kind in ("price change in JSON", "delisted item", "soft 404", "redesign with the same facts",
                  "redesign that moves the answer", "CAPTCHA wall", "access denied", "only mentions CAPTCHA",
-                 "rotating ad", "timestamp"):
+                 "rotating ad", "timestamp", "sign-in wall"):
         assert kind in kinds, kind
     assert len({c.id for c in cases}) == len(cases)
     assert {c.label for c in cases} == {"unchanged", "changed", "gone", "blocked"}
@@ -32,6 +32,13 @@ def test_soft_404_captcha_mention_and_volatile_cases_are_classified_as_labelled(
                                "captcha-article-unchanged", "robot-headline", "rotating-ad", "clock-timestamp",
                                "query-timing", "csrf-token", "json-volatile")])
     assert ev.cases == 11 and ev.mistakes == []
+
+
+def test_sign_in_walls_and_not_found_pages_of_unknown_sites_are_classified_as_labelled():
+    ev = evaluate([c for c in load_drift_cases(CASES)
+                   if c.id in ("login-redirect", "accounts-login-redirect", "login-form-in-place", "sign-in-link-added",
+                               "locale-redirect", "soft-404-heading", "soft-404-no-reference", "not-found-in-headline")])
+    assert ev.cases == 8 and ev.mistakes == []
 
 
 def test_evaluation_arithmetic(tmp_path):
@@ -52,7 +59,7 @@ def test_evaluation_arithmetic(tmp_path):
 
 
 def test_benchmark_script_prints_precision_and_recall():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_drift.py"), "--no-write"],
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_drift.py"), "--no-write", "--no-pipeline"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "precision" in r.stdout and "recall" in r.stdout and "cases classified as labelled" in r.stdout

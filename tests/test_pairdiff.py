@@ -119,3 +119,28 @@ def test_drift_diff_command(archives, tmp_path):
     same = CliRunner().invoke(cli, ["drift", "diff", str(rd), "--against", str(archives["live"]), "--no-db"])
     assert same.exit_code == 0, same.output
     assert "demo-task: unchanged" in same.output and "recorded in" not in same.output
+
+
+def test_a_site_that_could_not_be_reached_is_unreachable(tmp_path, ca):
+    from ego2web_replay.snapshots import Snapshot
+    from ego2web_replay.tracking.pairdiff import pair_status
+
+    with DemoSite() as site:
+        base = site.url
+        fetches = [Fetch(f"{base}/shop/item/7"),
+                   Fetch(f"{base}/api/price/7?_=1764500000000", "empty", referer=f"{base}/shop/item/7")]
+        frozen = record_requests("demo-task", fetches, tmp_path / "snapshots", ca=ca)
+    # the site is down now: the recording proxy archives nothing and lists what it could not reach
+    down = record_requests("demo-task", fetches, tmp_path / "live", source="live-run", ca=ca)
+    failures = Snapshot.open(down).manifest.upstream_failures
+    assert [(f.method, f.url) for f in failures] == [("GET", f.url) for f in fetches]
+    assert all(f.error and f.at is not None for f in failures)
+    d = diff_pair(down, frozen, final_url=f"{base}/shop/item/7")
+    assert d.status == "unreachable" and d.counts()["unreachable"] == 2
+    page, price = d.changes()
+    assert (page.url, page.kind, page.final_page, page.status_then, page.status_now) == (
+        f"{base}/shop/item/7", "document", True, 200, None)
+    assert price.kind == "xhr" and "could not be reached" in price.detail
+    # a request that failed beside a change that was seen does not hide it; alone, it is the cause
+    assert pair_status(["unreachable", "changed"]) == "changed"
+    assert pair_status(["unchanged", "unreachable", "new"]) == "unreachable"

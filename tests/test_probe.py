@@ -87,6 +87,10 @@ def test_task_status_is_the_worst_main_document():
     # a task none of whose pages could be fetched is unknown, never unchanged
     assert task_status_of([mk("error"), mk("error", main=False)]) == "unknown"
     assert task_status_of([mk("error"), mk("changed", main=False)]) == "changed"
+    # a change seen only in a JSON response: the page stands, its data moved
+    assert task_status_of([mk("unchanged"), mk("changed", main=False)]) == "changed"
+    assert task_status_of([mk("unchanged"), mk("gone", main=False)]) == "changed"
+    assert task_status_of([mk("unchanged"), mk("unchanged", main=False), mk("error", main=False)]) == "unchanged"
 
 
 def test_probe_of_unreachable_pages_is_unknown(tmp_path, data_home):

@@ -91,8 +91,9 @@ def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tup
 
     Documents, fetch/XHR responses and images the agent's pages used are each
     unchanged, changed (visible-text or JSON-field differences), gone (404/410
-    or a soft 404), new (not in the snapshot) or blocked (CAPTCHA or
-    access-denied interstitial); volatile content does not count.
+    or a soft 404), new (not in the snapshot), blocked (CAPTCHA or
+    access-denied interstitial, sign-in wall) or unreachable (the live run
+    could not reach the origin); volatile content does not count.
     """
     from ..tracking.episode_diff import diff_run
     from ..tracking.report_diff import diff_lines

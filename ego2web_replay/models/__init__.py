@@ -36,7 +36,7 @@ from .index import IndexEntry, IndexRow, index_row
 from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
 from .replay_config import ReplayConfig
 from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reason_counts, load_run
-from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
+from .snapshot import FileDigest, SnapshotManifest, SnapshotSource, UpstreamFailure
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import (
     DOM_MAX_CHARS,
@@ -81,6 +81,7 @@ __all__ = [
     "RunManifest",
     "RunSettings",
     "SnapshotManifest",
+    "UpstreamFailure",
     "SnapshotSource",
     "Step",
     "TASK_VERSION",

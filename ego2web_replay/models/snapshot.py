@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from .base import FileModel, check_id, check_relative_path
 
-__all__ = ["FileDigest", "SnapshotManifest", "SnapshotSource"]
+__all__ = ["FileDigest", "SnapshotManifest", "SnapshotSource", "UpstreamFailure"]
 
 SnapshotSource = Literal["record", "live-run", "probe", "import", "extend"]
 
@@ -25,6 +25,15 @@ class FileDigest(BaseModel):
     @classmethod
     def _inside(cls, v: str) -> str:
         return check_relative_path(v)
+
+
+class UpstreamFailure(BaseModel):
+    """A request the recording proxy could not get an answer to from the origin (nothing archived for it)."""
+
+    url: str = Field(description="The URL asked for (redacted as the recording redacts).")
+    method: str = Field(default="GET", description="The request's method.")
+    error: str = Field(description="Why, as the proxy saw it (refused, timed out, no such host ...).")
+    at: datetime | None = Field(default=None, description="When it failed (UTC).")
 
 
 class SnapshotManifest(FileModel):
@@ -67,5 +76,8 @@ class SnapshotManifest(FileModel):
     def _ids(cls, v: str) -> str:
         return check_id("id", v)
 
+    upstream_failures: list[UpstreamFailure] = Field(
+        default_factory=list, description="Requests whose origin could not be reached while recording (at most "
+        "1,000): the site as it was then, though nothing of them is in the archive.")
     shared: list[str] = Field(default_factory=list, description="Shared payload stores (suite-level "
                               "deduplication) its revisits refer to, as paths relative to the snapshot folder.")

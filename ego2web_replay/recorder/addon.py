@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
@@ -47,7 +48,8 @@ class ExchangeArchive:
 
     ``writer`` has ``write_exchange(**fields)`` (:class:`ego2web_replay.snapshots.warc.ArchiveWriter`).
     The first failed write sets ``failed``: from then on the engine refuses every request.
-    ``errors`` are upstream failures (URL: why, redacted); ``untrusted`` the hosts whose
+    ``errors`` are upstream failures (URL: why, redacted), ``failures`` the same as
+    (method, URL, why, epoch seconds) for the manifest; ``untrusted`` the hosts whose
     certificate failed verification.
     """
 
@@ -59,6 +61,7 @@ class ExchangeArchive:
         self.payload_bytes = 0
         self.failed: str | None = None
         self.errors: list[str] = []
+        self.failures: list[tuple[str, str, str, float]] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self._lock = threading.Lock()
 
@@ -99,12 +102,14 @@ class ExchangeArchive:
             return False
         return True
 
-    def note_error(self, url: str, message: str) -> None:
-        """An exchange that failed upstream (nothing archived): kept, redacted, for the report."""
+    def note_error(self, url: str, message: str, method: str = "GET") -> None:
+        """An exchange that failed upstream (nothing archived): kept, redacted, for the report and the manifest."""
         if not self.keep_credentials:
             url, message = self.redactor.url(url), self.redactor.text(message)
         with self._lock:
             self.errors.append(f"{url}: {message}")
+            if len(self.failures) < 1000:
+                self.failures.append((method, url, message, time.time()))
 
     def note_untrusted(self, host: str, why: str) -> None:
         with self._lock:
@@ -190,4 +195,4 @@ class Recorder(ExchangeArchive):
 
     def error(self, flow: Any) -> None:
         if flow.error and not flow.metadata.get("ego2web"):
-            self.note_error(flow.request.pretty_url, flow.error.msg)
+            self.note_error(flow.request.pretty_url, flow.error.msg, flow.request.method)

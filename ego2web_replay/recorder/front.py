@@ -129,7 +129,7 @@ class RecordFront(ProxyFront):
                 return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
             if e.kind == "certificate":
                 self.archive.note_untrusted(host, str(e))
-            self.archive.note_error(url, str(e))
+            self.archive.note_error(url, str(e), method)
             return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))

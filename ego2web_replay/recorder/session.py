@@ -12,13 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from ..browser import BrowserSession, chromium_version, perform_action, take_screenshot
 from ..errors import Ego2WebError, RecordingError
 from ..guard import GuardPolicy, UpstreamGuard
-from ..models import SnapshotManifest, Task
+from ..models import SnapshotManifest, Task, UpstreamFailure
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..versions import tool_versions
@@ -159,6 +160,9 @@ class LiveRecording:
             self.error = error or self.recorder.failed
             self.writer.writer.close()
             return
+        self.writer.upstream_failures = [
+            UpstreamFailure(method=m, url=u, error=why, at=datetime.fromtimestamp(t, UTC))
+            for m, u, why, t in self.recorder.failures]
         try:
             self.manifest = self.writer.finalize()
             self.ok = True

@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Literal
 
 from .. import __version__
 from ..errors import ArchiveError, SnapshotError
-from ..models import FileDigest, SnapshotManifest, check_id, parse_model
+from ..models import FileDigest, SnapshotManifest, UpstreamFailure, check_id, parse_model
 from ..redaction import NO_REDACTION, Redactor
 from ..versions import tool_versions
 from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
@@ -276,6 +276,7 @@ class SnapshotWriter:
         self.pages: list[str] = []
         self.screenshots: list[str] = []
         self.notes: list[str] = []
+        self.upstream_failures: list[UpstreamFailure] = []  # origins that could not be reached (the recorder's)
         self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
         self.shared: list[str] = []  # shared payload stores its revisits refer to (relative to the folder)
         self.writer = ArchiveWriter(
@@ -360,6 +361,7 @@ class SnapshotWriter:
             settings=self.settings,
             screenshots=self.screenshots,
             notes=[red.text(n) for n in self.notes],
+            upstream_failures=self.upstream_failures,
             shared=self.shared,
         )
         self._write(MANIFEST, (manifest.model_dump_json(indent=2) + "\n").encode("utf-8"), "the manifest")

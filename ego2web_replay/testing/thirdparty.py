@@ -4,30 +4,39 @@
   product table with full-text search (``?_search=``), pagination
   (``?_next=``), facets (``?_facet=category``, ``?category=Kitchen``), sort
   (``?_sort=price``), row pages (``/shop/products/7``) and the same as JSON
-  (``.json``). It runs as its own process (uvicorn).
+  (``.json``), and static files (``--static``) under ``/assets/``. It runs as
+  its own process (uvicorn); :meth:`DatasetteSite.execute` changes its data.
 * :class:`MkDocsSite`: a documentation site built by MkDocs (PyPI ``mkdocs``)
   with its default theme (client-side search over ``search/search_index.json``),
-  served as static files.
+  served as static files; a missing path gets MkDocs' ``404.html``, with status
+  404, or 200 like a host that falls back to it (a soft 404);
+  :meth:`MkDocsSite.remove_page` rebuilds it without a page.
+* :class:`SignInSite`: a small Flask shop whose pages use Flask-Login's
+  ``login_required`` (PyPI ``flask-login``): open while ``walled`` is false,
+  then a redirect to its sign-in page.
 
-Both need the ``dev`` extra; :func:`available` says whether they are installed.
+They need the ``dev`` extra; :func:`available` says whether they are installed.
 """
 
 from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["DatasetteSite", "MkDocsSite", "PRODUCTS", "available", "proxy_get"]
+__all__ = ["DatasetteSite", "MkDocsSite", "SignInSite", "PRODUCTS", "available", "proxy_get"]
 
 PRODUCTS = [
     ("walnut coffee", "Kitchen", 12.5), ("walnut tea", "Kitchen", 8.0), ("oak table", "Furniture", 240.0),
@@ -86,10 +95,11 @@ class DatasetteSite:
 
     __test__ = False
 
-    def __init__(self, folder: Path, page_size: int = 5) -> None:
+    def __init__(self, folder: Path, page_size: int = 5, static: Path | None = None) -> None:
         self.folder = Path(folder)
         self.db = self.folder / "shop.db"
         self.page_size = page_size
+        self.static = static
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -115,7 +125,7 @@ class DatasetteSite:
         exe = Path(sys.executable).parent / "datasette"
         cmd = [str(exe) if exe.exists() else "datasette", "serve", str(self.db), "-h", "127.0.0.1",
                "-p", str(self.port), "--setting", "default_page_size", str(self.page_size),
-               "--setting", "suggest_facets", "off"]
+               "--setting", "suggest_facets", "off"] + (["--static", f"assets:{self.static}"] if self.static else [])
         env = {**os.environ, "DATASETTE_SECRET": "ego2web-test"}
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
@@ -124,6 +134,15 @@ class DatasetteSite:
             self.stop()
             raise
         return self
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
+        """Change the served data (Datasette reads the file afresh for every request)."""
+        con = sqlite3.connect(self.db)
+        try:
+            con.execute(sql, params)
+            con.commit()
+        finally:
+            con.close()
 
     def stop(self) -> None:
         if self._proc is not None:
@@ -159,36 +178,60 @@ class _Quiet(http.server.SimpleHTTPRequestHandler):
 
 
 class MkDocsSite(LoopbackHTTPServer):
-    """A four-page MkDocs site (default theme, search plugin) served statically on 127.0.0.1."""
+    """A four-page MkDocs site (default theme, search plugin) served statically on 127.0.0.1.
+
+    A missing path is answered with the site's ``404.html`` and ``not_found_status`` (404; 200 makes
+    every missing page a soft 404, as on a host configured to fall back to that page)."""
 
     __test__ = False
     thread_name = "mkdocs-site"
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, not_found_status: int = 404) -> None:
         super().__init__()
         self.folder = Path(folder)
         self.site_dir = self.folder / "site"
+        self.not_found_status = not_found_status
+        self.pages = dict(_MKDOCS_PAGES)
 
     def make_handler(self) -> type[http.server.BaseHTTPRequestHandler]:
-        directory = str(self.site_dir)
+        directory, site = str(self.site_dir), self
 
         class Handler(_Quiet):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, directory=directory, **kwargs)
 
+            def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+                page = Path(directory) / "404.html"
+                if code != 404 or not page.is_file():
+                    return super().send_error(code, message, explain)
+                body = page.read_bytes()
+                self.send_response(site.not_found_status)
+                self.send_header("Content-Type", "text/html; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
         return Handler
+
+    def remove_page(self, name: str) -> None:
+        """Rebuild the site without the page ``name`` (e.g. ``coverage.md``)."""
+        self.pages.pop(name)
+        (self.folder / "docs" / name).unlink()
+        shutil.rmtree(self.site_dir)
+        self.build()
 
     def build(self) -> None:
         if (self.site_dir / "index.html").exists():
             return
         docs = self.folder / "docs"
         docs.mkdir(parents=True, exist_ok=True)
-        for name, text in _MKDOCS_PAGES.items():
+        for name, text in self.pages.items():
             (docs / name).write_text(text, "utf-8")
         (self.folder / "mkdocs.yml").write_text(
             "site_name: Replay handbook\nuse_directory_urls: true\n"
             "theme:\n  name: mkdocs\n  highlightjs: false\nnav:\n"
-            + "".join(f"  - {n.removesuffix('.md')}: {n}\n" for n in _MKDOCS_PAGES), "utf-8")
+            + "".join(f"  - {n.removesuffix('.md')}: {n}\n" for n in self.pages), "utf-8")
         exe = Path(sys.executable).parent / "mkdocs"
         subprocess.run([str(exe) if exe.exists() else "mkdocs", "build", "-q", "-f", str(self.folder / "mkdocs.yml"),
                         "-d", str(self.site_dir)], check=True, capture_output=True, timeout=120)
@@ -196,3 +239,79 @@ class MkDocsSite(LoopbackHTTPServer):
     def start(self, port: int | None = None) -> Self:
         self.build()
         return super().start(port)
+
+
+class SignInSite(LoopbackHTTPServer):
+    """A Flask shop on 127.0.0.1 (werkzeug's threaded server): ``/`` lists :data:`PRODUCTS`, ``/item/<n>``
+    shows one, ``/login`` is the sign-in form. Item pages are ``login_required`` (Flask-Login); while
+    ``walled`` is false the check is off (``LOGIN_DISABLED``), after that they redirect to ``/login?next=...``."""
+
+    __test__ = False
+    thread_name = "signin-site"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.app = self._make_app()
+
+    @property
+    def walled(self) -> bool:
+        return not self.app.config["LOGIN_DISABLED"]
+
+    @walled.setter
+    def walled(self, value: bool) -> None:
+        self.app.config["LOGIN_DISABLED"] = not value
+
+    @staticmethod
+    def _make_app() -> Any:
+        from flask import Flask, render_template_string
+        from flask_login import LoginManager, login_required
+
+        app = Flask("ego2web_signin_site")
+        app.config.update(SECRET_KEY="ego2web-test", LOGIN_DISABLED=True)
+        logins = LoginManager(app)
+        logins.login_view = "login"
+        logins.user_loader(lambda user_id: None)
+        page = ("<!doctype html><html><head><meta charset='utf-8'><title>{{ title }} - Corner Shop</title></head>"
+                "<body><header><a href='/'>Corner Shop</a></header><main>{{ main|safe }}</main>"
+                "<footer><p>Corner Shop, prices in dollars.</p></footer></body></html>")
+
+        @app.route("/")
+        def index() -> str:
+            items = "".join(f"<li><a href='/item/{i}'>{name}</a></li>" for i, (name, _, _) in enumerate(PRODUCTS, 1))
+            return render_template_string(page, title="Shop", main=f"<h1>Shop</h1><ul>{items}</ul>")
+
+        @app.route("/item/<int:n>")
+        @login_required
+        def item(n: int) -> str:
+            name, category, price = PRODUCTS[n - 1]
+            return render_template_string(page, title=name, main=f"<h1 id='name'>{name}</h1><p>{category}</p>"
+                                          f"<p>Price: <span id='price'>${price:.2f}</span></p>")
+
+        @app.route("/login")
+        def login() -> str:
+            form = ("<h1>Sign in</h1><form method='post'><label>Email <input name='email'></label>"
+                    "<label>Password <input type='password' name='password'></label><button>Sign in</button></form>")
+            return render_template_string(page, title="Sign in", main=form)
+
+        return app
+
+    def make_handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        from werkzeug.serving import WSGIRequestHandler
+
+        class Quiet(WSGIRequestHandler):
+            def log(self, type: str, message: str, *args: Any) -> None:  # noqa: A002
+                pass
+
+        return Quiet
+
+    def start(self, port: int | None = None) -> Self:
+        """Serve the app with werkzeug's own threaded server (not the base class's)."""
+        from werkzeug.serving import make_server
+
+        handler: Any = self.make_handler()
+        server = make_server("127.0.0.1", self.port if port is None else port, self.app, threaded=True,
+                             request_handler=handler)
+        self._server, self.port = server, server.server_port  # type: ignore[assignment]  # an HTTPServer too
+        self._thread = threading.Thread(target=server.serve_forever, name=self.thread_name, daemon=True)
+        self._thread.start()
+        return self

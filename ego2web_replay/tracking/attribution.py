@@ -45,7 +45,7 @@ class ChangedResource(BaseModel):
     """One resource that differed at the time of the live run."""
 
     url: str
-    status: str = Field(description="changed, gone, new or blocked.")
+    status: str = Field(description="changed, gone, new, blocked or unreachable.")
     detail: str = ""
     kind: str | None = None
     status_then: int | None = None
@@ -66,7 +66,7 @@ class Attribution(BaseModel):
     """What changed for one flip, and the source of that knowledge."""
 
     source: AttributionSource
-    status: str = Field(description="unchanged, changed, gone, blocked or unknown.")
+    status: str = Field(description="unchanged, changed, gone, blocked, unreachable or unknown.")
     at: datetime | None = Field(default=None, description="When the evidence was taken.")
     probe_id: str | None = None
     frozen_snapshot_id: str | None = None

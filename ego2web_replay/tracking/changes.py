@@ -12,9 +12,16 @@ and says, in this order of precedence:
     carrying a challenge widget or a challenge title/heading that *replaced*
     the captured content (short, unlike the capture, under another title).
     A page that merely mentions a CAPTCHA in its text is not blocked.
+    A sign-in wall is blocked too: a redirect to a sign-in URL (``/login``,
+    ``/signin``, ``/accounts/login`` ...) where the capture was a page, or a
+    sign-in form (a password field under a sign-in title or heading) that
+    replaced the captured content.
 ``gone``
     404/410 where the capture was not; a soft 404 (a success status whose
-    page is like the site's own not-found page, given as ``not_found``);
+    page is like the site's own not-found page, given as ``not_found``, or,
+    when that page is not known or is like the capture too, a short page under
+    another title, titled or headed "not found", "404", "does not exist" ...,
+    where the capture was not);
     a redirect of a deep URL to the home page.
 ``changed``
     another status, or content that differs beyond volatile parts: for HTML
@@ -69,6 +76,14 @@ _CHALLENGE_PHRASE = re.compile(
     r"captcha|verify (that )?you are (a )?human|are you a (robot|human)|not a robot|access denied|"
     r"access to this page has been denied|attention required|just a moment|checking your browser|security check|"
     r"unusual traffic|request blocked|pardon our interruption|bot (check|detection|protection)|please verify", re.I)
+_SIGN_IN_PATH = re.compile(r"(^|/)(log-?in|log-?on|sign-?in|sign_in|signon|sso|session/new|sessions/new|"
+                           r"auth/(login|signin)|oauth2?/authorize|accounts?/(login|signin)|users?/(login|sign_in))"
+                           r"(/|$|\.\w+$)", re.I)
+_SIGN_IN_PHRASE = re.compile(r"\b(log ?in|sign ?in|log on|sign on|authenticat\w*|password)\b", re.I)
+_NOT_FOUND_PHRASE = re.compile(
+    r"^\W*(error\W*)?404\b|\bnot found\b|\bcould ?n[o']t (be )?(find|found)\b|\bcan(not|'t) (be )?(find|found)\b|"
+    r"\bdoes ?n[o']t exist\b|\bno longer (available|exists)\b|\bno (such )?(page|article|item|product) "
+    r"(called|named|exists)\b", re.I)
 _AD_URL = re.compile(r"/ads?/|doubleclick|adserver|adsystem|googlesyndication|/banners?/|[?&]ad(id|unit)=", re.I)
 _SHORT_PAGE_WORDS = 200
 _LIKE = 0.8
@@ -186,6 +201,48 @@ def _interstitial(old: Response, new: Response, old_facts: PageFacts | None, new
     return f"interstitial replaced the page ({signal})" if replaced else None
 
 
+def _sign_in_wall(old: Response, new: Response, old_facts: PageFacts | None, new_facts: PageFacts | None) -> str | None:
+    """A sign-in wall in place of a captured page: a redirect to a sign-in URL, or a sign-in form that replaced it."""
+    if not (old.ok and old.status is not None and old.status < 300):
+        return None
+    if new.status in (301, 302, 303, 307, 308):
+        location = new.header("location") or ""
+        target = urlsplit(urljoin(new.url, location))
+        if location and _SIGN_IN_PATH.search(target.path) and target.path != urlsplit(old.url).path:
+            return f"sign-in wall: redirected to {location[:100]}"
+        return None
+    if new_facts is None or not new_facts.password or (old_facts is not None and old_facts.password):
+        return None
+    where = next((w for w in [new_facts.title, *new_facts.headings[:2]] if _SIGN_IN_PHRASE.search(w)), None)
+    if where is None or new_facts.words > _SHORT_PAGE_WORDS:
+        return None
+    if old_facts is not None and (new_facts.title == old_facts.title or text_similarity(
+            normalize_text(old_facts.text), normalize_text(new_facts.text)) >= 0.5):
+        return None
+    return f'sign-in wall: a sign-in form replaced the page ("{where[:60]}")'
+
+
+def _soft_404(old_facts: PageFacts, new_facts: PageFacts, not_found: Sequence[str]) -> str | None:
+    """What makes the live page a not-found page the capture was not: the site's own not-found page, or,
+    where that page is unknown or cannot tell (the capture is like it too: a site whose layout outweighs
+    its content), a short page under another title headed "not found"."""
+    if not_found:
+        old_like = is_not_found_page(normalize_text(old_facts.text), not_found)
+        if not old_like and is_not_found_page(normalize_text(new_facts.text), not_found):
+            return "the site's not-found page"
+        if not old_like:
+            return None
+    heading = _not_found_heading(new_facts)
+    if (heading and new_facts.words <= _SHORT_PAGE_WORDS and new_facts.title != old_facts.title
+            and _not_found_heading(old_facts) is None):
+        return f'a not-found page ("{heading[:60]}")'
+    return None
+
+
+def _not_found_heading(facts: PageFacts) -> str | None:
+    return next((w for w in [facts.title, *facts.headings[:2]] if w and _NOT_FOUND_PHRASE.search(w)), None)
+
+
 def _json_leaves(node: Any, path: str, out: dict[str, Any]) -> None:
     if isinstance(node, dict):
         for k, v in node.items():
@@ -267,6 +324,7 @@ def classify(old: Response | None, new: Response | None, *, not_found: Sequence[
     old_facts = page_facts(old.text()) if old.is_html else None
     new_facts = page_facts(new.text()) if new.is_html else None
     block = _interstitial(old, new, old_facts, new_facts)
+    block = block or _sign_in_wall(old, new, old_facts, new_facts)
     if block:
         return Change(status="blocked", detail=block, removed=_lines(old_facts) if old_facts else [],
                       added=_lines(new_facts) if new_facts else [])
@@ -277,11 +335,11 @@ def classify(old: Response | None, new: Response | None, *, not_found: Sequence[
         return Change(status="gone", detail=f"redirected to the home page ({new.header('location')})")
     if old.body == new.body and old.status == new.status:
         return Change(status="unchanged")
-    if old_facts is not None and new_facts is not None and old.ok and new.ok and not_found:
-        new_text = normalize_text(new_facts.text)
-        if is_not_found_page(new_text, not_found) and not is_not_found_page(normalize_text(old_facts.text), not_found):
-            return Change(status="gone", detail=f"soft 404: HTTP {new.status} with the site's not-found page",
-                          removed=_lines(old_facts), added=_lines(new_facts))
+    if old_facts is not None and new_facts is not None and old.ok and new.ok:
+        soft = _soft_404(old_facts, new_facts, not_found)
+        if soft:
+            return Change(status="gone", detail=f"soft 404: HTTP {new.status} with {soft}", removed=_lines(old_facts),
+                          added=_lines(new_facts))
     change = _content_change(old, new, old_facts, new_facts)
     if old.status != new.status:
         status_line = f"HTTP {old.status} -> {new.status}"

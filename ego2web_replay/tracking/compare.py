@@ -99,8 +99,8 @@ class Flip(BaseModel):
     live_repeat: int = Field(default=0, description="The live repeat the flip is explained by: the first whose "
                              "outcome is the live side's (a failure when frozen is higher, else a success).")
     frozen_repeat: int = Field(default=0, description="Likewise on the frozen side.")
-    drift_status: str = Field(default="unknown", description="unchanged/changed/gone/blocked at the time of the "
-                              "live run, or 'unknown' (see ``attribution``).")
+    drift_status: str = Field(default="unknown", description="unchanged/changed/gone/blocked/unreachable at "
+                              "the time of the live run, or 'unknown' (see ``attribution``).")
     probed_at: datetime | None = Field(default=None, description="When the probe used was taken (probe source).")
     frozen_misses: int = 0
     attribution: Attribution | None = Field(default=None, description="Source and changed resources (URL, status, "

@@ -3,7 +3,8 @@
 :func:`page_facts` parses a document into its title, headings, the visible
 text as lines (one per block element), and the structure a challenge page
 has: a CAPTCHA widget (reCAPTCHA, hCaptcha, Turnstile, Arkose, GeeTest, or an
-element named ``captcha``/``challenge`` by id, class or form field). Text
+element named ``captcha``/``challenge`` by id, class or form field) and a
+sign-in form has (a password field). Text
 inside scripts, styles, hidden inputs and advertising containers (by id,
 class or ``data-ad*`` attributes) is left out: it is not what a reader of the
 page compares.
@@ -37,6 +38,7 @@ class PageFacts:
     lines: list[str] = field(default_factory=list)
     widget: str | None = None  # what marks a challenge widget, if any
     links: int = 0
+    password: bool = False  # the page has a password field (a sign-in form)
 
     @property
     def text(self) -> str:
@@ -84,6 +86,8 @@ class _Parser(HTMLParser):
             self._in_title = True
         if tag == "a":
             self.facts.links += 1
+        if tag == "input" and attrs.get("type", "").lower() == "password":
+            self.facts.password = True
         if tag in _BLOCK:
             self._flush()
         if tag in ("h1", "h2") and self._heading is None and not self._hidden:

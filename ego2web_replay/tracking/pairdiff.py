@@ -7,14 +7,20 @@ finds the same request in the frozen snapshot (the very same request, else
 the same canonical match key, the one replay uses; never a "similar" one)
 and classifies the pair with :func:`~ego2web_replay.tracking.changes.classify`.
 A request the snapshot never saw is ``new``. Scripts, styles and fonts are
-not compared.
+not compared. A request of the snapshot's that the live run's recording proxy
+could not get answered by the origin (its manifest's ``upstream_failures``:
+connection refused, timed out, no such host) and never captured either is
+``unreachable``: the site could not be reached at the time of the run.
 
 Resources are grouped into pages (a document and the subresources whose
-``Referer`` is that document); the resources of the agent's *final* page come
+``Referer`` is that document; a document that redirected belongs to the page
+it redirected to, so a sign-in redirect is part of the sign-in page it led
+to); the resources of the agent's *final* page come
 first among the changes, then the more severe ones (blocked, gone, changed,
-new). The pair's ``status`` is its most severe status apart from ``new``
-(a page the snapshot never had is no evidence of drift), or ``unknown`` when
-nothing could be compared.
+unreachable, new). The pair's ``status`` is its most severe status apart from
+``new`` (a page the snapshot never had is no evidence of drift), or ``unknown``
+when nothing could be compared. ``unreachable`` ranks below every observed
+change: it explains a flip only when nothing that was reached had changed.
 """
 
 from __future__ import annotations
@@ -23,18 +29,21 @@ import json
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
-from urllib.parse import urlsplit
+from typing import Literal
+from urllib.parse import urljoin, urlsplit
 
 from pydantic import BaseModel, Field
 
 from ..errors import SnapshotError
+from ..models import UpstreamFailure
 from ..snapshots import CdxjEntry, Snapshot, iter_records
 from .changes import Change, ChangeStatus, FieldChange, Response, classify, normalize_text
 from .pagefacts import page_facts
 
-__all__ = ["ResourceDiff", "PairDiff", "SEVERITY", "diff_pair", "pair_status"]
+__all__ = ["ResourceDiff", "PairDiff", "SEVERITY", "ResourceStatus", "diff_pair", "pair_status"]
 
-SEVERITY = {"unknown": -1, "unchanged": 0, "new": 1, "changed": 2, "gone": 3, "blocked": 4}
+SEVERITY = {"unknown": -1, "unchanged": 0, "new": 1, "unreachable": 2, "changed": 3, "gone": 4, "blocked": 5}
+ResourceStatus = ChangeStatus | Literal["unreachable"]
 _FORM = "application/x-www-form-urlencoded"
 
 
@@ -44,7 +53,7 @@ class ResourceDiff(BaseModel):
     url: str
     method: str = "GET"
     kind: str = Field(description="document, xhr or image.")
-    status: ChangeStatus
+    status: ResourceStatus
     status_then: int | None = Field(default=None, description="HTTP status in the frozen snapshot.")
     status_now: int | None = Field(default=None, description="HTTP status in the live archive.")
     detail: str = ""
@@ -81,7 +90,7 @@ class PairDiff(BaseModel):
         return [r for _, r in items]
 
     def counts(self) -> dict[str, int]:
-        out = dict.fromkeys(("unchanged", "changed", "gone", "new", "blocked"), 0)
+        out = dict.fromkeys(("unchanged", "changed", "gone", "new", "blocked", "unreachable"), 0)
         for r in self.resources:
             out[r.status] += 1
         return out
@@ -191,6 +200,7 @@ def diff_pair(live: Path, frozen: Path, *, final_url: str | None = None, task_id
     for host, texts in (not_found or {}).items():
         nf[host].extend(texts)
     requests = _request_headers(live_snap)
+    redirects: dict[str, str] = {}
     used: dict[int, int] = defaultdict(int)
     resources: list[ResourceDiff] = []
     last_doc: str | None = None
@@ -210,6 +220,9 @@ def diff_pair(live: Path, frozen: Path, *, final_url: str | None = None, task_id
         change: Change = classify(old, new, not_found=nf.get(urlsplit(e.url).netloc, []))
         if kind == "document":
             last_doc = e.url
+            location = new.header("location") if new.status in (301, 302, 303, 307, 308) else None
+            if location:
+                redirects[e.url] = urljoin(e.url, location)
         referer = _header(req, "referer")
         page = e.url if kind == "document" else (referer if referer and _is_doc(resources, referer) else last_doc)
         resources.append(ResourceDiff(
@@ -217,7 +230,12 @@ def diff_pair(live: Path, frozen: Path, *, final_url: str | None = None, task_id
             status_now=new.status, detail=change.detail, removed=change.removed, added=change.added,
             fields=change.fields, volatile_only=change.volatile_only, frozen_url=old_entry.url if old_entry else None,
             page=page, captured_at=_captured(e)))
+    captured = {(e.method, e.url) for e in live_snap.entries()}
+    resources += _unreachable(live_snap.manifest.upstream_failures, captured, exact, canon, rules)
     final = final_url if final_url and _is_doc(resources, final_url) else last_doc
+    for r in resources:
+        if r.kind == "document" and r.url in redirects:
+            r.page = _landing(r.url, redirects)
     for r in resources:
         r.final_page = final is not None and r.page == final
     m = live_snap.manifest
@@ -226,6 +244,40 @@ def diff_pair(live: Path, frozen: Path, *, final_url: str | None = None, task_id
                     frozen_snapshot_id=frozen_snap.manifest.snapshot_id, live_at=m.created_at,
                     diffed_at=datetime.now(UTC), final_url=final, status=pair_status([r.status for r in resources]),
                     resources=resources)
+
+
+def _unreachable(failures: list[UpstreamFailure], captured: set[tuple[str, str]],
+                 exact: dict[tuple[str, str, str], list[CdxjEntry]], canon: dict[str, list[CdxjEntry]],
+                 rules: object) -> list[ResourceDiff]:
+    """The snapshot's documents, XHRs and images that the live run asked for and could not reach."""
+    from ..replay.canonical import match_key
+
+    out: list[ResourceDiff] = []
+    seen: set[tuple[str, str]] = set()
+    for f in failures:
+        key = (f.method, f.url)
+        if key in seen or key in captured:  # reached on another try: no evidence the site was down
+            continue
+        seen.add(key)
+        candidates = (exact.get((f.method, f.url, ""))
+                      or canon.get(match_key(f.method, f.url, None, None, rules)) or [])  # type: ignore[arg-type]
+        kind = _kind(candidates[0], None) if candidates else None
+        if kind is None:
+            continue
+        old = candidates[0]
+        out.append(ResourceDiff(url=f.url, method=f.method, kind=kind, status="unreachable", status_then=old.status,
+                                detail=f"could not be reached: {f.error}"[:300], frozen_url=old.url,
+                                page=f.url if kind == "document" else None, captured_at=f.at))
+    return out
+
+
+def _landing(url: str, redirects: dict[str, str]) -> str:
+    """Where a chain of redirects from ``url`` ends (at most 20 hops)."""
+    for _ in range(20):
+        if url not in redirects:
+            break
+        url = redirects[url]
+    return url
 
 
 def _is_doc(resources: list[ResourceDiff], url: str) -> bool:

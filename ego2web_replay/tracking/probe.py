@@ -10,8 +10,10 @@ change classifier (:mod:`ego2web_replay.tracking.changes`: ``unchanged``,
 not-found page, fetched once per host at a URL that cannot exist, and
 ``blocked`` for CAPTCHA and access-denied interstitials), or is ``error`` when
 it could not be fetched (unreachable, refused by the guard). A task is as bad
-as its worst main document: blocked > gone > changed > unchanged; a task none
-of whose pages could be fetched is ``unknown``, never ``unchanged``.
+as its worst main document: blocked > gone > changed > unchanged, and is
+``changed`` at least when one of its JSON resources is not unchanged (a change
+seen only in a JSON response); a task none of whose pages could be fetched is
+``unknown``, never ``unchanged``.
 """
 
 from __future__ import annotations
@@ -67,13 +69,17 @@ class UrlProbe:
 
 
 def task_status_of(probes: Sequence[UrlProbe]) -> str:
-    """Worst status among the fetched main documents (all fetched URLs when there are none);
-    ``unknown`` when nothing could be fetched."""
+    """Worst status among the fetched main documents (all fetched URLs when there are none), and at
+    least ``changed`` when a JSON resource the pages used is not unchanged (the page still stands,
+    its data moved); ``unknown`` when nothing could be fetched."""
     fetched = [p for p in probes if p.url_status in _SEVERITY]
     mains = [p for p in fetched if p.main_document] or fetched
     if not mains:
         return "unknown"
-    return max((p.url_status for p in mains), key=lambda s: _SEVERITY[s])
+    worst = max((p.url_status for p in mains), key=lambda s: _SEVERITY[s])
+    if _SEVERITY[worst] < _SEVERITY["changed"] and any(p.url_status != "unchanged" for p in fetched):
+        return "changed"
+    return worst
 
 
 def _fetch(opener: urllib.request.OpenerDirector, url: str, timeout: float) -> tuple[int | None, list[tuple[str, str]], bytes, str | None]:
@@ -150,7 +156,10 @@ def probe_snapshot(snapshot: Path, *, proxy_url: str, ca_file: Path, timeout: fl
         old = Response(entry.url, then.http_status or entry.status, tuple(then.http_headers or []), then_body,
                        entry.mime or "")
         new = Response(entry.url, status, tuple(headers), now_body, ctype or "")
-        nf = not_found.setdefault(urlsplit(entry.url).netloc, _not_found_page(opener, entry.url, timeout))
+        host = urlsplit(entry.url).netloc
+        if host not in not_found:  # fetched once per host
+            not_found[host] = _not_found_page(opener, entry.url, timeout)
+        nf = not_found[host]
         change = classify(old, new, not_found=nf)
         results.append(UrlProbe(entry.url, entry.status, status, same, sim, change.status, main))
     return results
