@@ -102,8 +102,10 @@ def test_captions_are_generated_once_and_cached_by_video_hash(tmp_path):
 def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
     import stat
 
+    from ego2web_replay.errors import Ego2WebError
     from ego2web_replay.models import Action, Step, Trajectory
     from ego2web_replay.runner.agent_folder import AgentFolder
+    from ego2web_replay.runner.inputs import AgentInputs
 
     suite = load_tasks(_suite(tmp_path / "suite", "http://127.0.0.1:9/"))
     sent = prepare_inputs(suite.tasks[0], suite.base_dir, "video", InputSettings(video_fps=0.5))
@@ -122,7 +124,7 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
         (folder.out_dir / "shots").mkdir()
         (folder.out_dir / "shots" / "a.png").write_bytes(b"png")
         (folder.out_dir / "answer.txt").write_text("x")
-        os.chmod(root / "frames", 0o500)  # the program took away its own write permission
+        os.chmod(root / "frames", 0o500)  # the program took away its own write permission (root ignores it)
         traj = Trajectory(task_id="firewall", instruction="i", mode="frozen", agent={"name": "command"}, steps=[
             Step(index=0, action=Action(kind="stop"), screenshot=str(folder.out_dir / "shots" / "a.png")),
             Step(index=1, action=Action(kind="stop"), screenshot="shots/a.png"),
@@ -132,6 +134,11 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
     assert [s.screenshot for s in traj.steps] == ["agent/shots/a.png", "agent/shots/a.png", "/elsewhere/b.png"]
     assert (episode / "agent" / "answer.txt").read_text() == "x"
     assert json.loads((episode / "inputs.json").read_text())["frames"][0]["path"].startswith(str(root))
+    gone = AgentInputs("keyframes", frames=[(1.0, tmp_path / "missing.png")])
+    with pytest.raises(Ego2WebError, match="cannot copy the agent's inputs into its private folder") as e:
+        AgentFolder(suite.tasks[0], gone, ca.cert_path, episode=episode).__enter__()
+    left = Path(str(e.value).split("private folder ", 1)[1].split(" ", 1)[0])
+    assert left.name.startswith("ego2web-agent-") and not left.exists()  # nothing left behind
 
 
 @pytest.mark.slow
