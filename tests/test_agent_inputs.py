@@ -141,6 +141,26 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
     assert left.name.startswith("ego2web-agent-") and not left.exists()  # nothing left behind
 
 
+def test_folders_of_runner_processes_now_gone_are_swept(tmp_path):
+    import subprocess
+
+    from ego2web_replay.runner.agent_folder import PREFIX, sweep
+
+    done = subprocess.Popen(["true"])
+    done.wait()  # a process that is gone: a worker killed mid-episode leaves such a folder
+    dead, mine = tmp_path / f"{PREFIX}{done.pid}-abc", tmp_path / f"{PREFIX}{os.getpid()}-abc"
+    theirs, link = tmp_path / f"{PREFIX}{done.pid}-other", tmp_path / f"{PREFIX}{done.pid}-link"
+    root = os.getuid() == 0
+    for folder in (dead, mine, theirs) if root else (dead, mine):
+        (folder / "frames").mkdir(parents=True)
+    (dead / "frames" / "000.png").write_bytes(b"png")
+    link.symlink_to(mine)
+    if root:
+        os.chown(theirs, 65534, 65534)  # another user's folder is never touched
+    assert sweep(tmp_path) == [dead] and not dead.exists()
+    assert mine.is_dir() and link.is_symlink() and (theirs.is_dir() or not root)
+
+
 @pytest.mark.slow
 def test_each_modality_sends_what_it_names_and_never_the_evidence(tmp_path, ca, monkeypatch):
     from ego2web_replay.agents.openai_agent import OpenAIAgent

@@ -9,7 +9,7 @@ episode's agent is handed its own copies, in a folder made by
 :func:`tempfile.mkdtemp` (mode 0700) in the system's temporary folder, outside
 the suite, the run and the judge's cache::
 
-    ego2web-agent-XXXXXXXX/     (0700)
+    ego2web-agent-<pid>-XXXXXXXX/   (0700)
       task.json                 the task as agents see it          $EGO2WEB_TASK_FILE
       inputs.json               modality, video, frames, captions  $EGO2WEB_INPUTS
       ca.pem                    the proxy CA's certificate         $EGO2WEB_CA_FILE
@@ -25,13 +25,16 @@ agents (Python code in the runner) get the same copies in their observations.
 A program agent's ``task.json`` and ``inputs.json`` are also copied into the
 episode folder (the record of what was handed out; the paths in them name the
 private folder). When the episode ends, what the program wrote in ``out/``
-moves to ``<episode>/agent/`` and the folder is removed.
+moves to ``<episode>/agent/`` and the folder is removed. The folder's name
+holds the runner process's id: one left by a worker that was killed
+mid-episode is removed when the next episode starts (:func:`sweep`).
 """
 
 from __future__ import annotations
 
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +44,7 @@ from ..errors import Ego2WebError
 from ..models import Task, Trajectory
 from .inputs import AgentInputs, agent_task, write_inputs_file
 
-__all__ = ["AgentFolder", "PREFIX"]
+__all__ = ["AgentFolder", "PREFIX", "sweep"]
 
 PREFIX = "ego2web-agent-"
 HANDED_OUT = ("task.json", "inputs.json")
@@ -63,7 +66,8 @@ class AgentFolder:
         self._program, self._moved = program, False
 
     def __enter__(self) -> AgentFolder:
-        self.root = Path(tempfile.mkdtemp(prefix=PREFIX))  # 0700, ours alone
+        self.root = Path(tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-"))  # 0700, ours alone
+        sweep(self.root.parent)
         try:
             self._fill()
         except OSError as e:
@@ -123,6 +127,27 @@ class AgentFolder:
         self._moved = True
         if self.out_dir.is_dir():
             shutil.move(self.out_dir, self.episode / "agent")
+
+
+def sweep(base: Path) -> list[Path]:
+    """Remove the folders that runner processes now gone left in ``base`` (a worker killed mid-episode
+    cannot remove its own); a folder is named after the process that made it. Returns those removed."""
+    removed = []
+    for path in base.glob(f"{PREFIX}*-*"):
+        pid = path.name[len(PREFIX):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            st = path.lstat()
+            if st.st_uid != os.getuid() or not stat.S_ISDIR(st.st_mode):
+                continue  # not ours, or not a folder
+            os.kill(int(pid), 0)
+        except ProcessLookupError:  # its process is gone
+            _remove(path)
+            removed.append(path)
+        except OSError:  # alive (another user's process), or gone meanwhile
+            continue
+    return removed
 
 
 def _remove(root: Path) -> None:
