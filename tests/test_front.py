@@ -278,7 +278,31 @@ def test_chunked_and_100_continue_request_bodies(small):
     (b"GARBAGE\r\n\r\n", b"400"), (b"GET / HTTP/2.0\r\n\r\n", b"505"),
     (b"GET http://a.example/x HTTP/1.1\r\nBad Header\r\n\r\n", b"400"),
     (b"GET http://a.example/x HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
-    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", b"501"),
+    # RFC 9112 / 9110: what a proxy must refuse, or a second request or header hides in the first
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+     b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\nAuthorization: Bearer t\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\rAuthorization: Bearer t\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\x00b\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX\x00: a\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\nHost: a.example\r\n\r\n", b"400"),
+    (b"GET http://a.example/x\x01 HTTP/1.1\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: +3\r\n\r\nq=1", b"400"),
+    ("POST http://a.example/form HTTP/1.1\r\nContent-Length: \u0663\r\n\r\nq=1".encode(), b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", b"413"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffff\r\n", b"413"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 5000, b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nqq\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\nY: b\r\n\r\n", b"400"),
 ])
 def test_malformed_requests_get_one_clear_answer_and_the_connection_closes(small, request_bytes, status):
     out = _raw(small, request_bytes, wait_close=False)
@@ -355,3 +379,25 @@ def test_http2_request_body_over_the_limit_is_413_and_the_connection_goes_on(sma
             while 3 not in status:
                 pump()
             assert status[3] == "200"  # the same connection serves the next stream
+
+
+def test_chunked_bodies_are_read_incrementally_and_a_large_chunk_is_refused_before_it_is_kept(monkeypatch):
+    """1-byte chunks leave the buffer as they come (each byte looked at once: linear, not quadratic);
+    a chunk declared past the cap is a 413 before any of it is buffered."""
+    from ego2web_replay.wire import h1
+
+    got: list[bytes] = []
+    written: list[bytes] = []
+    handler = h1.H1Handler(lambda req: (got.append(req.body), (None, True))[1], written.append, lambda: None)
+    handler.feed(b"POST http://a.example/up HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n")
+    most = 0
+    for i in range(20_000):
+        handler.feed(b"1\r\n" + bytes([97 + i % 26]) + b"\r\n")
+        most = max(most, len(handler.buf))
+    handler.feed(b"0\r\nX-Trailer: dropped\r\n\r\n")
+    assert got == [bytes(97 + i % 26 for i in range(20_000))] and most == 0
+    monkeypatch.setattr(h1, "MAX_BODY", 1000)
+    closed: list[bool] = []
+    handler = h1.H1Handler(lambda req: (None, True), written.append, lambda: closed.append(True))
+    handler.feed(b"POST http://a.example/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n")
+    assert written[-1].startswith(b"HTTP/1.1 413 ") and closed and not handler.buf and not handler.chunks
