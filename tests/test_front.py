@@ -303,6 +303,8 @@ def test_chunked_and_100_continue_request_bodies(small):
     (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 5000, b"400"),
     (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nqq\r\n", b"400"),
     (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\nY: b\r\n\r\n", b"400"),
+    ("CONNECT \u00e9.example:443 HTTP/1.1\r\n\r\n".encode(), b"400"),  # an IDN goes as A-labels (xn--)
+    (b"CONNECT a.example HTTP/1.1\r\n\r\n", b"400"), (b"CONNECT a.example:99999 HTTP/1.1\r\n\r\n", b"400"),
 ])
 def test_malformed_requests_get_one_clear_answer_and_the_connection_closes(small, request_bytes, status):
     out = _raw(small, request_bytes, wait_close=False)

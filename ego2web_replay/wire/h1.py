@@ -8,7 +8,7 @@ HTTP/1.0 without keep-alive, or ``Connection: close``, closes after the answer.
 Strict as RFC 9112 and 9110 ask of a proxy, so that no second request or header can
 hide inside the first: a method and field names that are tokens; CR, LF, NUL and the
 other controls refused in the target and in every field (no bare CR or LF, no
-obsolete line folding); one Host at most; one Content-Length at most, of ASCII
+obsolete line folding); a CONNECT target only as ``host:port`` in ASCII; one Host at most; one Content-Length at most, of ASCII
 digits; Transfer-Encoding only as one final ``chunked`` (400 otherwise, 501 for
 another coding before it), never beside a Content-Length. Chunked bodies are read
 incrementally (each byte looked at once), a chunk's declared size checked against
@@ -55,6 +55,8 @@ _FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*)\r\n")
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
 _MAX_CHUNK_LINE = 4096
 _MAX_DIGITS = 19  # a Content-Length longer than this is past any cap (and past int()'s digit limit)
+#: CONNECT's authority-form (RFC 9112 3.2.3): a reg-name of ASCII (an IDN as A-labels) or an IP literal, a port.
+_AUTHORITY_FORM = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]+):[0-9]{1,5}")
 _TOKEN_RE = re.compile(_TOKEN)
 _CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -284,6 +286,8 @@ class H1Handler:
             req = _parse_head(head)
             self.pending, self.continued = req, False
         if req.method == "CONNECT":
+            if _AUTHORITY_FORM.fullmatch(req.target) is None or int(req.target.rpartition(":")[2]) > 65535:
+                raise ParseError(400, "CONNECT wants host:port (an ASCII host name, A-labels for IDNs, or an IP)")
             self.pending, self.done = None, True
             rest = bytes(self.buf)
             self.buf.clear()
