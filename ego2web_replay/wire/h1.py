@@ -8,7 +8,8 @@ HTTP/1.0 without keep-alive, or ``Connection: close``, closes after the answer.
 Strict as RFC 9112 and 9110 ask of a proxy, so that no second request or header can
 hide inside the first: a method and field names that are tokens; CR, LF, NUL and the
 other controls refused in the target and in every field (no bare CR or LF, no
-obsolete line folding); a CONNECT target only as ``host:port`` in ASCII; one Host at most; one Content-Length at most, of ASCII
+obsolete line folding); a target in origin-, absolute- or (CONNECT only) authority-form, every
+authority (a CONNECT's, an absolute target's, the Host) ``host[:port]`` in ASCII; one Host at most; one Content-Length at most, of ASCII
 digits; Transfer-Encoding only as one final ``chunked`` (400 otherwise, 501 for
 another coding before it), never beside a Content-Length. Chunked bodies are read
 incrementally (each byte looked at once), a chunk's declared size checked against
@@ -55,8 +56,31 @@ _FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*)\r\n")
 _CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
 _MAX_CHUNK_LINE = 4096
 _MAX_DIGITS = 19  # a Content-Length longer than this is past any cap (and past int()'s digit limit)
-#: CONNECT's authority-form (RFC 9112 3.2.3): a reg-name of ASCII (an IDN as A-labels) or an IP literal, a port.
-_AUTHORITY_FORM = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]+):[0-9]{1,5}")
+#: An authority (RFC 3986 3.2): a reg-name of ASCII (an IDN as A-labels) or an IP literal, then perhaps a port.
+_AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::([0-9]{0,5}))?")
+#: A target's scheme and authority in absolute-form (the rest is checked as any target is).
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+
+
+def valid_authority(text: str, *, port: bool = False) -> bool:
+    """Whether ``text`` is ``host[:port]`` in ASCII with a port of at most 65535 (``port``: one is required)."""
+    m = _AUTHORITY.fullmatch(text)
+    if m is None or (port and not (m.group(2) and m.group(1))):
+        return False
+    return not m.group(2) or int(m.group(2)) <= 65535
+
+
+def _valid_target(method: str, target: str) -> bool:
+    """Origin-form (``/path``), absolute-form (``scheme://authority/path``), ``*`` for OPTIONS, and for
+    CONNECT only ``host:port`` (RFC 9112 3.2)."""
+    if method == "CONNECT":
+        return valid_authority(target, port=True)
+    if target.startswith("/"):
+        return True
+    m = _ABSOLUTE.match(target)
+    if m is not None:
+        return valid_authority(m.group(1))
+    return target == "*" and method == "OPTIONS"
 _TOKEN_RE = re.compile(_TOKEN)
 _CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -72,8 +96,9 @@ def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str 
     """
     if _TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
         return "a method that is not a token"
-    if _TARGET_RE.fullmatch(url) is None:
-        return "a space or a control character in the URL"
+    m = _ABSOLUTE.match(url)
+    if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)):
+        return "a space or a control character in the URL, or no host[:port] in ASCII"
     for k, v in headers:
         if _TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
             return f"a field name that is not a token: {k[:40]!r}"
@@ -147,8 +172,14 @@ def _parse_head(head: bytes) -> Request:
     if " \r" in block or "\t\r" in block or text.endswith((" ", "\t")):  # trailing whitespace: not the value
         headers = [(k, v.rstrip(" \t")) for k, v in headers]
     req = Request(method, target, version, headers, "\n" + block.lower())  # values hold no LF: each "\n" starts a line
-    if req.count("host") > 1:
+    if not _valid_target(method, target):
+        raise ParseError(400, "CONNECT wants host:port (an ASCII host, an IDN as A-labels, or an IP)"
+                         if method == "CONNECT" else "malformed request target")
+    hosts = req.count("host")
+    if hosts > 1:
         raise ParseError(400, "more than one Host")
+    if hosts and not valid_authority(req.header("host") or ""):
+        raise ParseError(400, "a Host that is no host[:port] (an ASCII host, an IDN as A-labels, or an IP)")
     return req
 
 
@@ -286,8 +317,6 @@ class H1Handler:
             req = _parse_head(head)
             self.pending, self.continued = req, False
         if req.method == "CONNECT":
-            if _AUTHORITY_FORM.fullmatch(req.target) is None or int(req.target.rpartition(":")[2]) > 65535:
-                raise ParseError(400, "CONNECT wants host:port (an ASCII host name, A-labels for IDNs, or an IP)")
             self.pending, self.done = None, True
             rest = bytes(self.buf)
             self.buf.clear()
