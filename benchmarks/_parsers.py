@@ -1,8 +1,8 @@
-"""HTTP/1.1 request parsers side by side (``bench_replay.py --parsers``): CPU per request of the wire's
-own strict parser (:class:`ego2web_replay.wire.h1.H1Handler`) and of llhttp through PyPI ``httptools``
-(the parser of uvicorn) doing the same job: bytes in, a :class:`~ego2web_replay.wire.h1.Request` with
-its body out, the checks llhttp does not make (one Host) added, answered by a no-op and asked whether
-the connection is kept, as :class:`H1Handler` asks.
+"""HTTP/1.1 request parsers side by side (`bench_replay.py --parsers`): CPU per request of the wire's
+own strict parser (`ego2web_replay.wire.h1.H1Handler`) and of llhttp through PyPI `httptools` (the
+parser of uvicorn) doing the same job: bytes in, a `wire.h1.Request` with its body out, the checks
+llhttp does not make (one Host) added, answered by a no-op and asked whether the connection is kept,
+as `H1Handler` asks.
 
 Workloads: a Chromium-like GET head (12 fields) per read; a 4 KiB form POST with Content-Length; a
 64 KiB body in 1-byte chunks, fed in 1 KiB reads (the case that was quadratic). Rounds interleave the
