@@ -403,3 +403,37 @@ def test_chunked_bodies_are_read_incrementally_and_a_large_chunk_is_refused_befo
     handler = h1.H1Handler(lambda req: (None, True), written.append, lambda: closed.append(True))
     handler.feed(b"POST http://a.example/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n")
     assert written[-1].startswith(b"HTTP/1.1 413 ") and closed and not handler.buf and not handler.chunks
+
+
+def test_http2_requests_no_http11_line_may_hold_are_400_and_the_connection_goes_on(small):
+    """h2 refuses CR, LF and NUL itself; a space in :path or :method, a non-ASCII :authority, the wire refuses."""
+    import h2.config
+    import h2.connection
+    import h2.events
+
+    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as raw:
+        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
+        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        ctx = ssl.create_default_context(cafile=str(small.ca_file))
+        ctx.set_alpn_protocols(["h2"])
+        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
+            conn = h2.connection.H2Connection(h2.config.H2Configuration(
+                client_side=True, header_encoding=None, validate_outbound_headers=False,
+                normalize_outbound_headers=False))
+            conn.initiate_connection()
+            asks = {1: (b"GET", b"b.example", b"/y HTTP/1.1"), 3: (b"GET X", b"b.example", b"/y"),
+                    5: (b"GET", "b\u00e9.example".encode(), b"/y"), 7: (b"GET", b"b.example:99999", b"/y"),
+                    9: (b"GET", b"b.example", b"/y")}
+            for stream, (method, authority, path) in asks.items():
+                conn.send_headers(stream, [(b":method", method), (b":scheme", b"https"), (b":authority", authority),
+                                           (b":path", path)], end_stream=True)
+            s.sendall(conn.data_to_send())
+            status: dict[int, bytes] = {}
+            while len(status) < len(asks):
+                for ev in conn.receive_data(s.recv(65536)):
+                    if isinstance(ev, h2.events.ResponseReceived):
+                        status[ev.stream_id] = dict(ev.headers)[b":status"]
+                    if isinstance(ev, h2.events.DataReceived):
+                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                s.sendall(conn.data_to_send())
+    assert status == {1: b"400", 3: b"400", 5: b"400", 7: b"400", 9: b"200"}

@@ -321,7 +321,10 @@ def _h2_case(rng: random.Random, port: int, ca_file: str, scheme: str, authority
         elif kind == 3:
             fields.append(rng.choice([(b"x", b"a\r\nauthorization: injected"), (b"x", b"a\x00"), (b"x y", b"1"),
                                       (b"X-Upper", b"1"), (b"connection", b"close"), (b"host", b"other.example"),
-                                      (b"te", b"gzip"), (b"transfer-encoding", b"chunked")]))
+                                      (b"te", b"gzip"), (b"transfer-encoding", b"chunked"), (b"host", b"\xe9:1"),
+                                      (b"host", b"127.0.0.1:99999")]))
+            if rng.random() < 0.3:  # the same Host twice (h2 lets it through when it matches :authority)
+                fields += [(b"host", auth), (b"host", auth)]
         elif kind == 4:
             method, body = b"POST", b"q=1" * rng.randint(0, 5)
             fields += rng.choice([[(b"content-length", b"1"), (b"content-length", b"2")], [(b"content-length", b"0")],

@@ -91,19 +91,25 @@ _TARGET_RE = re.compile(r"[^\x00-\x20\x7f]+")
 def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str | None:
     """Why a request (from HTTP/1.1 or HTTP/2) cannot go on the HTTP/1.1 wire as it is, or None.
 
-    A method that is not a token, a URL with a space or a control, a field name that is not a token
-    or a value with CR, LF, NUL or another control: bytes that would end the line they stand in.
+    A method that is not a token, a URL with a space or a control (or no ASCII ``host[:port]``), a field
+    name that is not a token or a value with CR, LF, NUL or another control (bytes that would end the line
+    they stand in), more than one Host or one that is no ``host[:port]``.
     """
     if _TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
         return "a method that is not a token"
     m = _ABSOLUTE.match(url)
     if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)):
         return "a space or a control character in the URL, or no host[:port] in ASCII"
+    hosts = 0
     for k, v in headers:
         if _TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
             return f"a field name that is not a token: {k[:40]!r}"
         if _CTL_RE.search(v) is not None:
             return f"CR, LF, NUL or another control in the field {k[:40]!r}"
+        if k.lower() == "host":
+            hosts += 1
+            if hosts > 1 or not valid_authority(v):
+                return "more than one Host, or one that is no host[:port] in ASCII"
     return None
 
 

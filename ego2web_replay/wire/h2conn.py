@@ -42,7 +42,7 @@ def _text(value: bytes) -> str:
 class H2Handler:
     """One HTTP/2 connection: ``answer(method, url, headers, body)`` gives each stream's reply.
 
-    ``scheme``/``authority`` fill in what a request leaves out (the tunnel's host).
+    ``authority`` fills in what a request leaves out (no :authority, no Host: the tunnel's host).
     """
 
     def __init__(self, answer: Answer, write: Callable[[bytes], None], close: Callable[[], None], *,
@@ -101,7 +101,7 @@ class H2Handler:
         pseudo = {_text(k): _text(v) for k, v in raw if k.startswith(b":")}
         headers = [(_text(k), _text(v)) for k, v in raw if not k.startswith(b":")]
         method = pseudo.get(":method", "GET").upper()
-        authority = pseudo.get(":authority") or self.authority
+        authority = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), None) or self.authority
         url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
         why = malformed(method, url, headers)
         if why is not None:  # what h2 lets through but no HTTP/1.1 line may hold (a space in :path ...)
