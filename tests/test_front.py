@@ -4,6 +4,7 @@ engine, Chromium over HTTP/2, and the HTTP/1.1 edge cases a proxy meets."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import socket
@@ -337,6 +338,18 @@ def test_http2_head_and_flow_control(small):
         assert c.get("https://b.example/missing").headers["x-ego2web-replay"] == "miss"
 
 
+@contextlib.contextmanager
+def _h2_tunnel(replay: Replay):
+    """A TLS socket to ``b.example`` through a CONNECT tunnel of the proxy, with ALPN ``h2``."""
+    with socket.create_connection(("127.0.0.1", urlsplit(replay.proxy_url).port), timeout=10) as raw:
+        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
+        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        ctx = ssl.create_default_context(cafile=str(replay.ca_file))
+        ctx.set_alpn_protocols(["h2"])
+        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
+            yield s
+
+
 def test_http2_request_body_over_the_limit_is_413_and_the_connection_goes_on(small, monkeypatch):
     import h2.config
     import h2.connection
@@ -345,42 +358,37 @@ def test_http2_request_body_over_the_limit_is_413_and_the_connection_goes_on(sma
     from ego2web_replay.wire import h1
 
     monkeypatch.setattr(h1, "MAX_BODY", 100_000)
-    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as raw:
-        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
-        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
-        ctx = ssl.create_default_context(cafile=str(small.ca_file))
-        ctx.set_alpn_protocols(["h2"])
-        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-            conn.initiate_connection()
-            base = [(":scheme", "https"), (":authority", "b.example")]
-            conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), *base])
-            sent, status, events_seen = 0, {}, []
+    with _h2_tunnel(small) as s:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
+        conn.initiate_connection()
+        base = [(":scheme", "https"), (":authority", "b.example")]
+        conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), *base])
+        sent, status, events_seen = 0, {}, []
 
-            def pump() -> None:
+        def pump() -> None:
+            s.sendall(conn.data_to_send())
+            for ev in conn.receive_data(s.recv(65536)):
+                events_seen.append(type(ev).__name__)
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status[ev.stream_id] = dict(ev.headers)[":status"]
+                if isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+
+        while 1 not in status:  # send until the proxy answers, as flow control allows
+            room = min(conn.local_flow_control_window(1), 16_384) if 1 in conn.streams else 0
+            if room > 0 and sent < 10_000_000:
+                conn.send_data(1, b"x" * room)
+                sent += room
                 s.sendall(conn.data_to_send())
-                for ev in conn.receive_data(s.recv(65536)):
-                    events_seen.append(type(ev).__name__)
-                    if isinstance(ev, h2.events.ResponseReceived):
-                        status[ev.stream_id] = dict(ev.headers)[":status"]
-                    if isinstance(ev, h2.events.DataReceived):
-                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-
-            while 1 not in status:  # send until the proxy answers, as flow control allows
-                room = min(conn.local_flow_control_window(1), 16_384) if 1 in conn.streams else 0
-                if room > 0 and sent < 10_000_000:
-                    conn.send_data(1, b"x" * room)
-                    sent += room
-                    s.sendall(conn.data_to_send())
-                    continue
-                pump()
-            assert status[1] == "413" and sent < 10_000_000
-            while "StreamReset" not in events_seen and "StreamEnded" not in events_seen:
-                pump()
-            conn.send_headers(3, [(":method", "GET"), (":path", "/y"), *base], end_stream=True)
-            while 3 not in status:
-                pump()
-            assert status[3] == "200"  # the same connection serves the next stream
+                continue
+            pump()
+        assert status[1] == "413" and sent < 10_000_000
+        while "StreamReset" not in events_seen and "StreamEnded" not in events_seen:
+            pump()
+        conn.send_headers(3, [(":method", "GET"), (":path", "/y"), *base], end_stream=True)
+        while 3 not in status:
+            pump()
+        assert status[3] == "200"  # the same connection serves the next stream
 
 
 def test_chunked_bodies_are_read_incrementally_and_a_large_chunk_is_refused_before_it_is_kept(monkeypatch):
@@ -411,29 +419,24 @@ def test_http2_requests_no_http11_line_may_hold_are_400_and_the_connection_goes_
     import h2.connection
     import h2.events
 
-    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as raw:
-        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
-        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
-        ctx = ssl.create_default_context(cafile=str(small.ca_file))
-        ctx.set_alpn_protocols(["h2"])
-        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(
-                client_side=True, header_encoding=None, validate_outbound_headers=False,
-                normalize_outbound_headers=False))
-            conn.initiate_connection()
-            asks = {1: (b"GET", b"b.example", b"/y HTTP/1.1"), 3: (b"GET X", b"b.example", b"/y"),
-                    5: (b"GET", "b\u00e9.example".encode(), b"/y"), 7: (b"GET", b"b.example:99999", b"/y"),
-                    9: (b"GET", b"b.example", b"/y")}
-            for stream, (method, authority, path) in asks.items():
-                conn.send_headers(stream, [(b":method", method), (b":scheme", b"https"), (b":authority", authority),
-                                           (b":path", path)], end_stream=True)
+    with _h2_tunnel(small) as s:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False))
+        conn.initiate_connection()
+        asks = {1: (b"GET", b"b.example", b"/y HTTP/1.1"), 3: (b"GET X", b"b.example", b"/y"),
+                5: (b"GET", "b\u00e9.example".encode(), b"/y"), 7: (b"GET", b"b.example:99999", b"/y"),
+                9: (b"GET", b"b.example", b"/y")}
+        for stream, (method, authority, path) in asks.items():
+            conn.send_headers(stream, [(b":method", method), (b":scheme", b"https"), (b":authority", authority),
+                                       (b":path", path)], end_stream=True)
+        s.sendall(conn.data_to_send())
+        status: dict[int, bytes] = {}
+        while len(status) < len(asks):
+            for ev in conn.receive_data(s.recv(65536)):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status[ev.stream_id] = dict(ev.headers)[b":status"]
+                if isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             s.sendall(conn.data_to_send())
-            status: dict[int, bytes] = {}
-            while len(status) < len(asks):
-                for ev in conn.receive_data(s.recv(65536)):
-                    if isinstance(ev, h2.events.ResponseReceived):
-                        status[ev.stream_id] = dict(ev.headers)[b":status"]
-                    if isinstance(ev, h2.events.DataReceived):
-                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-                s.sendall(conn.data_to_send())
     assert status == {1: b"400", 3: b"400", 5: b"400", 7: b"400", 9: b"200"}
