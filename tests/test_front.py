@@ -257,6 +257,7 @@ def test_pipelined_requests_keep_alive_and_close(small):
            b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
     out = _raw(small, two)
     assert out.count(b"HTTP/1.1 200 OK\r\n") == 2 and out.endswith(b"x" * 10)
+    assert _raw(small, b"\r\n\r\n" + two).count(b"HTTP/1.1 200 OK\r\n") == 2  # empty lines first are ignored
     assert _raw(small, b"GET http://a.example/x HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK\r\n")
 
 

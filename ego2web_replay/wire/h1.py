@@ -306,13 +306,12 @@ class H1Handler:
         """Handle at most one request from the buffer; False when more bytes are needed."""
         req = self.pending
         if req is None:
+            while self.buf[:2] == b"\r\n":  # empty lines before a request line are ignored (RFC 9112 2.2)
+                del self.buf[:2]
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     raise ParseError(431, "request head too large")
-                if self.buf[:2] == b"\r\n":  # stray empty lines between requests are allowed
-                    del self.buf[:2]
-                    return True
                 return False
             if end > MAX_HEAD:
                 raise ParseError(431, "request head too large")
