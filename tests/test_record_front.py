@@ -116,6 +116,10 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
                 sock.close()
                 return
+            elif path.startswith("/cl-"):  # Content-Lengths that could hide another response
+                length = {"/cl-two": b"2\r\nContent-Length: 9", "/cl-list": b"2, 9", "/cl-digits": "\u0662".encode(),
+                          "/cl-same": b"2, 2"}[path]
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n")
             elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
             elif path == "/large":  # 3 MiB of random bytes
@@ -553,3 +557,13 @@ def test_a_body_past_the_record_cap_is_refused_not_archived_where_the_index_woul
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
     assert b"too large to archive" in body
     assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/keep"]
+
+
+def test_an_origin_whose_content_lengths_differ_or_are_no_digits_is_a_502_and_nothing_is_archived(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        for path in ("/cl-two", "/cl-list", "/cl-digits"):
+            status, headers, _ = rec.open(base + path)
+            assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol", path
+        assert rec.open(base + "/cl-same")[:3:2] == (200, b"ok")  # equal values in a list are one length
+    assert rec.archive.exchanges == 1

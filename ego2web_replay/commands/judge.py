@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._options import db_options, iterations_option, json_option
+from ._options import Finite, db_options, iterations_option, json_option
 from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
 from .executor_options import ExecutorChoice, executor_options
 
@@ -80,7 +80,7 @@ def judge() -> None:
               help="A folder of custom prompt files instead of the packaged ones.")
 @click.option("--max-retries", type=click.IntRange(0),
               help="LLM judges: retries on 429, 5xx, timeouts and refused connections (default 4).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True),
+@click.option("--timeout", "timeout_s", type=Finite(0, min_open=True),
               help="LLM judges: seconds to wait for one reply (default 120).")
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")

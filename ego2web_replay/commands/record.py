@@ -10,6 +10,7 @@ import click
 from ..errors import RecordingError
 from ._hooks import wire_index_hooks
 from ._options import (
+    Finite,
     compression_option,
     db_options,
     guard_option,
@@ -39,7 +40,7 @@ from ._output import progress, say, warn
 @click.option("--interactive", is_flag=True,
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
 @db_options("each snapshot as it is recorded")
-@click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--action-timeout", type=Finite(min=0.1), default=30.0, show_default=True,
               help="Seconds each reference action may take before the task fails.")
 @click.option("--dedup-min-size", type=click.IntRange(min=0), default=256, show_default=True,
               help="Store identical payloads of at least this many bytes once per recording, later captures "

@@ -10,6 +10,7 @@ import click
 
 from ..config import DEFAULT_RUNS
 from ._options import (
+    Finite,
     db_options,
     guard_option,
     keep_credentials_option,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:
 @click.option("--workers", type=click.IntRange(1, 32), default=1, show_default=True,
               help="Episodes run at once, each with its own proxy and browser.")
 @click.option("--max-steps", type=click.IntRange(1), default=40, show_default=True, help="Step budget per episode.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Finite(1), default=300.0, show_default=True,
               help="Wall-clock limit per episode, in seconds.")
 @click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Run each task this many times in each mode (agents are stochastic); compare reports "
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
                    "(default: the agent's own: openai and browser-use keyframes, command video, scripted none).")
 @click.option("--keyframes", "n_keyframes", type=click.IntRange(1), default=8, show_default=True,
               help="keyframes: frames sampled uniformly over the whole video.")
-@click.option("--video-fps", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--video-fps", type=Finite(0, min_open=True), default=1.0, show_default=True,
               help="video: frames per second sent when the video goes as frames.")
 @click.option("--video-transport", type=click.Choice(["frames", "video_url"]), default="frames", show_default=True,
               help="video: dense frames, or the file as a video_url part (endpoints that take video, e.g. vLLM).")
@@ -69,7 +70,7 @@ if TYPE_CHECKING:
 @click.option("--seed", type=int, default=None, help="openai and browser-use agents: sampling seed sent to the endpoint.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=None,
               help="openai and browser-use agents: reply limit (sent as max_completion_tokens, as reasoning models require).")
-@click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--agent-timeout", type=Finite(0, min_open=True), default=None,
               help="openai and browser-use agents: seconds to wait for one model reply (default 60; browser-use 120).")
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai and browser-use agents: longest side of the screenshots sent to the model, in pixels "

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ReplayError
-from ._options import LOCATION
+from ._options import LOCATION, Finite
 from .replay_options import replay_options
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @replay_options
 @click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
               help="Write the replay stats (JSON) here on exit.")
-@click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
+@click.option("--duration", type=Finite(0), default=None, help="Stop after this many seconds.")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Serve from this many worker processes on the one port (fast engine; stats added up).")
 def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool, allow_remote: bool, port: int, replay: ReplayConfig,

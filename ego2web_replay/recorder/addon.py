@@ -127,12 +127,11 @@ def _wire_text(text: str) -> str:
 
 
 def _wire_url(url: str) -> str:
-    """``url`` with bytes that came undecodable percent-encoded (a URL is ASCII on the wire)."""
-    try:
-        url.encode("utf-8")
-    except UnicodeEncodeError:
-        return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
-    return url
+    """``url`` with every byte past ASCII percent-encoded, UTF-8 or not (a URL is ASCII on the wire and in
+    WARC-Target-URI; a client may send raw UTF-8 in a path or query)."""
+    if url.isascii():
+        return url
+    return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
 
 
 

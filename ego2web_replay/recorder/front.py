@@ -10,7 +10,9 @@ Chromium's background hosts and hosts outside the policy itself, before any DNS 
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
 every request is refused with a 502; an upstream failure is a 502 whose reason is
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
-passed through, not archived. ``Expect: 100-continue`` is the proxy's to answer (the
+passed through, not archived. A request that could split a line on the upstream wire (a
+control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
+never sent. ``Expect: 100-continue`` is the proxy's to answer (the
 wire reads the whole body first): it goes neither upstream nor into the archive, as
 with mitmproxy. Stopping closes every upstream connection, in use or kept, and
 every websocket passed through.
@@ -32,7 +34,7 @@ from ..proxy import ProjectCA
 from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.conn import ProxyFront, split_authority, split_url
-from ..wire.h1 import error_reply
+from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
@@ -107,6 +109,9 @@ class RecordFront(ProxyFront):
                 self.blocked_urls.append(url)
             status, head, text = blocked_response(host, why)
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
+        bad = malformed(method, url, headers)
+        if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
+            return error_reply(400, f"bad request: {bad}")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):

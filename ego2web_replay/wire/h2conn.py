@@ -8,7 +8,10 @@ a WINDOW_UPDATE. A reply archived chunked keeps its bytes (HTTP/2 has no chunked
 framing, so it goes without Content-Length, as mitmproxy sends it). A reply that
 comes later (an awaitable: the recording proxy waits for the upstream) is sent when
 it arrives; other streams go on meanwhile. A request body over :data:`~.h1.MAX_BODY`
-is answered 413 at once and its stream reset (the rest of it is not read into memory).
+is answered 413 at once and its stream reset (the rest of it is not read into memory). A request
+whose method, :path or :authority holds what no HTTP/1.1 request line may (a space, a control) is
+answered 400 (h2 itself refuses CR, LF and NUL in fields, conflicting Content-Lengths and a Host
+that differs from :authority).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import h2.events
 import h2.exceptions
 
 from . import h1
-from .h1 import error_reply, settle
+from .h1 import error_reply, malformed, settle
 from .reply import Reply
 
 __all__ = ["H2Handler"]
@@ -39,7 +42,7 @@ def _text(value: bytes) -> str:
 class H2Handler:
     """One HTTP/2 connection: ``answer(method, url, headers, body)`` gives each stream's reply.
 
-    ``scheme``/``authority`` fill in what a request leaves out (the tunnel's host).
+    ``authority`` fills in what a request leaves out (no :authority, no Host: the tunnel's host).
     """
 
     def __init__(self, answer: Answer, write: Callable[[bytes], None], close: Callable[[], None], *,
@@ -98,8 +101,12 @@ class H2Handler:
         pseudo = {_text(k): _text(v) for k, v in raw if k.startswith(b":")}
         headers = [(_text(k), _text(v)) for k, v in raw if not k.startswith(b":")]
         method = pseudo.get(":method", "GET").upper()
-        authority = pseudo.get(":authority") or self.authority
+        authority = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), None) or self.authority
         url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
+        why = malformed(method, url, headers)
+        if why is not None:  # what h2 lets through but no HTTP/1.1 line may hold (a space in :path ...)
+            self._send(stream_id, method, error_reply(400, f"bad request: {why}"))
+            return
         reply = self.answer(method, url, headers, bytes(body))
         if not isinstance(reply, Reply) and inspect.isawaitable(reply):
             settle(reply, lambda r: self._late(stream_id, method, r))
