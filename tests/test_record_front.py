@@ -553,3 +553,20 @@ def test_a_body_past_the_record_cap_is_refused_not_archived_where_the_index_woul
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
     assert b"too large to archive" in body
     assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/keep"]
+
+
+def test_a_recording_holds_the_wire_limits_it_was_given_and_reports_what_they_refused(tmp_path, ca):
+    from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+    from ego2web_replay.tasks import Task
+    from ego2web_replay.wire.budget import WireLimits
+
+    task = Task(id="W", instruction="nothing", start_url="http://127.0.0.1:9/")
+    opts = RecordOptions(guard="loopback", screenshots=False, wire=WireLimits(head_timeout_s=0.3))
+    with LiveRecording(task, tmp_path, opts, ca=ca) as live:
+        port = int(live.proxy_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:  # says nothing
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+    assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
+    assert live.ok and live.refused == {"timeout-head": 1}

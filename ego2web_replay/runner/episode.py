@@ -33,6 +33,7 @@ from ..models import (
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
+from ..wire.budget import WireLimits
 from .inputs import (
     AgentInputs,
     InputSettings,
@@ -69,6 +70,7 @@ class EpisodeRequest:
     keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
     repeat: int = 0
+    wire: WireLimits | None = None  # the proxy's bounds and timeouts toward the agent (None: the environment's)
 
     @property
     def folder(self) -> Path:
@@ -201,14 +203,14 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
-                replay = stack.enter_context(Replay([snap], req.replay, ca=ca))
+                replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions
 
                 opts = RecordOptions(guard=req.guard, upstream_ca=req.upstream_ca, source="live-run",
                                      keep_credentials=req.keep_credentials,
-                                     allow=req.task.allowed_domains)
+                                     allow=req.task.allowed_domains, wire=req.wire)
                 live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
                 proxy_url, init_scripts = live.proxy_url, []
             if isinstance(agent, ProgramAgent) and not hasattr(agent, "act"):
