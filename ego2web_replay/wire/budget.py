@@ -3,7 +3,7 @@
 :class:`WireLimits` says them (defaults, each overridable by an environment variable and by the
 ``serve``/``record``/``run`` options); :class:`BodyBudget` is the proxy's total for request bodies
 held in memory; :class:`Sweeper` walks the connections a few times a second and ends those past a
-timeout; :func:`raise_nofile` lifts the descriptor limit to the hard limit at start-up, and
+timeout (the per-connection side, accounting, pacing and expiry, is :mod:`.pacing`); :func:`raise_nofile` lifts the descriptor limit to the hard limit at start-up, and
 :func:`connection_cap` keeps the connection cap under what the descriptors allow.
 
 A connection says where it stands through ``phase()`` (see :class:`Watched`):

@@ -40,8 +40,9 @@ from ..guard import GuardPolicy
 from ..proxy import ProjectCA
 from .budget import BodyBudget, Sweeper, WireLimits, connection_cap, raise_nofile
 from .certs import ALPN_H2, LeafCerts
-from .h1 import H1Handler, Request, error_reply, head_bytes
+from .h1 import H1Handler, Request
 from .h2conn import H2Handler
+from .pacing import Bounded
 from .reply import Reply
 
 __all__ = ["ProxyFront", "bind_socket", "split_authority", "split_url", "host_of"]
@@ -144,13 +145,9 @@ class _Tls:
         return self.outgoing.read()
 
 
-class _Conn(asyncio.Protocol):
-    """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2.
-
-    It also keeps what the bounds and timeouts need (:mod:`.budget`): its phase and since when,
-    the body bytes it holds (charged to the proxy's budget), its answers still to come (cancelled
-    when the connection goes), and the HTTP/1.1 answers it holds back for pacing.
-    """
+class _Conn(Bounded):
+    """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2;
+    held to the proxy's bounds and timeouts by :class:`~.pacing.Bounded`."""
 
     def __init__(self, front: ProxyFront) -> None:
         self.front = front
@@ -160,49 +157,21 @@ class _Conn(asyncio.Protocol):
         self.app: Any = None
         self.scheme, self.tunnel = "http", ""
         self.sniff = False
-        now = self.loop.time()
-        self.phase, self.phase_since, self.last_read, self.last_write = "head", now, now, now
-        self.requests = 0  # requests handed to the front
-        self.charged = 0  # bytes the app holds of bodies still coming, charged to the budget
-        self.held: dict[asyncio.Future[Reply], int] = {}  # answers to come, with the body bytes each holds
-        self.deferred: list[tuple[asyncio.Future[Reply], Reply]] = []  # HTTP/1.1 answers held back (pacing)
-        self.burst = 0  # HTTP/1.1 answers given in this turn of the loop
-        self.write_paused = False  # the client is not reading what was written
-        self.counted = False  # in the front's connections (not refused at the cap)
-        self.ended = False  # refused or ended by the proxy: nothing more is read
+        self.init_bounds()
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        front = self.front
-        if len(front.connections) >= front.max_connections and not front.make_room():
-            front.refused["connections"] += 1
-            self.ended = True
-            reply = error_reply(503, f"too many connections (the cap is {front.max_connections}); try again",
-                                [("Retry-After", "1"), ("Connection", "close")])
-            transport.write(head_bytes(reply) + reply.body)
-            if transport.can_write_eof():  # the client reads the answer; what it sent is read and dropped
-                transport.write_eof()
-                self.loop.call_later(min(1.0, front.limits.head_timeout_s), transport.abort)
-            else:
-                transport.close()
-            return
-        self.counted = True
-        front.connections.add(self)
-        self.app = H1Handler(self._answer_h1, self.write, self.close, self._connect)
+        if self.admit(transport):
+            self.app = H1Handler(self._answer_h1, self.write, self.close, self._connect)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.counted:
             return
         self.counted = False
-        self.front.connections.discard(self)
         tunnel = getattr(self.app, "tunnel", None)
         if tunnel is not None:
             tunnel.close()
-        for future in [*self.held, *(f for f, _ in self.deferred)]:
-            future.cancel()  # nobody will read the answer (the recorder's upstream fetch stops too)
-        self.deferred.clear()
-        self.front.budget.change(-self.charged)
-        self.charged = 0
+        self.release_all()
 
     def eof_received(self) -> bool:
         return False
@@ -280,139 +249,10 @@ class _Conn(asyncio.Protocol):
             authority = self.front.authority
         authority = split_authority(authority, scheme)[1]
         reply = self.front.reply(req.method, f"{scheme}://{authority}{path}", req.headers, req.body)
-        self.requests += 1
-        if not isinstance(reply, Reply):
-            return self._hold(reply, len(req.body)), True
-        if self.write_paused or self.burst >= self.front.limits.max_pipelined:
-            later: asyncio.Future[Reply] = self.loop.create_future()  # given when the client reads, or next turn
-            self.deferred.append((later, reply))
-            self._reading()
-            return later, True
-        if not self.burst:
-            self.loop.call_soon(self._end_burst)
-        self.burst += 1
-        return reply, True
+        return self.paced_h1(reply, len(req.body)), True
 
     def _answer_h2(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply | Awaitable[Reply]:
-        reply = self.front.reply(method, url, headers, body)
-        self.requests += 1
-        return reply if isinstance(reply, Reply) else self._hold(reply, len(body))
-
-    # -- bounds and timeouts (wire/budget.py) ------------------------------------------------
-    def _hold(self, reply: Awaitable[Reply], body: int) -> asyncio.Future[Reply]:
-        """An answer to come: its body bytes stay charged to the budget until it is done."""
-        future = asyncio.ensure_future(reply)
-        self.held[future] = body
-        self.front.budget.change(body)
-        future.add_done_callback(self._unhold)
-        self._reading()
-        return future
-
-    def _unhold(self, future: asyncio.Future[Reply]) -> None:
-        self.front.budget.change(-self.held.pop(future, 0))
-        self._reading()
-
-    def _end_burst(self) -> None:
-        self.burst = 0
-        self._release()
-
-    def _release(self) -> None:
-        """Give the answer held back for pacing, once the client reads and the turn is over."""
-        if self.write_paused or not self.deferred or self.burst >= self.front.limits.max_pipelined:
-            return
-        future, reply = self.deferred.pop(0)
-        self._reading()
-        if not future.done():
-            future.set_result(reply)
-
-    def _reading(self) -> None:
-        """Read on unless the client leaves answers unread, or an HTTP/1.1 answer is still to come."""
-        t = self.transport
-        if t is None or t.is_closing():
-            return
-        waiting = not isinstance(self.app, H2Handler) and bool(self.held or self.deferred)
-        want = not self.write_paused and not waiting
-        if want != t.is_reading():
-            if want:
-                t.resume_reading()
-            else:
-                t.pause_reading()
-
-    def pause_writing(self) -> None:
-        self.write_paused = True
-        self._reading()
-
-    def resume_writing(self) -> None:
-        self.write_paused = False
-        self._reading()
-        self._release()
-
-    def account(self) -> None:
-        """Charge the budget with the body bytes held now; past it, refuse the request that grew."""
-        held = self.app.buffered() if self.app is not None and not self.ended else 0
-        delta = held - self.charged
-        if not delta:
-            return
-        self.charged = held
-        if self.front.budget.change(delta) or delta < 0:
-            return
-        self.front.refused["body-budget"] += 1
-        reply = error_reply(503, f"the proxy's memory for request bodies ({self.front.limits.body_budget} bytes) "
-                                 "is in use; try again", [("Retry-After", "1")])
-        if isinstance(self.app, H2Handler):
-            self.app.refuse_largest(reply)  # that stream goes, the connection goes on
-            self.account()
-            return
-        self._end(reply)
-
-    def _end(self, reply: Reply | None) -> None:
-        """End the connection: drop what it holds, answer ``reply`` (if any), then close our side.
-        With an answer, what the client still sends is read and dropped until it closes (a closed
-        socket with unread bytes would reset the connection, and the client might lose the answer),
-        for at most the head timeout (phase ``lingering``)."""
-        self.ended = True
-        for future in [*self.held, *(f for f, _ in self.deferred)]:
-            future.cancel()
-        self.deferred.clear()
-        self.app = None
-        self.account()
-        if reply is not None:
-            self.write(head_bytes(reply._replace(headers=[*reply.headers, ("Connection", "close")])) + reply.body)
-        if reply is not None and self.transport.can_write_eof():
-            self.transport.write_eof()
-        else:
-            self.close()
-
-    def current_phase(self) -> str:
-        """Where the connection stands (the table of :mod:`.budget`), or ``closed``."""
-        if self.transport is None or self.transport.is_closing():
-            return "closed"
-        if self.ended:
-            return "lingering"
-        if self.write_paused:
-            return "stalled"
-        if self.sniff or (self.tls is not None and not self.tls.ready):
-            return "head"
-        phase = self.app.phase()
-        if phase == "done":
-            return "closed"
-        return "head" if phase == "idle" and not self.requests else phase
-
-    def expire(self, phase: str) -> None:
-        """End the connection for a timeout (or to make room: ``evicted``), as the phase allows."""
-        self.front.refused[f"timeout-{phase}" if phase != "evicted" else phase] += 1
-        if phase in ("stalled", "lingering"):
-            self.ended = True
-            self.transport.abort()  # what is unsent stays unsent: the client does not read
-        elif isinstance(self.app, H2Handler):
-            self.ended = True
-            self.app.goaway()
-        elif phase in ("head", "body") and not self.sniff and (self.tls is None or self.tls.ready):
-            limit = self.front.limits.head_timeout_s if phase == "head" else self.front.limits.body_timeout_s
-            what = "request head" if phase == "head" else "request body (no progress)"
-            self._end(error_reply(408, f"{what} not received within {limit:g} s"))
-        else:
-            self._end(None)
+        return self.paced_h2(self.front.reply(method, url, headers, body), len(body))
 
 
 class ProxyFront(ABC):
