@@ -295,6 +295,25 @@ def test_http2_body_budget_refuses_the_largest_stream_and_the_connection_goes_on
         s.close()
 
 
+def test_an_http2_client_that_never_opens_its_window_is_timed_out(replay, ca):
+    import h2.events
+
+    with proxy(replay, ca, body_timeout_s=0.5) as front:
+        s, conn = _h2(front, ca)
+        conn.send_headers(1, [(":method", "GET"), (":path", "/big"), (":scheme", "http"),  # what is archived
+                              (":authority", "a.example")], end_stream=True)
+        s.sendall(conn.data_to_send())
+        got, terminated = 0, False
+        while not terminated:  # data is read but never acknowledged: the window stays shut at 64 KiB
+            data = s.recv(65536)
+            assert data, "closed without GOAWAY"
+            for ev in conn.receive_data(data):
+                got += len(ev.data) if isinstance(ev, h2.events.DataReceived) else 0
+                terminated = terminated or isinstance(ev, h2.events.ConnectionTerminated)
+        assert got < len(BIG) and front.refused["timeout-sending"] == 1
+        s.close()
+
+
 def test_leaf_certificates_are_a_bounded_lru_cache(replay, ca):
     def handshake(front: FrontServer, name: str) -> None:
         with connect(front) as raw:

@@ -16,6 +16,7 @@ phase          what the connection is doing                                     
 ``idle``       between requests of a kept-alive connection                            idle
 ``answering``  an answer is on its way (the recorder waiting for the origin)          none here
 ``stalled``    answers written that the client does not read                          body (progress)
+``sending``    HTTP/2 answers waiting for the client's flow-control windows           body (progress)
 ``tunnel``     a websocket passed through as raw bytes                                none
 ``lingering``  refused or timed out, answered; what the client still sends is dropped  head (total)
 =============  =====================================================================  ==============
@@ -184,7 +185,7 @@ class Sweeper:
                 over = now - conn.phase_since > limits.head_timeout_s
             elif phase == "idle":
                 over = now - conn.phase_since > limits.idle_timeout_s
-            elif phase == "body":
+            elif phase in ("body", "sending"):
                 over = now - max(conn.phase_since, conn.last_read) > limits.body_timeout_s
             elif phase == "stalled":
                 over = now - conn.phase_since > limits.body_timeout_s

@@ -260,7 +260,8 @@ class ProxyFront(ABC):
 
     ``limits`` (default: :meth:`WireLimits.from_env`) bound what clients can hold; ``refused`` counts
     what the bounds refused or ended, by reason (``connections``, ``evicted``, ``body-budget``,
-    ``timeout-head``, ``timeout-idle``, ``timeout-body``, ``timeout-stalled``)."""
+    ``timeout-head``, ``timeout-idle``, ``timeout-body``, ``timeout-stalled``, ``timeout-sending``,
+    ``timeout-lingering``)."""
 
     def __init__(self, *, ca: ProjectCA, guard: GuardPolicy, host: str = "127.0.0.1", port: int = 0,
                  http2: bool = True, limits: WireLimits | None = None) -> None:

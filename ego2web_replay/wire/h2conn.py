@@ -181,11 +181,13 @@ class H2Handler:
 
     # -- the seam of the wire's bounds and timeouts (wire/budget.py, conn.py) --------------------
     def phase(self) -> str:
-        """``body`` (a stream's request still coming), ``answering`` (answers to come or being sent)
-        or ``idle``."""
+        """``body`` (a stream's request still coming), ``answering`` (answers to come), ``sending``
+        (answers waiting for the client's flow-control windows) or ``idle``."""
         if self.requests:
             return "body"
-        return "answering" if self.waiting or self.sending else "idle"
+        if self.waiting:
+            return "answering"
+        return "sending" if self.sending else "idle"
 
     def buffered(self) -> int:
         """Bytes of request bodies held for streams still coming."""
