@@ -2,12 +2,13 @@
 connection, a large body past the flow-control windows, a large POST, and a stream reset while its
 upstream answer is still coming; the connection goes on and every answer is the origin's, recorded.
 A stream reset while the origin has not answered cancels the upstream fetch: the origin's connection
-is closed and nothing is archived for it.
+is closed and nothing is archived for it (an HTTP/1.1 client that closes its connection, too).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import threading
@@ -99,15 +100,24 @@ class _HangingOrigin:
         self.sock.close()
 
 
-def test_a_reset_stream_cancels_its_upstream_fetch_and_nothing_is_archived(site, ca, tmp_path):
-    import h2.errors
-
+@contextlib.contextmanager
+def _recording_a_hanging_origin(site, ca, tmp_path):  # noqa: ANN001, ANN202
+    """(origin, snapshot writer, archive, recording proxy, the origin's authority); all stopped after."""
     origin = _HangingOrigin(site)
     snap = SnapshotWriter(tmp_path, "T", compression="zst", source="record")
     archive = ExchangeArchive(snap.writer)
     front = RecordFront(archive, ca=ca, guard=GuardPolicy(mode="loopback"), upstream_ca=site.tls.ca_cert).start()
-    authority = f"127.0.0.1:{origin.port}"
     try:
+        yield origin, snap, archive, front, f"127.0.0.1:{origin.port}"
+    finally:
+        front.stop()
+        origin.close()
+
+
+def test_a_reset_stream_cancels_its_upstream_fetch_and_nothing_is_archived(site, ca, tmp_path):
+    import h2.errors
+
+    with _recording_a_hanging_origin(site, ca, tmp_path) as (origin, snap, archive, front, authority):
         s, conn = open_h2(int(front.url.rsplit(":", 1)[1]), ca.cert_path, authority)
         with s:
             conn.send_headers(1, [(":method", "GET"), (":path", "/hang"), (":scheme", "https"),
@@ -121,11 +131,23 @@ def test_a_reset_stream_cancels_its_upstream_fetch_and_nothing_is_archived(site,
             talk = H2Exchange(s, conn)
             assert talk.get(3, "/api/price?id=7", site.https_url.split("://", 1)[1]) == "200"
             assert 1 not in talk.status
-    finally:
-        front.stop()
-        origin.close()
     assert len(origin.requests) == 1 and front.cancelled == 1 and front.cancelled_urls == [f"https://{authority}/hang"]
     assert not archive.errors and archive.failed is None
     snap.finalize()
     urls = [r.url for r in iter_records(snap.writer.path) if r.rec_type in ("request", "response")]
     assert not [u for u in urls if u and "/hang" in u] and any(u and "/api/price" in u for u in urls)
+
+
+def test_an_http11_client_that_closes_cancels_its_upstream_fetch(site, ca, tmp_path):
+    with _recording_a_hanging_origin(site, ca, tmp_path) as (origin, snap, archive, front, authority):
+        raw = socket.create_connection(("127.0.0.1", int(front.url.rsplit(":", 1)[1])), timeout=20)
+        raw.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        tls = ssl.create_default_context(cafile=str(ca.cert_path)).wrap_socket(raw, server_hostname="127.0.0.1")
+        tls.sendall(f"GET /hang HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        assert origin.asked.wait(20)
+        tls.close()  # the client gives up before the answer
+        assert origin.cancelled.wait(20)
+    assert front.cancelled == 1 and not archive.errors
+    snap.finalize()
+    assert not [r for r in iter_records(snap.writer.path) if r.rec_type in ("request", "response")]

@@ -25,7 +25,11 @@ from .h1 import error_reply, head_bytes
 from .h2conn import H2Handler
 from .reply import Reply
 
-__all__ = ["Bounded"]
+__all__ = ["Bounded", "READ_AHEAD"]
+
+#: Bytes an HTTP/1.1 connection may send past a request whose answer is still to come before it is
+#: no longer read (pipelined requests wait in the kernel's buffers then).
+READ_AHEAD = 64 * 1024
 
 
 class Bounded(asyncio.Protocol):
@@ -133,11 +137,14 @@ class Bounded(asyncio.Protocol):
             future.set_result(reply)
 
     def _reading(self) -> None:
-        """Read on unless the client leaves answers unread, or an HTTP/1.1 answer is still to come."""
+        """Read on unless the client leaves answers unread, or an HTTP/1.1 answer is held back, or one
+        is still to come and the client has sent more than :data:`READ_AHEAD` past it meanwhile (short
+        of that, reading goes on, so a client that closes is seen and its answer cancelled)."""
         t = self.transport
         if t is None or t.is_closing():
             return
-        waiting = not isinstance(self.app, H2Handler) and bool(self.held or self.deferred)
+        waiting = not isinstance(self.app, H2Handler) and self.app is not None and bool(
+            self.deferred or (self.held and self.app.buffered() > READ_AHEAD))
         want = not self.write_paused and not waiting
         if want != t.is_reading():
             if want:
@@ -156,9 +163,12 @@ class Bounded(asyncio.Protocol):
 
     # -- the budget, phases and timeouts ----------------------------------------------------
     def account(self) -> None:
-        """Charge the budget with the body bytes held now; past it, refuse the request that grew."""
+        """Charge the budget with the body bytes held now (past it, refuse the request that grew);
+        stop reading when the connection holds too much ahead of an answer to come."""
         held = self.app.buffered() if self.app is not None and not self.ended else 0
         delta = held - self.charged
+        if self.held:
+            self._reading()
         if not delta:
             return
         self.charged = held
