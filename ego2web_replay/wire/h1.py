@@ -155,7 +155,7 @@ class H1Handler:
         self.waiting = False  # an answer is on its way: read no further request until it is written
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
 
-    # -- the seam of the wire's bounds and timeouts (wire/budget.py, conn.py) --------------------
+    # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
         """``tunnel``, ``done``, ``answering`` (an answer on its way), ``body`` (a head read, its body
         coming), ``head`` (bytes of a head read) or ``idle`` (nothing held)."""

@@ -179,7 +179,7 @@ class H2Handler:
         self.done = True
         self.close()
 
-    # -- the seam of the wire's bounds and timeouts (wire/budget.py, conn.py) --------------------
+    # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
         """``body`` (a stream's request still coming), ``answering`` (answers to come), ``sending``
         (answers waiting for the client's flow-control windows) or ``idle``."""
