@@ -238,6 +238,9 @@ def test_both_proxies_of_a_run_hold_the_wire_limits_it_was_given(demo, tmp_path)
     for mode in ("live", "frozen"):
         t = load_trajectory(episode_dir(run_dir, MUG, mode))
         assert t.answer == "HTTP/1.1 408 Request Timeout", (mode, t.error, t.answer)
+        # and the episode says so: not an answer of the snapshot's, nor of the site's
+        refused = t.extra["proxy_refused"] if mode == "live" else t.replay.refused
+        assert refused == {"timeout-head": 1}
 
 
 def test_command_agent_browser_use_history(demo, tmp_path):

@@ -129,7 +129,7 @@ def test_verbose_logs_to_stderr_and_quiet_by_default(snap, capsys, ca):
     assert "proxy listening on" not in capsys.readouterr().err
 
 
-def test_serve_takes_the_wire_options_and_prints_what_they_refused(snap, capsys, ca):
+def test_serve_takes_the_wire_options_and_prints_what_they_refused(snap, tmp_path, capsys, ca):
     import threading
 
     with socket.socket() as probe:
@@ -153,12 +153,14 @@ def test_serve_takes_the_wire_options_and_prints_what_they_refused(snap, capsys,
     client = threading.Thread(target=silent_client)
     client.start()
     code = main(["serve", str(snap), "--port", str(port), "--duration", "3", "--head-timeout", "0.3",
-                 "--idle-timeout", "5", "--body-budget", "1", "--max-connections", "50"])
+                 "--idle-timeout", "5", "--body-budget", "1", "--max-connections", "50",
+                 "--stats", str(tmp_path / "stats.json")])
     client.join(30)
     printed, err = capsys.readouterr()
     assert code == 0, err
     assert got[0].startswith(b"HTTP/1.1 408 ") and b"request head not received within 0.3 s" in got[0]
     assert "proxy bounds (docs/limits.md): timeout-head 1" in printed
+    assert ReplayStats.model_validate_json((tmp_path / "stats.json").read_text()).refused == {"timeout-head": 1}
 
 
 def test_bad_wire_options_are_one_line_errors(snap, capsys, monkeypatch):

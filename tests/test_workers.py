@@ -102,3 +102,5 @@ def test_each_worker_holds_the_wire_limits_it_was_given(snap, ca):
                 while chunk := s.recv(65536):
                     out += chunk
             assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
+        assert replay.stats().refused == {"timeout-head": 4}  # each worker's own counts, added up
+    assert replay.stats().refused == {"timeout-head": 4}  # and kept when they stop

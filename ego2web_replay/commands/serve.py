@@ -98,8 +98,8 @@ def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool,
     click.echo(f"\nreplay stats: {s.total} requests: exact {s.exact}, canonical {s.canonical}, fuzzy {s.fuzzy}, "
                f"miss {s.miss}, websocket {s.websocket}, blocked background {s.blocked}"
                + (f", LIVE {s.live} (not hermetic)" if s.live else ""))
-    if server.refused:
-        click.echo("proxy bounds (docs/limits.md): " + ", ".join(f"{k} {v}" for k, v in sorted(server.refused.items())))
+    if s.refused:
+        click.echo("proxy bounds (docs/limits.md): " + ", ".join(f"{k} {v}" for k, v in sorted(s.refused.items())))
     for url in s.missed_urls[:20]:
         click.echo(f"  missed: {url}")
     if len(s.missed_urls) > 20:

@@ -174,7 +174,7 @@ class Replay:
             raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
         self.processes = processes
         self.wire = wire
-        self.refused: dict[str, int] = {}  # what the fast engine's bounds refused or ended (docs/limits.md)
+        self._refused: dict[str, int] = {}  # what the fast engine's bounds refused, kept when it stops
         self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
         self.snapshots: list[Any] = []
@@ -232,6 +232,7 @@ class Replay:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
             stats = self.responder.snapshot_stats()
+            stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
         stats.validity = classify(stats.log)
         return stats
@@ -364,7 +365,7 @@ class Replay:
             self._final = self.proxy.stats()
         if self.proxy is not None:
             self.proxy.stop()
-            self.refused = dict(getattr(self.proxy, "refused", None) or {})
+            self._refused = dict(getattr(self.proxy, "refused", None) or {})
             self.proxy = None
         if self._frozen:
             self._frozen = False

@@ -173,7 +173,9 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
             for line in stdin:
                 if line.strip() == "stats":
                     assert replay.responder is not None
-                    stdout.write(replay.responder.snapshot_stats().model_dump_json() + "\n")
+                    stats = replay.responder.snapshot_stats()
+                    stats.refused = dict(front.refused)
+                    stdout.write(stats.model_dump_json() + "\n")
                     stdout.flush()
                 elif line.strip() == "stop":
                     break

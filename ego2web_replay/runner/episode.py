@@ -255,6 +255,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         traj.snapshot_id = live.snapshot_path.name if live.ok else None
         if live.error:
             traj.extra["live_archive_error"] = live.error
+    if live is not None and live.refused:  # what the live proxy's bounds refused (docs/limits.md)
+        traj.extra["proxy_refused"] = live.refused
     traj.finished_at = datetime.now(UTC)
     traj = Trajectory.model_validate(redactor.strings(traj.model_dump(mode="json")))  # URLs in steps, errors
     save_model(out / "trajectory.json", traj)
