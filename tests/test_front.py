@@ -23,6 +23,7 @@ from ego2web_replay.replay.httputil import clean_response_headers
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots import Snapshot, import_warc
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.h2client import H2Exchange, open_h2
 from ego2web_replay.testing.site import TestSite
 
 CORPUS = Path("/work/shared/corpus/warc")
@@ -352,44 +353,19 @@ def _h2_tunnel(replay: Replay):
 
 
 def test_http2_request_body_over_the_limit_is_413_and_the_connection_goes_on(small, monkeypatch):
-    import h2.config
-    import h2.connection
-    import h2.events
-
     from ego2web_replay.wire import h1
 
     monkeypatch.setattr(h1, "MAX_BODY", 100_000)
-    with _h2_tunnel(small) as s:
-        conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-        conn.initiate_connection()
-        base = [(":scheme", "https"), (":authority", "b.example")]
-        conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), *base])
-        sent, status, events_seen = 0, {}, []
-
-        def pump() -> None:
-            s.sendall(conn.data_to_send())
-            for ev in conn.receive_data(s.recv(65536)):
-                events_seen.append(type(ev).__name__)
-                if isinstance(ev, h2.events.ResponseReceived):
-                    status[ev.stream_id] = dict(ev.headers)[":status"]
-                if isinstance(ev, h2.events.DataReceived):
-                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-
-        while 1 not in status:  # send until the proxy answers, as flow control allows
-            room = min(conn.local_flow_control_window(1), 16_384) if 1 in conn.streams else 0
-            if room > 0 and sent < 10_000_000:
-                conn.send_data(1, b"x" * room)
-                sent += room
-                s.sendall(conn.data_to_send())
-                continue
-            pump()
-        assert status[1] == "413" and sent < 10_000_000
-        while "StreamReset" not in events_seen and "StreamEnded" not in events_seen:
-            pump()
-        conn.send_headers(3, [(":method", "GET"), (":path", "/y"), *base], end_stream=True)
-        while 3 not in status:
-            pump()
-        assert status[3] == "200"  # the same connection serves the next stream
+    s, conn = open_h2(urlsplit(small.proxy_url).port, small.ca_file, "b.example:443")
+    with s:
+        talk = H2Exchange(s, conn)
+        conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), (":scheme", "https"),
+                              (":authority", "b.example")])
+        sent = talk.upload_until_answered(1, 10_000_000)  # send until the proxy answers, as flow control allows
+        assert talk.status[1] == "413" and sent < 10_000_000
+        while "StreamReset" not in talk.events and "StreamEnded" not in talk.events:
+            talk.pump()
+        assert talk.get(3, "/y", "b.example") == "200"  # the same connection serves the next stream
 
 
 def test_chunked_bodies_are_read_incrementally_and_a_large_chunk_is_refused_before_it_is_kept(monkeypatch):

@@ -567,3 +567,20 @@ def test_an_origin_whose_content_lengths_differ_or_are_no_digits_is_a_502_and_no
             assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol", path
         assert rec.open(base + "/cl-same")[:3:2] == (200, b"ok")  # equal values in a list are one length
     assert rec.archive.exchanges == 1
+
+
+def test_a_recording_holds_the_wire_limits_it_was_given_and_reports_what_they_refused(tmp_path, ca):
+    from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+    from ego2web_replay.tasks import Task
+    from ego2web_replay.wire.budget import WireLimits
+
+    task = Task(id="W", instruction="nothing", start_url="http://127.0.0.1:9/")
+    opts = RecordOptions(guard="loopback", screenshots=False, wire=WireLimits(head_timeout_s=0.3))
+    with LiveRecording(task, tmp_path, opts, ca=ca) as live:
+        port = int(live.proxy_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:  # says nothing
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+    assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
+    assert live.ok and live.refused == {"timeout-head": 1}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
@@ -19,6 +19,10 @@ from ._options import (
     upstream_ca_option,
 )
 from ._output import progress, say, warn
+from .wire_options import wire_options
+
+if TYPE_CHECKING:
+    from ..wire.budget import WireLimits
 
 
 @click.command("record")
@@ -48,10 +52,12 @@ from ._output import progress, say, warn
 @click.option("--engine", type=click.Choice(["fast", "mitmproxy"]), default="fast", show_default=True,
               help="The recording proxy: fast (asyncio, upstream over HTTP/1.1) or mitmproxy (its master with "
                    "our addons; HTTP/2 upstream).")
+@wire_options
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
-               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"]) -> None:
+               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
+               wire: WireLimits) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -83,12 +89,15 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout,
-                                 dedup_min_size=dedup_min_size or None, engine=engine)
+                                 dedup_min_size=dedup_min_size or None, engine=engine, wire=wire)
             recorded = sink.snapshot_recorded if sink is not None else None
             r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
+                if r.refused:
+                    say(bars, f"{task.id}: proxy bounds (docs/limits.md): "
+                              + ", ".join(f"{k} {v}" for k, v in sorted(r.refused.items())), status="note")
             else:
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")

@@ -20,9 +20,11 @@ from ._options import (
 from ._output import progress, say, warn
 from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
+from .wire_options import wire_options
 
 if TYPE_CHECKING:
     from ..models import ReplayConfig
+    from ..wire.budget import WireLimits
 
 
 @click.command("run")
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
+@wire_options
 @executor_options
 @click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
               help="What the agent gets of the task's video, always derived from the whole video "
@@ -83,7 +86,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
             agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
-            executor: ExecutorChoice) -> None:
+            executor: ExecutorChoice, wire: WireLimits) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -137,7 +140,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
-                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)))
+                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
     click.echo(f"run folder: {run_dir}")
     if _ and all(s.end_reason in ERROR_REASONS for s in _):
         raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "

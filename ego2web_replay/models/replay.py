@@ -41,6 +41,9 @@ class ReplayStats(FileModel):
     websocket: int = Field(default=0, description="Websocket upgrades refused.")
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
+    refused: dict[str, int] = Field(default_factory=dict, description="What the fast proxy's bounds refused or "
+                                    "ended, by reason (connections, body-budget, timeout-head ...; docs/limits.md): "
+                                    "answers that are not the snapshot's, not in the counts above.")
     log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(

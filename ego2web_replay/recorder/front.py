@@ -12,7 +12,10 @@ every request is refused with a 502; an upstream failure is a 502 whose reason i
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
 passed through, not archived. A request that could split a line on the upstream wire (a
 control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
-never sent. ``Expect: 100-continue`` is the proxy's to answer (the
+never sent. A request whose client goes away before its answer (an
+HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
+connection closed, and nothing archived for it (``cancelled`` counts them, ``cancelled_urls``
+keeps the first 1000). ``Expect: 100-continue`` is the proxy's to answer (the
 wire reads the whole body first): it goes neither upstream nor into the archive, as
 with mitmproxy. Stopping closes every upstream connection, in use or kept, and
 every websocket passed through.
@@ -33,6 +36,7 @@ from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
 from ..web import reason_phrase
 from ..wire import Reply
+from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
@@ -91,12 +95,15 @@ class RecordFront(ProxyFront):
 
     def __init__(self, archive: ExchangeArchive, *, ca: ProjectCA, guard: GuardPolicy | None = None,
                  upstream_ca: Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                 http2: bool = True) -> None:
-        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2)
+                 http2: bool = True, limits: WireLimits | None = None) -> None:
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2,
+                         limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
+        self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
+        self.cancelled_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
 
@@ -129,6 +136,12 @@ class RecordFront(ProxyFront):
         port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
         try:
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
+        except asyncio.CancelledError:
+            if not self.upstream.closed:
+                self.cancelled += 1
+                if len(self.cancelled_urls) < 1000:
+                    self.cancelled_urls.append(url)
+            raise
         except UpstreamError as e:
             if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
                 return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])

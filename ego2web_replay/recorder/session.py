@@ -23,6 +23,7 @@ from ..models import SnapshotManifest, Task, UpstreamFailure
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..versions import tool_versions
+from ..wire.budget import WireLimits
 from .addon import ExchangeArchive, Recorder
 from .front import RecordFront
 
@@ -50,6 +51,8 @@ class RecordOptions:
     dedup_min_size: int | None = 256
     """Identical payloads of at least this many bytes are stored once per recording, later captures as
     revisit records; None stores every payload (a revisit's own head costs about 250 bytes)."""
+    wire: WireLimits | None = None
+    """The fast engine's bounds and timeouts toward clients (default: from the environment; docs/limits.md)."""
 
 
 @dataclass
@@ -61,6 +64,9 @@ class RecordResult:
     error: str | None = None
     exchanges: int = 0
     blocked: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+    """What the proxy's bounds refused or ended (docs/limits.md); ``cancelled``: requests whose client
+    went away before the answer (fetch stopped, nothing archived)."""
     location: str | None = None  # the snapshot's URL when it was uploaded to object storage
 
 
@@ -109,6 +115,7 @@ class LiveRecording:
         self.manifest: SnapshotManifest | None = None
         self.ok = False
         self.error: str | None = None
+        self.refused: dict[str, int] = {}  # the fast proxy's bounds (docs/limits.md), when it stops
 
     @property
     def proxy_url(self) -> str:
@@ -135,7 +142,7 @@ class LiveRecording:
         self.recorder = ExchangeArchive(self.writer.writer, keep_credentials=o.keep_credentials,
                                         redactor=redactor_for(o))
         self.guard = RecordFront(self.recorder, ca=self.ca, guard=GuardPolicy(o.guard, tuple(o.allow), tuple(o.deny)),
-                                 upstream_ca=o.upstream_ca)
+                                 upstream_ca=o.upstream_ca, limits=o.wire)
 
     def start(self) -> None:
         """Start the recording proxy (:class:`~ego2web_replay.errors.ProxyError` if it cannot start)."""
@@ -154,6 +161,9 @@ class LiveRecording:
         assert self.recorder is not None
         if self.proxy is not None:
             self.proxy.stop()
+            if isinstance(self.proxy, RecordFront):
+                self.refused = {**self.proxy.refused, **({"cancelled": self.proxy.cancelled}
+                                                         if self.proxy.cancelled else {})}
         elif isinstance(self.guard, RecordFront):
             self.guard.certs.close()  # made, never started
         if error or self.recorder.failed:
@@ -210,7 +220,8 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
         error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     live.finish(error)
     return RecordResult(task_id=task.id, ok=live.ok, snapshot=live.snapshot_path, manifest=live.manifest,
-                        error=live.error, exchanges=live.recorder.exchanges, blocked=dict(live.guard.counts))
+                        error=live.error, exchanges=live.recorder.exchanges, blocked=dict(live.guard.counts),
+                        refused=live.refused)
 
 
 def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Sequence[Any] | None) -> None:

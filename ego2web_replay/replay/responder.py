@@ -376,5 +376,7 @@ def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
         for name in _COUNTS:
             setattr(merged, name, getattr(merged, name) + getattr(part, name))
         merged.missed_urls.extend(part.missed_urls[: MAX_LOG - len(merged.missed_urls)])
+        for reason, n in part.refused.items():
+            merged.refused[reason] = merged.refused.get(reason, 0) + n
         merged.log.extend(part.log[: MAX_LOG - len(merged.log)])
     return merged

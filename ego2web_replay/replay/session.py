@@ -43,6 +43,7 @@ from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
 from ..snapshots.location import as_location, name_of
 from ..validity import classify
+from ..wire.budget import WireLimits
 from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
@@ -144,12 +145,15 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 check: bool = True, index: str | None = None, processes: int = 1, **overrides: Any) -> None:
+                 check: bool = True, index: str | None = None, processes: int = 1, wire: WireLimits | None = None,
+                 **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
         ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
         ``processes`` > 1 serves from that many worker processes on one port (:mod:`.workers`;
-        fast engine only)."""
+        fast engine only). ``wire``: the fast engine's bounds and timeouts (default: from the
+        environment, docs/limits.md); they decide no answer of the snapshot's, so they are not in the
+        replay configuration."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -169,6 +173,8 @@ class Replay:
         if processes > 1 and self.config.engine != "fast":
             raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
         self.processes = processes
+        self.wire = wire
+        self._refused: dict[str, int] = {}  # what the fast engine's bounds refused, kept when it stops
         self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
         self.snapshots: list[Any] = []
@@ -226,6 +232,7 @@ class Replay:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
             stats = self.responder.snapshot_stats()
+            stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
         stats.validity = classify(stats.log)
         return stats
@@ -340,13 +347,14 @@ class Replay:
             from .workers import WorkerPool
 
             return WorkerPool(self.paths, self.config, ca=self.ca, host=self.host, port=self.port,
-                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode)
+                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode,
+                              wire=self.wire)
         if self.config.engine == "fast":
             from ..guard import GuardPolicy
             from .front import FrontServer
 
             return FrontServer(responder, ca=self.ca, host=self.host, port=self.port,
-                               guard=GuardPolicy(mode=self.guard_mode))
+                               guard=GuardPolicy(mode=self.guard_mode), limits=self.wire)
         return ProxyServer(replay_addons(Replayer(responder=responder)), host=self.host, port=self.port,
                            ca=self.ca, options={"guard_mode": self.guard_mode})
 
@@ -357,6 +365,7 @@ class Replay:
             self._final = self.proxy.stats()
         if self.proxy is not None:
             self.proxy.stop()
+            self._refused = dict(getattr(self.proxy, "refused", None) or {})
             self.proxy = None
         if self._frozen:
             self._frozen = False

@@ -34,6 +34,7 @@ from ..models import (
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
+from ..wire.budget import WireLimits
 from .agent_folder import AgentFolder
 from .inputs import (
     AgentInputs,
@@ -70,6 +71,7 @@ class EpisodeRequest:
     keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
     repeat: int = 0
+    wire: WireLimits | None = None  # the proxy's bounds and timeouts toward the agent (None: the environment's)
 
     @property
     def folder(self) -> Path:
@@ -214,14 +216,14 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
-                replay = stack.enter_context(Replay([snap], req.replay, ca=ca))
+                replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions
 
                 opts = RecordOptions(guard=req.guard, upstream_ca=req.upstream_ca, source="live-run",
                                      keep_credentials=req.keep_credentials,
-                                     allow=req.task.allowed_domains)
+                                     allow=req.task.allowed_domains, wire=req.wire)
                 live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
                 proxy_url, init_scripts = live.proxy_url, []
             program = isinstance(agent, ProgramAgent) and not hasattr(agent, "act")
@@ -268,6 +270,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         traj.snapshot_id = live.snapshot_path.name if live.ok else None
         if live.error:
             traj.extra["live_archive_error"] = live.error
+    if live is not None and live.refused:  # what the live proxy's bounds refused (docs/limits.md)
+        traj.extra["proxy_refused"] = live.refused
     traj.finished_at = datetime.now(UTC)
     traj = Trajectory.model_validate(redactor.strings(traj.model_dump(mode="json")))  # URLs in steps, errors
     save_model(out / "trajectory.json", traj)

@@ -277,6 +277,24 @@ class H1Handler:
         self.waiting = False  # an answer is on its way: read no further request until it is written
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
 
+    # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
+    def phase(self) -> str:
+        """``tunnel``, ``done``, ``answering`` (an answer on its way), ``body`` (a head read, its body
+        coming), ``head`` (bytes of a head read) or ``idle`` (nothing held)."""
+        if self.tunnel is not None:
+            return "tunnel"
+        if self.done:
+            return "done"
+        if self.waiting:
+            return "answering"
+        if self.pending is not None:
+            return "body"
+        return "head" if self.buf else "idle"
+
+    def buffered(self) -> int:
+        """Bytes read and held, not yet handed on (a body coming, pipelined requests)."""
+        return len(self.buf)
+
     def feed(self, data: bytes) -> None:
         if self.tunnel is not None:
             if data:
