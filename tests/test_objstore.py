@@ -254,3 +254,19 @@ def test_a_snapshot_on_s3_replays_from_a_mapped_index_and_resolves_revisits_thro
     assert stats.exact == 2 and stats.miss == 0
     view_index = open_snapshot(url).index_path
     assert map_file(view_index).is_file()
+
+
+def test_an_unreachable_store_is_never_a_missing_snapshot(s3, monkeypatch):
+    """With nothing listening at the endpoint, a lookup is an error naming the endpoint, not "no such file"."""
+    from ego2web_replay.snapshots.objstore import ObjectStorage, StoreUnreachable
+
+    monkeypatch.setenv("EGO2WEB_REPLAY_STORE_ATTEMPTS", "1")
+    with socket_closed() as port:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        with pytest.raises(StoreUnreachable, match=f"the object store at http://127.0.0.1:{port} is unreachable"):
+            ObjectStorage(f"{s3}/p").exists("t/s/manifest.json")
+        for call in (lambda: open_snapshot(f"{s3}/p/t/s"), lambda: latest(f"{s3}/p", "t")):
+            with pytest.raises(StoreUnreachable) as e:
+                call()
+            assert f"http://127.0.0.1:{port}" in str(e.value) and "\n" not in str(e.value)
+            assert "is missing" not in str(e.value) and "no snapshot" not in str(e.value)
