@@ -110,3 +110,16 @@ def test_a_store_that_stops_answering_is_one_line_in_record_and_a_setup_error_in
     assert traj.end_reason == "setup_error" and not traj.steps
     assert f"the object store at {server.url} is unreachable" in (traj.error or "")
     assert "record one" not in (traj.error or "") and "no snapshot" not in (traj.error or "")
+    # no judge scores it: the verdict says why (the episode could not run), and it is counted apart
+    from ego2web_replay.judge.verdicts import read_verdict
+
+    assert main(["judge", str(runs / "r"), "--judge", "rule", "--tasks", str(demo_suite), "--no-db",
+                 "--no-progress"]) == 1  # nothing could be judged
+    out = capsys.readouterr().out
+    assert "frozen: 0/0 success (n/a), 0 error(s), 1 episode error(s) (could not run; not judged)" in out
+    verdict = read_verdict(runs / "r" / "episodes" / TASKS[0] / "frozen", "rule")
+    assert verdict is not None and verdict.episode_error == "setup_error" and not verdict.success
+    assert verdict.error and verdict.error.startswith("not judged: the episode could not run (setup_error: ")
+    assert f"the object store at {server.url} is unreachable" in verdict.error
+    assert main(["runs", "show", str(runs / "r")]) == 0
+    assert "episode errors: 1 of 1 (setup_error 1)" in capsys.readouterr().out

@@ -118,7 +118,9 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     for mode, s in summarize(verdicts).items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         line = (f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
-                f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+                f"{s['errors']} error(s), "
+                + (f"{s['episode_errors']} episode error(s) (could not run; not judged), " if s["episode_errors"] else "")
+                + f"{s['prompt_tokens'] + s['completion_tokens']} tokens")
         if mode == "frozen" and coverage is not None:  # a frozen score is never shown without its coverage
             c = coverage
             on_complete = "n/a" if c["complete_success_rate"] is None else f"{c['complete_success_rate']:.1%}"

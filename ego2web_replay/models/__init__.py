@@ -39,6 +39,7 @@ from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reas
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import (
+    EPISODE_ERRORS,
     AgentSpec,
     EndReason,
     Mode,
@@ -59,6 +60,7 @@ __all__ = [
     "Action",
     "ActionKind",
     "AgentSpec",
+    "EPISODE_ERRORS",
     "EndReason",
     "FileDigest",
     "FileModel",
