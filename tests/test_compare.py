@@ -215,14 +215,15 @@ def test_episodes_that_could_not_run_are_judged_by_no_judge_and_counted_apart(tm
     run = make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
 
     def check(path: Path) -> None:
-        (g,) = compare(path).groups
+        (g,) = compare(path, judges=["rule"]).groups
         assert g.episode_errors == 2 and g.episode_error_reasons == {"infra_error": 1, "setup_error": 1}
         assert g.episode_error_tasks == ["t1", "t3"] and g.judge_errors == 0 and g.judge_error_tasks == []
         assert g.paired == 2 and g.live_rate == 1.0 and g.frozen_rate == 0.5  # t2 and t4 only
         assert [f.task_id for f in g.flips] == ["t2"]  # t1 and t3 are no "live only" flips
         assert g.frozen_validity is not None and g.frozen_validity.episode_errors == 2
         assert g.frozen_validity.episodes == 2 and g.frozen_validity.success_rate == 0.5
-        row = next(r for r in csv.DictReader(csv_text(compare(path)).splitlines()) if r["category"] == "overall")
+        row = next(r for r in csv.DictReader(csv_text(compare(path, judges=["rule"])).splitlines())
+                   if r["category"] == "overall")
         assert row["episode_errors"] == "2" and row["judge_errors"] == "0"
 
     ingest(tmp_path / "stale.duckdb", [tmp_path / "runs"])
@@ -235,10 +236,17 @@ def test_episodes_that_could_not_run_are_judged_by_no_judge_and_counted_apart(tm
     assert v1.error == f"not judged: the episode could not run (setup_error: {lost}); it is not the agent's failure"
     v3 = read_verdict(run / "episodes" / "t3" / "frozen", "rule")
     assert v3 is not None and v3.episode_error == "infra_error" and "the worker process died" in (v3.error or "")
+    # every judge inherits it: the rubric judge (these tasks have no rubric) errs on the episodes that ran,
+    # and refuses the two that could not run for that reason, not for the missing rubric
+    rubric = {(v.task_id, v.mode): v for v in judge_run(run, "rubric", progress=False)}
+    assert {k for k, v in rubric.items() if v.episode_error} == {("t1", "frozen"), ("t3", "frozen")}
+    assert all("has no rubric" in (v.error or "") for v in rubric.values() if not v.episode_error)
     path = tmp_path / "judged.duckdb"
     ingest(path, [tmp_path / "runs"])
     check(path)
 
+    (r,) = compare(path, judges=["rubric"]).groups  # the others are the rubric judge's own errors
+    assert (r.episode_errors, r.judge_errors, r.paired) == (2, 6, 0)
     assert main(["compare", "--db", str(path)]) == 0
     assert "2 (infra_error 1, setup_error 1)" in capsys.readouterr().out
     out = build_report(path, tmp_path / "report", iterations=50)

@@ -203,7 +203,11 @@ class ObjectStorage:
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
         end = None if length is None else offset + length
-        data = self._call("read", name, lambda: self.fs.cat_file(self._path(name), start=offset or None, end=end, **self._deadline(length or 0)))
+        # a whole file of unknown size gets no time limit as a whole (it may be large); each of its requests
+        # still has its timeouts and tries
+        limit = self._deadline(length) if length is not None else {}
+        data = self._call("read", name, lambda: self.fs.cat_file(self._path(name), start=offset or None, end=end,
+                                                                 **limit))
         self.gets += 1
         self.bytes_read += len(data)
         return bytes(data)
