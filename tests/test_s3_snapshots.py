@@ -115,8 +115,10 @@ def test_a_store_that_stops_answering_is_one_line_in_record_and_a_setup_error_in
 
     assert main(["judge", str(runs / "r"), "--judge", "rule", "--tasks", str(demo_suite), "--no-db",
                  "--no-progress"]) == 1  # nothing could be judged
-    out = capsys.readouterr().out
-    assert "frozen: 0/0 success (n/a), 0 error(s), 1 episode error(s) (could not run; not judged)" in out
+    captured = capsys.readouterr()
+    assert "frozen: 0/0 success (n/a), 0 error(s), 1 episode error(s) (could not run; not judged)" in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith(
+        "error: no episode could be judged: every one could not run (1: setup_error); first: not judged: ")
     verdict = read_verdict(runs / "r" / "episodes" / TASKS[0] / "frozen", "rule")
     assert verdict is not None and verdict.episode_error == "setup_error" and not verdict.success
     assert verdict.error and verdict.error.startswith("not judged: the episode could not run (setup_error: ")

@@ -130,6 +130,10 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     if verdicts and all(v.error for v in verdicts):
         from ..errors import JudgeError
 
+        unrun = sorted({v.episode_error for v in verdicts if v.episode_error})
+        if unrun and all(v.episode_error for v in verdicts):
+            raise JudgeError(f"no episode could be judged: every one could not run ({len(verdicts)}: "
+                             f"{', '.join(unrun)}); first: {verdicts[0].error}")
         raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
 
 
