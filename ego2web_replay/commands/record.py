@@ -91,7 +91,10 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                                  interactive=interactive, action_timeout_s=action_timeout,
                                  dedup_min_size=dedup_min_size or None, engine=engine, wire=wire)
             recorded = sink.snapshot_recorded if sink is not None else None
-            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
+            def uploading(url: str, task_id: str = task.id) -> None:
+                bars.update(bar, description=f"{task_id}: uploading to {url}")
+
+            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded, on_upload=uploading)
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")

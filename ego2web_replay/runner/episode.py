@@ -21,6 +21,7 @@ from ..agents.elements import list_elements
 from ..browser import BrowserSession, capture_page, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
 from ..models import (
+    EPISODE_ERRORS,
     Action,
     AgentSpec,
     ReplayConfig,
@@ -46,8 +47,9 @@ from .inputs import (
 
 __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot", "ERROR_REASONS"]
 
-# End reasons that mean the episode could not be run (not that the agent failed the task).
-ERROR_REASONS = frozenset({"setup_error", "agent_error", "browser_error", "infra_error"})
+# End reasons that mean the episode errored (``run`` fails when every episode did): the ones that are not the
+# agent's (EPISODE_ERRORS: no judge scores them) and the agent's own crash.
+ERROR_REASONS = EPISODE_ERRORS | {"agent_error"}
 
 
 @dataclass

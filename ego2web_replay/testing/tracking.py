@@ -81,6 +81,8 @@ class EpisodeSpec:
     repeat: int = 0
     validity: str | None = None  # frozen only: complete / degraded / off-snapshot
     snapshot_id: str = "s1"  # the snapshot replayed (frozen) or the episode's own archive (live)
+    end_reason: str | None = None  # default: answered (with an answer), else stopped
+    error: str | None = None  # the trajectory's error (with an end reason such as setup_error)
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -116,7 +118,8 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
                                  validity=e.validity)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id=e.snapshot_id, agent=agent, steps=steps, answer=e.answer,
-                          end_reason="answered" if e.answer else "stopped", started_at=started_at,
+                          end_reason=e.end_reason or ("answered" if e.answer else "stopped"),  # type: ignore[arg-type]
+                          error=e.error, started_at=started_at,
                           finished_at=started_at + timedelta(seconds=30), replay=replay, repeat=e.repeat)
         save_model(ed / "trajectory.json", traj)
         for judge, ok in e.verdicts.items():
