@@ -47,10 +47,15 @@ from ._output import progress, say, warn
 @click.option("--engine", type=click.Choice(["fast", "mitmproxy"]), default="fast", show_default=True,
               help="The recording proxy: fast (asyncio, upstream over HTTP/1.1) or mitmproxy (its master with "
                    "our addons; HTTP/2 upstream).")
+@click.option("--second-load/--no-second-load", default=True, show_default=True,
+              help="After the actions, load each recorded page once more in a throw-away browser context, "
+                   "not archived: what its requests send differently while getting the same response (request "
+                   "ids, client ids) is learned volatile (volatile.json).")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
-               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"]) -> None:
+               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
+               second_load: bool) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -82,7 +87,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout,
-                                 dedup_min_size=dedup_min_size or None, engine=engine)
+                                 dedup_min_size=dedup_min_size or None, engine=engine,
+                                 second_load=second_load and not interactive)
             recorded = sink.snapshot_recorded if sink is not None else None
             r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
             if r.ok and r.manifest is not None and r.snapshot is not None:
