@@ -10,7 +10,7 @@ from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.snapshot import Snapshot
 from ego2web_replay.tasks import Task
-from ego2web_replay.testing.freshids_site import FreshIdSite
+from ego2web_replay.testing.freshids_site import FreshIdSite, npm_file
 
 pytestmark = pytest.mark.slow
 
@@ -95,3 +95,42 @@ def test_second_load_learns_what_changes_between_two_loads(chromium, ca, tmp_pat
     assert api["items"].volatile == "learned: cid, rid, trace"
     assert api["event"].volatile == "learned: body:anonymousId, body:messageId, body:span"
     assert stats.learned == 2 and stats.fresh_id == 0
+
+
+AMPLITUDE = "@amplitude/analytics-browser@2.48.1"
+
+
+def test_a_real_analytics_client_replays_from_one_recording(chromium, ca, tmp_path, data_home):
+    """Amplitude's browser SDK (npm ``@amplitude/analytics-browser``, served by the local site) makes up
+    its device id, insert id and session id on every load; its event POST replays from one recording."""
+    js = npm_file(AMPLITUDE, "lib/scripts/amplitude-min.js", data_home / "npm" / "amplitude")
+    if js is None:
+        pytest.skip(f"npm cannot fetch {AMPLITUDE}")
+    site = FreshIdSite(amplitude_js=js).start()
+    task = Task(id="amplitude", instruction="x", start_url=site.url + "/amplitude")
+    with LiveRecording(task, tmp_path / "snapshots", RecordOptions(guard="loopback"), ca=ca) as live:
+        ctx = chromium.new_context(proxy_url=live.proxy_url)
+        page = ctx.new_page()
+        page.goto(site.url + "/amplitude")
+        page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        live_ack = page.inner_text("#ack")
+        ctx.close()
+    assert live.ok, live.error
+    site.stop()
+    sent = [json.loads(body) for method, target, body in site.requests if method == "POST"]
+    assert len(sent) == 1 and sent[0]["events"][0]["event_type"] == "viewed hats"
+    event = sent[0]["events"][0]
+    assert {"device_id", "insert_id", "session_id"} <= set(event) and live_ack == "200 Event tracked successfully"
+
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback") as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        page = ctx.new_page()
+        page.goto(site.url + "/amplitude")
+        page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+        ack = page.inner_text("#ack")
+        ctx.close()
+    stats = replay.stats()
+    assert ack == live_ack and stats.miss == 0 and stats.validity == "complete", stats.missed_urls
+    post = next(e for e in stats.log if e.method == "POST")
+    assert post.outcome == "canonical" and post.volatile is not None and post.volatile.startswith("fresh-id: ")
+    assert {"body:device_id", "body:insert_id"} <= set(post.volatile.removeprefix("fresh-id: ").split(", "))

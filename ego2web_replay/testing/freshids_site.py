@@ -7,18 +7,25 @@ a ``sentAt`` time; it renders both answers (``#items``, ``#ack``) and sets
 ``body[data-ready]``. No two loads send the same request, so replay can only
 answer them from one recording by setting the fresh ids aside
 (:mod:`ego2web_replay.replay.freshids`). ``requests`` lists what the site got.
+
+With ``amplitude_js`` (the browser bundle of the npm package
+``@amplitude/analytics-browser``, ``lib/scripts/amplitude-min.js``; see
+:func:`npm_file`), ``/amplitude`` loads that real analytics client, pointed at
+this site's ``/2/httpapi``, and tracks one event: the client makes up a device
+id, an insert id and a session id itself. The page shows the site's answer.
 """
 
 from __future__ import annotations
 
 import json
 from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["FreshIdSite", "ITEMS"]
+__all__ = ["FreshIdSite", "ITEMS", "npm_file"]
 
 ITEMS = {"hat": ["Red hat", "Blue hat"], "shoe": ["Boot"]}
 
@@ -43,14 +50,49 @@ main();
 </script></body></html>"""
 
 
+_AMPLITUDE_PAGE = b"""<!doctype html><html><head><title>analytics</title>
+<script src="/static/amplitude-min.js"></script></head><body><h1>Shop</h1><p id="ack"></p>
+<script>
+amplitude.init("0123456789abcdef0123456789abcdef", {serverUrl: location.origin + "/2/httpapi",
+  flushQueueSize: 1, flushIntervalMillis: 0, autocapture: false, fetchRemoteConfig: false, logLevel: 0});
+amplitude.track("viewed hats", {category: "hats"}).promise.then(r => {
+  document.getElementById("ack").textContent = r.code + " " + r.message;
+  document.body.dataset.ready = "1";
+});
+</script></body></html>"""
+
+
+def npm_file(spec: str, member: str, cache: Path) -> bytes | None:
+    """``member`` (e.g. ``lib/scripts/amplitude-min.js``) of the npm package ``spec`` (``name@version``),
+    fetched once with ``npm pack`` into ``cache``; None when npm or the registry is not there."""
+    import subprocess
+    import tarfile
+
+    cache.mkdir(parents=True, exist_ok=True)
+    tarballs = sorted(cache.glob("*.tgz"))
+    if not tarballs:
+        try:
+            subprocess.run(["npm", "pack", spec, "--silent", "--prefer-offline", "--pack-destination", str(cache)],
+                           check=True, capture_output=True, timeout=120)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        tarballs = sorted(cache.glob("*.tgz"))
+    if not tarballs:
+        return None
+    with tarfile.open(tarballs[0]) as tar:
+        found = tar.extractfile("package/" + member)
+        return found.read() if found is not None else None
+
+
 class FreshIdSite(LoopbackHTTPServer):
     """The page above on ``127.0.0.1`` (plain HTTP); ``requests`` holds ``(method, target, body)``."""
 
     thread_name = "freshid-site"
 
-    def __init__(self) -> None:
+    def __init__(self, amplitude_js: bytes | None = None) -> None:
         super().__init__()
         self.requests: list[tuple[str, str, bytes]] = []
+        self.amplitude_js = amplitude_js
 
     def make_handler(self) -> type[BaseHTTPRequestHandler]:
         site = self
@@ -72,6 +114,10 @@ class FreshIdSite(LoopbackHTTPServer):
                 parts = urlsplit(self.path)
                 if parts.path == "/":
                     self._send(200, _PAGE, "text/html; charset=utf-8")
+                elif parts.path == "/amplitude" and site.amplitude_js is not None:
+                    self._send(200, _AMPLITUDE_PAGE, "text/html; charset=utf-8")
+                elif parts.path == "/static/amplitude-min.js" and site.amplitude_js is not None:
+                    self._send(200, site.amplitude_js, "text/javascript")
                 elif parts.path == "/api/items":
                     q = parse_qs(parts.query).get("q", [""])[0]
                     self._send(200, json.dumps({"items": ITEMS.get(q, [])}).encode(), "application/json")
@@ -81,6 +127,11 @@ class FreshIdSite(LoopbackHTTPServer):
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 site.requests.append(("POST", self.path, body))
+                if urlsplit(self.path).path == "/2/httpapi":  # Amplitude's HTTP API answer
+                    count = len(json.loads(body or b"{}").get("events", []))
+                    self._send(200, json.dumps({"code": 200, "events_ingested": count, "payload_size_bytes": len(body),
+                                                "server_upload_time": 1712345678901}).encode(), "application/json")
+                    return
                 if urlsplit(self.path).path != "/api/event":
                     self._send(404, b"not found", "text/plain")
                     return
