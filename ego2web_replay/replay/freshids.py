@@ -107,11 +107,19 @@ def fresh_key(canon: CanonicalRequest, rules: CompiledRules) -> FreshKey | None:
         return None
     pairs: list[tuple[str, str]] | None = None
     names: list[str] = []
+    memo = rules.fresh_memo
     for i, (name, value) in enumerate(canon.pairs):
         if len(value) < _SHORTEST:
             continue
+        ok = memo.get(name)
+        if ok is None:
+            ok = rules.fresh_id_name(_lname(name))
+            if len(memo) < 100_000:  # names are few; a body with many keys cannot grow it without bound
+                memo[name] = ok
+        if not ok:
+            continue
         shape = id_shape(value, rules)
-        if shape is None or not rules.fresh_id_name(_lname(name)):
+        if shape is None:
             continue
         if pairs is None:
             pairs = list(canon.pairs)

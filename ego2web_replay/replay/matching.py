@@ -19,7 +19,7 @@ from urllib.parse import unquote_plus
 
 from ..snapshots.volatility import path_group
 from .canonical import BODY_PREFIX, CanonicalRequest, body_form, canonicalize, match_key, url_host
-from .freshids import differing_names, fresh_key
+from .freshids import differing_names, display_name, fresh_key
 from .gcfreeze import refreeze
 from .rules import CompiledRules, MatchRules, default_rules
 
@@ -187,6 +187,9 @@ def describe_key(method: str, url: str, body: bytes | None = None, content_type:
         f"path group:    {canon.group}",
         "fields:        " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
     ]
+    fresh = fresh_key(canon, rules.for_host(url_host(url)))
+    lines.append("fresh ids:     " + (", ".join(display_name(n) for n in fresh.names) if fresh else "(none)")
+                 + " (set aside when nothing else differs)")
     return "\n".join(lines)
 
 

@@ -100,6 +100,8 @@ class CompiledRules:
     _params: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     _fields: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     _fresh: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    fresh_memo: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    """By canonical pair name (encoded, body-prefixed): whether it may hold fresh ids (freshids.py fills it)."""
 
     def param_class(self, lname: str) -> int:
         """PARAM_KEEP, PARAM_DROP, PARAM_CALLBACK, PARAM_TIMESTAMP or PARAM_PLAIN (memoised)."""
