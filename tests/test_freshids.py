@@ -124,3 +124,48 @@ def test_earlier_stages_win_and_learned_matches_name_their_parameters():
     got = index.match("GET", f"{API}?q=hat&tok=2&rid={U1}")
     assert (got.via, got.ignored) == ("learned", ("tok",))
 
+
+
+def test_a_fresh_id_match_never_crosses_another_difference():
+    """Random captures and requests mutated at random (content values, fresh ids, shapes, names):
+    whenever the fresh-id stage answers, every parameter it did not name is equal on both sides and
+    every one it named is a fresh-id name holding an id of the same shape on both sides."""
+    import random
+    import uuid
+
+    from ego2web_replay.replay.canonical import canonicalize
+    from ego2web_replay.replay.freshids import display_name
+
+    rng = random.Random(23)
+    compiled = RULES.for_host("shop.example")
+
+    def value() -> str:
+        return rng.choice([str(uuid.UUID(int=rng.getrandbits(128))), f"{rng.getrandbits(128):032x}a",
+                           f"{rng.randint(10**8, 10**9 - 1)}.1712345678", str(rng.randint(1, 99)), "hat", "shoe"])
+
+    names = ["q", "id", "product_id", "page", "cid", "rid", "trace", "messageId", "sha256Hash", "token", "sort"]
+    captures = []
+    for _ in range(300):
+        chosen = rng.sample(names, rng.randint(1, 4))
+        captures.append(Capture(f"{API}?" + "&".join(f"{n}={value()}" for n in chosen)))
+    index = MatchIndex(captures, rules=RULES)
+    hits = 0
+    for _ in range(3000):
+        base = rng.choice(captures).url.partition("?")[2].split("&")
+        mutated = [p.partition("=")[0] + "=" + value() if rng.random() < 0.4 else p for p in base]
+        if rng.random() < 0.1:
+            mutated.append(f"{rng.choice(names)}={value()}")
+        got = index.match("GET", f"{API}?" + "&".join(mutated))
+        if got.via != "fresh-id":
+            continue
+        hits += 1
+        assert got.capture is not None
+        mine = canonicalize("GET", f"{API}?" + "&".join(mutated), None, RULES).pairs
+        theirs = canonicalize("GET", got.capture.url, None, RULES).pairs
+        assert sorted(p for p in mine if display_name(p[0]) not in got.ignored) == \
+            sorted(p for p in theirs if display_name(p[0]) not in got.ignored)
+        for name in got.ignored:
+            assert compiled.fresh_id_name(name.lower()) and name not in ("q", "id", "product_id", "sha256Hash")
+            assert {id_shape(v, compiled) for k, v in mine if k == name} == \
+                {id_shape(v, compiled) for k, v in theirs if k == name}
+    assert hits > 20

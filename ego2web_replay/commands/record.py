@@ -50,7 +50,7 @@ from ._output import progress, say, warn
 @click.option("--second-load/--no-second-load", default=True, show_default=True,
               help="After the actions, load each recorded page once more in a throw-away browser context, "
                    "not archived: what its requests send differently while getting the same response (request "
-                   "ids, client ids) is learned volatile (volatile.json).")
+                   "ids, client ids) is learned volatile (volatile.json). Not after --interactive.")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
