@@ -20,8 +20,8 @@ may; otherwise any name but a ``content_params`` one (``id``, ``*_id``,
 ``q``, ``page``, ``sort``, ``*hash*``, ``*token*`` ...), see ``rules.yaml``.
 
 :func:`fresh_key` writes a request's canonical key with each fresh id's value
-replaced by its shape (``uuid``, ``hex32``, ``b64-22``, ``ga-cid``,
-``epoch13``). Two requests with one fresh key are the same request but for
+replaced by its shape (``{uuid}``, ``{hex32}``, ``{b64-22}``, ``{ga-cid}``,
+``{epoch13}``). Two requests with one fresh key are the same request but for
 their fresh ids: same method, URL path, every other parameter and body field
 equal, the same names carrying fresh ids, each of the same shape. Replay
 tries this key only after the exact, canonical and learned stages missed, and
@@ -47,7 +47,6 @@ _GA_CID = re.compile(r"\d{5,10}\.\d{10}")
 _GA_COOKIE = re.compile(r"GA\d\.\d\.\d{5,10}\.\d{10}")
 _REPEAT = re.compile(r"\.\d+_$")  # the index's suffix of a repeated JSON key (``key.2_``)
 _SHORTEST = 10  # no shape is shorter (an epoch in seconds)
-_MARK = "\x01"  # shapes cannot collide with a real value: canonical values never hold control characters
 
 
 class FreshKey(NamedTuple):
@@ -123,7 +122,7 @@ def fresh_key(canon: CanonicalRequest, rules: CompiledRules) -> FreshKey | None:
             continue
         if pairs is None:
             pairs = list(canon.pairs)
-        pairs[i] = (name, _MARK + shape)
+        pairs[i] = (name, "{" + shape + "}")  # never a canonical value: those have braces %-escaped
         names.append(name)
     if pairs is None:
         return None
