@@ -9,6 +9,12 @@ Every frozen episode is classified from its replay log:
   response the page may render was missed, answered by the nearest capture, or
   forwarded to the live web.
 
+An answer that set volatile values aside (names learned volatile at record
+time, or fresh random ids recognised by shape) is the recorded response of the
+same request and keeps an episode ``complete``; :func:`set_aside` lists them
+per reason and parameter (``fresh-id: cid, rid``) so that the episode's
+validity is shown with them.
+
 What a request was for comes from the browser's ``Sec-Fetch-Dest`` header
 (kept on each log entry as ``kind``); for clients that do not send it, from
 ``Accept`` and the URL's extension.
@@ -20,7 +26,7 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity"]
+__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity", "set_aside"]
 
 Validity = Literal["complete", "degraded", "off-snapshot"]
 VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
@@ -81,3 +87,14 @@ def episode_validity(traj: object) -> str | None:
     if stats is None:
         return None
     return getattr(stats, "validity", None) or classify(getattr(stats, "log", []))
+
+
+def set_aside(entries: Iterable[object]) -> dict[str, int]:
+    """How many answers set which volatile values aside, from log entries' ``volatile``
+    (``{"fresh-id: cid, rid": 2, "learned: tok": 1}``), sorted by reason and parameters."""
+    counts: dict[str, int] = {}
+    for e in entries:
+        why = getattr(e, "volatile", None)
+        if why:
+            counts[why] = counts.get(why, 0) + 1
+    return dict(sorted(counts.items()))

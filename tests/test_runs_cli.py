@@ -99,7 +99,8 @@ def test_runs_show_json(runs):
     assert data["run"]["episodes"] == {"answered": 1, "setup_error": 1}
     eps = {e["task"]: e for e in data["episodes"]}
     assert eps[MUG] == {"task": MUG, "mode": "frozen", "repeat": 0, "steps": 2, "end_reason": "answered", "answer": "Shop",
-                        "misses": 0, "missed_urls": [], "validity": "complete", "error": None, "episode_error": False}
+                        "misses": 0, "missed_urls": [], "validity": "complete", "set_aside": {}, "error": None,
+                        "episode_error": False}
     assert eps[WIKI]["end_reason"] == "setup_error" and eps[WIKI]["misses"] is None and eps[WIKI]["episode_error"]
     assert data["episode_errors"] == 1
     # the frozen run replayed the live run's own archive

@@ -126,3 +126,43 @@ def test_judge_errors_are_left_out_of_the_frozen_coverage_rates(tmp_path, capsys
     build_report(db, tmp_path / "report")
     index = (tmp_path / "report" / "index.html").read_text("utf-8")
     assert "left out of both rates" in index
+
+
+def test_answers_that_set_volatile_values_aside_show_with_the_validity(tmp_path, capsys):
+    """Issue 23 part 5: answers by learned names or fresh ids keep an episode complete and are shown,
+    with their parameters, in runs show, the database and compare."""
+    from ego2web_replay.models import AgentSpec
+    from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+    from ego2web_replay.tracking.compare import compare
+    from ego2web_replay.tracking.ingest import ingest
+    from ego2web_replay.validity import set_aside
+
+    log = [ReplayLogEntry(method="GET", url="https://e.com/", outcome="exact", kind="document"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/items?q=hat&rid=2", outcome="canonical", kind="content",
+                          volatile="fresh-id: rid"),
+           ReplayLogEntry(method="POST", url="https://e.com/api/event", outcome="canonical", kind="content",
+                          volatile="fresh-id: body:messageId"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/items?q=hat&rid=3", outcome="canonical", kind="content",
+                          volatile="fresh-id: rid"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/stock?tok=9", outcome="canonical", kind="content",
+                          volatile="learned: tok")]
+    assert classify(log) == "complete"
+    assert set_aside(log) == {"fresh-id: body:messageId": 1, "fresh-id: rid": 2, "learned: tok": 1}
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec("t1", "live", {"rule": True}), EpisodeSpec("t2", "live", {"rule": True}),
+           EpisodeSpec("t1", "frozen", {"rule": True}, validity="complete", replay_log=log),
+           EpisodeSpec("t2", "frozen", {"rule": True}, validity="complete")]
+    run = make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    capsys.readouterr()
+    assert main(["runs", "show", str(run)]) == 0
+    shown = capsys.readouterr().out
+    assert "t1 (complete): answers that set volatile values aside: fresh-id: body:messageId ×1; fresh-id: rid ×2; " \
+           "learned: tok ×1" in shown and "t2 (complete)" not in shown
+    db = tmp_path / "v.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    frozen = {e.task_id: e for e in compare(db).groups[0].frozen_episodes}
+    assert (frozen["t1"].set_aside, frozen["t1"].set_aside_params["fresh-id: rid"]) == (4, 2)
+    assert (frozen["t2"].set_aside, frozen["t2"].set_aside_params) == (0, {})
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "set volatile values aside" in out and "fresh-id: rid ×2" in out

@@ -53,11 +53,15 @@ if TYPE_CHECKING:
               help="The recording proxy: fast (asyncio, upstream over HTTP/1.1) or mitmproxy (its master with "
                    "our addons; HTTP/2 upstream).")
 @wire_options
+@click.option("--second-load/--no-second-load", default=True, show_default=True,
+              help="After the actions, load each recorded page once more in a throw-away browser context, "
+                   "not archived: what its requests send differently while getting the same response (request "
+                   "ids, client ids) is learned volatile (volatile.json). Not after --interactive.")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
-               wire: WireLimits) -> None:
+               wire: WireLimits, second_load: bool) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -89,7 +93,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout,
-                                 dedup_min_size=dedup_min_size or None, engine=engine, wire=wire)
+                                 dedup_min_size=dedup_min_size or None, engine=engine, wire=wire,
+                                 second_load=second_load and not interactive)
             recorded = sink.snapshot_recorded if sink is not None else None
             def uploading(url: str, task_id: str = task.id) -> None:
                 bars.update(bar, description=f"{task_id}: uploading to {url}")

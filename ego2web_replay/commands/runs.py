@@ -59,7 +59,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
 
     from ..models import load_trajectory
     from ..runner.run import load_run
-    from ..validity import episode_validity
+    from ..validity import episode_validity, set_aside
 
     m = load_run(run_dir)
     rows: list[dict[str, Any]] = []
@@ -68,7 +68,8 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
         rows.append({"task": t.task_id, "mode": t.mode, "repeat": t.repeat, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
                      "missed_urls": t.replay.missed_urls if t.replay else [],
-                     "validity": None if t.episode_error else episode_validity(t), "error": t.error,
+                     "validity": None if t.episode_error else episode_validity(t),
+                     "set_aside": set_aside(t.replay.log) if t.replay else {}, "error": t.error,
                      "episode_error": t.episode_error})
     unrun = [r for r in rows if r["episode_error"]]
     if json_out:
@@ -95,6 +96,11 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
         shares = ", ".join(f"{name} {frozen.count(name)}" for name in ("complete", "degraded", "off-snapshot"))
         out.print(f"frozen episodes: {len(frozen)} ({shares}); only complete ones saw recorded pages alone",
                   highlight=False, markup=False)
+    for r in rows:
+        if r["set_aside"]:
+            listed = "; ".join(f"{k} ×{n}" for k, n in r["set_aside"].items())
+            out.print(f"{r['task']} ({r['validity'] or r['mode']}): answers that set volatile values aside: {listed}",
+                      highlight=False, markup=False)
 
 
 @runs_group.command("coverage")

@@ -24,6 +24,9 @@ class ReplayLogEntry(BaseModel):
     score: float | None = Field(default=None, description="Fuzzy similarity of the capture served.")
     kind: str | None = Field(default=None, description="What the request was for: document, content "
                              "(script, fetch/XHR) or subresource (see ego2web_replay.validity).")
+    volatile: str | None = Field(default=None, description="For a canonical match whose capture differs beyond "
+                                 "the rules: why and in which parameters, e.g. 'fresh-id: cid, body:requestId' "
+                                 "(fresh random ids) or 'learned: tok' (learned volatile at record time).")
 
 
 class ReplayStats(FileModel):
@@ -35,6 +38,10 @@ class ReplayStats(FileModel):
     snapshots: list[str] = Field(default_factory=list, description="Snapshot folders served.")
     exact: int = Field(default=0, description="Requests answered by an exact match.")
     canonical: int = Field(default=0, description="Requests answered by a canonical-key match.")
+    learned: int = Field(default=0, description="Of the canonical matches: those that set aside names learned "
+                         "volatile at record time.")
+    fresh_id: int = Field(default=0, description="Of the canonical matches: those that set aside fresh random ids "
+                          "(each log entry's `volatile` names the parameters).")
     fuzzy: int = Field(default=0, description="Requests answered by a fuzzy match.")
     miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy).")
     blocked: int = Field(default=0, description="Browser background requests answered by the guard.")

@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
+from ..snapshots.volatility import Reload, reload_of
 from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -63,6 +64,7 @@ class ExchangeArchive:
         self.errors: list[str] = []
         self.failures: list[tuple[str, str, str, float]] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
+        self.divert: list[Reload] | None = None  # set: exchanges are noted here for learning, not archived
         self._lock = threading.Lock()
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
@@ -84,6 +86,11 @@ class ExchangeArchive:
             req_body = red.body(req_type, req_body, req_enc)
         if authority is not None and get_header(req_headers, "host") is None:
             req_headers.insert(0, ("Host", authority))
+        if self.divert is not None:  # a record-time second load (see snapshots/volatility.py)
+            noted = reload_of(method, url, get_header(req_headers, "content-type"), req_body, response_body)
+            with self._lock:
+                self.divert.append(noted)
+            return True
         date = dt.datetime.fromtimestamp(started, dt.UTC).replace(tzinfo=None)
         try:
             with self._lock:

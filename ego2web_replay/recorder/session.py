@@ -10,7 +10,8 @@ its folder without a manifest, which ``snapshot verify`` reports as incomplete.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,8 @@ from ..versions import tool_versions
 from ..wire.budget import WireLimits
 from .addon import ExchangeArchive, Recorder
 from .front import RecordFront
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task"]
 
@@ -48,6 +51,9 @@ class RecordOptions:
     source: str = "record"
     engine: Literal["fast", "mitmproxy"] = "fast"
     """``fast``: the asyncio front end (:mod:`.front`); ``mitmproxy``: the mitmproxy master with the addons."""
+    second_load: bool = False
+    """After the actions, load each recorded document once more in a throw-away browser context; its
+    requests are not archived, only noted in ``volatile.json`` for learning (see ``LiveRecording.second_load``)."""
     dedup_min_size: int | None = 256
     """Identical payloads of at least this many bytes are stored once per recording, later captures as
     revisit records; None stores every payload (a revisit's own head costs about 250 bytes)."""
@@ -91,7 +97,7 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
 def _settings(opts: RecordOptions) -> dict[str, Any]:
     return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
             "redaction": redactor_for(opts).settings(), "interactive": opts.interactive,
-            "dedup_min_size": opts.dedup_min_size, "engine": opts.engine}
+            "dedup_min_size": opts.dedup_min_size, "engine": opts.engine, "second_load": opts.second_load}
 
 
 class LiveRecording:
@@ -183,6 +189,34 @@ class LiveRecording:
             self.error = f"cannot finalize the snapshot: {e}"
             self.writer.writer.close()
 
+    def second_load(self, new_context: Callable[[], Any], urls: Sequence[str] | None = None,
+                    timeout_s: float = 15.0) -> int:
+        """Load each recorded document (``urls``, else the snapshot's pages) once more, each in a
+        throw-away context from ``new_context`` (through this recording's proxy), and note what its
+        requests got in the snapshot's ``volatile.json`` instead of archiving them: what changes
+        between the two loads while the response does not is learned volatile
+        (:mod:`~ego2web_replay.snapshots.volatility`). A load that fails is skipped. Returns the
+        requests noted."""
+        assert self.recorder is not None
+        pages = list(dict.fromkeys(u for u in (urls if urls is not None else self.writer.pages) if u.startswith("http")))
+        noted: list[Any] = []
+        self.recorder.divert = noted
+        try:
+            for url in pages:
+                context = new_context()
+                try:
+                    page = context.new_page()
+                    page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+                    page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+                except Exception as e:  # noqa: BLE001 - learning only: the recording stands without it
+                    log.warning("ego2web-replay: second load of %s: %s", url, str(e).splitlines()[0] if str(e) else e)
+                finally:
+                    context.close()
+        finally:
+            self.recorder.divert = None
+        self.writer.reloads.extend(noted)
+        return len(noted)
+
     def pages_from(self, traj: Any) -> None:
         seen: set[str] = set()
         for step in traj.steps:
@@ -239,6 +273,8 @@ def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Seque
             _run_actions(page, task, actions if actions is not None else task.reference_actions,
                          sw, opts, live.recorder)
         context.close()
+        if opts.second_load:
+            live.second_load(browser.new_context, timeout_s=opts.action_timeout_s)
 
 
 def _check_trust(task: Task, recorder: ExchangeArchive) -> None:

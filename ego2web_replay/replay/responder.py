@@ -175,12 +175,12 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
-        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(7))  # the replay log, by field (see _log)
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(8))  # the replay log, by field (see _log)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
-             score: float | None = None, kind: str | None = None) -> None:
-        # The log is kept by field: seven lists of strings, numbers and None, so a request adds no
+             score: float | None = None, kind: str | None = None, volatile: str | None = None) -> None:
+        # The log is kept by field: eight lists of strings, numbers and None, so a request adds no
         # object the collector tracks (a tuple per entry did: each young collection walked the last
         # few thousand, a third of a millisecond, and log entries as models made every full
         # collection walk the whole log, pauses of 100+ ms under load).
@@ -189,7 +189,12 @@ class Responder:
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}")
-            methods, urls, outcomes, statuses, matched_urls, scores, kinds = self._columns
+            if volatile is not None:
+                if volatile.startswith("fresh-id"):
+                    s.fresh_id += 1
+                else:
+                    s.learned += 1
+            methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles = self._columns
             if len(methods) < MAX_LOG:
                 methods.append(method)
                 urls.append(url)
@@ -198,6 +203,7 @@ class Responder:
                 matched_urls.append(matched)
                 scores.append(score)
                 kinds.append(kind)
+                volatiles.append(volatile)
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
@@ -215,7 +221,7 @@ class Responder:
             stats = self._counts.model_copy(deep=True)
             rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
-                                    score=sc, kind=k) for m, u, o, st, mu, sc, k in rows]
+                                    score=sc, kind=k, volatile=v) for m, u, o, st, mu, sc, k, v in rows]
         return stats
 
     # -- answers -------------------------------------------------------------
@@ -276,7 +282,9 @@ class Responder:
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
-        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
+        volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
+        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind,
+                  volatile=volatile)
         return framed(status, reason, headers, rbody, method)
 
     def _dated(self, headers: Head) -> Head:
@@ -366,7 +374,7 @@ class Responder:
         return value
 
 
-_COUNTS = ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live")
+_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "miss", "blocked", "websocket", "live")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:

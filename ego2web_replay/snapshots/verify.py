@@ -20,7 +20,7 @@ from .dedup import external_original, verify_store
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
 from .storage import LocalStorage
-from .volatility import learn_from_index, write_volatile
+from .volatility import learn_from_index, read_reloads, write_volatile
 
 __all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot", "integrity_problems"]
 
@@ -148,7 +148,8 @@ def reindex_snapshot(path: Path) -> int:
         from .index_cache import warm_cache
 
         warm_cache(index)
-    volatile = write_volatile(folder, learn_from_index(entries))
+    reloads = read_reloads(folder)
+    volatile = write_volatile(folder, learn_from_index(entries, reloads), reloads)
     if manifest:
         files = list(manifest.files)
         for fresh in (file_digest(index, folder), file_digest(volatile, folder)):

@@ -89,6 +89,10 @@ class FrozenEpisode(BaseModel):
     missed_urls: list[str] = Field(default_factory=list)
     flagged: bool = Field(description="True when the replay had misses: the score may reflect them.")
     validity: str | None = Field(default=None, description="complete, degraded or off-snapshot.")
+    set_aside: int = Field(default=0, description="Answers that set volatile values aside: names learned volatile "
+                           "at record time or fresh random ids (the recorded response of the same request).")
+    set_aside_params: dict[str, int] = Field(default_factory=dict, description="Those answers per reason and "
+                                             "parameters, e.g. {'fresh-id: cid, rid': 2}.")
 
 
 class Flip(BaseModel):
@@ -171,6 +175,8 @@ WITH joined AS (
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
            v.error AS judge_error, coalesce(e.input_modality, 'none') AS modality,
            coalesce(e.repeat_index, 0) AS repeat_index, e.end_reason,
+           coalesce(e.replay_learned, 0) + coalesce(e.replay_fresh_id, 0) AS set_aside,
+           coalesce(e.set_aside, '{}') AS set_aside_params,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
@@ -179,7 +185,7 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
 SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
-       modality, repeat_index, end_reason
+       modality, repeat_index, end_reason, set_aside, set_aside_params
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode, repeat_index
 """
 
@@ -323,7 +329,8 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
             frozen_eps.append(FrozenEpisode(
                 task_id=t, run_id=r[5], category=r[4], repeat=int(r[13]), success=bool(r[6]),
                 score=float(r[7] or 0.0), requests=r[8], misses=r[9], miss_rate=r[9] / r[8] if r[8] else None,
-                missed_urls=json.loads(r[10]), flagged=r[9] > 0))
+                missed_urls=json.loads(r[10]), flagged=r[9] > 0, set_aside=int(r[15]),
+                set_aside_params=json.loads(r[16])))
     flips = []
     for t, lv, fz in zip(paired, live, frozen, strict=True):
         if lv == fz:

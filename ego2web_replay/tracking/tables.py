@@ -50,6 +50,15 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                 t.add_row(e.task_id, e.run_id, "yes" if e.success else "no", f"{e.score:.2f}", str(e.misses),
                           pct(e.miss_rate), e.validity or "–")
             tables.append(t)
+        aside = [e for e in g.frozen_episodes if e.set_aside]
+        if aside:
+            t = Table(title=f"{g.agent} · {g.judge}: frozen answers that set volatile values aside")
+            for col in ("task", "run", "validity", "answers", "parameters"):
+                t.add_column(col)
+            for e in aside:
+                t.add_row(e.task_id, e.run_id, e.validity or "–", str(e.set_aside),
+                          "; ".join(f"{k} ×{n}" for k, n in e.set_aside_params.items())[:120])
+            tables.append(t)
         if g.max_repeats > 1:
             tables.append(repeats_table(g))
         if g.flips:
