@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -97,15 +98,16 @@ def test_second_load_learns_what_changes_between_two_loads(chromium, ca, tmp_pat
     assert stats.learned == 2 and stats.fresh_id == 0
 
 
-AMPLITUDE = "@amplitude/analytics-browser@2.48.1"
+AMPLITUDE = "@amplitude/analytics-browser@2.48.1"  # scripts/setup.sh packs the same version
+NPM_ASSETS = Path(__file__).resolve().parents[1] / ".venv" / "test-assets" / "npm"
 
 
-def test_a_real_analytics_client_replays_from_one_recording(chromium, ca, tmp_path, data_home):
+def test_a_real_analytics_client_replays_from_one_recording(chromium, ca, tmp_path):
     """Amplitude's browser SDK (npm ``@amplitude/analytics-browser``, served by the local site) makes up
     its device id, insert id and session id on every load; its event POST replays from one recording."""
-    js = npm_file(AMPLITUDE, "lib/scripts/amplitude-min.js", data_home / "npm" / "amplitude")
+    js = npm_file(AMPLITUDE, "lib/scripts/amplitude-min.js", NPM_ASSETS)
     if js is None:
-        pytest.skip(f"npm cannot fetch {AMPLITUDE}")
+        pytest.skip(f"{AMPLITUDE} is not in {NPM_ASSETS}: scripts/setup.sh fetches it with npm")
     site = FreshIdSite(amplitude_js=js).start()
     task = Task(id="amplitude", instruction="x", start_url=site.url + "/amplitude")
     with LiveRecording(task, tmp_path / "snapshots", RecordOptions(guard="loopback"), ca=ca) as live:

@@ -156,7 +156,7 @@ def test_migration_7_gives_older_rows_repeat_0(tmp_path):
     con = duckdb.connect(str(tmp_path / "old.duckdb"))
     migrate(con, target=6)
     con.execute("INSERT INTO episodes (run_id, task_id, mode, ingested_at) VALUES ('r', 't', 'live', now())")
-    assert migrate(con) == [7]
+    assert migrate(con, target=7) == [7]
     assert con.execute("SELECT repeat_index FROM episodes").fetchall() == [(0,)]
     con.close()
 

@@ -173,7 +173,7 @@ _V7 = (  # run --repeats: which run of a task and mode an episode (and its verdi
     "ALTER TABLE verdicts ADD COLUMN repeat_index INTEGER DEFAULT 0",
 )
 
-_V11 = (  # answers that set volatile values aside (learned at record time, fresh ids), with their parameters
+_V8 = (  # answers that set volatile values aside (learned at record time, fresh ids), with their parameters
     "ALTER TABLE episodes ADD COLUMN replay_learned INTEGER DEFAULT 0",
     "ALTER TABLE episodes ADD COLUMN replay_fresh_id INTEGER DEFAULT 0",
     "ALTER TABLE episodes ADD COLUMN set_aside VARCHAR DEFAULT '{}'",
@@ -187,7 +187,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "episode input modality", _V5),
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
     Migration(7, "episode and verdict repeat index (run --repeats)", _V7),
-    Migration(11, "episode answers that set volatile values aside (learned, fresh ids)", _V11),
+    Migration(8, "episode answers that set volatile values aside (learned, fresh ids)", _V8),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
