@@ -5,9 +5,14 @@ Every frozen episode is classified from its replay log:
 * ``complete``: no miss and no nearest-capture (``fuzzy``) answer;
 * ``degraded``: misses only on subresources that do not carry the page's
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
-* ``off-snapshot``: a document (page or frame), a script, or a fetch/XHR whose
-  response the page may render was missed, answered by the nearest capture, or
-  forwarded to the live web.
+* ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
+  websocket whose response the page may render was missed, answered by the
+  nearest capture, or forwarded to the live web.
+
+A websocket handshake the replay refused (``websocket``: no recorded
+conversation) and a websocket message no recorded one answers (``miss``, method
+``WS``) count like a miss of the handshake's kind: content, unless the URL is an
+analytics beacon.
 
 What a request was for comes from the browser's ``Sec-Fetch-Dest`` header
 (kept on each log entry as ``kind``); for clients that do not send it, from
@@ -26,7 +31,7 @@ Validity = Literal["complete", "degraded", "off-snapshot"]
 VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
 
 _DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
-_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt"}
+_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt", "websocket"}
 _SUBRESOURCE_EXT = re.compile(
     r"\.(png|jpe?g|gif|webp|avif|svg|ico|bmp|woff2?|ttf|otf|eot|css|mp4|webm|mp3|ogg|wav|m4a|vtt|map)$", re.I)
 _BEACON = re.compile(
@@ -65,7 +70,7 @@ def classify(entries: Iterable[object]) -> Validity:
     degraded = False
     for e in entries:
         outcome = getattr(e, "outcome", None)
-        if outcome not in ("miss", "fuzzy", "live"):
+        if outcome not in ("miss", "fuzzy", "live", "websocket"):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"

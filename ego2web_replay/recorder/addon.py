@@ -25,6 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
+from ..snapshots.wsrecords import write_conversation
 from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -67,8 +68,12 @@ class ExchangeArchive:
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
                 status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
-                http_version: str, ip: str | None, started: float, authority: str | None = None) -> bool:
+                http_version: str, ip: str | None, started: float, authority: str | None = None,
+                websocket: tuple[list[Any], bool] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
+
+        ``websocket``, for a ``101`` handshake, is its conversation (messages, truncated), archived
+        after the handshake (:func:`~ego2web_replay.snapshots.wsrecords.write_conversation`).
 
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
         archived with ``Host: authority`` first, when ``authority`` is given.
@@ -89,10 +94,16 @@ class ExchangeArchive:
             with self._lock:
                 if self.failed:
                     return False
-                self.writer.write_exchange(
-                    url=url, method=method, request_headers=req_headers, request_body=req_body,
-                    status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
-                    http_version=http_version or "HTTP/1.1", ip=ip, date=date)
+                if websocket is not None:
+                    write_conversation(self.writer, url=url, request_headers=req_headers, status=status,
+                                       reason=reason, response_headers=resp_headers, messages=websocket[0],
+                                       truncated=websocket[1], ip=ip, date=date,
+                                       http_version=http_version or "HTTP/1.1")
+                else:
+                    self.writer.write_exchange(
+                        url=url, method=method, request_headers=req_headers, request_body=req_body,
+                        status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
+                        http_version=http_version or "HTTP/1.1", ip=ip, date=date)
                 self.exchanges += 1
                 self.payload_bytes += len(response_body)
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording
