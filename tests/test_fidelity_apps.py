@@ -99,3 +99,53 @@ def test_mkdocs_site_with_search_replays_faithfully(chromium, ca, tmp_path):
     assert [re.sub(r"\s+", " ", d) for d in d1] == [re.sub(r"\s+", " ", d) for d in live_doms]
     _, s2 = _replay(chromium, ca, snap, [docs.url + "/coverage/"], None)  # never visited
     assert s2.miss >= 1
+
+
+def _streamlit_text(ctx, url: str, wait_for: str | None) -> str:
+    page = ctx.new_page()
+    page.goto(url, wait_until="load", timeout=30_000)
+    if wait_for:
+        page.get_by_text(wait_for).first.wait_for(timeout=30_000)
+        page.wait_for_load_state("networkidle", timeout=20_000)
+    else:
+        page.wait_for_load_state("networkidle", timeout=20_000)
+        page.wait_for_timeout(1500)  # what would have come over the websocket by now
+    text = page.inner_text("body")
+    page.close()
+    return text
+
+
+@pytest.mark.skipif(not available("streamlit"), reason="streamlit is in the dev extra")
+def test_streamlit_draws_from_its_replayed_websocket_and_a_refused_one_is_not_complete(chromium, ca, tmp_path):
+    from ego2web_replay.testing.streamlit_site import APP_TEXT, StreamlitSite
+
+    with StreamlitSite(tmp_path / "app") as app:
+        url = app.url + "/"
+        task = Task(id="streamlit", instruction="x", start_url=url)
+        with LiveRecording(task, tmp_path / "snaps", RecordOptions(guard="loopback"), ca=ca) as live:
+            ctx = chromium.new_context(proxy_url=live.proxy_url)
+            live_text = _streamlit_text(ctx, url, "oak table")
+            ctx.close()
+        assert live.ok, live.error
+    assert APP_TEXT[1] in live_text and "oak table" in live_text
+    snap = live.snapshot_path
+    # the Streamlit server is gone: everything the page shows comes from the snapshot
+    with Replay([snap], ca=ca, guard_mode="loopback") as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        frozen = _streamlit_text(ctx, url, "oak table")
+        ctx.close()
+    stats = replay.stats()
+    for text in (*APP_TEXT, "oak table", "240"):
+        assert text in frozen
+    handshake = [e for e in stats.log if e.status == 101]
+    assert len(handshake) == 1 and handshake[0].url.endswith("/_stcore/stream") and handshake[0].kind == "content"
+    assert [e.outcome for e in stats.log if e.method == "WS"][:1] == ["exact"]  # Streamlit's rerun request
+    assert stats.miss == 0 and stats.websocket == 0 and stats.validity == "complete", stats.missed_urls
+    # the mitmproxy engine does not carry replayed websockets: refused, counted, the page blank, not complete
+    with Replay([snap], ca=ca, guard_mode="loopback", engine="mitmproxy") as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        blank = _streamlit_text(ctx, url, None)
+        ctx.close()
+    stats = replay.stats()
+    assert APP_TEXT[1] not in blank
+    assert stats.websocket >= 1 and stats.validity == "off-snapshot"

@@ -1,4 +1,4 @@
-"""Websockets recorded and replayed: a real ``websockets`` server recorded through the recorder, its
+"""Websockets recorded and replayed: a real ``websockets`` server recorded through either recording engine, its
 conversation archived (text, binary, permessage-deflate undone), the server stopped, then the replay
 playing the server's messages to a real ``websockets`` client: exact and canonical matches, a miss
 counted, an unrecorded websocket refused and counted, the episode's validity never ``complete``."""
@@ -95,16 +95,18 @@ def _drain(ws) -> list[str | bytes]:
             return got
 
 
-@pytest.fixture(scope="module")
-def recorded(ca, tmp_path_factory):
+@pytest.fixture(scope="module", params=["fast", "mitmproxy"])
+def recorded(request, ca, tmp_path_factory):
+    """The conversation recorded by either recording engine (the server stopped after)."""
     folder = tmp_path_factory.mktemp("ws")
+    opts = RecordOptions(guard="loopback", engine=request.param)
     with _Server() as server:
         url = f"ws://127.0.0.1:{server.port}/live?room=7"
         task = Task(id="ws", instruction="x", start_url=url.replace("ws://", "http://"))
-        with LiveRecording(task, folder / "snapshots", RecordOptions(guard="loopback"), ca=ca) as live:
+        with LiveRecording(task, folder / "snapshots", opts, ca=ca) as live:
             live_answers = _talk(url, live.proxy_url, ["plain", '{"q": "abc", "_": 1, "ts": 1767225600}', BLOB])
             deadline = time.monotonic() + 5
-            while live.guard._pipes and time.monotonic() < deadline:  # the tunnel closed: archived
+            while getattr(live.guard, "_pipes", None) and time.monotonic() < deadline:  # closed: archived
                 time.sleep(0.05)
         assert live.ok, live.error
     return live.snapshot_path, url, live_answers

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
-from ..snapshots.wsrecords import write_conversation
+from ..snapshots.wsrecords import WsMessage, write_conversation
 from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -128,6 +129,18 @@ class ExchangeArchive:
                 self.untrusted.append(f"{host}: {why}")
 
 
+def _exchange(flow: Any) -> dict[str, Any]:
+    """The fields :meth:`ExchangeArchive.archive` takes, from a mitmproxy flow."""
+    req, resp = flow.request, flow.response
+    h2 = req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3")
+    peer = flow.server_conn.peername
+    return dict(url=req.pretty_url, method=req.method, request_headers=_fields(req.headers),
+                request_body=req.raw_content or b"", status=resp.status_code, reason=resp.reason or "",
+                response_headers=_fields(resp.headers), response_body=resp.raw_content or b"",
+                http_version=resp.http_version or "HTTP/1.1", ip=peer[0] if peer else None,
+                started=req.timestamp_start, authority=(req.authority or req.pretty_host) if h2 else None)
+
+
 def _wire_text(text: str) -> str:
     """``text`` as a writable string: bytes that came undecodable (surrogate escapes) make it all Latin-1."""
     try:
@@ -181,20 +194,25 @@ class Recorder(ExchangeArchive):
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return  # answered by the guard, a replay or a refusal: nothing came from upstream
         if flow.websocket is not None:
-            return
-        req, resp = flow.request, flow.response
-        h2 = req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3")
-        peer = flow.server_conn.peername
-        body = resp.raw_content or b""
-        if not self.archive(url=req.pretty_url, method=req.method, request_headers=_fields(req.headers),
-                            request_body=req.raw_content or b"", status=resp.status_code, reason=resp.reason or "",
-                            response_headers=_fields(resp.headers), response_body=body,
-                            http_version=resp.http_version or "HTTP/1.1", ip=peer[0] if peer else None,
-                            started=req.timestamp_start, authority=(req.authority or req.pretty_host) if h2 else None):
+            return  # archived with its conversation when it ends (websocket_end)
+        if not self.archive(**_exchange(flow)):
             flow.kill()
             return
         if self.on_exchange is not None:
             self.on_exchange(flow)
+
+    def websocket_end(self, flow: Any) -> None:
+        """A websocket ended: its handshake and conversation are archived (snapshots/wsrecords.py)."""
+        if flow.metadata.get("ego2web") or flow.response is None or self.failed:
+            return
+        ws, start = flow.websocket, flow.request.timestamp_start
+        messages = [WsMessage((m.timestamp or start) - start, "client" if m.from_client else "server",
+                              "text" if m.is_text else "binary", m.content) for m in ws.messages]
+        if ws.close_code is not None:
+            side = "client" if ws.closed_by_client else "server"
+            messages.append(WsMessage((ws.timestamp_end or start) - start, side, "close",
+                                      struct.pack("!H", ws.close_code) + (ws.close_reason or "").encode()))
+        self.archive(**_exchange(flow), websocket=(messages, False))
 
     def tls_failed_server(self, data: Any) -> None:
         """An upstream TLS handshake failed: keep certificate problems for a clear recording error."""

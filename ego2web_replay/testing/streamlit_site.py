@@ -1,0 +1,77 @@
+"""Streamlit (PyPI ``streamlit``) on 127.0.0.1: an app that draws nothing without its websocket.
+
+:class:`StreamlitSite` writes a small app script and runs ``streamlit run`` on it as its
+own process. The page Streamlit serves is an empty shell; every element (title, text,
+table) comes over the websocket ``/_stcore/stream`` as protobuf messages, so a replay
+that cannot play the websocket shows a blank page.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Self
+
+from .thirdparty import _free_port, _wait_http
+
+__all__ = ["StreamlitSite", "APP_TEXT"]
+
+APP_TEXT = ("Walnut ledger", "Walnut coffee costs 12.50 today")
+
+_APP = f'''import streamlit as st
+
+st.title({APP_TEXT[0]!r})
+st.write({APP_TEXT[1]!r})
+st.table({{"item": ["walnut coffee", "oak table"], "price": [12.5, 240.0]}})
+'''
+
+
+class StreamlitSite:
+    """``streamlit run`` of a two-line app on ``http://127.0.0.1:<port>/``."""
+
+    __test__ = False
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        app = self.folder / "app.py"
+        app.write_text(_APP)
+        self.port = _free_port()
+        cmd = [sys.executable, "-m", "streamlit", "run", str(app), "--server.address", "127.0.0.1",
+               "--server.port", str(self.port), "--server.headless", "true", "--server.fileWatcherType", "none",
+               "--browser.gatherUsageStats", "false", "--global.developmentMode", "false"]
+        env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "HOME": str(self.folder)}
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+                                      cwd=self.folder)
+        try:
+            _wait_http(self.url + "/_stcore/health", 60)
+        except OSError:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
