@@ -9,12 +9,11 @@ that cannot play the websocket shows a blank page.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Self
 
-from .thirdparty import _free_port, _wait_http
+from .thirdparty import AppProcess, _free_port
 
 __all__ = ["StreamlitSite", "APP_TEXT"]
 
@@ -28,15 +27,12 @@ st.table({{"item": ["walnut coffee", "oak table"], "price": [12.5, 240.0]}})
 '''
 
 
-class StreamlitSite:
-    """``streamlit run`` of a two-line app on ``http://127.0.0.1:<port>/``."""
-
-    __test__ = False
+class StreamlitSite(AppProcess):
+    """``streamlit run`` of a small app on ``http://127.0.0.1:<port>/``."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = Path(folder)
         self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -51,27 +47,5 @@ class StreamlitSite:
                "--server.port", str(self.port), "--server.headless", "true", "--server.fileWatcherType", "none",
                "--browser.gatherUsageStats", "false", "--global.developmentMode", "false"]
         env = {**os.environ, "STREAMLIT_BROWSER_GATHER_USAGE_STATS": "false", "HOME": str(self.folder)}
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
-                                      cwd=self.folder)
-        try:
-            _wait_http(self.url + "/_stcore/health", 60)
-        except OSError:
-            self.stop()
-            raise
+        self._launch(cmd, env, self.url + "/_stcore/health", 60, cwd=self.folder)
         return self
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
