@@ -232,6 +232,12 @@ def _raw(proxy_port: int, data: bytes, until: Callable[[bytes], bool], timeout: 
     return s, got
 
 
+def _ws_upgrade(port: int, path: str) -> bytes:
+    return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
 def test_kept_alive_connections_are_reused_and_a_dropped_one_is_retried(origin, ca, tmp_path):
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
@@ -297,6 +303,21 @@ def test_websocket_passes_through_both_ways_and_its_conversation_is_archived(ori
         ("client", "binary", sent[1][1]), ("server", "binary", b"echo:" + sent[1][1]),
         ("client", "close", struct.pack("!H", 1000)), ("server", "close", struct.pack("!H", 1000))]
     assert all(0 <= a.t <= b.t for a, b in zip(messages, messages[1:], strict=False))
+
+
+def test_a_websocket_open_when_the_recording_stops_is_archived_up_to_there(origin, ca, tmp_path):
+    with _Recording(tmp_path, ca) as rec:
+        s, got = _raw(rec.front.port, _ws_upgrade(origin.server_address[1], "/ws"), lambda b: b"\r\n\r\n" in b)
+        s.sendall(frame(TEXT, b"still here", mask=True))
+        reader = MessageReader()
+        while not (echoed := reader.feed(s.recv(65536))):
+            pass
+        assert echoed[0].data == b"echo:still here"
+    s.close()  # the recording stopped first: the proxy closed the websocket and archived it
+    talk = rec.records()[-1]
+    assert talk.rec_type == "metadata"
+    assert [(m.side, m.data) for m in decode_messages(talk.payload)] == [
+        ("client", b"still here"), ("server", b"echo:still here")]
 
 
 def test_an_origin_that_refuses_is_a_502_kept_among_the_errors(ca, tmp_path):
@@ -459,9 +480,7 @@ def test_a_websocket_tunnel_closes_when_either_side_closes(origin, ca, tmp_path)
     port = origin.server_address[1]
 
     def upgrade(path: str) -> bytes:
-        return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+        return _ws_upgrade(port, path)
 
     with _Recording(tmp_path, ca) as rec:
         origin.ws_closed.clear()

@@ -130,11 +130,17 @@ def test_the_conversation_is_archived_in_a_layout_warcio_checks(recorded, tmp_pa
                           text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "metadata" in done.stdout
+    wacz = tmp_path / "ws.wacz"
+    export_snapshot(snap_path, wacz, "wacz")
+    done = subprocess.run([Path(sys.executable).parent / "wacz", "validate", "-f", str(wacz)], capture_output=True,
+                          text=True)
+    assert done.returncode == 0 and "is valid" in done.stdout, done.stdout + done.stderr
 
 
-def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca):
+@pytest.mark.parametrize("index", ["memory", "mapped"])
+def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca, index):
     snap_path, url, live = recorded
-    with Replay([snap_path], ca=ca, guard_mode="loopback") as replay:  # the server is gone
+    with Replay([snap_path], ca=ca, guard_mode="loopback", index=index) as replay:  # the server is gone
         again = _talk(url, replay.proxy_url, ["plain", '{"ts": 1767312000, "_": 99, "q": "abc"}', BLOB])
         stats = replay.stats()
     assert again == live  # the JSON message matched with its volatile fields dropped
