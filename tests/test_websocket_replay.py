@@ -22,6 +22,7 @@ from ego2web_replay.models import ReplayLogEntry
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.export import export_snapshot
+from ego2web_replay.snapshots.extend import extend_snapshot
 from ego2web_replay.snapshots.location import open_snapshot
 from ego2web_replay.snapshots.verify import integrity_problems
 from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
@@ -137,9 +138,12 @@ def test_the_conversation_is_archived_in_a_layout_warcio_checks(recorded, tmp_pa
     assert done.returncode == 0 and "is valid" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("index", ["memory", "mapped"])
-def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca, index):
+@pytest.mark.parametrize("index", ["memory", "mapped", "extended"])
+def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca, index, tmp_path):
     snap_path, url, live = recorded
+    if index == "extended":  # a snapshot grown by `snapshot extend` keeps the conversation with its handshake
+        snap_path = extend_snapshot(snap_path, [], root=tmp_path).path
+        index = "memory"
     with Replay([snap_path], ca=ca, guard_mode="loopback", index=index) as replay:  # the server is gone
         again = _talk(url, replay.proxy_url, ["plain", '{"ts": 1767312000, "_": 99, "q": "abc"}', BLOB])
         stats = replay.stats()

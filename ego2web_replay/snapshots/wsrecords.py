@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = ["CONTENT_TYPE", "WsMessage", "encode_messages", "decode_messages", "write_conversation",
-           "is_conversation", "conversation_of"]
+           "is_conversation", "conversation_of", "conversation_record"]
 
 CONTENT_TYPE = "application/vnd.ego2web-replay.websocket+jsonl"
 _KINDS = ("text", "binary", "close", "ping", "pong")
@@ -120,9 +120,9 @@ def write_conversation(writer: Any, *, url: str, request_headers: list[tuple[str
     return [response, request, talk]
 
 
-def conversation_of(snapshot: Any, entry: Any) -> list[WsMessage] | None:
-    """The messages archived with the ``101`` capture ``entry`` of ``snapshot`` (a record or two after
-    it, see the module docstring); None when there are none or they cannot be read."""
+def conversation_record(snapshot: Any, entry: Any) -> Any | None:
+    """The conversation record archived with the ``101`` capture ``entry`` of ``snapshot`` (a record or
+    two after it, see the module docstring); None when there is none or it cannot be read."""
     from ..errors import ArchiveError
 
     try:
@@ -131,8 +131,19 @@ def conversation_of(snapshot: Any, entry: Any) -> list[WsMessage] | None:
         for _ in range(2):
             record = snapshot.record_at(offset)
             if is_conversation(record, response.record_id):
-                return decode_messages(record.payload)
+                return record
             offset += record.length
     except (ArchiveError, OSError, ValueError, EOFError):
         return None
     return None
+
+
+def conversation_of(snapshot: Any, entry: Any) -> list[WsMessage] | None:
+    """The messages of :func:`conversation_record`; None when there are none or they cannot be read."""
+    record = conversation_record(snapshot, entry)
+    if record is None:
+        return None
+    try:
+        return decode_messages(record.payload)
+    except ValueError:
+        return None
