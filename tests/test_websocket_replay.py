@@ -24,7 +24,8 @@ from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.export import export_snapshot
 from ego2web_replay.snapshots.extend import extend_snapshot
 from ego2web_replay.snapshots.location import open_snapshot
-from ego2web_replay.snapshots.verify import integrity_problems
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.snapshots.verify import integrity_problems, verify_snapshot
 from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
 from ego2web_replay.tasks import Task
 from ego2web_replay.validity import classify
@@ -118,6 +119,8 @@ def test_the_conversation_is_archived_in_a_layout_warcio_checks(recorded, tmp_pa
     assert live == [["welcome"], ["echo:plain"], ['{"answer": "ABC"}', '{"done": "abc"}'], [BLOB[::-1]]]
     snap = open_snapshot(snap_path)
     assert integrity_problems(snap) == []
+    report = verify_snapshot(snap_path)
+    assert report.ok and report.warnings == []
     [talk] = [r for r in snap.records() if r.rec_type == "metadata" and r.content_type == CONTENT_TYPE]
     [handshake] = [e for e in snap.entries() if e.status == 101]
     assert talk.url == url.replace("ws://", "http://") == handshake.url
@@ -179,3 +182,22 @@ def test_an_unrecorded_websocket_is_refused_and_never_complete(recorded, ca):
     page = ReplayLogEntry(method="GET", url="https://x.example/_stcore/stream", outcome="websocket", status=403,
                           kind="content")
     assert classify([page]) == "off-snapshot"
+
+
+def test_a_handshake_without_its_conversation_is_a_verify_warning_and_refused(ca, tmp_path):
+    """A WARC holding a 101 but no conversation (written by another tool, say): verify warns, replay refuses."""
+    sw = SnapshotWriter(tmp_path, "bare")
+    sw.writer.write_exchange(url="http://ws.example/feed", method="GET", status=101, reason="Switching Protocols",
+                             request_headers=[("Upgrade", "websocket"), ("Connection", "Upgrade")], request_body=b"",
+                             response_headers=[("Upgrade", "websocket"), ("Connection", "Upgrade")],
+                             response_body=b"")
+    sw.writer.write_exchange(url="http://ws.example/", method="GET", status=200, reason="OK", request_headers=[],
+                             request_body=b"", response_headers=[("Content-Type", "text/html")], response_body=b"hi")
+    sw.finalize()
+    report = verify_snapshot(sw.path)
+    assert report.ok and len(report.warnings) == 1 and "http://ws.example/feed" in report.warnings[0]
+    with Replay([sw.path], ca=ca) as replay:
+        with pytest.raises(websockets.exceptions.InvalidStatus):
+            connect("ws://ws.example/feed", proxy=replay.proxy_url, open_timeout=10)
+        stats = replay.stats()
+    assert stats.websocket == 1 and stats.validity == "off-snapshot"
