@@ -15,15 +15,19 @@ from typing import Self
 
 from .thirdparty import AppProcess, _free_port
 
-__all__ = ["StreamlitSite", "APP_TEXT"]
+__all__ = ["StreamlitSite", "APP_TEXT", "CLICKED_TEXT"]
 
 APP_TEXT = ("Walnut ledger", "Walnut coffee costs 12.50 today")
+CLICKED_TEXT = "Ordered 2 bags of walnut coffee"
 
 _APP = f'''import streamlit as st
 
 st.title({APP_TEXT[0]!r})
 st.write({APP_TEXT[1]!r})
 st.table({{"item": ["walnut coffee", "oak table"], "price": [12.5, 240.0]}})
+bags = st.number_input("Bags", min_value=1, max_value=9, value=1)
+if st.button("Order"):
+    st.write(f"Ordered {{bags}} bags of walnut coffee")
 '''
 
 
