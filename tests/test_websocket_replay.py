@@ -106,7 +106,7 @@ def recorded(request, ca, tmp_path_factory):
         url = f"ws://127.0.0.1:{server.port}/live?room=7"
         task = Task(id="ws", instruction="x", start_url=url.replace("ws://", "http://"))
         with LiveRecording(task, folder / "snapshots", opts, ca=ca) as live:
-            live_answers = _talk(url, live.proxy_url, ["plain", '{"q": "abc", "_": 1, "ts": 1767225600}', BLOB])
+            live_answers = _talk(url, live.proxy_url, ["plain", '{"q": "abc", "_": 1, "ts": 1767225600, "token": "s3cret"}', BLOB])
             deadline = time.monotonic() + 5
             while getattr(live.guard, "_pipes", None) and time.monotonic() < deadline:  # closed: archived
                 time.sleep(0.05)
@@ -128,6 +128,8 @@ def test_the_conversation_is_archived_in_a_layout_warcio_checks(recorded, tmp_pa
     assert [(m.side, m.kind) for m in messages][:4] == [
         ("server", "text"), ("client", "text"), ("server", "text"), ("client", "text")]
     assert ("client", "binary", BLOB) in [(m.side, m.kind, m.data) for m in messages]  # inflated as sent
+    [asked] = [json.loads(m.data) for m in messages if m.side == "client" and m.kind == "text" and b"abc" in m.data]
+    assert b"s3cret" not in talk.payload and asked["q"] == "abc" and asked["token"] != "s3cret"  # as in bodies
     out = tmp_path / "ws.warc.gz"
     export_snapshot(snap_path, out, "warc.gz")  # every record copied, a gzip member each: warcio reads it
     done = subprocess.run([Path(sys.executable).parent / "warcio", "check", "-v", str(out)], capture_output=True,
@@ -148,9 +150,9 @@ def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca, index, t
         snap_path = extend_snapshot(snap_path, [], root=tmp_path).path
         index = "memory"
     with Replay([snap_path], ca=ca, guard_mode="loopback", index=index) as replay:  # the server is gone
-        again = _talk(url, replay.proxy_url, ["plain", '{"ts": 1767312000, "_": 99, "q": "abc"}', BLOB])
+        again = _talk(url, replay.proxy_url, ["plain", '{"ts": 1767312000, "_": 99, "q": "abc", "token": "other"}', BLOB])
         stats = replay.stats()
-    assert again == live  # the JSON message matched with its volatile fields dropped
+    assert again == live  # the JSON message matched with its volatile fields dropped, its credential redacted
     outcomes = [(e.method, e.outcome) for e in stats.log]
     assert outcomes == [("GET", "exact"), ("WS", "exact"), ("WS", "canonical"), ("WS", "exact")]
     assert stats.validity == "complete" and stats.miss == 0 and stats.websocket == 0

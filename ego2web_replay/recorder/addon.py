@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
-from ..snapshots.wsrecords import WsMessage, write_conversation
+from ..snapshots.wsrecords import WsMessage, redact_message, write_conversation
 from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -73,8 +73,8 @@ class ExchangeArchive:
                 websocket: tuple[list[Any], bool] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
 
-        ``websocket``, for a ``101`` handshake, is its conversation (messages, truncated), archived
-        after the handshake (:func:`~ego2web_replay.snapshots.wsrecords.write_conversation`).
+        ``websocket``, for a ``101`` handshake, is its conversation (messages, truncated; the client's
+        JSON messages redacted like request bodies), archived after the handshake (:func:`~ego2web_replay.snapshots.wsrecords.write_conversation`).
 
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
         archived with ``Host: authority`` first, when ``authority`` is given.
@@ -88,6 +88,8 @@ class ExchangeArchive:
             req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
             url = red.url(url)
             req_body = red.body(req_type, req_body, req_enc)
+            if websocket is not None:  # the client's JSON messages, like request bodies
+                websocket = ([redact_message(red, m) for m in websocket[0]], websocket[1])
         if authority is not None and get_header(req_headers, "host") is None:
             req_headers.insert(0, ("Host", authority))
         date = dt.datetime.fromtimestamp(started, dt.UTC).replace(tzinfo=None)

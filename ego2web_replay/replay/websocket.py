@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..snapshots.volatility import path_group
-from ..snapshots.wsrecords import WsMessage
+from ..snapshots.wsrecords import WsMessage, redact_message
 from ..wire.reply import Reply
 from ..wire.websocket import (
     BINARY,
@@ -108,8 +108,10 @@ def json_canon(volatile: Callable[[str, Any], bool]) -> Callable[[WsMessage], st
 class ReplayTunnel:
     """The server side of one replayed websocket (the tunnel of a ``101`` :class:`Reply`)."""
 
-    def __init__(self, turns: Turns, on_message: Callable[[str], None]) -> None:
+    def __init__(self, turns: Turns, on_message: Callable[[str], None],
+                 prepare: Callable[[WsMessage], WsMessage] | None = None) -> None:
         self.turns, self.on_message = turns, on_message
+        self.prepare = prepare  # what the archive did to a client message (credential redaction)
         self.reader = MessageReader()
         self.write: Callable[[bytes], None] = lambda _: None
         self.end: Callable[[], None] = lambda: None
@@ -135,7 +137,10 @@ class ReplayTunnel:
             elif m.opcode == CLOSE:
                 self._close(frame(CLOSE, m.data[:2]))
             elif m.opcode in (TEXT, BINARY):
-                got = self.turns.match(m.kind, m.data)
+                sent = WsMessage(0, "client", m.kind, m.data)
+                if self.prepare is not None:
+                    sent = self.prepare(sent)
+                got = self.turns.match(sent.kind, sent.data)
                 self.on_message(got[0] if got else "miss")
                 if got:
                     self._play(got[1])
@@ -188,5 +193,7 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
     protocol = get_header(responder._prepared(result.capture.ref)[2], "sec-websocket-protocol")
     if protocol:
         headers.append(("Sec-WebSocket-Protocol", protocol))
-    tunnel = ReplayTunnel(Turns(messages, json_canon(volatile)), on_message)
+    red = responder.redactor
+    prepare = None if red is None else (lambda m: redact_message(red, m))
+    tunnel = ReplayTunnel(Turns(messages, json_canon(volatile)), on_message, prepare)
     return Reply(101, "Switching Protocols", headers, b"", False, "replayed", tunnel=tunnel)

@@ -15,7 +15,8 @@ A websocket the recorder saw is archived, when it ends, as three consecutive rec
 
    ``t`` is seconds since the handshake; ``from`` is ``client`` or ``server``; ``type`` is
    ``text``, ``binary``, ``close``, ``ping`` or ``pong``. Payloads are as the application
-   sent them (permessage-deflate undone). A conversation cut at the size bound carries
+   sent them (permessage-deflate undone), except that credentials in the client's JSON
+   messages are redacted as in JSON request bodies (unless credentials are kept). A conversation cut at the size bound carries
    ``WARC-Truncated: length``.
 
 Other tools skip it safely: a ``metadata`` record is not a capture (pywb, warcio's indexer
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import struct
 from collections.abc import Iterable
@@ -38,7 +40,7 @@ from datetime import datetime
 from typing import Any
 
 __all__ = ["CONTENT_TYPE", "WsMessage", "encode_messages", "decode_messages", "write_conversation",
-           "is_conversation", "conversation_of", "conversation_record"]
+           "is_conversation", "conversation_of", "conversation_record", "redact_message"]
 
 CONTENT_TYPE = "application/vnd.ego2web-replay.websocket+jsonl"
 _KINDS = ("text", "binary", "close", "ping", "pong")
@@ -96,6 +98,15 @@ def decode_messages(block: bytes) -> list[WsMessage]:
         except (ValueError, KeyError, TypeError, struct.error):
             raise ValueError(f"line {number} is not a websocket message") from None
     return out
+
+
+def redact_message(red: Any, message: WsMessage) -> WsMessage:
+    """``message`` with credentials redacted (``red``: a :class:`~ego2web_replay.redaction.Redactor`):
+    the client's JSON text messages, as JSON request bodies are; everything else as it is."""
+    if message.side != "client" or message.kind != "text":
+        return message
+    data = red.body("application/json", message.data)
+    return message if data == message.data else dataclasses.replace(message, data=data)
 
 
 def is_conversation(record: Any, response_id: str | None) -> bool:
