@@ -143,13 +143,14 @@ def test_the_conversation_is_archived_in_a_layout_warcio_checks(recorded, tmp_pa
     assert done.returncode == 0 and "is valid" in done.stdout, done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("index", ["memory", "mapped", "extended"])
+@pytest.mark.parametrize("index", ["memory", "mapped", "extended", "workers"])
 def test_replay_plays_the_servers_messages_to_the_clients(recorded, ca, index, tmp_path):
     snap_path, url, live = recorded
+    processes = 2 if index == "workers" else 1  # `serve --processes 2`: the stats come from the workers
     if index == "extended":  # a snapshot grown by `snapshot extend` keeps the conversation with its handshake
         snap_path = extend_snapshot(snap_path, [], root=tmp_path).path
-        index = "memory"
-    with Replay([snap_path], ca=ca, guard_mode="loopback", index=index) as replay:  # the server is gone
+    index = index if index in ("memory", "mapped") else "memory"
+    with Replay([snap_path], ca=ca, guard_mode="loopback", index=index, processes=processes) as replay:
         again = _talk(url, replay.proxy_url, ["plain", '{"ts": 1767312000, "_": 99, "q": "abc", "token": "other"}', BLOB])
         stats = replay.stats()
     assert again == live  # the JSON message matched with its volatile fields dropped, its credential redacted
