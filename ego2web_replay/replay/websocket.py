@@ -18,8 +18,7 @@ conversation (:mod:`ego2web_replay.snapshots.wsrecords`) is then played by
 
 Every handshake and every client message is one replay log entry (method ``WS`` for
 messages; its ``kind`` that of the handshake), so what the page did not get counts
-toward the episode's validity. A handshake the live site refused (its archived answer is
-not a ``101``) gets that archived answer, as any request. One with no archived conversation
+toward the episode's validity. A handshake with no archived ``101`` and conversation
 (or on the mitmproxy engine, which does not carry these tunnels) is refused with a 403
 and counted as ``websocket``.
 """
@@ -172,19 +171,8 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
     if responder.redactor is not None:
         url = responder.redactor.url(url)
     result = responder.session.match("GET", url, None, None) if key else None
-    if result is None or result.capture is None:
-        return None
-    try:
-        status, reason, head, body = responder._prepared(result.capture.ref)
-    except Exception:  # noqa: BLE001 - an unreadable record: refused (and counted) like a missing one
-        return None
-    if status != 101:  # the live site refused the upgrade too: its refusal is the recorded answer
-        from .responder import framed
-
-        log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
-        return framed(status, reason, responder._dated(head), body, method)
-    messages = responder.conversation(result.capture.ref)
-    if messages is None:
+    messages = responder.conversation(result.capture.ref) if result and result.capture else None
+    if result is None or messages is None:
         return None
     log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind)
     index = responder.index
