@@ -200,7 +200,9 @@ def test_a_handshake_without_its_conversation_is_a_verify_warning_and_refused(ca
     report = verify_snapshot(sw.path)
     assert report.ok and len(report.warnings) == 1 and "http://ws.example/feed" in report.warnings[0]
     with Replay([sw.path], ca=ca) as replay:
-        with pytest.raises(websockets.exceptions.InvalidStatus):
-            connect("ws://ws.example/feed", proxy=replay.proxy_url, open_timeout=10)
+        for url in ("ws://ws.example/feed", "ws://ws.example/"):  # the second's capture is a page, not a 101
+            with pytest.raises(websockets.exceptions.InvalidStatus) as refused:
+                connect(url, proxy=replay.proxy_url, open_timeout=10)
+            assert refused.value.response.status_code == 403  # never the page's answer
         stats = replay.stats()
-    assert stats.websocket == 1 and stats.validity == "off-snapshot"
+    assert stats.websocket == 2 and stats.validity == "off-snapshot"
