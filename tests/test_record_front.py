@@ -320,6 +320,23 @@ def test_a_websocket_open_when_the_recording_stops_is_archived_up_to_there(origi
         ("client", b"still here"), ("server", b"echo:still here")]
 
 
+def test_a_conversation_over_the_bound_is_archived_up_to_there_and_marked_truncated(tmp_path):
+    from ego2web_replay.recorder.websocket import WebsocketTap
+
+    snap = SnapshotWriter(tmp_path, "T", compression="zst", source="record")
+    _OPEN.append(snap)
+    tap = WebsocketTap(ExchangeArchive(snap.writer), url="http://ws.example/big", request_headers=[], status=101,
+                       reason="Switching Protocols", response_headers=[], http_version="HTTP/1.1", ip=None,
+                       started=time.time(), authority=None, max_bytes=2000)
+    for n in range(5):
+        tap.client(frame(BINARY, bytes([n]) * 500, mask=True))
+    tap.finish()
+    snap.finalize()
+    talk = list(iter_records(snap.writer.path))[-1]
+    assert talk.headers.get("WARC-Truncated") == "length"
+    assert [m.data for m in decode_messages(talk.payload)] == [bytes([n]) * 500 for n in range(2)]
+
+
 def test_an_origin_that_refuses_is_a_502_kept_among_the_errors(ca, tmp_path):
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))

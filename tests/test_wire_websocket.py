@@ -4,6 +4,7 @@ against the frames the ``websockets`` package writes (its sans-I/O protocol, per
 from __future__ import annotations
 
 import struct
+import zlib
 
 import pytest
 from websockets.client import ClientProtocol
@@ -67,6 +68,10 @@ def test_frames_written_read_back_and_bad_framing_refused():
         MessageReader().feed(b"\xc1\x01x")  # compressed, but nothing agreed it
     with pytest.raises(FrameError):
         MessageReader(max_message=10).feed(frame(TEXT, b"x" * 11))
+    bomb = zlib.compressobj(wbits=-15)
+    packed = (bomb.compress(b"\0" * 10_000_000) + bomb.flush(zlib.Z_SYNC_FLUSH))[:-4]
+    with pytest.raises(FrameError, match="over 1000000"):  # 10 MB from 10 KB: stopped at the bound
+        MessageReader(deflate=True, max_message=1_000_000).feed(b"\xc2" + frame(BINARY, packed)[1:])
     assert accept_key("dGhlIHNhbXBsZSBub25jZQ==") == "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="  # RFC 6455 section 1.3
     assert deflate_agreed("permessage-deflate; client_max_window_bits=15") and not deflate_agreed("x-webkit")
     assert Frame(Opcode.TEXT, b"hi").serialize(mask=False, extensions=[]) == frame(TEXT, b"hi")

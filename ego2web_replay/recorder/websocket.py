@@ -6,8 +6,9 @@ direction (:class:`~ego2web_replay.wire.websocket.MessageReader`, permessage-def
 undone) with the time since the handshake, and when the tunnel closes (either side,
 or the recorder stopping) archives the handshake and the conversation through
 :meth:`~.addon.ExchangeArchive.archive` (the layout: :mod:`ego2web_replay.snapshots.wsrecords`).
-A conversation over ``max_bytes``, or whose framing cannot be read, is archived up to
-there and marked truncated; the second also becomes an upstream error of the recording.
+A conversation over ``max_bytes`` (as archived; :func:`conversation_bound` by default), or
+whose framing cannot be read, is archived up to there and marked truncated; the second also
+becomes an upstream error of the recording.
 """
 
 from __future__ import annotations
@@ -17,14 +18,22 @@ import zlib
 from collections.abc import Callable
 from typing import Any
 
+from ..limits import max_record_bytes
 from ..snapshots.wsrecords import WsMessage
 from ..web import get_header
 from ..wire.websocket import FrameError, MessageReader, deflate_agreed
 from .addon import ExchangeArchive
 
-__all__ = ["WebsocketTap", "MAX_CONVERSATION", "is_websocket"]
+__all__ = ["WebsocketTap", "MAX_CONVERSATION", "conversation_bound", "is_websocket"]
 
 MAX_CONVERSATION = 64 * 1024 * 1024
+_LINE_BYTES = 96  # a message's JSON line beside its payload (time, side, type, quoting)
+
+
+def conversation_bound() -> int:
+    """The largest conversation archived, in JSON Lines bytes: 64 MiB, or half of what the snapshot
+    reader accepts as one record (``EGO2WEB_MAX_RECORD_BYTES``) when that is less."""
+    return min(MAX_CONVERSATION, max_record_bytes() // 2)
 
 
 def is_websocket(request_headers: list[tuple[str, str]]) -> bool:
@@ -36,15 +45,16 @@ class WebsocketTap:
 
     def __init__(self, archive: ExchangeArchive, *, url: str, request_headers: list[tuple[str, str]], status: int,
                  reason: str, response_headers: list[tuple[str, str]], http_version: str, ip: str | None,
-                 started: float, authority: str | None, max_bytes: int = MAX_CONVERSATION,
+                 started: float, authority: str | None, max_bytes: int | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.archive, self.url, self.started, self.clock = archive, url, started, clock
         self.head: dict[str, Any] = dict(request_headers=request_headers, status=status, reason=reason,
                          response_headers=response_headers, http_version=http_version, ip=ip, authority=authority)
         deflate = deflate_agreed(get_header(response_headers, "sec-websocket-extensions"))
-        self.readers = {side: MessageReader(deflate=deflate) for side in ("client", "server")}
         self.messages: list[WsMessage] = []
-        self.max_bytes, self.size = max_bytes, 0
+        self.max_bytes, self.size = max_bytes or conversation_bound(), 0
+        self.readers = {side: MessageReader(deflate=deflate, max_message=self.max_bytes)
+                        for side in ("client", "server")}
         self.truncated = False
         self.done = False
 
@@ -67,7 +77,7 @@ class WebsocketTap:
             return
         t = self.clock() - self.started
         for m in got:
-            self.size += len(m.data)
+            self.size += len(m.data) * 4 // 3 + _LINE_BYTES  # as archived: base64 at worst, and its line
             if self.size > self.max_bytes:
                 self.truncated = True
                 return

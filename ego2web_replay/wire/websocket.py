@@ -115,7 +115,9 @@ class MessageReader:
                 if self._compressed:
                     if self._inflater is None:
                         raise FrameError("a compressed frame without permessage-deflate")
-                    body = self._inflater.decompress(body + b"\x00\x00\xff\xff")
+                    body = self._inflater.decompress(body + b"\x00\x00\xff\xff", self.max_message + 1)
+                    if len(body) > self.max_message:  # inflated past the bound (a bomb, say)
+                        raise FrameError(f"a websocket message over {self.max_message} bytes")
                 out.append(Message(self._opcode, body))
                 self._parts, self._opcode, self._compressed = [], 0, False
         return out
