@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import websockets
@@ -28,6 +30,7 @@ from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.snapshots.verify import integrity_problems, verify_snapshot
 from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.tls import make_test_ca
 from ego2web_replay.validity import classify
 
 BLOB = bytes(range(256)) * 40
@@ -50,9 +53,10 @@ async def _handler(ws) -> None:
 
 
 class _Server:
-    """A real ``websockets`` server on 127.0.0.1 in a thread of its own."""
+    """A real ``websockets`` server on 127.0.0.1 in a thread of its own (TLS when given ``ssl``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ssl: Any = None) -> None:
+        self.ssl = ssl
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -60,7 +64,7 @@ class _Server:
 
     def _run(self) -> None:
         async def main() -> None:
-            async with serve(_handler, "127.0.0.1", 0) as server:
+            async with serve(_handler, "127.0.0.1", 0, ssl=self.ssl) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 self.stop = self.loop.create_future()
                 self.ready.set()
@@ -77,10 +81,10 @@ class _Server:
         self.thread.join(10)
 
 
-def _talk(url: str, proxy: str, messages: list[str | bytes]) -> list[list[str | bytes]]:
+def _talk(url: str, proxy: str, messages: list[str | bytes], ssl: Any = None) -> list[list[str | bytes]]:
     """Send each message, collecting what the server sends back until it goes quiet (0.5 s)."""
     answers = []
-    with connect(url, proxy=proxy, open_timeout=10) as ws:
+    with connect(url, proxy=proxy, open_timeout=10, ssl=ssl) as ws:
         answers.append(_drain(ws))
         for m in messages:
             ws.send(m)
@@ -206,3 +210,27 @@ def test_a_handshake_without_its_conversation_is_a_verify_warning_and_refused(ca
             assert refused.value.response.status_code == 403  # never the page's answer
         stats = replay.stats()
     assert stats.websocket == 2 and stats.validity == "off-snapshot"
+
+
+def test_a_wss_websocket_is_recorded_and_replayed_through_tls(ca, tmp_path):
+    """wss://: TLS to the origin (its own CA) when recording, TLS from the project CA when replaying."""
+    site_ca = make_test_ca(tmp_path / "tls")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(site_ca.server_cert, site_ca.server_key)
+    client_tls = ssl.create_default_context(cafile=str(ca.cert_path))  # the proxy's leaf certificates
+    with _Server(ssl=server_tls) as server:
+        url = f"wss://127.0.0.1:{server.port}/secure"
+        task = Task(id="wss", instruction="x", start_url=url.replace("wss://", "https://"))
+        opts = RecordOptions(guard="loopback", upstream_ca=site_ca.ca_cert)
+        with LiveRecording(task, tmp_path / "snapshots", opts, ca=ca) as live:
+            live_answers = _talk(url, live.proxy_url, ["over tls", b"\x00\x01"], ssl=client_tls)
+            deadline = time.monotonic() + 5
+            while getattr(live.guard, "_pipes", None) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert live.ok, live.error
+    assert live_answers == [["welcome"], ["echo:over tls"], [b"\x01\x00"]]
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback") as replay:
+        again = _talk(url, replay.proxy_url, ["over tls", b"\x00\x01"], ssl=client_tls)
+        stats = replay.stats()
+    assert again == live_answers and stats.validity == "complete"
+    assert stats.log[0].url == url.replace("wss://", "https://") and stats.log[0].status == 101
