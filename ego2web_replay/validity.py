@@ -5,9 +5,14 @@ Every frozen episode is classified from its replay log:
 * ``complete``: no miss and no nearest-capture (``fuzzy``) answer;
 * ``degraded``: misses only on subresources that do not carry the page's
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
-* ``off-snapshot``: a document (page or frame), a script, or a fetch/XHR whose
-  response the page may render was missed, answered by the nearest capture, or
-  forwarded to the live web.
+* ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
+  websocket whose response the page may render was missed, answered by the
+  nearest capture, or forwarded to the live web.
+
+A websocket handshake the replay refused (``websocket``: no recorded
+conversation) and a websocket message no recorded one answers (``miss``, method
+``WS``) count like a miss of the handshake's kind: content, unless the URL is an
+analytics beacon.
 
 An answer that set volatile values aside (names learned volatile at record
 time, or fresh random ids recognised by shape) is the recorded response of the
@@ -32,7 +37,7 @@ Validity = Literal["complete", "degraded", "off-snapshot"]
 VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
 
 _DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
-_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt"}
+_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt", "websocket"}
 _SUBRESOURCE_EXT = re.compile(
     r"\.(png|jpe?g|gif|webp|avif|svg|ico|bmp|woff2?|ttf|otf|eot|css|mp4|webm|mp3|ogg|wav|m4a|vtt|map)$", re.I)
 _BEACON = re.compile(
@@ -71,7 +76,7 @@ def classify(entries: Iterable[object]) -> Validity:
     degraded = False
     for e in entries:
         outcome = getattr(e, "outcome", None)
-        if outcome not in ("miss", "fuzzy", "live"):
+        if outcome not in ("miss", "fuzzy", "live", "websocket"):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"

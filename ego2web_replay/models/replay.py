@@ -16,7 +16,8 @@ MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websoc
 class ReplayLogEntry(BaseModel):
     """One request seen by the replay proxy and how it was answered."""
 
-    method: str = Field(description="HTTP method of the request.")
+    method: str = Field(description="HTTP method of the request; ``WS`` for a message a client sent on a "
+                        "replayed websocket (its url the handshake's).")
     url: str = Field(description="URL of the request.")
     outcome: MatchOutcome = Field(description="How it was answered (the matching stage, or why not matched).")
     status: int | None = Field(default=None, description="Status served to the client.")
@@ -43,9 +44,10 @@ class ReplayStats(FileModel):
     fresh_id: int = Field(default=0, description="Of the canonical matches: those that set aside fresh random ids "
                           "(each log entry's `volatile` names the parameters).")
     fuzzy: int = Field(default=0, description="Requests answered by a fuzzy match.")
-    miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy).")
+    miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy), and "
+                      "websocket messages no recorded one answers.")
     blocked: int = Field(default=0, description="Browser background requests answered by the guard.")
-    websocket: int = Field(default=0, description="Websocket upgrades refused.")
+    websocket: int = Field(default=0, description="Websocket handshakes refused (no recorded conversation).")
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
     refused: dict[str, int] = Field(default_factory=dict, description="What the fast proxy's bounds refused or "

@@ -10,7 +10,7 @@ Chromium's background hosts and hosts outside the policy itself, before any DNS 
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
 every request is refused with a 502; an upstream failure is a 502 whose reason is
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
-passed through, not archived. A request that could split a line on the upstream wire (a
+passed through unchanged and archived when they close (:mod:`.websocket`). A request that could split a line on the upstream wire (a
 control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
 never sent. A request whose client goes away before its answer (an
 HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
@@ -41,6 +41,7 @@ from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from .websocket import WebsocketTap, is_websocket
 
 __all__ = ["RecordFront"]
 
@@ -57,11 +58,11 @@ def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
 
 
 class _Pipe:  # the tunnel of a 101 Reply
-    """A ``101`` connection passed through as raw bytes, both ways (a websocket; nothing archived)."""
+    """A ``101`` connection passed through as raw bytes, both ways; a websocket's ``tap`` reads what passes."""
 
-    def __init__(self, resp: UpstreamResponse, pipes: set[_Pipe]) -> None:
+    def __init__(self, resp: UpstreamResponse, pipes: set[_Pipe], tap: WebsocketTap | None = None) -> None:
         assert resp.reader is not None and resp.writer is not None
-        self.reader, self.writer = resp.reader, resp.writer
+        self.reader, self.writer, self.tap = resp.reader, resp.writer, tap
         self.task: asyncio.Task[None] | None = None
         self.pipes = pipes  # the open ones, closed when the proxy stops
         pipes.add(self)
@@ -70,10 +71,14 @@ class _Pipe:  # the tunnel of a 101 Reply
         async def pump() -> None:
             try:
                 while data := await self.reader.read(65536):
+                    if self.tap is not None:
+                        self.tap.server(data)
                     write(data)
             except (ConnectionError, OSError):
                 pass
             finally:
+                if self.tap is not None:
+                    self.tap.finish()
                 close()
                 self.writer.close()
                 with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):
@@ -84,6 +89,8 @@ class _Pipe:  # the tunnel of a 101 Reply
 
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
+            if self.tap is not None:
+                self.tap.client(data)
             self.writer.write(data)
 
     def close(self) -> None:
@@ -150,7 +157,10 @@ class RecordFront(ProxyFront):
             self.archive.note_error(url, str(e), method)
             return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
-            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
+            tap = WebsocketTap(self.archive, url=url, request_headers=headers, status=101, reason=resp.reason,
+                               response_headers=resp.headers, http_version=resp.version, ip=resp.ip,
+                               started=started, authority=authority) if is_websocket(headers) else None
+            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
                                     status=resp.status, reason=resp.reason, response_headers=resp.headers,
                                     response_body=resp.body, http_version=resp.version, ip=resp.ip,

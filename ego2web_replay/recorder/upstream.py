@@ -15,7 +15,7 @@ request body (a 413, a redirect) and then resets the connection gets its answer
 through. HTTPS verifies the origin's certificate
 against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
 ``http/1.1``. A ``101 Switching Protocols`` hands the connection back to the caller
-(a websocket passed through, not archived).
+(a websocket: passed through, its conversation archived by the front end, :mod:`.websocket`).
 
 Failures are :class:`UpstreamError` with a ``kind``: ``connect`` (refused, no
 route, name not found), ``tls`` (handshake failed), ``certificate`` (verification

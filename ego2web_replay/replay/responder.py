@@ -15,7 +15,9 @@ cache: HEAD, Range (206 slices of a stored 200), conditional requests (304), COR
 preflights; HTML gets the determinism script inlined (on the served copy only).
 A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
 (default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
-the mitmproxy engine forwards it upstream). Websocket upgrades are refused and counted.
+the mitmproxy engine forwards it upstream). A websocket handshake is answered from its
+archived conversation (:mod:`.websocket`, given ``conversation``); one with none is refused
+with a 403 and counted as ``websocket``.
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from .httputil import (
     shift_dates,
 )
 from .matching import IndexBase, ReplaySession
+from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
 
@@ -156,13 +159,17 @@ class Responder:
     """Answers requests from ``index`` (built by :mod:`.session`); keeps the stats and the replay log.
 
     ``resolve(ref)`` returns ``(status, reason, headers, body)`` of the archived
-    response for a capture's ``ref``. ``miss`` is a status code as text or ``live``.
+    response for a capture's ``ref``; ``conversation(ref)`` the messages of a ``101`` capture's
+    websocket, or None (no such record; without it every handshake is refused).
+    ``miss`` is a status code as text or ``live``.
     Thread-safe: the counters, log and cache are guarded by one lock.
     """
 
     def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
-                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
+                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None,
+                 conversation: Any = None) -> None:
         self.index = index
+        self.conversation = conversation  # ref -> a 101 capture's websocket messages, or None
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
         self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
         self.resolve = resolve
@@ -236,11 +243,15 @@ class Responder:
         method = method.upper()
         h = _first_values(req_headers)  # looked up a dozen times below
         headers: Head  # a cached head is a tuple (see _remember); framed() hands on a list
-        if (h.get("upgrade") or "").lower() == "websocket":
-            self._log(method, url, "websocket", 403)
-            return _plain(403, "ego2web-replay: websockets are not replayed\n", "websocket-refused", method)
         kind = request_kind(h.get("sec-fetch-dest"), h.get("accept"), url,
                             h.get("sec-fetch-mode"))
+        if (h.get("upgrade") or "").lower() == "websocket":
+            reply = answer_websocket(self, method, url, h, kind) if self.conversation is not None else None
+            if reply is None:
+                self._log(method, url, "websocket", 403, kind=kind)
+                return _plain(403, "ego2web-replay: no recorded websocket answers this\n", "websocket-refused",
+                              method)
+            return reply
         ctype = h.get("content-type")
         if self.redactor is not None:  # the archive holds redacted requests: compare like with like
             url = self.redactor.url(url)

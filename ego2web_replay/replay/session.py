@@ -302,7 +302,8 @@ class Replay:
         self.responder = Responder(index, self._resolve, miss=cfg.miss,
                                    freeze_script=self.init_script or None, policy=cfg.sequence,
                                    snapshots=[str(p) for p in self.paths],
-                                   redactor=snapshots_redactor(self.snapshots))
+                                   redactor=snapshots_redactor(self.snapshots),
+                                   conversation=self._conversation if cfg.engine == "fast" else None)
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
@@ -323,6 +324,15 @@ class Replay:
             ctype = record.content_type or entry.mime or "application/octet-stream"
             return 200, "OK", [("Content-Type", ctype)], record.payload
         return record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload
+
+    def _conversation(self, ref: tuple[int, str]) -> list[Any] | None:
+        """The websocket messages archived with a ``101`` capture (None: not a websocket, or none kept)."""
+        from ..snapshots.cdxj import CdxjEntry
+        from ..snapshots.wsrecords import conversation_of
+
+        n, line = ref
+        entry = CdxjEntry.from_line(line)
+        return conversation_of(self.snapshots[n], entry) if entry.status == 101 else None
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()

@@ -26,6 +26,7 @@ from .cdxj import CdxjEntry
 from .reader import ArchiveRecord
 from .snapshot import Snapshot, SnapshotWriter
 from .warc import Compression
+from .wsrecords import conversation_record
 
 __all__ = [
     "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "parse_window", "surt_request_key", "PROVENANCE",
@@ -128,6 +129,10 @@ def _copy(writer: SnapshotWriter, snap: Snapshot, entry: CdxjEntry, requests: di
     if request is not None:
         writer.writer.write_raw(_raw(request), record_type="request", record_id=request.record_id or "",
                                 url=request.url or "", payload_digest=request.payload_digest)
+    talk = conversation_record(snap, entry) if entry.status == 101 else None
+    if talk is not None:  # a websocket's conversation goes with its handshake, right after it
+        writer.writer.write_raw(_raw(talk), record_type="metadata", record_id=talk.record_id or "",
+                                url=talk.url or "", payload_digest=None)
 
 
 def surt_request_key(entry: CdxjEntry) -> str:

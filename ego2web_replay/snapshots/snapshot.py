@@ -129,6 +129,11 @@ class Snapshot:
         with self._open_archive() as fh:
             return read_record_at(fh, self.archive_path, entry.offset, entry.length)
 
+    def record_at(self, offset: int) -> ArchiveRecord:
+        """The record that starts at byte ``offset`` of the archive."""
+        with self._open_archive() as fh:
+            return read_record_at(fh, self.archive_path, offset)
+
     def records(self) -> list[ArchiveRecord]:
         """Every record of the archive, in file order (small snapshots, tests)."""
         return list(iter_records(self.archive_path, fh=self._open_archive()))
