@@ -24,6 +24,8 @@ class ReplayLogEntry(BaseModel):
     score: float | None = Field(default=None, description="Fuzzy similarity of the capture served.")
     kind: str | None = Field(default=None, description="What the request was for: document, content "
                              "(script, fetch/XHR) or subresource (see ego2web_replay.validity).")
+    range: str | None = Field(default=None, description="The request's Range header, if it had one: answered "
+                              "only with recorded bytes of the URL, else a miss (docs/matching.md).")
 
 
 class ReplayStats(FileModel):

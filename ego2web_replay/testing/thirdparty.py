@@ -8,14 +8,19 @@
 * :class:`MkDocsSite`: a documentation site built by MkDocs (PyPI ``mkdocs``)
   with its default theme (client-side search over ``search/search_index.json``),
   served as static files.
+* :class:`NginxSite`: nginx (Debian's ``nginx-light``) serving a folder of files: ETag and
+  Last-Modified, ``Range`` answered with ``206`` (several ranges as ``multipart/byteranges``),
+  ``If-Range``; what media players and range-reading libraries meet on the web.
 
-Both need the ``dev`` extra; :func:`available` says whether they are installed.
+Datasette and MkDocs need the ``dev`` extra; :func:`available` says whether they are installed.
+:func:`nginx_binary` finds nginx (None when it is not installed).
 """
 
 from __future__ import annotations
 
 import http.server
 import os
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -27,7 +32,7 @@ from typing import Any, Self
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["DatasetteSite", "MkDocsSite", "PRODUCTS", "available", "proxy_get"]
+__all__ = ["DatasetteSite", "MkDocsSite", "NginxSite", "PRODUCTS", "available", "nginx_binary", "proxy_get"]
 
 PRODUCTS = [
     ("walnut coffee", "Kitchen", 12.5), ("walnut tea", "Kitchen", 8.0), ("oak table", "Furniture", 240.0),
@@ -81,15 +86,12 @@ def _wait_http(url: str, timeout_s: float) -> None:
             time.sleep(0.1)
 
 
-class DatasetteSite:
-    """Datasette on ``http://127.0.0.1:<port>/shop/products`` over a product table (page size 5)."""
+class _ProcessSite:
+    """A server run as its own process on ``http://127.0.0.1:<port>``: launched, awaited, stopped."""
 
     __test__ = False
 
-    def __init__(self, folder: Path, page_size: int = 5) -> None:
-        self.folder = Path(folder)
-        self.db = self.folder / "shop.db"
-        self.page_size = page_size
+    def __init__(self) -> None:
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -97,29 +99,14 @@ class DatasetteSite:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _build(self) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if self.db.exists():
-            return
-        con = sqlite3.connect(self.db)
-        con.execute("create table products (id integer primary key, name text, category text, price real)")
-        con.executemany("insert into products (name, category, price) values (?, ?, ?)", PRODUCTS)
-        con.execute('create virtual table products_fts using fts5(name, content="products", content_rowid="id")')
-        con.execute("insert into products_fts (rowid, name) select id, name from products")
-        con.commit()
-        con.close()
-
     def start(self) -> Self:
-        self._build()
-        self.port = _free_port()
-        exe = Path(sys.executable).parent / "datasette"
-        cmd = [str(exe) if exe.exists() else "datasette", "serve", str(self.db), "-h", "127.0.0.1",
-               "-p", str(self.port), "--setting", "default_page_size", str(self.page_size),
-               "--setting", "suggest_facets", "off"]
-        env = {**os.environ, "DATASETTE_SECRET": "ego2web-test"}
+        raise NotImplementedError
+
+    def _launch(self, cmd: list[str], ready_path: str, env: dict[str, str] | None = None) -> Self:
+        """Start ``cmd`` and wait until ``ready_path`` answers (the process is stopped if it never does)."""
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
         try:
-            _wait_http(self.url + "/-/versions.json", 30)
+            _wait_http(self.url + ready_path, 30)
         except OSError:
             self.stop()
             raise
@@ -140,6 +127,39 @@ class DatasetteSite:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class DatasetteSite(_ProcessSite):
+    """Datasette on ``http://127.0.0.1:<port>/shop/products`` over a product table (page size 5)."""
+
+    __test__ = False
+
+    def __init__(self, folder: Path, page_size: int = 5) -> None:
+        super().__init__()
+        self.folder = Path(folder)
+        self.db = self.folder / "shop.db"
+        self.page_size = page_size
+
+    def _build(self) -> None:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        if self.db.exists():
+            return
+        con = sqlite3.connect(self.db)
+        con.execute("create table products (id integer primary key, name text, category text, price real)")
+        con.executemany("insert into products (name, category, price) values (?, ?, ?)", PRODUCTS)
+        con.execute('create virtual table products_fts using fts5(name, content="products", content_rowid="id")')
+        con.execute("insert into products_fts (rowid, name) select id, name from products")
+        con.commit()
+        con.close()
+
+    def start(self) -> Self:
+        self._build()
+        self.port = _free_port()
+        exe = Path(sys.executable).parent / "datasette"
+        cmd = [str(exe) if exe.exists() else "datasette", "serve", str(self.db), "-h", "127.0.0.1",
+               "-p", str(self.port), "--setting", "default_page_size", str(self.page_size),
+               "--setting", "suggest_facets", "off"]
+        return self._launch(cmd, "/-/versions.json", env={**os.environ, "DATASETTE_SECRET": "ego2web-test"})
 
 
 _MKDOCS_PAGES = {
@@ -196,3 +216,57 @@ class MkDocsSite(LoopbackHTTPServer):
     def start(self, port: int | None = None) -> Self:
         self.build()
         return super().start(port)
+
+
+def nginx_binary() -> str | None:
+    """The nginx executable (PATH, else Debian's ``/usr/sbin/nginx``), or None."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+
+
+_NGINX_CONF = """daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  types {{ text/html html; video/mp4 mp4; video/webm webm; application/javascript js; }}
+  default_type application/octet-stream;
+  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+}}
+"""
+
+
+class NginxSite(_ProcessSite):
+    """nginx on ``http://127.0.0.1:<port>/`` serving ``files`` (name -> bytes) from ``folder/www``, as
+    its own foreground process (no master, nothing outside ``folder``)."""
+
+    def __init__(self, folder: Path, files: dict[str, bytes]) -> None:
+        super().__init__()
+        self.folder = Path(folder)
+        self.files = files
+
+    def start(self) -> Self:
+        exe = nginx_binary()
+        if exe is None:
+            raise FileNotFoundError("nginx is not installed (apt-get install -y nginx-light)")
+        for name, data in self.files.items():
+            target = self.folder / "www" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        home = self.folder.resolve()
+        conf = home / "nginx.conf"
+        conf.write_text(_NGINX_CONF.format(d=home, port=self.port), "utf-8")
+        return self._launch([exe, "-p", str(home), "-c", str(conf), "-e", str(home / "error.log")],
+                            "/" + next(iter(self.files)))
