@@ -149,12 +149,16 @@ class Representation:
     # (ref, first, last, headers, part type) of each 206 part, recorded order (the 200 as (ref, 0, size-1, ...))
     answers: list[tuple[tuple[Span, ...], Any]] = field(default_factory=list)  # each 206's spans, and its ref
     segments: list[_Segment] = field(default_factory=list)
+    singles: list[tuple[Any, int, int, Head, str | None]] = field(default_factory=list)  # heads of one-range 206s
+    kept: dict[int, Head] = field(default_factory=dict)  # a recorded head without its length and range, by id
     _starts: list[int] = field(default_factory=list)
     _reach: list[int] = field(default_factory=list)  # index of the segment reaching furthest among [0..i]
 
     def seal(self) -> None:
         """Sort the segments and index how far they reach (after the last capture is added)."""
         self.segments.sort(key=lambda s: (s.first, -s.last))
+        self.singles = [h for h in self.heads if h[4] is None and get_header(h[3], "content-range") is not None]
+        self.kept = {id(h[3]): [(k, v) for k, v in h[3] if k.lower() not in _RESLICED] for h in self.heads}
         self._starts = [s.first for s in self.segments]
         best = -1
         self._reach = []
@@ -270,7 +274,7 @@ class RangeAnswer:
 def _head_for(rep: Representation, span: Span) -> tuple[Head, str | None]:
     """The recorded head to answer ``span`` with: a single-range 206 holding it, else the whole
     200's, else any single-range 206's, else a multipart 206's (with its part's type)."""
-    single = [h for h in rep.heads if h[4] is None and get_header(h[3], "content-range") is not None]
+    single = rep.singles
     for _ref, first, last, headers, _ in single:
         if first <= span[0] and span[1] <= last:
             return headers, None
@@ -301,8 +305,7 @@ def answer_range(reps: Sequence[Representation], range_header: str, if_range: st
             continue
         if not spans:  # nothing satisfiable: the size is known, the answer is a 416
             base, _ = _head_for(rep, (0, 0))
-            headers = [(k, v) for k, v in base if k.lower() not in _RESLICED] + \
-                      [("Content-Range", f"bytes */{_total(rep)}")]
+            headers = [*rep.kept[id(base)], ("Content-Range", f"bytes */{_total(rep)}")]
             return RangeAnswer("reply", 416, reason_phrase(416), headers, b"", rep=rep)
         if not all(rep.covers(s) for s in spans):
             continue
@@ -316,12 +319,11 @@ def answer_range(reps: Sequence[Representation], range_header: str, if_range: st
 
 def _cut(rep: Representation, spans: list[Span], read: Read) -> RangeAnswer:
     base, part_type = _head_for(rep, spans[0])
-    kept = [(k, v) for k, v in base if k.lower() not in _RESLICED]
+    kept = rep.kept[id(base)]
     if len(spans) == 1:
         first, last = spans[0]
-        headers = [(k, v) for k, v in kept if not (part_type and k.lower() == "content-type")]
-        if part_type:
-            headers.append(("Content-Type", part_type))
+        headers = [(k, v) for k, v in kept if k.lower() != "content-type"] + [("Content-Type", part_type)] \
+            if part_type else list(kept)
         headers.append(("Content-Range", f"bytes {first}-{last}/{_total(rep)}"))
         return RangeAnswer("reply", 206, reason_phrase(206), headers, rep.cut(spans[0], read), rep=rep)
     ctype = part_type or get_header(base, "content-type")

@@ -179,7 +179,7 @@ class Responder:
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(8))  # the replay log, by field (see _log)
-        self._maps: dict[tuple[Any, ...], list[Representation]] = {}  # byte maps, by the captures they are of
+        self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
@@ -311,39 +311,43 @@ class Responder:
         if found is None:
             return None
         outcome, positions = found
-        captures = [self.index.capture(p) for p in positions]
         try:
-            reps = self._byte_map(tuple(positions), [c.ref for c in captures])
+            first, reps = self._byte_map(positions)
             if not reps:  # a redirect, a 404 ...: not bytes of a body; answered as it was recorded
                 return None
             got = answer_range(reps, rng, h.get("if-range"), self._prepared)
         except Exception as e:  # noqa: BLE001 - a bad record fails this request only
-            return self._unreadable(method, url, kind, captures[0].url, e)
+            return self._unreadable(method, url, kind, self.index.capture(positions[0]).url, e)
         if got.kind == "whole":
             return None
         if got.kind == "miss":
             return self._missed(method, url, kind, rng)
         status, reason, headers, rbody = got.status, got.reason, got.headers, got.body
-        if got.rep is not None and got.rep.heads and conditional(h, 200, got.rep.heads[0][3]):
+        if ("if-none-match" in h or "if-modified-since" in h) and got.rep is not None and got.rep.heads \
+                and conditional(h, 200, got.rep.heads[0][3]):
             status, reason, headers, rbody = not_modified_response(got.rep.heads[0][3])
-        result = MatchResult(outcome, captures[0], 1.0, url)
+        result = MatchResult(outcome, first, 1.0, url)
         return self._served(method, url, result, status, reason, headers, rbody, kind, rng)
 
-    def _byte_map(self, key: tuple[Any, ...], refs: list[Any]) -> list[Representation]:
-        """The byte map of these captures, built on the first ``Range`` request for them and kept."""
-        reps = self._maps.get(key)
-        if reps is None:
-            def parts() -> Iterator[tuple[Any, int, Head, bytes]]:
-                for ref in refs:
-                    status, _reason, headers, body = self._prepared(ref)
-                    yield ref, status, headers, body
+    def _byte_map(self, positions: Sequence[int]) -> tuple[Any, list[Representation]]:
+        """The first of these captures and their byte map, built on the first ``Range`` request for them
+        and kept (offsets, not bytes)."""
+        key = tuple(positions)
+        hit = self._maps.get(key)
+        if hit is None:
+            captures = [self.index.capture(p) for p in positions]
 
-            reps = build_map(parts())
+            def parts() -> Iterator[tuple[Any, int, Head, bytes]]:
+                for c in captures:
+                    status, _reason, headers, body = self._prepared(c.ref)
+                    yield c.ref, status, headers, body
+
+            hit = (captures[0], build_map(parts()))
             with self._lock:
                 if len(self._maps) >= MAX_MAPS:
                     self._maps.clear()
-                self._maps[key] = reps
-        return reps
+                self._maps[key] = hit
+        return hit
 
     def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any) -> Any:
         """For a request of the whole body that the sequence answered with a recorded ``206``: the first
