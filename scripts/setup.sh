@@ -15,6 +15,14 @@ if [ ! -x /usr/lib/chromium/chromium ] && [ -z "${EGO2WEB_CHROMIUM:-}" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
 fi
 
+# 1b. nginx (Debian's nginx-light): the tests' third-party origin for byte ranges and video seeks.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  say "installing Debian's nginx-light with apt (for the tests)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nginx-light >/dev/null
+fi
+
 # 2. A Python >= 3.12: on PATH, else among pyenv's versions.
 find_python() {
   local c

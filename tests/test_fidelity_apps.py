@@ -1,4 +1,5 @@
-"""Fidelity on real pages in Chromium: learned volatility, and two third-party apps (Datasette, MkDocs)."""
+"""Fidelity on real pages in Chromium: learned volatility, third-party apps (Datasette, MkDocs), and a
+video served by nginx, played and seeked."""
 
 from __future__ import annotations
 
@@ -14,8 +15,15 @@ from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.volatility import read_volatile
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.media import SEEK_PAGE, nearest_second, write_seek_clip
 from ego2web_replay.testing.site import TestSite
-from ego2web_replay.testing.thirdparty import DatasetteSite, MkDocsSite, available
+from ego2web_replay.testing.thirdparty import (
+    DatasetteSite,
+    MkDocsSite,
+    NginxSite,
+    available,
+    nginx_binary,
+)
 
 pytestmark = pytest.mark.slow
 FREEZE = re.compile(r"<script>\s*// ego2web-replay determinism freeze.*?</script>", re.S)
@@ -166,3 +174,53 @@ def test_streamlit_draws_from_its_replayed_websocket_and_a_refused_one_is_not_co
     text, stats = frozen(0, engine="mitmproxy")
     assert APP_TEXT[1] not in text
     assert stats.websocket >= 1 and stats.validity == "off-snapshot"
+
+
+def _seek(ctx, url: str, times: list[float]) -> list[dict]:
+    page = ctx.new_page()
+    page.goto(url, wait_until="load", timeout=20_000)
+    page.wait_for_selector("body[data-ready='1']", timeout=20_000, state="attached")
+    shown = []
+    for t in times:  # awaited with a timeout: a player fed wrong bytes can hang the page
+        page.evaluate("t => { window.__seek = null; seekTo(t).then(r => { window.__seek = r; }); }", t)
+        shown.append(page.wait_for_function("window.__seek", timeout=30_000).json_value())
+    assert page.evaluate("document.body.dataset.error || null") is None
+    page.close()
+    return shown
+
+
+@pytest.mark.skipif(nginx_binary() is None,
+                    reason="nginx not installed (apt-get install -y nginx-light; scripts/setup.sh does)")
+def test_video_from_nginx_seeks_frozen_to_the_recorded_frames(chromium, ca, tmp_path):
+    """A 10 MB MP4 played and seeked in Chromium, recorded from nginx, replayed with nginx stopped: seeks
+    in another order (and one never made live) show the frames live showed, every range from its bytes."""
+    clip = write_seek_clip(tmp_path / "clip.mp4").read_bytes()
+    live_times = [2.5, 6.5, 9.5]
+    with NginxSite(tmp_path / "nginx", {"clip.mp4": clip, "index.html": SEEK_PAGE}) as nginx:
+        url = nginx.url + "/index.html"
+        task = Task(id="video", instruction="x", start_url=url)
+        with LiveRecording(task, tmp_path / "snaps", RecordOptions(guard="loopback"), ca=ca) as live:
+            ctx = chromium.new_context(proxy_url=live.proxy_url)
+            shown_live = dict(zip(live_times, _seek(ctx, url, live_times), strict=True))
+            ctx.close()
+        assert live.ok, live.error
+    for t, s in shown_live.items():
+        assert s["how"] == "seeked" and nearest_second(s["centre"]) == int(t) and s["ready"] >= 2
+    frozen_times = [9.5, 2.5, 4.5, 6.5, 0.5]  # another order, and seconds never seeked live
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback") as replay:
+        for _ in range(2):  # a second page load gets the same bytes
+            ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+            shown = dict(zip(frozen_times, _seek(ctx, url, frozen_times), strict=True))
+            ctx.close()
+            for t, s in shown.items():
+                assert s["how"] == "seeked" and s["error"] is None, (t, s["how"], s["error"])
+                assert abs(s["time"] - t) < 0.05 and s["ready"] >= 2
+                assert nearest_second(s["centre"]) == int(t), (t, s["centre"])
+                if t in shown_live:
+                    assert s["frame"] == shown_live[t]["frame"]  # the very frame drawn live
+    stats = replay.stats()
+    ranged = [e for e in stats.log if e.range is not None]
+    assert stats.miss == 0 and stats.validity == "complete", stats.missed_urls
+    # every range from the clip's byte map (a 304 where Chromium's cache revalidated the part it holds)
+    assert ranged and all(e.status in (206, 304) and e.url.endswith("/clip.mp4") for e in ranged)
+    assert len({e.range for e in ranged}) >= 3

@@ -28,6 +28,8 @@ class ReplayLogEntry(BaseModel):
     volatile: str | None = Field(default=None, description="For a canonical match whose capture differs beyond "
                                  "the rules: why and in which parameters, e.g. 'fresh-id: cid, body:requestId' "
                                  "(fresh random ids) or 'learned: tok' (learned volatile at record time).")
+    range: str | None = Field(default=None, description="The request's Range header, if it had one: answered "
+                              "only with recorded bytes of the URL, else a miss (docs/matching.md).")
 
 
 class ReplayStats(FileModel):

@@ -7,7 +7,8 @@
   :mod:`ego2web_replay.snapshots.postform`);
 * :mod:`.rules`: volatile parameters and fields per host (``rules.yaml``);
 * :mod:`.freeze`: the page-clock and randomness freeze script and its HTML injection;
-* :mod:`.httputil`: ranges, conditional requests, CORS preflights, miss responses;
+* :mod:`.httputil`: conditional requests, CORS preflights, miss responses;
+* :mod:`.ranges`: byte ranges answered from the recorded bytes of a URL (its byte map), else a miss;
 * :mod:`.responder`: what a request is answered with (both engines call it);
 * :mod:`.front` (with :mod:`.certs`, :mod:`.h1`, :mod:`.h2conn`): the fast asyncio engine, the default;
 * :mod:`.addon`: the mitmproxy replay addon (``engine="mitmproxy"``);

@@ -5,7 +5,8 @@ compared case-insensitively); request headers may also be any mapping. A
 response is ``(status, reason, headers, body)``.
 
 * :func:`clean_response_headers` drops hop-by-hop headers;
-* :func:`apply_range` answers ``Range`` requests from a stored 200;
+* :func:`apply_range` cuts a ``Range`` from one stored 200 (replay answers ranges from a URL's
+  whole byte map instead, :mod:`.ranges`);
 * :func:`conditional` / :func:`not_modified_response` answer revalidations with 304;
 * :func:`preflight_response` answers CORS preflights nobody archived;
 * :func:`miss_response` is the synthetic answer to a request nothing matched;

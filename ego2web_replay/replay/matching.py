@@ -75,6 +75,8 @@ same URL), the ``sequence`` policy serves them in recorded order, skipping
 captures this replay already served by another stage, and then keeps serving
 the last; ``first`` always serves the first and ``last`` the last.
 A HEAD request with no archived HEAD is matched against the GET captures.
+A Range request is answered from all the captures of its stage (their
+recorded bytes, :mod:`.ranges`), never by this order.
 """
 
 if __doc__:
@@ -461,42 +463,70 @@ class ReplaySession:
                 return fallback
         return result
 
-    def _match(self, method: str, url: str, body: str | None) -> MatchResult:
+    def candidates(self, method: str, url: str, body: bytes | None = None,
+                   content_type: str | None = None) -> tuple[Outcome, Sequence[int]] | None:
+        """Every capture the first matching stage holds for this request (recorded order) and the
+        stage, without picking one: what a ``Range`` request is answered from (its bytes never depend
+        on what was served before). None when no stage holds any (fuzzy is not consulted)."""
+        method = method.upper()
+        found = self._stage(method, url, body_form(method, content_type, body))
+        if found[2] is None and method == "HEAD" and "HEAD" not in self.index.methods:
+            found = self._stage("GET", url, None)
+        stage, _key, positions, _text, _aside = found
+        if positions is None:
+            return None
+        return ("exact" if stage == "exact" else "canonical"), positions
+
+    def _stage(self, method: str, url: str, body: str | None) -> tuple[str, Any, Sequence[int] | None, Any, Any]:
+        """The first stage holding captures of the request: ``(stage, cursor key, positions, key text,
+        what the stage sets aside)``; positions None when none does, the key text then being the
+        request's canonical form. Learned and fresh-id stages have cursors of their own: their keys
+        can read like a canonical key of other captures."""
         index = self.index
         exact = _exact_key(method, url, body)
         positions = index.exact_positions(exact)
         if positions:
-            with self._lock:
-                position = self._pick("exact", exact, positions)
-            return MatchResult("exact", index.capture(position), 1.0, _exact_key_text(exact))
+            return "exact", exact, positions, exact, None
         canon: CanonicalRequest = canonicalize(method, url, body, index.rules)
         host = url_host(url)
-        positions = index.canonical_positions(host, canon.key)
-        if positions:
-            with self._lock:
-                position = self._pick("canonical", canon.key, positions)
-            return MatchResult("canonical", index.capture(position), 1.0, canon.key)
+        found = index.canonical_positions(host, canon.key)
+        if found:
+            return "canonical", canon.key, found, canon.key, None
         names = index.learned.get(path_group(method, url)) if index.learned else None
         if names:
             learned_key = _learned_key(canon, names)
-            positions = index.learned_positions(host, canon.group, learned_key)
-            if positions:
-                with self._lock:  # its own cursors: a learned key can read like a canonical key of other captures
-                    position = self._pick("learned", learned_key, positions)
-                capture = index.capture(position)
-                return MatchResult("canonical", capture, 1.0,
-                                   f"{learned_key} (learned volatile: {', '.join(sorted(names))})", "learned",
-                                   tuple(_differing(names, canon, capture, index)))
+            found = index.learned_positions(host, canon.group, learned_key)
+            if found:
+                return ("learned", learned_key, found,
+                        f"{learned_key} (learned volatile: {', '.join(sorted(names))})", (canon, names))
         fresh = fresh_key(canon, index.rules.for_host(host))
         if fresh is not None:
-            positions = index.fresh_positions(host, canon.group, fresh.key)
-            if positions:
-                with self._lock:  # its own cursors, like the learned stage's
-                    position = self._pick("fresh", fresh.key, positions)
-                capture = index.capture(position)
+            found = index.fresh_positions(host, canon.group, fresh.key)
+            if found:
+                return "fresh", fresh.key, found, fresh.key, (canon, fresh)
+        return "miss", None, None, canon, None
+
+    def _match(self, method: str, url: str, body: str | None) -> MatchResult:
+        index = self.index
+        stage, key, positions, text, aside = self._stage(method, url, body)
+        if positions is not None:
+            with self._lock:
+                position = self._pick(stage, key, positions)
+            capture = index.capture(position)
+            if stage == "exact":
+                return MatchResult("exact", capture, 1.0, _exact_key_text(text))
+            if stage == "learned":
+                canon, names = aside
+                return MatchResult("canonical", capture, 1.0, text, "learned",
+                                   tuple(_differing(names, canon, capture, index)))
+            if stage == "fresh":
+                canon, fresh = aside
                 theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
-                return MatchResult("canonical", capture, 1.0, fresh.key, "fresh-id",
+                return MatchResult("canonical", capture, 1.0, text, "fresh-id",
                                    tuple(differing_names(fresh.names, canon.pairs, theirs)))
+            return MatchResult("canonical", capture, 1.0, text)
+        canon = text
+        host = url_host(url)
         entries = index.group_entries(host, canon.group) if index.fuzzy else None
         if entries:
             threshold = index.threshold_for(host)

@@ -11,8 +11,10 @@ For each request: match it (:mod:`.matching`), read the archived response
 (revisits resolved to their originals), and serve the archived status, reason,
 headers and wire body (content-encoding kept; hop-by-hop headers dropped; a
 response archived chunked is served chunked), then apply what HTTP asks of a
-cache: HEAD, Range (206 slices of a stored 200), conditional requests (304), CORS
-preflights; HTML gets the determinism script inlined (on the served copy only).
+cache: HEAD, conditional requests (304), CORS preflights; HTML gets the determinism
+script inlined (on the served copy only). A ``Range`` request is answered from the
+byte map of its URL's captures (:mod:`.ranges`): only recorded bytes, whatever was
+served before, else a miss; a request without one never gets a recorded ``206``.
 A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
 (default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
 the mitmproxy engine forwards it upstream). A websocket handshake is answered from its
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -33,7 +35,6 @@ from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
 from ..wire.reply import Reply
 from .httputil import (
-    apply_range,
     clean_response_headers,
     conditional,
     date_offsets,
@@ -47,7 +48,8 @@ from .httputil import (
     rewrite_jsonp,
     shift_dates,
 )
-from .matching import IndexBase, ReplaySession
+from .matching import IndexBase, MatchResult, ReplaySession
+from .ranges import Representation, answer_range, build_map
 from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
@@ -55,6 +57,7 @@ __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_a
 log = logging.getLogger(__name__)
 REPLAY_HEADER = "X-Ego2Web-Replay"
 MAX_LOG = 100_000
+MAX_MAPS = 4096  # byte maps of ranged URLs kept (offsets only, no bytes)
 CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 Headers = list[tuple[str, str]]
 Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
@@ -182,12 +185,14 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
-        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(8))  # the replay log, by field (see _log)
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(9))  # the replay log, by field (see _log)
+        self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
-             score: float | None = None, kind: str | None = None, volatile: str | None = None) -> None:
-        # The log is kept by field: eight lists of strings, numbers and None, so a request adds no
+             score: float | None = None, kind: str | None = None, volatile: str | None = None,
+             rng: str | None = None) -> None:
+        # The log is kept by field: nine lists of strings, numbers and None, so a request adds no
         # object the collector tracks (a tuple per entry did: each young collection walked the last
         # few thousand, a third of a millisecond, and log entries as models made every full
         # collection walk the whole log, pauses of 100+ ms under load).
@@ -195,13 +200,13 @@ class Responder:
             s = self._counts
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
-                s.missed_urls.append(f"{method} {url}")
+                s.missed_urls.append(f"{method} {url}" if rng is None else f"{method} {url} (Range: {rng})")
             if volatile is not None:
                 if volatile.startswith("fresh-id"):
                     s.fresh_id += 1
                 else:
                     s.learned += 1
-            methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles = self._columns
+            methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles, ranges = self._columns
             if len(methods) < MAX_LOG:
                 methods.append(method)
                 urls.append(url)
@@ -211,6 +216,7 @@ class Responder:
                 scores.append(score)
                 kinds.append(kind)
                 volatiles.append(volatile)
+                ranges.append(rng)
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
@@ -228,7 +234,7 @@ class Responder:
             stats = self._counts.model_copy(deep=True)
             rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
-                                    score=sc, kind=k, volatile=v) for m, u, o, st, mu, sc, k, v in rows]
+                                    score=sc, kind=k, volatile=v, range=r) for m, u, o, st, mu, sc, k, v, r in rows]
         return stats
 
     # -- answers -------------------------------------------------------------
@@ -256,47 +262,122 @@ class Responder:
         if self.redactor is not None:  # the archive holds redacted requests: compare like with like
             url = self.redactor.url(url)
             body = self.redactor.body(ctype, body, h.get("content-encoding"))
+        rng = h.get("range") if method in ("GET", "HEAD") else None
+        if rng is not None:
+            ranged = self._ranged(method, url, h, body, kind, rng)
+            if ranged is not None:
+                return ranged
         result = self.session.match(method, url, body or None, ctype)
         if result.capture is None and method == "OPTIONS":
             status, reason, headers, rbody = preflight_response(h)
             self._log(method, url, "canonical", status, matched=None, kind=kind)
             return framed(status, reason, headers, rbody, method)
         if result.capture is None:
-            if self.miss == "live":
-                self._log(method, url, "live", None, kind=kind)
-                return Reply(0, "", [], b"", False, "live")
-            try:
-                code = int(self.miss)
-            except ValueError:
-                code = 404
-            status, reason, headers, rbody = miss_response(url, method, code)
-            self._log(method, url, "miss", status, kind=kind)
-            return framed(status, reason, headers, rbody, method)
+            return self._missed(method, url, kind, rng)
         ref = result.capture.ref
         try:
             status, reason, headers, rbody = self._prepared(ref)
+            if status == 206:  # a part of the body, for a request of the whole: only a recorded whole answers
+                ref = self._whole(method, url, body, ctype, ref)
+                if ref is None:
+                    return self._missed(method, url, kind, rng)
+                status, reason, headers, rbody = self._prepared(ref)
         except Exception as e:  # noqa: BLE001 - a bad record fails this request only
-            log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
-            self._log(method, url, "miss", 502, matched=result.capture.url, kind=kind)
-            return _plain(502, f"ego2web-replay: archived record unreadable: {e}\n", "error", method)
+            return self._unreadable(method, url, kind, result.capture.url, e)
         if conditional(h, status, headers):
             status, reason, headers, rbody = not_modified_response(headers)
-        else:
-            rng = h.get("range")
-            if rng and status == 200:
-                status, headers, rbody = apply_range(status, list(headers), rbody, rng)
-                reason = reason_phrase(status)
-            elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
-                rbody, headers = self._injected(ref, rbody, headers)
-            elif status == 200 and result.outcome != "exact" and result.capture.url != url:
-                rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
+        elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
+            rbody, headers = self._injected(ref, rbody, headers)
+        elif status == 200 and result.outcome != "exact" and result.capture.url != url:
+            rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
+        return self._served(method, url, result, status, reason, headers, rbody, kind, rng)
+
+    def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
+                body: bytes, kind: str, rng: str | None) -> Reply:
+        """Log a hit and frame it (dates moved to now; a nearest-capture answer says so)."""
+        assert result.capture is not None
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind,
-                  volatile=volatile)
+                  volatile=volatile, rng=rng)
+        return framed(status, reason, headers, body, method)
+
+    def _missed(self, method: str, url: str, kind: str, rng: str | None) -> Reply:
+        """The miss policy's answer (a synthetic status, or ``live`` for the mitmproxy engine to forward)."""
+        if self.miss == "live":
+            self._log(method, url, "live", None, kind=kind, rng=rng)
+            return Reply(0, "", [], b"", False, "live")
+        try:
+            code = int(self.miss)
+        except ValueError:
+            code = 404
+        status, reason, headers, rbody = miss_response(url, method, code)
+        self._log(method, url, "miss", status, kind=kind, rng=rng)
         return framed(status, reason, headers, rbody, method)
+
+    def _unreadable(self, method: str, url: str, kind: str, matched: str, e: Exception) -> Reply:
+        log.error("ego2web-replay: cannot read the capture for %s: %s", url, e)
+        self._log(method, url, "miss", 502, matched=matched, kind=kind)
+        return _plain(502, f"ego2web-replay: archived record unreadable: {e}\n", "error", method)
+
+    # -- byte ranges (see .ranges) ---------------------------------------------
+    def _ranged(self, method: str, url: str, h: dict[str, str], body: bytes, kind: str, rng: str) -> Reply | None:
+        """The answer to a ``Range`` request from its URL's byte map; None to answer it as a whole request
+        (no capture holds bytes of it, its ``Range`` cannot be read, or ``If-Range`` names another version)."""
+        found = self.session.candidates(method, url, body or None, h.get("content-type"))
+        if found is None:
+            return None
+        outcome, positions = found
+        try:
+            first, reps = self._byte_map(positions)
+            if not reps:  # a redirect, a 404 ...: not bytes of a body; answered as it was recorded
+                return None
+            got = answer_range(reps, rng, h.get("if-range"), self._prepared)
+        except Exception as e:  # noqa: BLE001 - a bad record fails this request only
+            return self._unreadable(method, url, kind, self.index.capture(positions[0]).url, e)
+        if got.kind == "whole":
+            return None
+        if got.kind == "miss":
+            return self._missed(method, url, kind, rng)
+        status, reason, headers, rbody = got.status, got.reason, got.headers, got.body
+        if ("if-none-match" in h or "if-modified-since" in h) and got.rep is not None and got.rep.heads \
+                and conditional(h, 200, got.rep.heads[0][3]):
+            status, reason, headers, rbody = not_modified_response(got.rep.heads[0][3])
+        result = MatchResult(outcome, first, 1.0, url)
+        return self._served(method, url, result, status, reason, headers, rbody, kind, rng)
+
+    def _byte_map(self, positions: Sequence[int]) -> tuple[Any, list[Representation]]:
+        """The first of these captures and their byte map, built on the first ``Range`` request for them
+        and kept (offsets, not bytes)."""
+        key = tuple(positions)
+        hit = self._maps.get(key)
+        if hit is None:
+            captures = [self.index.capture(p) for p in positions]
+
+            def parts() -> Iterator[tuple[Any, int, Head, bytes]]:
+                for c in captures:
+                    status, _reason, headers, body = self._prepared(c.ref)
+                    yield c.ref, status, headers, body
+
+            hit = (captures[0], build_map(parts()))
+            with self._lock:
+                if len(self._maps) >= MAX_MAPS:
+                    self._maps.clear()
+                self._maps[key] = hit
+        return hit
+
+    def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any) -> Any:
+        """For a request of the whole body that the sequence answered with a recorded ``206``: the first
+        capture of the same key recorded after it that is not a part (else the last before it), or None."""
+        found = self.session.candidates(method, url, body or None, ctype)
+        refs = [self.index.capture(p).ref for p in found[1]] if found else [picked]
+        at = refs.index(picked) if picked in refs else 0
+        for ref in refs[at + 1:] + refs[:at][::-1]:
+            if self._prepared(ref)[0] != 206:
+                return ref
+        return None
 
     def _dated(self, headers: Head) -> Head:
         """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads.

@@ -14,8 +14,12 @@
 * :class:`SignInSite`: a small Flask shop whose pages use Flask-Login's
   ``login_required`` (PyPI ``flask-login``): open while ``walled`` is false,
   then a redirect to its sign-in page.
+* :class:`NginxSite`: nginx (Debian's ``nginx-light``) serving a folder of files: ETag and
+  Last-Modified, ``Range`` answered with ``206`` (several ranges as ``multipart/byteranges``),
+  ``If-Range``; what media players and range-reading libraries meet on the web.
 
-They need the ``dev`` extra; :func:`available` says whether they are installed.
+Datasette, MkDocs and Flask-Login need the ``dev`` extra; :func:`available` says whether they are
+installed. :func:`nginx_binary` finds nginx (None when it is not installed).
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ import sys
 import threading
 import time
 import urllib.request
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["AppProcess", "DatasetteSite", "MkDocsSite", "SignInSite", "PRODUCTS", "available", "proxy_get"]
+__all__ = ["AppProcess", "DatasetteSite", "MkDocsSite", "NginxSite", "SignInSite", "PRODUCTS", "available",
+           "nginx_binary", "proxy_get"]
 
 PRODUCTS = [
     ("walnut coffee", "Kitchen", 12.5), ("walnut tea", "Kitchen", 8.0), ("oak table", "Furniture", 240.0),
@@ -90,14 +96,15 @@ def _wait_http(url: str, timeout_s: float) -> None:
             time.sleep(0.1)
 
 
-class AppProcess:
+class AppProcess(ABC):
     """A third-party app run as its own process on 127.0.0.1 (``start`` in subclasses; ``stop`` ends it)."""
 
     __test__ = False
     _proc: subprocess.Popen[bytes] | None = None
 
+    @abstractmethod
     def start(self) -> Self:
-        raise NotImplementedError
+        """Launch the app (with :meth:`_launch`) and return once it answers."""
 
     def _launch(self, cmd: list[str], env: dict[str, str], ready_url: str, timeout_s: float,
                 cwd: Path | None = None) -> None:
@@ -325,4 +332,63 @@ class SignInSite(LoopbackHTTPServer):
         self._server, self.port = server, server.server_port  # type: ignore[assignment]  # an HTTPServer too
         self._thread = threading.Thread(target=server.serve_forever, name=self.thread_name, daemon=True)
         self._thread.start()
+        return self
+
+
+def nginx_binary() -> str | None:
+    """The nginx executable (PATH, else Debian's ``/usr/sbin/nginx``), or None."""
+    found = shutil.which("nginx")
+    if found:
+        return found
+    return "/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None
+
+
+_NGINX_CONF = """daemon off;
+master_process off;
+worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+events {{ worker_connections 256; }}
+http {{
+  access_log off;
+  client_body_temp_path {d}/tmp/body;
+  proxy_temp_path {d}/tmp/proxy;
+  fastcgi_temp_path {d}/tmp/fastcgi;
+  uwsgi_temp_path {d}/tmp/uwsgi;
+  scgi_temp_path {d}/tmp/scgi;
+  types {{ text/html html; video/mp4 mp4; video/webm webm; application/javascript js; }}
+  default_type application/octet-stream;
+  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+}}
+"""
+
+
+class NginxSite(AppProcess):
+    """nginx on ``http://127.0.0.1:<port>/`` serving ``files`` (name -> bytes) from ``folder/www``, as
+    its own foreground process (no master, nothing outside ``folder``)."""
+
+    def __init__(self, folder: Path, files: dict[str, bytes]) -> None:
+        self.folder = Path(folder)
+        self.files = files
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Self:
+        exe = nginx_binary()
+        if exe is None:
+            raise FileNotFoundError("nginx is not installed (apt-get install -y nginx-light)")
+        for name, data in self.files.items():
+            target = self.folder / "www" / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        (self.folder / "tmp").mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        home = self.folder.resolve()
+        conf = home / "nginx.conf"
+        conf.write_text(_NGINX_CONF.format(d=home, port=self.port), "utf-8")
+        self._launch([exe, "-p", str(home), "-c", str(conf), "-e", str(home / "error.log")], dict(os.environ),
+                     self.url + "/" + next(iter(self.files)), 30)
         return self
