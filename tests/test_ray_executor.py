@@ -122,6 +122,39 @@ def test_worker_keeps_the_ca_private(tmp_path, ca):
     shutil.rmtree(home)
 
 
+def test_a_node_that_does_not_start_is_stopped_and_started_again_then_named(tmp_path):
+    """Cluster start-up under load: each failed attempt is stopped whole (no process of its session
+    left) and tried again, a bounded number of times; the final error names every attempt and its log."""
+    from ego2web_replay.testing import ray_cluster
+    from ego2web_replay.testing.ray_cluster import RayCluster
+
+    c = RayCluster(attempts=2)
+    c.address = f"127.0.0.1:{ray_cluster._free_port()}"  # no head there: this worker cannot register
+    sessions: list[int] = []
+    spawn = c._spawn
+
+    def spawned(*args, **kw):  # noqa: ANN002, ANN003, ANN202
+        log = spawn(*args, **kw)
+        sessions.append(c.nodes[-1].pid)
+        return log
+
+    c._spawn = spawned  # type: ignore[method-assign]
+    try:
+        with pytest.raises(RuntimeError) as e:
+            c.add_node(timeout=5)
+        message = str(e.value)
+        assert message.startswith(f"Ray node 0 of {c.address} did not start in 2 attempts: attempt 1: ")
+        assert "; attempt 2: not running after 5s" in message
+        assert str(c.temp_dir / "node-0-1.log") in message and str(c.temp_dir / "node-0-2.log") in message
+        assert len(sessions) == 2 and len(c.nodes) == 1 and c.nodes[0].pid == sessions[1]
+        deadline = time.monotonic() + 60  # SIGKILLed processes die when next scheduled
+        while any(ray_cluster._session(sid) for sid in sessions) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(ray_cluster._session(sid) for sid in sessions), "a failed attempt left processes"
+    finally:
+        c.stop()
+
+
 def test_ray_run_equals_local_run(demo, cluster, tmp_path):
     local, _ = _run(demo, tmp_path / "local", tmp_path / "local.duckdb")
     infos: list[str] = []

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, HTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -148,8 +148,14 @@ PNG = (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08
        b"\x00\x00\x00\x00IEND\xaeB`\x82")
 
 
+SERVED = 4  # images answered at once; the others wait until the test has killed the recorder
+
+
 class _SlowHandler(BaseHTTPRequestHandler):
-    """A page of many images, each answered after a pause, one connection at a time."""
+    """A page of many images: the first ``SERVED`` answered at once, every later one held until the
+    server's ``release`` is set, so the recording cannot finish on its own however slow the machine."""
+
+    server: _SlowServer
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002
         pass
@@ -159,7 +165,11 @@ class _SlowHandler(BaseHTTPRequestHandler):
             imgs = "".join(f'<img src="/img/{n}.png?pad={"x" * 2000}">' for n in range(IMAGES))
             body, ctype = f"<html><body><h1>slow</h1>{imgs}</body></html>".encode(), "text/html"
         elif self.path.startswith("/img/"):
-            time.sleep(0.25)
+            with self.server.lock:
+                self.server.images += 1
+                held = self.server.images > SERVED
+            if held:
+                self.server.release.wait(300)
             body, ctype = PNG + b"\x00" * 4096, "image/png"
         else:
             body, ctype = b"", "text/plain"
@@ -170,12 +180,27 @@ class _SlowHandler(BaseHTTPRequestHandler):
         self.wfile.write(body)
 
 
+class _SlowServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), _SlowHandler)
+        self.lock, self.images, self.release = threading.Lock(), 0, threading.Event()
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # a held image answered once the recorder is dead: no traceback on stderr, where it would be
+        # taken for the CLI's own output (``capsys`` reads both)
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 @pytest.fixture()
 def slow_site():
-    server = HTTPServer(("127.0.0.1", 0), _SlowHandler)
+    server = _SlowServer()
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
+    yield server
+    server.release.set()
     server.shutdown()
     server.server_close()
 
@@ -189,14 +214,17 @@ def _whole_records(archive: Path) -> int:
 
 def test_sigkill_mid_recording_leaves_whole_records_and_verify_says_so(site, slow_site, data_home, tmp_path,
                                                                       capsys):
-    tasks = _write_tasks(tmp_path / "tasks.jsonl", [_task("slow", slow_site + "/")])
+    url = f"http://127.0.0.1:{slow_site.server_address[1]}/"
+    tasks = _write_tasks(tmp_path / "tasks.jsonl", [_task("slow", url)])
     root = tmp_path / "snapshots"
     log = tmp_path / "record.log"
+    # the page's load waits on the held images: no action timeout may end the recording before the kill
+    args = _record_args(tasks, root, site, "--action-timeout", "600")
     with open(log, "wb") as sink:
-        proc = subprocess.Popen([str(EXE), *_record_args(tasks, root, site)], stdout=sink, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen([str(EXE), *args], stdout=sink, stderr=subprocess.STDOUT,
                                 env=cli_env(data_home), start_new_session=True)
     try:
-        deadline, archive, seen = time.monotonic() + 60, None, 0
+        deadline, archive, seen = time.monotonic() + 300, None, 0  # a bound for a hung recorder, not a timing
         while time.monotonic() < deadline and proc.poll() is None:
             found = list(root.glob("slow/*/archive.warc.zst"))
             archive = found[0] if found else None

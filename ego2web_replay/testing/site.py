@@ -124,6 +124,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
         pass
 
+    def handle(self) -> None:
+        """One connection, counted while open (:meth:`TestSite.settle`)."""
+        self.site._connections(+1)
+        try:
+            super().handle()
+        finally:
+            self.site._connections(-1)
+
     def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None,
               chunked: bool = False, request_body: bytes = b"") -> None:
         self.send_response(status)
@@ -232,6 +240,8 @@ class TestSite:
         self.extra: dict[str, tuple[int, str, bytes]] = {}
         self.wire: list[WireEntry] = []
         self._lock = threading.Lock()
+        self._open = 0  # connections being served
+        self._closed = threading.Condition(self._lock)
         self.want_https = https
         self.tls: TestCA | None = None
         self._servers: list[_Server] = []
@@ -242,6 +252,17 @@ class TestSite:
     def _log(self, entry: WireEntry) -> None:
         with self._lock:
             self.wire.append(entry)
+
+    def _connections(self, change: int) -> None:
+        with self._closed:
+            self._open += change
+            self._closed.notify_all()
+
+    def settle(self, timeout: float = 60) -> bool:
+        """Wait until no connection is being served (so :attr:`wire` holds every response sent), at
+        most ``timeout`` seconds; whether it did. A condition, not a pause: it holds on a busy machine."""
+        with self._closed:
+            return self._closed.wait_for(lambda: self._open == 0, timeout)
 
     def clear_log(self) -> None:
         with self._lock:
