@@ -63,15 +63,18 @@ class ExchangeArchive:
         self.errors: list[str] = []
         self.failures: list[tuple[str, str, str, float]] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
+        self.truncated: list[str] = []  # "URL: reason" of streamed bodies archived cut (WARC-Truncated)
         self._lock = threading.Lock()
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
                 status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
-                http_version: str, ip: str | None, started: float, authority: str | None = None) -> bool:
+                http_version: str, ip: str | None, started: float, authority: str | None = None,
+                warc_headers: list[tuple[str, str]] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
 
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
-        archived with ``Host: authority`` first, when ``authority`` is given.
+        archived with ``Host: authority`` first, when ``authority`` is given. ``warc_headers``
+        go on the response record (a streamed body's truncation and timing: :mod:`.stream`).
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
         if not all(v.isascii() for _, v in req_headers) or not url.isascii():
@@ -92,7 +95,8 @@ class ExchangeArchive:
                 self.writer.write_exchange(
                     url=url, method=method, request_headers=req_headers, request_body=req_body,
                     status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
-                    http_version=http_version or "HTTP/1.1", ip=ip, date=date)
+                    http_version=http_version or "HTTP/1.1", ip=ip, date=date,
+                    **({"warc_headers": warc_headers} if warc_headers else {}))
                 self.exchanges += 1
                 self.payload_bytes += len(response_body)
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording

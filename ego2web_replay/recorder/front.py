@@ -34,6 +34,7 @@ from ..wire import Reply
 from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply
 from .addon import ExchangeArchive
+from .stream import RecordedStream, open_ended
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
 __all__ = ["RecordFront"]
@@ -93,10 +94,12 @@ class RecordFront(ProxyFront):
         super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
+        self.upstream.stream_when = open_ended  # server-sent events: streamed through (see .stream)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
+        self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
@@ -133,6 +136,8 @@ class RecordFront(ProxyFront):
             return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
+        if resp.link is not None:
+            return self._streamed(url, method, headers, body, resp, started, authority)
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
                                     status=resp.status, reason=resp.reason, response_headers=resp.headers,
                                     response_body=resp.body, http_version=resp.version, ip=resp.ip,
@@ -140,10 +145,35 @@ class RecordFront(ProxyFront):
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         return _client_reply(resp, method)
 
+    def _streamed(self, url: str, method: str, headers: list[tuple[str, str]], body: bytes,
+                  resp: UpstreamResponse, started: float, authority: str) -> Reply:
+        """An open-ended body: its head now, its pieces as they come, the record when it ends."""
+
+        def archive(payload: bytes, warc_headers: list[tuple[str, str]]) -> bool:
+            truncated = next((v for k, v in warc_headers if k == "WARC-Truncated"), None)
+            if truncated is not None and len(self.archive.truncated) < 1000:
+                self.archive.truncated.append(f"{url}: {truncated}")
+            return self.archive.archive(
+                url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
+                reason=resp.reason, response_headers=resp.headers, response_body=payload,
+                http_version=resp.version, ip=resp.ip, started=started, authority=authority,
+                warc_headers=warc_headers)
+
+        stream = RecordedStream(self.upstream, resp, archive)
+        self._streams.add(stream)
+        stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
+        return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)
+
     async def closing(self) -> None:
-        """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket."""
+        """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket;
+        a body still streaming is archived first, truncated."""
         for pipe in list(self._pipes):
             pipe.close()
+        streams = list(self._streams)
+        for stream in streams:
+            stream.close()
+        if streams:
+            await asyncio.wait([stream.ended for stream in streams], timeout=2)
         await self.upstream.aclose()
         pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
         if pending:

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..limits import max_record_bytes
 from ..web import get_header
@@ -70,6 +72,9 @@ class UpstreamResponse:
     ip: str | None = None
     reader: asyncio.StreamReader | None = field(default=None, repr=False)  # a 101's connection
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
+    link: Any = field(default=None, repr=False)  # a streamed body's connection (its body not read yet)
+    release: Any = field(default=None, repr=False)  # frees the origin's slot once a streamed body is read
+    key: tuple[str, str, int] = ("", "", 0)
 
 
 
@@ -113,6 +118,9 @@ class UpstreamPool:
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
         self._busy: set[_Link] = set()  # links with an exchange in flight (closed too by :meth:`aclose`)
         self.closed = False  # after :meth:`close`: no new connection, no resend
+        # Which responses come back with their body unread, to be streamed (``link`` set: see
+        # :mod:`.stream`); the connection and its slot stay taken until :meth:`done_with` is called.
+        self.stream_when: Callable[[UpstreamResponse], bool] | None = None
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
@@ -122,8 +130,31 @@ class UpstreamPool:
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = asyncio.Semaphore(self.per_origin)
-        async with slots:
-            return await self._fetch(key, data, method)
+        await slots.acquire()
+        try:
+            resp = await self._fetch(key, data, method)
+        except BaseException:
+            slots.release()
+            raise
+        if resp.link is None:
+            slots.release()
+        else:
+            resp.release = slots.release
+        return resp
+
+    def done_with(self, resp: UpstreamResponse, reusable: bool) -> None:
+        """A streamed body is over (``reusable``: read whole, the connection may serve again)."""
+        link, resp.link = resp.link, None
+        if link is None:
+            return
+        self._busy.discard(link)
+        if reusable and not self.closed:
+            self._settle(resp.key, link, resp)
+        else:
+            link.abort()
+        if resp.release is not None:
+            resp.release()
+            resp.release = None
 
     async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str) -> UpstreamResponse:
         scheme, host, port = key
@@ -153,18 +184,24 @@ class UpstreamPool:
             finally:
                 self._busy.discard(link)
             resp.ip = link.ip
-            if resp.status == 101:
+            if resp.link is not None:  # a body to stream: the connection stays the caller's for now
+                self._busy.add(link)
+                resp.key = key
+            elif resp.status == 101:
                 resp.reader, resp.writer = link.reader, link.writer
-            elif self._reusable(resp) and not link.writer.is_closing():
-                link.reused = True
-                idle = self._idle.setdefault(key, [])
-                if len(idle) < self.per_origin:
-                    idle.append(link)
-                else:
-                    link.close()
             else:
-                link.close()
+                self._settle(key, link, resp)
             return resp
+
+    def _settle(self, key: tuple[str, str, int], link: _Link, resp: UpstreamResponse) -> None:
+        """After a response read whole: keep the connection for the next request, or close it."""
+        if self._reusable(resp) and not link.writer.is_closing():
+            link.reused = True
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.per_origin:
+                idle.append(link)
+                return
+        link.close()
 
     def close(self) -> None:
         """Close every connection, kept or in use (an exchange in flight then fails as ``closed``)."""
@@ -260,6 +297,9 @@ class UpstreamPool:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
                 break
             if method != "HEAD" and resp.status not in _NO_BODY_STATUS and resp.status != 101:
+                if self.stream_when is not None and self.stream_when(resp):
+                    resp.link = link
+                    return resp
                 resp.body = await self._read_body(link, resp)
         except TimeoutError:
             raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:g} s") from None

@@ -155,6 +155,9 @@ class _Conn(asyncio.Protocol):
         tunnel = getattr(self.app, "tunnel", None)
         if tunnel is not None:
             tunnel.close()
+        closing = getattr(self.app, "lost", None)  # bodies still streaming to this client (wire/stream.py)
+        if closing is not None:
+            closing()
 
     def eof_received(self) -> bool:
         return False

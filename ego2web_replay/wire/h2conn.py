@@ -13,17 +13,21 @@ is answered 413 at once and its stream reset (the rest of it is not read into me
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 
 from . import h1
 from .h1 import error_reply, settle
 from .reply import Reply
+from .stream import pump
 
 __all__ = ["H2Handler"]
 
@@ -50,6 +54,7 @@ class H2Handler:
         self.conn.initiate_connection()
         self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
         self.sending: dict[int, memoryview] = {}
+        self.streams: dict[int, Any] = {}  # streams whose body is still coming (wire/stream.py)
         self.done = False
         self.write(self.conn.data_to_send())
 
@@ -90,6 +95,9 @@ class H2Handler:
         elif isinstance(event, h2.events.StreamReset):
             self.requests.pop(event.stream_id, None)  # type: ignore[arg-type]
             self.sending.pop(event.stream_id, None)  # type: ignore[arg-type]
+            stream = self.streams.pop(event.stream_id, None)  # type: ignore[arg-type]
+            if stream is not None:
+                stream.close()
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._end()
 
@@ -130,6 +138,10 @@ class H2Handler:
             if name not in _FORBIDDEN:
                 fields.append((name, v.encode("latin-1", "replace")))
         try:
+            if reply.stream is not None and method != "HEAD":
+                self.conn.send_headers(stream_id, fields)
+                self._stream(stream_id, reply.stream)
+                return
             if method == "HEAD" or not reply.body:
                 self.conn.send_headers(stream_id, fields, end_stream=True)
                 return
@@ -138,6 +150,45 @@ class H2Handler:
             return
         self.sending[stream_id] = memoryview(reply.body)
         self._flush(stream_id)
+
+    def _stream(self, stream_id: int, stream: Any) -> None:
+        """Send the stream's pieces as they come, within the windows; a cut body resets the stream."""
+        self.streams[stream_id] = stream
+        self.sending[stream_id] = memoryview(b"")
+
+        def send(data: bytes) -> None:
+            if self.done or stream_id not in self.sending:
+                return
+            self.sending[stream_id] = memoryview(self.sending[stream_id].tobytes() + data)
+            self._flush(stream_id)
+            self._out()
+
+        def sent(fut: asyncio.Future[bool]) -> None:
+            self.streams.pop(stream_id, None)
+            if self.done or stream_id not in self.sending:
+                return
+            if fut.cancelled() or not fut.result():
+                self.sending.pop(stream_id, None)
+                try:
+                    self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                except h2.exceptions.H2Error:
+                    pass
+            else:
+                self._flush(stream_id)
+            self._out()
+
+        asyncio.ensure_future(pump(stream, send)).add_done_callback(sent)
+
+    def lost(self) -> None:
+        """The connection is gone: every body still streaming on it is stopped."""
+        for stream in list(self.streams.values()):
+            stream.close()
+        self.streams.clear()
+
+    def _out(self) -> None:
+        out = self.conn.data_to_send()
+        if out:
+            self.write(out)
 
     def _flush(self, stream_id: int) -> None:
         """Send as much of the stream's body as the windows allow; end it when all is sent."""
@@ -150,7 +201,9 @@ class H2Handler:
                     break
                 self.conn.send_data(stream_id, data[:size].tobytes())
                 data = data[size:]
-            if not data:
+            if not data and stream_id in self.streams:
+                self.sending[stream_id] = data  # more to come
+            elif not data:
                 self.conn.end_stream(stream_id)
                 del self.sending[stream_id]
             else:
@@ -160,4 +213,5 @@ class H2Handler:
 
     def _end(self) -> None:
         self.done = True
+        self.lost()
         self.close()

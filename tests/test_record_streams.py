@@ -1,0 +1,217 @@
+"""Open-ended responses (server-sent events) through the fast recorder: streamed to the client as they
+come, archived when they end, marked ``WARC-Truncated`` when cut (recorder/stream.py).
+
+The origin is a raw-socket server that waits on events the test sets, so "the first piece reached the
+client before the origin finished" is an ordering, never a timing, assertion.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import socketserver
+import threading
+import time
+
+import pytest
+
+from ego2web_replay.guard import GuardPolicy
+from ego2web_replay.recorder.addon import ExchangeArchive
+from ego2web_replay.recorder.front import RecordFront
+from ego2web_replay.recorder.stream import TIMING_HEADER
+from ego2web_replay.snapshots.reader import iter_records
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
+
+
+def _chunk(data: bytes) -> bytes:
+    return b"%x\r\n%b\r\n" % (len(data), data)
+
+
+class _Origin(socketserver.BaseRequestHandler):
+    def handle(self) -> None:
+        sock: socket.socket = self.request
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            data = sock.recv(65536)
+            if not data:
+                return
+            buf += data
+        path = buf.split(b" ", 2)[1].decode()
+        srv = self.server
+        with contextlib.suppress(OSError):
+            if path == "/events":  # two events, the second only once the test says so
+                sock.sendall(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b"data: one\n\n"))
+                srv.go.wait(10)  # type: ignore[attr-defined]
+                sock.sendall(_chunk(b"data: two\n\n") + b"0\r\n\r\n")
+                srv.done.set()  # type: ignore[attr-defined]
+            elif path == "/forever":  # an event every 20 ms until the proxy goes away
+                sock.sendall(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n")
+                n = 0
+                while True:
+                    sock.sendall(_chunk(b"data: %d\n\n" % n))
+                    n += 1
+                    time.sleep(0.02)
+            elif path == "/flood":  # 3 MiB of events, as fast as they go, no length
+                sock.sendall(SSE_HEAD + b"Connection: close\r\n\r\n")
+                line = b"data: " + b"x" * 1000 + b"\n\n"
+                for _ in range(3 << 10):
+                    sock.sendall(line)
+                sock.close()
+            elif path == "/broken":  # the origin dies in the middle of the stream
+                sock.sendall(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b"data: last\n\n"))
+                sock.close()
+
+
+@pytest.fixture(scope="module")
+def origin():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _Origin)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+class _Recording:
+    def __init__(self, root, ca, writer: object | None = None) -> None:
+        self.snap = SnapshotWriter(root, "T", compression="zst", source="record")
+        self.archive = ExchangeArchive(writer or self.snap.writer)
+        self.front = RecordFront(self.archive, ca=ca, guard=GuardPolicy(mode="loopback"))
+
+    def __enter__(self) -> _Recording:
+        self.front.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.front.stop()
+        with contextlib.suppress(Exception):
+            self.snap.writer.close()
+
+    def ask(self, url: str) -> socket.socket:
+        s = socket.create_connection(("127.0.0.1", self.front.port), timeout=10)
+        s.sendall(f"GET {url} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\nAccept: text/event-stream\r\n\r\n".encode())
+        return s
+
+    def responses(self) -> list:
+        self.snap.finalize()
+        return [r for r in iter_records(self.snap.writer.path) if r.rec_type == "response"]
+
+
+def _until(s: socket.socket, got: bytes, want: bytes) -> bytes:
+    while want not in got:
+        data = s.recv(65536)
+        if not data:
+            break
+        got += data
+    return got
+
+
+def _to_close(s: socket.socket) -> bytes:
+    got = b""
+    while data := s.recv(65536):
+        got += data
+    return got
+
+
+def _wait(check, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_the_first_event_reaches_the_client_before_the_origin_finishes(origin, ca, tmp_path):
+    origin.go, origin.done = threading.Event(), threading.Event()
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/events")
+        got = _until(s, b"", b"data: one")
+        assert not origin.done.is_set() and rec.archive.exchanges == 0  # still open: nothing archived yet
+        origin.go.set()
+        got = _until(s, got, b"0\r\n\r\n")
+        s.close()
+        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived")
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert b"transfer-encoding: chunked" in head.lower() and body.endswith(b"0\r\n\r\n")
+    assert b"data: one\n\n" in body and b"data: two\n\n" in body
+    (record,) = rec.responses()
+    assert record.payload == b"data: one\n\ndata: two\n\n"
+    assert record.headers.get("WARC-Truncated") is None
+    pieces = [p.split(":") for p in record.headers.get(TIMING_HEADER).split()]
+    assert [int(off) for off, _ in pieces] == [0, len(b"data: one\n\n")]
+    assert int(pieces[1][1]) >= int(pieces[0][1])
+
+
+def test_a_client_that_goes_away_ends_the_recording_of_its_stream(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/forever")
+        got = _until(s, b"", b"data: 2\n\n")
+        s.close()
+        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived when its client left")
+        assert not rec.front._streams and not rec.front.upstream._busy  # the origin's connection let go
+    assert b"data: 0\n\n" in got
+    (record,) = rec.responses()
+    assert record.headers.get("WARC-Truncated") == "disconnect"
+    assert record.payload.startswith(b"data: 0\n\ndata: 1\n\ndata: 2\n\n")
+    assert rec.archive.truncated == [base + "/forever: disconnect"]
+
+
+def test_a_stream_past_the_time_limit_is_cut_and_archived_truncated_time(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 0.3
+        got = _to_close(rec.ask(base + "/forever"))  # the proxy closes the client's connection at the cut
+    body = got.partition(b"\r\n\r\n")[2]
+    assert b"data: 0\n\n" in body and not body.endswith(b"0\r\n\r\n")  # no last chunk: the client sees a cut
+    (record,) = rec.responses()
+    assert record.headers.get("WARC-Truncated") == "time"
+    assert record.payload.startswith(b"data: 0\n\n") and record.payload.count(b"data: ") == body.count(b"data: ")
+
+
+def test_a_stream_past_the_record_cap_is_cut_at_the_cap_and_archived_truncated_length(origin, ca, tmp_path,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("EGO2WEB_MAX_RECORD_BYTES", str(2 << 20))  # 1 MiB of payload (recorder/upstream.py)
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        got = _to_close(rec.ask(base + "/flood"))
+    body = got.partition(b"\r\n\r\n")[2]
+    (record,) = rec.responses()
+    assert record.headers.get("WARC-Truncated") == "length"
+    assert len(record.payload) == 1 << 20 and body == record.payload  # the client got exactly what was kept
+
+
+def test_an_origin_that_dies_mid_stream_is_archived_truncated_disconnect(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        got = _to_close(rec.ask(base + "/broken"))
+    assert b"data: last" in got and not got.endswith(b"0\r\n\r\n")
+    (record,) = rec.responses()
+    assert record.headers.get("WARC-Truncated") == "disconnect" and record.payload == b"data: last\n\n"
+
+
+def test_stopping_the_recorder_archives_an_open_stream(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/forever")
+        _until(s, b"", b"data: 1\n\n")
+    s.close()
+    (record,) = rec.responses()
+    assert record.headers.get("WARC-Truncated") == "disconnect" and record.payload.startswith(b"data: 0")
+
+
+def test_a_stream_whose_record_cannot_be_written_never_ends_cleanly_for_the_client(origin, ca, tmp_path):
+    origin.go, origin.done = threading.Event(), threading.Event()
+    origin.go.set()
+
+    class Failing:
+        def write_exchange(self, **kw):
+            raise OSError("disk full")
+
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca, writer=Failing()) as rec:
+        got = _to_close(rec.ask(base + "/events"))
+    assert b"data: two" in got and not got.endswith(b"0\r\n\r\n")  # the last chunk is withheld: a cut body
+    assert rec.archive.failed and "disk full" in rec.archive.failed
