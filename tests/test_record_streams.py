@@ -12,15 +12,17 @@ import socket
 import socketserver
 import threading
 import time
+from urllib.parse import urlsplit
 
 import pytest
 
 from ego2web_replay.guard import GuardPolicy
 from ego2web_replay.recorder.addon import ExchangeArchive
 from ego2web_replay.recorder.front import RecordFront
-from ego2web_replay.recorder.stream import TIMING_HEADER
+from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.snapshots.warc import TIMING_HEADER
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 
@@ -122,6 +124,15 @@ def _wait(check, what: str) -> None:
         time.sleep(0.01)
 
 
+def _left_after(rec: _Recording, url: str, want: bytes) -> bytes:
+    """Ask for ``url``, leave once ``want`` came, wait until the recorder archived the stream."""
+    s = rec.ask(url)
+    got = _until(s, b"", want)
+    s.close()
+    _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived when its client left")
+    return got
+
+
 def test_the_first_event_reaches_the_client_before_the_origin_finishes(origin, ca, tmp_path):
     origin.go, origin.done = threading.Event(), threading.Event()
     base = f"http://127.0.0.1:{origin.server_address[1]}"
@@ -147,10 +158,7 @@ def test_the_first_event_reaches_the_client_before_the_origin_finishes(origin, c
 def test_a_client_that_goes_away_ends_the_recording_of_its_stream(origin, ca, tmp_path):
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
-        s = rec.ask(base + "/forever")
-        got = _until(s, b"", b"data: 2\n\n")
-        s.close()
-        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived when its client left")
+        got = _left_after(rec, base + "/forever", b"data: 2\n\n")
         assert not rec.front._streams and not rec.front.upstream._busy  # the origin's connection let go
     assert b"data: 0\n\n" in got
     (record,) = rec.responses()
@@ -215,3 +223,48 @@ def test_a_stream_whose_record_cannot_be_written_never_ends_cleanly_for_the_clie
         got = _to_close(rec.ask(base + "/events"))
     assert b"data: two" in got and not got.endswith(b"0\r\n\r\n")  # the last chunk is withheld: a cut body
     assert rec.archive.failed and "disk full" in rec.archive.failed
+
+
+# -- replay of what was recorded ---------------------------------------------------------------
+def _replayed(snap_path, url: str) -> tuple[bytes, object]:
+    """What the fast replay of ``snap_path`` sends for ``url`` (read to the connection's end), and its stats."""
+    with Replay([snap_path], freeze=False, guard_mode="loopback", engine="fast") as replay:
+        port = urlsplit(replay.proxy_url).port
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(f"GET {url} HTTP/1.1\r\nHost: {url.split('/')[2]}\r\nAccept: text/event-stream\r\n"
+                      "Sec-Fetch-Dest: empty\r\nConnection: close\r\n\r\n".encode())
+            got = _to_close(s)
+        stats = replay.stats()
+    return got, stats
+
+
+def test_a_recorded_stream_is_replayed_in_its_pieces_and_ends_as_it_did(origin, ca, tmp_path):
+    origin.go, origin.done = threading.Event(), threading.Event()
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/events")
+        _until(s, b"", b"data: one")
+        origin.go.set()
+        _until(s, b"", b"0\r\n\r\n")
+        s.close()
+        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived")
+    rec.snap.finalize()
+    got, stats = _replayed(rec.snap.path, base + "/events")
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head
+    # the archived pieces, each its own chunk, then the last chunk: a stream that ended as it did live
+    assert body == _chunk(b"data: one\n\n") + _chunk(b"data: two\n\n") + b"0\r\n\r\n"
+    assert stats.truncated == 0 and stats.validity == "complete"
+
+
+def test_a_truncated_capture_is_replayed_cut_counted_and_degrades_validity(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        _left_after(rec, base + "/forever", b"data: 3\n\n")
+    (record,) = rec.responses()
+    got, stats = _replayed(rec.snap.path, base + "/forever")
+    body = got.partition(b"\r\n\r\n")[2]
+    assert body.replace(b"\r\n", b"").count(b"data: ") == record.payload.count(b"data: ")
+    assert not body.endswith(b"0\r\n\r\n")  # cut where the recording was cut
+    assert stats.truncated == 1 and stats.truncated_urls == [f"GET {base}/forever (disconnect)"]
+    assert stats.validity == "degraded"

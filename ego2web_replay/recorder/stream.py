@@ -30,12 +30,12 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
+from ..snapshots.warc import TIMING_HEADER
 from ..web import get_header
 from .upstream import UpstreamPool, UpstreamResponse, max_response
 
 __all__ = ["RecordedStream", "open_ended", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
 
-TIMING_HEADER = "WARC-Ego2Web-Stream-Timing"
 MAX_PIECES = 1000
 _PIECE = 64 * 1024
 

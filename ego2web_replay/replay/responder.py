@@ -46,6 +46,7 @@ from .httputil import (
     shift_dates,
 )
 from .matching import IndexBase, ReplaySession
+from .stream import ReplayedStream, StreamMeta
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
 
@@ -176,6 +177,7 @@ class Responder:
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(7))  # the replay log, by field (see _log)
+        self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
@@ -277,7 +279,20 @@ class Responder:
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
-        return framed(status, reason, headers, rbody, method)
+        reply = framed(status, reason, headers, rbody, method)
+        meta = self._streams.get(_cache_key("r", ref)) if self._streams else None
+        return reply if meta is None else self._streamed(reply, meta, method, url)
+
+    def _streamed(self, reply: Reply, meta: StreamMeta, method: str, url: str) -> Reply:
+        """A capture of a streamed body: served at its recorded pace; one cut short is counted."""
+        if meta.truncated is not None:
+            with self._lock:
+                self._counts.truncated += 1
+                if len(self._counts.truncated_urls) < MAX_LOG:
+                    self._counts.truncated_urls.append(f"{method} {url} ({meta.truncated})")
+        if reply.status != 200 or method == "HEAD" or not reply.body or not meta.pieces:
+            return reply  # (a truncated record of another recorder, with no timing: served whole, as it was)
+        return reply._replace(stream=ReplayedStream(reply.body, meta))
 
     def _dated(self, headers: Head) -> Head:
         """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads.
@@ -340,7 +355,12 @@ class Responder:
         hit = self._cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        status, reason, headers, body = self.resolve(ref)
+        got = self.resolve(ref)  # (status, reason, headers, body), and perhaps a StreamMeta
+        status, reason, headers, body = got[:4]
+        if len(got) > 4 and got[4] is not None:
+            if len(self._streams) >= MAX_LOG:
+                self._streams.clear()
+            self._streams[key] = got[4]
         if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
             cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)
                        for k, v in clean_response_headers(headers, keep=("transfer-encoding",))]
@@ -366,7 +386,7 @@ class Responder:
         return value
 
 
-_COUNTS = ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live")
+_COUNTS = ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live", "truncated")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
@@ -376,5 +396,6 @@ def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
         for name in _COUNTS:
             setattr(merged, name, getattr(merged, name) + getattr(part, name))
         merged.missed_urls.extend(part.missed_urls[: MAX_LOG - len(merged.missed_urls)])
+        merged.truncated_urls.extend(part.truncated_urls[: MAX_LOG - len(merged.truncated_urls)])
         merged.log.extend(part.log[: MAX_LOG - len(merged.log)])
     return merged

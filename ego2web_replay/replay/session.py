@@ -48,6 +48,7 @@ from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
+from .stream import StreamMeta, stream_meta
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +228,7 @@ class Replay:
         else:
             stats = self.responder.snapshot_stats()
         stats.config = self.config.model_dump(mode="json")
-        stats.validity = classify(stats.log)
+        stats.validity = classify(stats.log, stats.truncated)
         return stats
 
     def write_stats(self, path: Path) -> None:
@@ -302,7 +303,7 @@ class Replay:
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
 
-    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry
 
         n, line = ref
@@ -314,8 +315,9 @@ class Replay:
                                    "HTTP status line")
             # a resource record: no HTTP head of its own
             ctype = record.content_type or entry.mime or "application/octet-stream"
-            return 200, "OK", [("Content-Type", ctype)], record.payload
-        return record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload
+            return 200, "OK", [("Content-Type", ctype)], record.payload, None
+        return (record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload,
+                stream_meta(record.headers))
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()

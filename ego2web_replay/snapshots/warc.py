@@ -32,9 +32,11 @@ from warcio.warcwriter import WARCWriter
 from ..errors import ArchiveError
 from ..web import reason_phrase
 
-__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body"]
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body", "TIMING_HEADER"]
 
 Compression = Literal["zst", "gz", "none"]
+#: On a response record whose body was streamed: when each piece came (see recorder/stream.py).
+TIMING_HEADER = "WARC-Ego2Web-Stream-Timing"
 
 
 @dataclass(frozen=True)
