@@ -19,10 +19,15 @@ import pytest
 from ego2web_replay.guard import GuardPolicy
 from ego2web_replay.recorder.addon import ExchangeArchive
 from ego2web_replay.recorder.front import RecordFront
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
-from ego2web_replay.snapshots.warc import TIMING_HEADER
+from ego2web_replay.snapshots.warc import LEFT_HEADER, TIMING_HEADER
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.sse_site import EVENTS, SseSite
+from ego2web_replay.testing.thirdparty import available
+from ego2web_replay.testing.tls import make_test_ca
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 
@@ -162,7 +167,7 @@ def test_a_client_that_goes_away_ends_the_recording_of_its_stream(origin, ca, tm
         assert not rec.front._streams and not rec.front.upstream._busy  # the origin's connection let go
     assert b"data: 0\n\n" in got
     (record,) = rec.responses()
-    assert record.headers.get("WARC-Truncated") == "disconnect"
+    assert record.headers.get("WARC-Truncated") == "disconnect" and record.headers.get(LEFT_HEADER) == "client"
     assert record.payload.startswith(b"data: 0\n\ndata: 1\n\ndata: 2\n\n")
     assert rec.archive.truncated == [base + "/forever: disconnect"]
 
@@ -198,6 +203,7 @@ def test_an_origin_that_dies_mid_stream_is_archived_truncated_disconnect(origin,
     assert b"data: last" in got and not got.endswith(b"0\r\n\r\n")
     (record,) = rec.responses()
     assert record.headers.get("WARC-Truncated") == "disconnect" and record.payload == b"data: last\n\n"
+    assert record.headers.get(LEFT_HEADER) is None
 
 
 def test_stopping_the_recorder_archives_an_open_stream(origin, ca, tmp_path):
@@ -208,6 +214,7 @@ def test_stopping_the_recorder_archives_an_open_stream(origin, ca, tmp_path):
     s.close()
     (record,) = rec.responses()
     assert record.headers.get("WARC-Truncated") == "disconnect" and record.payload.startswith(b"data: 0")
+    assert record.headers.get(LEFT_HEADER) == "stopped"
 
 
 def test_a_stream_whose_record_cannot_be_written_never_ends_cleanly_for_the_client(origin, ca, tmp_path):
@@ -257,14 +264,62 @@ def test_a_recorded_stream_is_replayed_in_its_pieces_and_ends_as_it_did(origin, 
     assert stats.truncated == 0 and stats.validity == "complete"
 
 
-def test_a_truncated_capture_is_replayed_cut_counted_and_degrades_validity(origin, ca, tmp_path):
+def test_a_capture_the_origin_cut_is_replayed_cut_counted_and_degrades_validity(origin, ca, tmp_path):
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
-        _left_after(rec, base + "/forever", b"data: 3\n\n")
-    (record,) = rec.responses()
-    got, stats = _replayed(rec.snap.path, base + "/forever")
-    body = got.partition(b"\r\n\r\n")[2]
-    assert body.replace(b"\r\n", b"").count(b"data: ") == record.payload.count(b"data: ")
-    assert not body.endswith(b"0\r\n\r\n")  # cut where the recording was cut
-    assert stats.truncated == 1 and stats.truncated_urls == [f"GET {base}/forever (disconnect)"]
+        _to_close(rec.ask(base + "/broken"))
+    rec.snap.finalize()
+    got, stats = _replayed(rec.snap.path, base + "/broken")
+    assert got.partition(b"\r\n\r\n")[2] == _chunk(b"data: last\n\n")  # no last chunk: cut as it was live
+    assert stats.truncated == 1 and stats.truncated_urls == [f"GET {base}/broken (disconnect)"]
+    assert stats.validity == "degraded"
+
+
+# -- a real SSE server (sse-starlette on uvicorn), recorded and replayed by Chromium ---------------------
+def _shown(page) -> list[str]:
+    page.wait_for_selector("body[data-ended='1']", state="attached", timeout=20_000)
+    return page.locator("#log li").all_text_contents()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not available("sse_starlette"), reason="sse-starlette is not installed")
+@pytest.mark.parametrize("scheme", ["http", "https"])  # HTTP/1.1 and HTTP/2 from Chromium to the proxies
+def test_chromium_sees_sse_starlette_events_live_through_the_recorder_and_frozen(chromium, ca, tmp_path, scheme):
+    tls = make_test_ca(tmp_path / "tls") if scheme == "https" else None
+    with SseSite(tls) as sse:
+        task = Task(id="sse", instruction="x", start_url=sse.url + "/")
+        opts = RecordOptions(guard="loopback", upstream_ca=tls.ca_cert if tls else None)
+        with LiveRecording(task, tmp_path / "rec", opts, ca=ca) as live:
+            ctx = chromium.new_context(proxy_url=live.proxy_url)
+            page = ctx.new_page()
+            page.goto(sse.url + "/")
+            assert _shown(page) == [f"event {n}" for n in range(EVENTS)]  # the whole stream, then its end
+            page.goto(sse.url + "/?stream=ticker")
+            page.wait_for_function("document.querySelectorAll('#log li').length >= 3")
+            protocol = page.evaluate("performance.getEntriesByType('navigation')[0].nextHopProtocol")
+            page.goto("about:blank")  # the browser leaves the ticker: its record ends there
+            _wait(lambda: not live.proxy._streams, "the ticker was not archived when the browser left it")
+            ctx.close()
+        assert live.ok, live.error
+    assert protocol == ("h2" if tls else "http/1.1")
+    records = {r.url: r for r in iter_records(live.writer.writer.path) if r.rec_type == "response"}
+    events, ticker = records[sse.url + "/events"], records[sse.url + "/ticker"]
+    assert events.headers.get("WARC-Truncated") is None and len(events.headers.get(TIMING_HEADER).split()) >= EVENTS
+    assert ticker.headers.get("WARC-Truncated") == "disconnect" and ticker.headers.get(LEFT_HEADER) == "client"
+    ticks = [line.split(": ", 1)[1] for line in ticker.payload.decode().splitlines() if line.startswith("data: ")]
+    assert len(ticks) >= 3
+    # the site is gone: the frozen replay alone shows the same events, a truncated stream counted as such
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback", engine="fast") as replay:
+        ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+        page = ctx.new_page()
+        page.goto(sse.url + "/")
+        assert _shown(page) == [f"event {n}" for n in range(EVENTS)]
+        page.goto(sse.url + "/?stream=ticker")
+        page.wait_for_function(f"document.querySelectorAll('#log li').length >= {len(ticks)}")
+        assert page.locator("#log li").all_text_contents() == ticks  # every recorded tick, the stream still open
+        assert page.evaluate("document.body.dataset.ended") is None
+        ctx.close()
+        stats = replay.stats()
+    assert stats.miss == 0, stats.missed_urls
+    assert stats.truncated == 1 and stats.truncated_urls == [f"GET {sse.url}/ticker (disconnect)"]
     assert stats.validity == "degraded"

@@ -171,7 +171,7 @@ class RecordFront(ProxyFront):
             pipe.close()
         streams = list(self._streams)
         for stream in streams:
-            stream.close()
+            stream.close("stopped")
         if streams:
             await asyncio.wait([stream.ended for stream in streams], timeout=2)
         await self.upstream.aclose()

@@ -13,8 +13,9 @@ unrecorded.
 A body that did not end as the origin meant it is archived with ``WARC-Truncated``
 (WARC 1.1 values): ``length`` (the record cap), ``time`` (the recorder's read limit,
 120 s from the response head), ``disconnect`` (the origin closed it mid-body, the
-browser went away, or the recording stopped) or ``unspecified`` (bad framing). The
-browser's copy is cut at the same byte. When each piece came is kept on the response
+browser went away, or the recording stopped: then also ``WARC-Ego2Web-Stream-Left:
+client`` or ``stopped``) or ``unspecified`` (bad framing). The browser's copy is cut at
+the same byte. When each piece came is kept on the response
 record as ``WARC-Ego2Web-Stream-Timing``: space-separated ``offset:ms`` pairs, the
 byte offset of a piece in the payload (transfer framing removed) and the milliseconds
 from the response head to its arrival; at most :data:`MAX_PIECES` pairs (later pieces
@@ -30,7 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
-from ..snapshots.warc import TIMING_HEADER
+from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
 from .upstream import UpstreamPool, UpstreamResponse, max_response
 
@@ -80,12 +81,15 @@ class RecordedStream:
         self._pieces: list[tuple[int, int]] = []
         self._iterated = False
         self._over = False
+        self._left: str | None = None  # who ended it on the recorder's side (see close)
         te = (get_header(resp.headers, "transfer-encoding") or "").lower()
         resp.chunked = "chunked" in te
 
-    def close(self) -> None:
-        """The browser went away (or the recording stops): archive what came, marked truncated."""
+    def close(self, why: str = "client") -> None:
+        """The browser went away (``client``) or the recording stops (``stopped``): archive what came,
+        marked truncated."""
         if not self._gone.done():
+            self._left = why
             self._gone.set_result(None)
         if not self._iterated:  # never sent (the client left before the head went): still archived
             self._iterated = True
@@ -118,6 +122,8 @@ class RecordedStream:
         headers = [(TIMING_HEADER, timing_value(self._pieces))] if self._pieces else []
         if reason is not None:
             headers.insert(0, ("WARC-Truncated", reason))
+        if reason == "disconnect" and self._left is not None:
+            headers.append((LEFT_HEADER, self._left))
         written = self.archive(bytes(self._body), headers)
         self.complete = reason is None and written
         self._body = bytearray()

@@ -6,8 +6,11 @@ when the body was cut, why (``WARC-Truncated``). Replay sends the archived paylo
 the same pieces, each after the same delay from the one before (at most
 :data:`MAX_GAP_S`), so a page sees its events in the order and rhythm it saw them live;
 the bytes are always the archived ones, whatever the clock does. A capture that was
-complete ends cleanly after its last piece; a truncated one is cut there (HTTP/1.1: no
-last chunk; HTTP/2: the stream reset), as the live page's copy was. Answering from a
+complete ends cleanly after its last piece; one cut by a limit (``length``, ``time``) or a
+failure is cut there (HTTP/1.1: no last chunk; HTTP/2: the stream reset), as the live
+page's copy was; one that ended because its client left or the recording stopped
+(``WARC-Ego2Web-Stream-Left``) stays open after its last piece, as it was live, until the client
+leaves (at most :data:`MAX_GAP_S`, then cut). Answering from a
 truncated capture is counted (``ReplayStats.truncated``) and makes the episode at best
 ``degraded`` (:func:`ego2web_replay.validity.classify`). The mitmproxy replay engine
 sends the same bytes at once.
@@ -16,11 +19,12 @@ sends the same bytes at once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..snapshots.warc import TIMING_HEADER
+from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 
 __all__ = ["StreamMeta", "ReplayedStream", "stream_meta", "MAX_GAP_S", "TIMING_HEADER"]
 
@@ -33,6 +37,7 @@ class StreamMeta:
 
     truncated: str | None
     pieces: tuple[tuple[int, int], ...]  # (byte offset in the payload, ms after the response head)
+    left: str | None = None  # the recorder's side ended it: client (the browser left) or stopped
 
 
 def stream_meta(warc_headers: Any) -> StreamMeta | None:
@@ -46,7 +51,7 @@ def stream_meta(warc_headers: Any) -> StreamMeta | None:
         offset, _, ms = pair.partition(":")
         if offset.isdigit() and ms.isdigit():
             pieces.append((int(offset), int(ms)))
-    return StreamMeta(truncated, tuple(sorted(pieces)))
+    return StreamMeta(truncated, tuple(sorted(pieces)), warc_headers.get(LEFT_HEADER))
 
 
 class ReplayedStream:
@@ -78,4 +83,7 @@ class ReplayedStream:
                     pass
             end = pieces[i + 1][0] if i + 1 < len(pieces) else len(self.body)
             yield self.body[offset:end]
+        if self.meta.left is not None:  # live, the stream was still open when it ended: so here
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._gone.wait(), self.max_gap_s)
         self.complete = self.meta.truncated is None

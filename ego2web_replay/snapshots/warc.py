@@ -32,11 +32,14 @@ from warcio.warcwriter import WARCWriter
 from ..errors import ArchiveError
 from ..web import reason_phrase
 
-__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body", "TIMING_HEADER"]
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body", "TIMING_HEADER",
+           "LEFT_HEADER"]
 
 Compression = Literal["zst", "gz", "none"]
 #: On a response record whose body was streamed: when each piece came (see recorder/stream.py).
 TIMING_HEADER = "WARC-Ego2Web-Stream-Timing"
+#: On a streamed response cut on the recorder's side: ``client`` (the browser left) or ``stopped``.
+LEFT_HEADER = "WARC-Ego2Web-Stream-Left"
 
 
 @dataclass(frozen=True)
