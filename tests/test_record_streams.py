@@ -8,6 +8,7 @@ client before the origin finished" is an ordering, never a timing, assertion.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import socketserver
 import threading
@@ -29,6 +30,7 @@ from ego2web_replay.testing.sse_site import EVENTS, SseSite
 from ego2web_replay.testing.thirdparty import available
 from ego2web_replay.testing.tls import make_test_ca
 
+BIG = os.urandom(6 << 20)
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
 
 
@@ -66,6 +68,13 @@ class _Origin(socketserver.BaseRequestHandler):
                 for _ in range(3 << 10):
                     sock.sendall(line)
                 sock.close()
+            elif path in ("/half", "/big"):  # a body with a length, its end only once the test says so
+                first, rest = (b"first half", b"and the end") if path == "/half" else (BIG[:5 << 20], BIG[5 << 20:])
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                             b"Content-Length: %d\r\n\r\n%b" % (len(first) + len(rest), first))
+                srv.go.wait(10)  # type: ignore[attr-defined]
+                sock.sendall(rest)
+                srv.done.set()  # type: ignore[attr-defined]
             elif path == "/broken":  # the origin dies in the middle of the stream
                 sock.sendall(SSE_HEAD + b"Transfer-Encoding: chunked\r\n\r\n" + _chunk(b"data: last\n\n"))
                 sock.close()
@@ -138,17 +147,24 @@ def _left_after(rec: _Recording, url: str, want: bytes) -> bytes:
     return got
 
 
-def test_the_first_event_reaches_the_client_before_the_origin_finishes(origin, ca, tmp_path):
+def _first_then_rest(origin, rec: _Recording, url: str, first: bytes, last: bytes) -> bytes:
+    """Ask for ``url``; once ``first`` reached the client (the origin still waiting, nothing archived yet)
+    let the origin finish; read until ``last``; wait until the exchange is archived."""
     origin.go, origin.done = threading.Event(), threading.Event()
+    s = rec.ask(url)
+    got = _until(s, b"", first)
+    assert not origin.done.is_set() and rec.archive.exchanges == 0
+    origin.go.set()
+    got = _until(s, got, last)
+    s.close()
+    _wait(lambda: rec.archive.exchanges == 1, "the exchange was not archived")
+    return got
+
+
+def test_the_first_event_reaches_the_client_before_the_origin_finishes(origin, ca, tmp_path):
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
-        s = rec.ask(base + "/events")
-        got = _until(s, b"", b"data: one")
-        assert not origin.done.is_set() and rec.archive.exchanges == 0  # still open: nothing archived yet
-        origin.go.set()
-        got = _until(s, got, b"0\r\n\r\n")
-        s.close()
-        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived")
+        got = _first_then_rest(origin, rec, base + "/events", b"data: one", b"0\r\n\r\n")
     head, _, body = got.partition(b"\r\n\r\n")
     assert b"transfer-encoding: chunked" in head.lower() and body.endswith(b"0\r\n\r\n")
     assert b"data: one\n\n" in body and b"data: two\n\n" in body
@@ -232,6 +248,37 @@ def test_a_stream_whose_record_cannot_be_written_never_ends_cleanly_for_the_clie
     assert rec.archive.failed and "disk full" in rec.archive.failed
 
 
+# -- any other body: streamed too, archived whole -----------------------------------------------------
+def test_a_body_with_a_length_reaches_the_client_before_the_origin_finishes(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        got = _first_then_rest(origin, rec, base + "/half", b"first half", b"and the end")
+    assert got.partition(b"\r\n\r\n")[2] == b"first halfand the end"
+    (record,) = rec.responses()
+    assert record.payload == b"first halfand the end" and record.headers.get("WARC-Truncated") is None
+    assert record.headers.get(TIMING_HEADER) is None  # timing is kept for open-ended bodies only
+
+
+def test_a_download_the_client_leaves_is_still_archived_whole_from_a_spool_file(origin, ca, tmp_path):
+    """As Chromium leaves a media file after its first megabytes: the recorder reads on and archives the
+    whole response (replay can then serve any range of it); past SPOOL_BYTES the copy is in a file."""
+    origin.go, origin.done = threading.Event(), threading.Event()
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/big")
+        got = b""
+        while len(got) < 5 << 20:
+            got += s.recv(1 << 20)
+        (stream,) = rec.front._streams
+        assert stream._body._rolled  # the recorder's copy went to disk, not memory
+        s.close()
+        origin.go.set()
+        _wait(lambda: rec.archive.exchanges == 1, "the download was not archived")
+    (record,) = rec.responses()
+    assert record.payload == BIG and record.headers.get("WARC-Truncated") is None
+    assert rec.archive.errors == []
+
+
 # -- replay of what was recorded ---------------------------------------------------------------
 def _replayed(snap_path, url: str) -> tuple[bytes, object]:
     """What the fast replay of ``snap_path`` sends for ``url`` (read to the connection's end), and its stats."""
@@ -246,15 +293,9 @@ def _replayed(snap_path, url: str) -> tuple[bytes, object]:
 
 
 def test_a_recorded_stream_is_replayed_in_its_pieces_and_ends_as_it_did(origin, ca, tmp_path):
-    origin.go, origin.done = threading.Event(), threading.Event()
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
-        s = rec.ask(base + "/events")
-        _until(s, b"", b"data: one")
-        origin.go.set()
-        _until(s, b"", b"0\r\n\r\n")
-        s.close()
-        _wait(lambda: rec.archive.exchanges == 1, "the stream was not archived")
+        _first_then_rest(origin, rec, base + "/events", b"data: one", b"0\r\n\r\n")
     rec.snap.finalize()
     got, stats = _replayed(rec.snap.path, base + "/events")
     head, _, body = got.partition(b"\r\n\r\n")

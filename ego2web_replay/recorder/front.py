@@ -3,8 +3,9 @@
 The same connection code as the fast replay (CONNECT answered at once, TLS with
 leaves minted from the project CA, HTTP/1.1 and HTTP/2 to the client), with each
 request sent upstream by :class:`~.upstream.UpstreamPool` (HTTP/1.1, kept alive)
-and its response archived by :class:`~.addon.ExchangeArchive` before the client
-gets it, so nothing passes unrecorded. What the mitmproxy recording engine
+and its response streamed to the client as it comes and archived by
+:class:`~.addon.ExchangeArchive` when it ends, the client getting the body's end only
+once the record is written (:mod:`.stream`), so nothing passes unrecorded. What the mitmproxy recording engine
 (``--engine mitmproxy``) does, this does too: the upstream guard answers
 Chromium's background hosts and hosts outside the policy itself, before any DNS or
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
@@ -34,7 +35,7 @@ from ..wire import Reply
 from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply
 from .addon import ExchangeArchive
-from .stream import RecordedStream, open_ended
+from .stream import RecordedStream, open_ended, streamable
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 
 __all__ = ["RecordFront"]
@@ -94,7 +95,7 @@ class RecordFront(ProxyFront):
         super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
-        self.upstream.stream_when = open_ended  # server-sent events: streamed through (see .stream)
+        self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
@@ -159,7 +160,10 @@ class RecordFront(ProxyFront):
                 http_version=resp.version, ip=resp.ip, started=started, authority=authority,
                 warc_headers=warc_headers)
 
-        stream = RecordedStream(self.upstream, resp, archive)
+        def failed(why: str) -> None:
+            self.archive.note_error(url, why, method)
+
+        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp))
         self._streams.add(stream)
         stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
         return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)

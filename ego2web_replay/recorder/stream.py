@@ -1,32 +1,41 @@
-"""Open-ended responses (server-sent events) streamed through the recorder as they arrive.
+"""Response bodies streamed through the recorder to the browser as they arrive, archived when they end.
 
-A response whose body may never end (``Content-Type: text/event-stream``) is not
-read whole before the browser is answered: its head goes to the browser at once and
-each piece of its body as it comes from the origin (:mod:`ego2web_replay.wire.stream`),
-kept meanwhile in memory (at most the record cap, ``EGO2WEB_MAX_RECORD_BYTES``). The
-exchange is archived when the body ends: the origin finished it, the browser went
-away, the recorder stopped, or a limit cut it. Until then the browser has not got the
-body's end: if the archive cannot be written the browser's body is cut (its last
-chunk withheld, an HTTP/2 stream reset), so no body the browser takes as whole goes
-unrecorded.
+A body that comes chunked or with a length (:func:`streamable`) is not read whole
+before the browser is answered: its head goes to the browser at once and each piece
+of its body as it comes from the origin (:mod:`ego2web_replay.wire.stream`); the
+recorder's copy is kept in memory up to :data:`SPOOL_BYTES`, in a temporary file
+beyond (at most the record cap, ``EGO2WEB_MAX_RECORD_BYTES``), and the exchange is
+archived when the body ends. Until the record is written the browser does not have
+the body's end (the last chunk, or the last piece of a body with a length): if the
+record cannot be written, the browser's body is cut (the connection closed, an
+HTTP/2 stream reset), so no body the browser takes as whole goes unrecorded. A body
+that fails mid-way (the origin closes, bad framing, the record cap, the read limit)
+is cut for the browser too and is not archived: an upstream error, as for a body read
+whole. A browser that leaves a download early (as Chromium leaves a media file after
+its first megabytes) does not end the recording of it: it is read on and archived
+whole. A body that runs to the connection's end, or has a length past the record cap,
+is read whole first (:mod:`.upstream`), as before.
 
-A body that did not end as the origin meant it is archived with ``WARC-Truncated``
-(WARC 1.1 values): ``length`` (the record cap), ``time`` (the recorder's read limit,
-120 s from the response head), ``disconnect`` (the origin closed it mid-body, the
-browser went away, or the recording stopped: then also ``WARC-Ego2Web-Stream-Left:
-client`` or ``stopped``) or ``unspecified`` (bad framing). The browser's copy is cut at
-the same byte. When each piece came is kept on the response
-record as ``WARC-Ego2Web-Stream-Timing``: space-separated ``offset:ms`` pairs, the
-byte offset of a piece in the payload (transfer framing removed) and the milliseconds
-from the response head to its arrival; at most :data:`MAX_PIECES` pairs (later pieces
-count with the last one). Replay serves such a record at that pace
-(:mod:`ego2web_replay.replay.stream`).
+A body that may never end (``Content-Type: text/event-stream``, server-sent events)
+is archived when it ends, however that is: the origin finished it, the browser went
+away, the recording stopped, or a limit cut it. One that did not end as the origin
+meant it is archived with ``WARC-Truncated`` (WARC 1.1 values): ``length`` (the record
+cap), ``time`` (the recorder's read limit, 120 s from the response head),
+``disconnect`` (the origin closed it mid-body, the browser went away, or the recording
+stopped: then also ``WARC-Ego2Web-Stream-Left: client`` or ``stopped``) or
+``unspecified`` (bad framing). The browser's copy is cut at the same byte. When each
+piece came is kept on its response record as ``WARC-Ego2Web-Stream-Timing``:
+space-separated ``offset:ms`` pairs, the byte offset of a piece in the payload
+(transfer framing removed) and the milliseconds from the response head to its
+arrival; at most :data:`MAX_PIECES` pairs (later pieces count with the last one).
+Replay serves such a record at that pace (:mod:`ego2web_replay.replay.stream`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -35,16 +44,36 @@ from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
 from .upstream import UpstreamPool, UpstreamResponse, max_response
 
-__all__ = ["RecordedStream", "open_ended", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
+__all__ = ["RecordedStream", "open_ended", "streamable", "SPOOL_BYTES", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
 
 MAX_PIECES = 1000
 _PIECE = 64 * 1024
+SPOOL_BYTES = 4 << 20  # a body kept in memory up to this, in a temporary file beyond
+_FAILURES = {"length": "response too large to archive (EGO2WEB_MAX_RECORD_BYTES)",
+             "time": "no answer from the origin within {s:g} s",
+             "disconnect": "the origin closed the connection in the middle of the body",
+             "unspecified": "bad chunk framing from the origin"}
 
 
 def open_ended(resp: UpstreamResponse) -> bool:
-    """A response streamed through rather than read whole: server-sent events."""
+    """A response whose body may never end: server-sent events."""
     ctype = (get_header(resp.headers, "content-type") or "").split(";")[0].strip().lower()
     return ctype == "text/event-stream"
+
+
+def streamable(resp: UpstreamResponse) -> bool:
+    """A response streamed to the browser as it comes: server-sent events, and any body chunked or
+    with a length the archive can hold (one running to the connection's end is read whole first, as
+    is one with a length past the record cap: refused)."""
+    if open_ended(resp):
+        return True
+    if "chunked" in (get_header(resp.headers, "transfer-encoding") or "").lower():
+        return True
+    length = get_header(resp.headers, "content-length")
+    try:
+        return length is not None and int(length.split(",")[0].strip()) <= max_response()
+    except ValueError:
+        return False
 
 
 def timing_value(pieces: list[tuple[int, int]]) -> str:
@@ -66,8 +95,10 @@ class RecordedStream:
 
     def __init__(self, pool: UpstreamPool, resp: UpstreamResponse,
                  archive: Callable[[bytes, list[tuple[str, str]]], bool], *,
+                 failed: Callable[[str], None] | None = None, open_ended: bool = True,
                  max_bytes: int | None = None, max_seconds: float | None = None) -> None:
-        self.pool, self.resp, self.archive = pool, resp, archive
+        self.pool, self.resp, self.archive, self.failed = pool, resp, archive, failed
+        self.open_ended = open_ended
         self.max_bytes = max_response() if max_bytes is None else max_bytes
         self.max_seconds = pool.read_timeout_s if max_seconds is None else max_seconds
         self.complete = False
@@ -77,23 +108,38 @@ class RecordedStream:
         self.ended: asyncio.Future[None] = loop.create_future()
         self._started = time.monotonic()
         self._deadline = loop.time() + self.max_seconds
-        self._body = bytearray()
+        self._body: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in _finish
+        self._size = 0
         self._pieces: list[tuple[int, int]] = []
         self._iterated = False
         self._over = False
+        self._last = b""  # held back until the record is written (a body with a length)
         self._left: str | None = None  # who ended it on the recorder's side (see close)
         te = (get_header(resp.headers, "transfer-encoding") or "").lower()
         resp.chunked = "chunked" in te
+        # a body with a length may take as long as it keeps coming (the limit is between reads); any
+        # other gets the limit in all (as recorder/upstream.py reads them)
+        self._per_read = not open_ended and not resp.chunked
 
     def close(self, why: str = "client") -> None:
-        """The browser went away (``client``) or the recording stops (``stopped``): archive what came,
-        marked truncated."""
+        """The browser went away (``client``) or the recording stops (``stopped``). An open-ended body
+        is archived as it is, truncated; any other is read on to its end and archived whole when its
+        browser left, and given up (not archived) when the recording stops."""
+        if not self.open_ended and why == "client":
+            self._left = why
+            if not self._iterated:  # the head never went: read it all the same
+                asyncio.ensure_future(self._drain())
+            return
         if not self._gone.done():
             self._left = why
             self._gone.set_result(None)
         if not self._iterated:  # never sent (the client left before the head went): still archived
             self._iterated = True
             self._finish("disconnect")
+
+    async def _drain(self) -> None:
+        async for _ in self:
+            pass
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
         if self._iterated:
@@ -113,25 +159,34 @@ class RecordedStream:
             self._finish("disconnect")
             raise
         self._finish(reason)
+        if self.complete and self._last:
+            yield self._last
 
     def _finish(self, reason: str | None) -> None:
         if self.ended.done():
             return
         self.truncated = reason
         self.pool.done_with(self.resp, reusable=reason is None)
-        headers = [(TIMING_HEADER, timing_value(self._pieces))] if self._pieces else []
-        if reason is not None:
-            headers.insert(0, ("WARC-Truncated", reason))
-        if reason == "disconnect" and self._left is not None:
-            headers.append((LEFT_HEADER, self._left))
-        written = self.archive(bytes(self._body), headers)
-        self.complete = reason is None and written
-        self._body = bytearray()
-        self.ended.set_result(None)
+        try:
+            if reason is not None and not self.open_ended:  # a failure, as for a body read whole
+                if self._left != "stopped" and self.failed is not None:
+                    self.failed(_FAILURES[reason].format(s=self.max_seconds))
+                return
+            headers = [(TIMING_HEADER, timing_value(self._pieces))] if self.open_ended and self._pieces else []
+            if reason is not None:
+                headers.insert(0, ("WARC-Truncated", reason))
+            if reason == "disconnect" and self._left is not None:
+                headers.append((LEFT_HEADER, self._left))
+            self._body.seek(0)
+            written = self.archive(self._body.read(), headers)
+            self.complete = reason is None and written
+        finally:
+            self._body.close()
+            self.ended.set_result(None)
 
     def _keep(self, data: bytes) -> bytes:
         """What of ``data`` fits under the record cap (kept, to be sent); past it, the cut is due."""
-        room = self.max_bytes - len(self._body)
+        room = self.max_bytes - self._size
         if len(data) > room:
             data, self._over = data[:max(room, 0)], True
         if data:
@@ -144,14 +199,15 @@ class RecordedStream:
 
     def _note(self, data: bytes) -> None:
         if len(self._pieces) < MAX_PIECES:
-            self._pieces.append((len(self._body), int((time.monotonic() - self._started) * 1000)))
-        self._body += data
+            self._pieces.append((self._size, int((time.monotonic() - self._started) * 1000)))
+        self._body.write(data)
+        self._size += len(data)
 
     async def _read(self, coro: Coroutine[Any, Any, bytes]) -> bytes:
         """``coro``'s bytes, unless the browser goes away or the time runs out first."""
         read: asyncio.Future[Any] = asyncio.ensure_future(coro)
         waiting: set[asyncio.Future[Any]] = {read, self._gone}
-        left = self._deadline - asyncio.get_running_loop().time()
+        left = self.max_seconds if self._per_read else self._deadline - asyncio.get_running_loop().time()
         done, _ = await asyncio.wait(waiting, timeout=max(left, 0),
                                      return_when=asyncio.FIRST_COMPLETED)
         if read in done:
@@ -190,5 +246,9 @@ class RecordedStream:
                 raise asyncio.IncompleteReadError(b"", None)
             if left is not None:
                 left -= len(data)
-            yield self._keep(data)
+            data = self._keep(data)
+            if left == 0 and not self._over:  # the last piece of a body with a length: sent once archived
+                self._last = data
+                return
+            yield data
             self._check()

@@ -3,7 +3,9 @@
 One request in, one response out, with the body exactly as the origin sent it
 (content-encoding kept; a chunked body is read out of its chunks and the response
 is marked ``chunked``, so the archive stores it chunked again and the client gets
-it chunked). Connections are kept per origin (scheme, host, port) and reused, at
+it chunked). A response :attr:`UpstreamPool.stream_when` picks comes back after its
+head, its body unread on ``link``, its connection and slot held until
+:meth:`UpstreamPool.done_with` (the caller streams it: :mod:`.stream`). Connections are kept per origin (scheme, host, port) and reused, at
 most :data:`PER_ORIGIN` at a time, in use or kept, as Chromium opens to a site over
 HTTP/1.1 (a client on HTTP/2 may ask a hundred things at once: the rest wait); a
 kept connection that the origin closed meanwhile is retried once, on a fresh one,
@@ -124,7 +126,8 @@ class UpstreamPool:
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
-        """Send one request (``target``: origin-form path and query) and read its whole response."""
+        """Send one request (``target``: origin-form path and query) and read its response
+        (whole, unless :attr:`stream_when` picks it)."""
         key = (scheme, host, port)
         data = self._head(method, target, headers, body, host, port, scheme) + body
         slots = self._slots.get(key)

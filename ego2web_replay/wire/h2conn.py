@@ -125,6 +125,8 @@ class H2Handler:
 
     def _late(self, stream_id: int, method: str, reply: Reply) -> None:
         if self.done:
+            if reply.stream is not None:
+                reply.stream.close()  # never sent: its source is let go
             return
         self._send(stream_id, method, reply)
         out = self.conn.data_to_send()
@@ -147,6 +149,8 @@ class H2Handler:
                 return
             self.conn.send_headers(stream_id, fields)
         except h2.exceptions.H2Error:  # the stream went away meanwhile
+            if reply.stream is not None:
+                reply.stream.close()
             return
         self.sending[stream_id] = memoryview(reply.body)
         self._flush(stream_id)
