@@ -279,6 +279,27 @@ def test_a_download_the_client_leaves_is_still_archived_whole_from_a_spool_file(
     assert rec.archive.errors == []
 
 
+def test_a_client_that_stops_reading_holds_nothing_in_memory_the_origin_reads_on_into_the_spool(
+        origin, ca, tmp_path):
+    origin.go, origin.done = threading.Event(), threading.Event()
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        s = rec.ask(base + "/big")
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        _wait(lambda: rec.front._streams, "no stream")
+        (stream,) = rec.front._streams
+        _wait(lambda: stream._size >= 5 << 20, "the origin's bytes did not reach the spool")
+        (conn,) = rec.front.connections
+        assert conn.transport.get_write_buffer_size() < 512 << 10  # what waits for the client stays small
+        origin.go.set()
+        got = b""
+        while len(got.partition(b"\r\n\r\n")[2]) < len(BIG):
+            got += s.recv(1 << 20)
+        s.close()
+        _wait(lambda: rec.archive.exchanges == 1, "not archived")
+    assert got.partition(b"\r\n\r\n")[2] == BIG
+
+
 # -- replay of what was recorded ---------------------------------------------------------------
 def _replayed(snap_path, url: str) -> tuple[bytes, object]:
     """What the fast replay of ``snap_path`` sends for ``url`` (read to the connection's end), and its stats."""

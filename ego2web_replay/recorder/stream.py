@@ -2,10 +2,11 @@
 
 A body that comes chunked or with a length (:func:`streamable`) is not read whole
 before the browser is answered: its head goes to the browser at once and each piece
-of its body as it comes from the origin (:mod:`ego2web_replay.wire.stream`); the
-recorder's copy is kept in memory up to :data:`SPOOL_BYTES`, in a temporary file
-beyond (at most the record cap, ``EGO2WEB_MAX_RECORD_BYTES``), and the exchange is
-archived when the body ends. Until the record is written the browser does not have
+of its body as it comes from the origin (:mod:`ego2web_replay.wire.stream`). The
+origin is read at its own pace into a spool (memory up to :data:`SPOOL_BYTES`, a
+temporary file beyond; at most the record cap, ``EGO2WEB_MAX_RECORD_BYTES``) and the
+browser is fed from the spool at the browser's (what waits for a slow browser stays
+in the spool, not in memory); the exchange is archived when the body ends. Until the record is written the browser does not have
 the body's end (the last chunk, or the last piece of a body with a length): if the
 record cannot be written, the browser's body is cut (the connection closed, an
 HTTP/2 stream reset), so no body the browser takes as whole goes unrecorded. A body
@@ -111,44 +112,40 @@ class RecordedStream:
         self._body: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in _finish
         self._size = 0
         self._pieces: list[tuple[int, int]] = []
-        self._iterated = False
         self._over = False
-        self._last = b""  # held back until the record is written (a body with a length)
+        self._held: int | None = None  # bytes from here wait for the record (a body with a length: its last piece)
         self._left: str | None = None  # who ended it on the recorder's side (see close)
+        self._more = asyncio.Event()  # set when the origin added bytes (or the end came, or the client left)
+        self._client_gone = False
+        self._iterating = False
+        self._reader_done = False
         te = (get_header(resp.headers, "transfer-encoding") or "").lower()
         resp.chunked = "chunked" in te
         # a body with a length may take as long as it keeps coming (the limit is between reads); any
         # other gets the limit in all (as recorder/upstream.py reads them)
         self._per_read = not open_ended and not resp.chunked
+        # the origin is read into the spool at its own pace; the client is fed from it at the client's
+        self._fill_task = asyncio.ensure_future(self._fill())
 
     def close(self, why: str = "client") -> None:
         """The browser went away (``client``) or the recording stops (``stopped``). An open-ended body
         is archived as it is, truncated; any other is read on to its end and archived whole when its
         browser left, and given up (not archived) when the recording stops."""
-        if not self.open_ended and why == "client":
+        if self._left is None:
             self._left = why
-            if not self._iterated:  # the head never went: read it all the same
-                asyncio.ensure_future(self._drain())
-            return
-        if not self._gone.done():
-            self._left = why
+        self._client_gone = True
+        self._more.set()
+        if not self._iterating:
+            self._reader_done = True
+        if (self.open_ended or why == "stopped") and not self._gone.done():
             self._gone.set_result(None)
-        if not self._iterated:  # never sent (the client left before the head went): still archived
-            self._iterated = True
-            self._finish("disconnect")
+        self._release()
 
-    async def _drain(self) -> None:
-        async for _ in self:
-            pass
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
-        if self._iterated:
-            return
-        self._iterated = True
+    async def _fill(self) -> None:
         reason: str | None = None
         try:
-            async for piece in self._pieces_from_origin():
-                yield piece
+            async for _ in self._pieces_from_origin():
+                self._more.set()
         except _Cut as cut:
             reason = cut.reason
         except (asyncio.IncompleteReadError, ConnectionError, OSError):
@@ -159,8 +156,40 @@ class RecordedStream:
             self._finish("disconnect")
             raise
         self._finish(reason)
-        if self.complete and self._last:
-            yield self._last
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
+        """What the origin sent so far, then more as it comes, while the client is there; the held
+        bytes only once the record is written."""
+        if self._iterating or self._reader_done:
+            return
+        self._iterating, sent = True, 0
+        try:
+            while not self._client_gone:
+                released = self.ended.done() and self.complete
+                limit = self._size if self._held is None or released else self._held
+                if sent < limit:
+                    data = self._spooled(sent, min(limit - sent, _PIECE))
+                    sent += len(data)
+                    yield data
+                    continue
+                if self.ended.done():
+                    return
+                self._more.clear()
+                await self._more.wait()
+        finally:
+            self._reader_done = True
+            self._release()
+
+    def _spooled(self, offset: int, n: int) -> bytes:
+        self._body.seek(offset)
+        data: bytes = self._body.read(n)
+        self._body.seek(0, 2)  # the origin's bytes go on at the end
+        return data
+
+    def _release(self) -> None:
+        """Close the spool once the record is written and the client's side is over."""
+        if self._reader_done and self.ended.done() and not self._body.closed:
+            self._body.close()
 
     def _finish(self, reason: str | None) -> None:
         if self.ended.done():
@@ -179,10 +208,12 @@ class RecordedStream:
                 headers.append((LEFT_HEADER, self._left))
             self._body.seek(0)
             written = self.archive(self._body.read(), headers)
+            self._body.seek(0, 2)
             self.complete = reason is None and written
         finally:
-            self._body.close()
             self.ended.set_result(None)
+            self._more.set()
+            self._release()
 
     def _keep(self, data: bytes) -> bytes:
         """What of ``data`` fits under the record cap (kept, to be sent); past it, the cut is due."""
@@ -246,9 +277,7 @@ class RecordedStream:
                 raise asyncio.IncompleteReadError(b"", None)
             if left is not None:
                 left -= len(data)
-            data = self._keep(data)
-            if left == 0 and not self._over:  # the last piece of a body with a length: sent once archived
-                self._last = data
-                return
-            yield data
+                if left == 0:  # the last piece of a body with a length: sent once the record is written
+                    self._held = self._size
+            yield self._keep(data)
             self._check()

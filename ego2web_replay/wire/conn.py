@@ -148,10 +148,27 @@ class _Conn(asyncio.Protocol):
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
         self.front.connections.add(self)
-        self.app = H1Handler(self._answer_h1, self.write, self.close, self._connect)
+        self._writable = asyncio.Event()  # cleared while the transport's buffer is over its high-water mark
+        self._writable.set()
+        self._app(H1Handler(self._answer_h1, self.write, self.close, self._connect))
+
+    def _app(self, app: Any) -> None:
+        """Speak ``app`` from now on; a body it streams waits while this client is behind."""
+        self.app = app
+        app.writable = self._can_write
+
+    async def _can_write(self) -> None:
+        await self._writable.wait()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.front.connections.discard(self)
+        self._writable.set()  # nothing waits on a connection that is gone
         tunnel = getattr(self.app, "tunnel", None)
         if tunnel is not None:
             tunnel.close()
@@ -181,7 +198,7 @@ class _Conn(asyncio.Protocol):
                 host, _ = split_authority(self.tunnel, "https")
                 self.tls, self.scheme = _Tls(self.front.certs.context(host)), "https"
             else:  # plain HTTP through the tunnel (ws:// and the like)
-                self.app = H1Handler(self._answer_h1, self.write, self.close, None)
+                self._app(H1Handler(self._answer_h1, self.write, self.close, None))
         if self.tls is not None:
             was_ready = self.tls.ready
             plain = self.tls.receive(data)
@@ -201,9 +218,9 @@ class _Conn(asyncio.Protocol):
     def _after_handshake(self) -> None:
         assert self.tls is not None
         if self.tls.obj.selected_alpn_protocol() == ALPN_H2:
-            self.app = H2Handler(self.front.reply, self.write, self.close, authority=self.tunnel)
+            self._app(H2Handler(self.front.reply, self.write, self.close, authority=self.tunnel))
         else:
-            self.app = H1Handler(self._answer_h1, self.write, self.close, None)
+            self._app(H1Handler(self._answer_h1, self.write, self.close, None))
 
     def _connect(self, req: Request, rest: bytes) -> None:
         """CONNECT host:port: say yes (nothing is contacted), then read what the tunnel carries."""

@@ -156,6 +156,7 @@ class H1Handler:
         self.waiting = False  # an answer is on its way: read no further request until it is written
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
         self.streaming: Any = None  # a reply's body stream being sent (closed if the client goes)
+        self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the client is behind
 
     def feed(self, data: bytes) -> None:
         if self.tunnel is not None:
@@ -271,7 +272,7 @@ class H1Handler:
             if self._written(req, None, keep):
                 self.feed(b"")
 
-        asyncio.ensure_future(pump(reply.stream, send)).add_done_callback(sent)
+        asyncio.ensure_future(pump(reply.stream, send, self.writable)).add_done_callback(sent)
 
     def _answered(self, req: Request, reply: Reply, keep: bool) -> None:
         """A late answer: write it, then read on with what arrived meanwhile."""

@@ -27,7 +27,7 @@ import h2.exceptions
 from . import h1
 from .h1 import error_reply, settle
 from .reply import Reply
-from .stream import pump
+from .stream import MAX_UNSENT, pump
 
 __all__ = ["H2Handler"]
 
@@ -55,6 +55,8 @@ class H2Handler:
         self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
         self.sending: dict[int, memoryview] = {}
         self.streams: dict[int, Any] = {}  # streams whose body is still coming (wire/stream.py)
+        self.caught_up: dict[int, asyncio.Event] = {}  # set while a stream's unsent bytes are few
+        self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the connection is behind
         self.done = False
         self.write(self.conn.data_to_send())
 
@@ -98,6 +100,7 @@ class H2Handler:
             stream = self.streams.pop(event.stream_id, None)  # type: ignore[arg-type]
             if stream is not None:
                 stream.close()
+            self._caught_up(event.stream_id)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._end()
 
@@ -167,8 +170,17 @@ class H2Handler:
             self._flush(stream_id)
             self._out()
 
+        caught_up = self.caught_up[stream_id] = asyncio.Event()
+        caught_up.set()
+
+        async def ready() -> None:
+            await caught_up.wait()
+            if self.writable is not None:
+                await self.writable()
+
         def sent(fut: asyncio.Future[bool]) -> None:
             self.streams.pop(stream_id, None)
+            self.caught_up.pop(stream_id, None)
             if self.done or stream_id not in self.sending:
                 return
             if fut.cancelled() or not fut.result():
@@ -181,13 +193,25 @@ class H2Handler:
                 self._flush(stream_id)
             self._out()
 
-        asyncio.ensure_future(pump(stream, send)).add_done_callback(sent)
+        asyncio.ensure_future(pump(stream, send, ready)).add_done_callback(sent)
 
     def lost(self) -> None:
         """The connection is gone: every body still streaming on it is stopped."""
         for stream in list(self.streams.values()):
             stream.close()
         self.streams.clear()
+        for event in self.caught_up.values():
+            event.set()
+
+    def _caught_up(self, stream_id: int) -> None:
+        """Let a stream's next piece go when few of its bytes wait for the window (or it is gone)."""
+        event = self.caught_up.get(stream_id)
+        if event is not None:
+            data = self.sending.get(stream_id)
+            if data is None or len(data) <= MAX_UNSENT:
+                event.set()
+            else:
+                event.clear()
 
     def _out(self) -> None:
         out = self.conn.data_to_send()
@@ -214,6 +238,7 @@ class H2Handler:
                 self.sending[stream_id] = data
         except h2.exceptions.H2Error:
             self.sending.pop(stream_id, None)
+        self._caught_up(stream_id)
 
     def _end(self) -> None:
         self.done = True
