@@ -368,6 +368,7 @@ def test_chromium_sees_sse_starlette_events_live_through_the_recorder_and_frozen
     events, ticker = records[sse.url + "/events"], records[sse.url + "/ticker"]
     assert events.headers.get("WARC-Truncated") is None and len(events.headers.get(TIMING_HEADER).split()) >= EVENTS
     assert ticker.headers.get("WARC-Truncated") == "disconnect" and ticker.headers.get(LEFT_HEADER) == "client"
+    assert live.manifest.truncated == [f"{sse.url}/ticker (disconnect)"]  # the snapshot says so too
     ticks = [line.split(": ", 1)[1] for line in ticker.payload.decode().splitlines() if line.startswith("data: ")]
     assert len(ticks) >= 3
     # the site is gone: the frozen replay alone shows the same events, a truncated stream counted as such

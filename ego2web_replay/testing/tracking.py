@@ -81,6 +81,7 @@ class EpisodeSpec:
     repeat: int = 0
     validity: str | None = None  # frozen only: complete / degraded / off-snapshot
     snapshot_id: str = "s1"  # the snapshot replayed (frozen) or the episode's own archive (live)
+    truncated: int = 0  # frozen only: answers from truncated captures (WARC-Truncated)
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -113,7 +114,7 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
         if e.mode == "frozen":
             replay = ReplayStats(exact=10, canonical=2, fuzzy=1, miss=e.miss,
                                  missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
-                                 validity=e.validity)  # type: ignore[arg-type]
+                                 validity=e.validity, truncated=e.truncated)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id=e.snapshot_id, agent=agent, steps=steps, answer=e.answer,
                           end_reason="answered" if e.answer else "stopped", started_at=started_at,
