@@ -170,14 +170,17 @@ class RecordFront(ProxyFront):
 
     async def closing(self) -> None:
         """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket;
-        a body still streaming is archived first, truncated."""
+        an open-ended body still streaming is archived first, truncated; any other gets 2 s to end."""
         for pipe in list(self._pipes):
             pipe.close()
         streams = list(self._streams)
         for stream in streams:
-            stream.close("stopped")
-        if streams:
+            if stream.open_ended:  # archived now, as far as it came
+                stream.close("stopped")
+        if streams:  # any other body gets the time an answer in flight gets to end (and be archived)
             await asyncio.wait([stream.ended for stream in streams], timeout=2)
+        for stream in streams:
+            stream.close("stopped")
         await self.upstream.aclose()
         pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
         if pending:
