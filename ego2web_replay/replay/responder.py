@@ -15,7 +15,9 @@ cache: HEAD, Range (206 slices of a stored 200), conditional requests (304), COR
 preflights; HTML gets the determinism script inlined (on the served copy only).
 A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
 (default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
-the mitmproxy engine forwards it upstream). Websocket upgrades are refused and counted.
+the mitmproxy engine forwards it upstream). Websocket upgrades are refused and counted. A
+capture of a streamed body carries a ``stream`` on its reply, its pieces at their recorded pace
+(:mod:`.stream`); an answer from a truncated capture (``WARC-Truncated``) is counted (``truncated``).
 """
 
 from __future__ import annotations
