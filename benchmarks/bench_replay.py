@@ -4,12 +4,14 @@ and a plain static server (the limit), all serving one recorded multi-page snaps
 page-load time through each; index load time of a 100k-record snapshot.
 
     /work/main/.venv/bin/python benchmarks/bench_replay.py [--rounds 3] [--duration 5] [--reps 5]
+    /work/main/.venv/bin/python benchmarks/bench_replay.py --parsers   # HTTP/1.1 parsers only (~30 s)
 
 Everything runs on 127.0.0.1. The local site is recorded once (gzip WARC, so pywb can read it)
 and then stopped: every replay serves the snapshot. pywb and mitmproxy are installed from PyPI
 into ``benchmarks/.venvs/`` on first use. Load: ``wrk`` (``apt-get install wrk``) with a Lua
 script sending absolute-form request lines over the snapshot's URLs. Prints a table and rewrites
-the ``replay`` section of BENCHMARKS.md.
+the ``replay`` section of BENCHMARKS.md. ``--parsers`` instead compares the wire's HTTP/1.1 parser with
+llhttp (PyPI ``httptools``) on the same job (``_parsers.py``) and rewrites the ``replay-parsers`` section.
 """
 
 from __future__ import annotations
@@ -170,8 +172,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=5, help="Chromium loads per page and server (median reported)")
     ap.add_argument("--index-records", type=int, default=100_000, help="records of the synthetic snapshot")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--parsers", action="store_true", help="only compare HTTP/1.1 request parsers (~30 s)")
     args = ap.parse_args()
     info = machine_info()
+    if args.parsers:
+        parsers(args, info)
+        return
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")
     t_start = time.monotonic()
@@ -342,6 +348,32 @@ Machine and versions:
     if not args.no_write:
         update_section("replay", body)
         print("BENCHMARKS.md: section 'replay' updated")
+
+
+def parsers(args: argparse.Namespace, info: dict[str, str]) -> None:
+    """The ``--parsers`` run: CPU µs per request of each parser per workload, median of the rounds."""
+    from importlib.metadata import version
+
+    import _parsers
+
+    res = _parsers.measure(max(args.rounds, 5))
+    names = list(_parsers.PARSERS)
+    header = ["workload", *[f"{n}: µs/request" for n in names], "hand / llhttp"]
+    rows = [[w, *[f"{median(res[w][n]):.1f}" for n in names],
+             f"{median(res[w][names[0]]) / median(res[w][names[1]]):.2f}x"] for w in res]
+    print(text_table(header, rows))
+    body = f"""## HTTP/1.1 request parsers (`benchmarks/bench_replay.py --parsers`)
+
+{_parsers.__doc__.strip()} CPU time (`time.process_time`), {max(args.rounds, 5)} rounds.
+
+{markdown_table(header, rows)}
+
+Machine and versions:
+{machine_lines(info, {"httptools": version("httptools")})}
+"""
+    if not args.no_write:
+        update_section("replay-parsers", body)
+        print("BENCHMARKS.md: section 'replay-parsers' updated")
 
 
 if __name__ == "__main__":

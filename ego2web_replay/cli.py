@@ -23,7 +23,7 @@ import click
 from . import __version__, commands
 from .commands._options import output_params
 from .commands._output import configure_logging, output
-from .errors import Ego2WebError
+from .errors import Ego2WebError, storage_error
 
 __all__ = ["cli", "main"]
 
@@ -77,6 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         return 130
+    except OSError as e:  # a full disk, a read-only one, a name too long: the user's to fix, in one line
+        mapped = storage_error(e)
+        if mapped is None:
+            raise
+        click.secho(f"error: {mapped}", fg="red", err=True)
+        return mapped.exit_code
     except (RecursionError, MemoryError) as e:  # a limit no reader caught: still one line, never a traceback
         click.secho(f"error: an input is too large or too deeply nested to process ({type(e).__name__}); "
                     "see the reading limits in docs/limits.md", fg="red", err=True)

@@ -8,6 +8,8 @@ on one line and exits non-zero; it never shows a traceback for these.
 
 from __future__ import annotations
 
+import errno
+
 __all__ = [
     "Ego2WebError",
     "TaskFileError",
@@ -21,6 +23,8 @@ __all__ = [
     "JudgeError",
     "TrackingError",
     "MediaError",
+    "StorageError",
+    "storage_error",
 ]
 
 
@@ -72,3 +76,28 @@ class TrackingError(Ego2WebError):
 
 class MediaError(Ego2WebError):
     """A task's video is missing or cannot be decoded, or its captions cannot be made."""
+
+
+class StorageError(Ego2WebError):
+    """A file or folder could not be written or named: the disk is full or read-only, or a name is too long."""
+
+
+_STORAGE = {
+    errno.ENOSPC: "the disk is full: free some space (or write elsewhere) and run it again",
+    errno.EDQUOT: "the disk quota is used up: free some space (or write elsewhere) and run it again",
+    errno.EROFS: "the file system is read-only: write elsewhere",
+    errno.EFBIG: "the file would be larger than this file system allows: write elsewhere",
+    errno.ENAMETOOLONG: "a path, or one of its names, is longer than the file system allows: use a shorter one",
+}
+
+
+def storage_error(e: OSError) -> StorageError | None:
+    """The user's error an ``OSError`` of the machine's storage stands for (a full disk, a name too long ...),
+    with the path and what to do; None for any other ``OSError`` (a bug is not turned into one line)."""
+    what = _STORAGE.get(e.errno or 0)
+    if what is None:
+        return None
+    where = e.filename if isinstance(e.filename, str) else None
+    if where is not None and len(where) > 120:
+        where = where[:60] + "..." + where[-40:]
+    return StorageError(f"{where}: {what}" if where else what)

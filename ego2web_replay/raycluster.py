@@ -20,11 +20,11 @@ from .errors import Ego2WebError
 
 __all__ = ["import_ray", "connected", "driver_env", "DRIVER_VARIABLES", "swap_env"]
 
-#: What a task inherits from the driver's environment: object storage (``s3://`` snapshots) and the
-#: OpenAI-compatible judge endpoint.
+#: What a task inherits from the driver's environment: object storage (``s3://`` snapshots, and the limits
+#: of each store request) and the OpenAI-compatible judge endpoint.
 DRIVER_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
                     "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-                    "EGO2WEB_JUDGE_MODEL")
+                    "EGO2WEB_JUDGE_MODEL", "EGO2WEB_REPLAY_STORE_TIMEOUT", "EGO2WEB_REPLAY_STORE_ATTEMPTS")
 
 
 def import_ray(what: str = "--executor ray") -> Any:

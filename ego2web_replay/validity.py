@@ -7,9 +7,20 @@ Every frozen episode is classified from its replay log:
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
   or an answer from a capture cut short while recording (``WARC-Truncated``: the
   page got the recorded bytes, but the live response went on past them);
-* ``off-snapshot``: a document (page or frame), a script, or a fetch/XHR whose
-  response the page may render was missed, answered by the nearest capture, or
-  forwarded to the live web.
+* ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
+  websocket whose response the page may render was missed, answered by the
+  nearest capture, or forwarded to the live web.
+
+A websocket handshake the replay refused (``websocket``: no recorded
+conversation) and a websocket message no recorded one answers (``miss``, method
+``WS``) count like a miss of the handshake's kind: content, unless the URL is an
+analytics beacon.
+
+An answer that set volatile values aside (names learned volatile at record
+time, or fresh random ids recognised by shape) is the recorded response of the
+same request and keeps an episode ``complete``; :func:`set_aside` lists them
+per reason and parameter (``fresh-id: cid, rid``) so that the episode's
+validity is shown with them.
 
 What a request was for comes from the browser's ``Sec-Fetch-Dest`` header
 (kept on each log entry as ``kind``); for clients that do not send it, from
@@ -22,13 +33,13 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity"]
+__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity", "set_aside"]
 
 Validity = Literal["complete", "degraded", "off-snapshot"]
 VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
 
 _DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
-_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt"}
+_CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt", "websocket"}
 _SUBRESOURCE_EXT = re.compile(
     r"\.(png|jpe?g|gif|webp|avif|svg|ico|bmp|woff2?|ttf|otf|eot|css|mp4|webm|mp3|ogg|wav|m4a|vtt|map)$", re.I)
 _BEACON = re.compile(
@@ -68,7 +79,7 @@ def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
     degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
-        if outcome not in ("miss", "fuzzy", "live"):
+        if outcome not in ("miss", "fuzzy", "live", "websocket"):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"
@@ -84,3 +95,14 @@ def episode_validity(traj: object) -> str | None:
     if stats is None:
         return None
     return getattr(stats, "validity", None) or classify(getattr(stats, "log", []), getattr(stats, "truncated", 0))
+
+
+def set_aside(entries: Iterable[object]) -> dict[str, int]:
+    """How many answers set which volatile values aside, from log entries' ``volatile``
+    (``{"fresh-id: cid, rid": 2, "learned: tok": 1}``), sorted by reason and parameters."""
+    counts: dict[str, int] = {}
+    for e in entries:
+        why = getattr(e, "volatile", None)
+        if why:
+            counts[why] = counts.get(why, 0) + 1
+    return dict(sorted(counts.items()))

@@ -53,4 +53,19 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$HASH" > "$STAMP"
 fi
+# 4. Third-party browser code some tests serve from 127.0.0.1 (from the npm registry, fetched here once:
+#    the tests themselves send nothing past loopback).
+NPM_ASSETS=".venv/test-assets/npm"
+for spec in "@amplitude/analytics-browser@2.48.1"; do
+  tgz="$NPM_ASSETS/$(echo "${spec%@*}" | sed 's|^@||; s|/|-|')-${spec##*@}.tgz"
+  if [ ! -f "$tgz" ]; then
+    if command -v npm >/dev/null 2>&1; then
+      say "fetching $spec from npm for the tests"
+      mkdir -p "$NPM_ASSETS"
+      npm pack "$spec" --silent --pack-destination "$NPM_ASSETS" >/dev/null || say "warning: npm could not fetch $spec; its test will skip"
+    else
+      say "warning: npm is not installed; the test that serves $spec will skip (apt-get install npm)"
+    fi
+  fi
+done
 say "ready: $(.venv/bin/ego2web-replay --version)"

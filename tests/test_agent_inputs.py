@@ -1,9 +1,11 @@
 """The evidence firewall and the four input modalities: what an agent is actually sent.
 
-The task's 8-second video is grey except its annotated evidence range
-(00:06-00:08), which is magenta. A local OpenAI-compatible server records every
-request the openai agent makes; the frames in them must come from the whole
-video, and nothing the judge alone should read may appear in them.
+The task's 8-second video is grey except its last two seconds, which are
+magenta and hold its annotated evidence range (00:06.25-00:07.75). A local
+OpenAI-compatible server records every request the openai agent makes; the
+frames in them must come from the whole video, and nothing the judge alone
+should read may appear in them. A ``command:`` agent that walks every path it is
+handed must reach nothing of the suite, the run or the judge's cache.
 """
 
 from __future__ import annotations
@@ -11,6 +13,9 @@ from __future__ import annotations
 import base64
 import io
 import json
+import os
+import sys
+import tempfile
 from pathlib import Path
 
 import av
@@ -24,7 +29,8 @@ from ego2web_replay.testing.episodes import make_video
 from ego2web_replay.testing.openai_server import FakeOpenAIServer
 
 GREY, MAGENTA = (128, 128, 128), (255, 0, 255)
-SECRETS = ("SECRET-ANSWER", "SECRET-KEYPOINT", "SECRET-CUE", "00:06", "SECRET-PATTERN")
+SECRETS = ("SECRET-ANSWER", "SECRET-KEYPOINT", "SECRET-CUE", "00:06", "6.25", "7.75", "SECRET-PATTERN",
+           "SECRET-URL", "SECRET-RUBRIC", "SECRET-NOTE", "SECRET-WHY")
 CAPTION = {"summary": "a person holds a magenta mug", "objects": ["mug"], "actions": ["holding"],
            "text_seen": [], "brands": ["Acme"], "colours": ["magenta"]}
 
@@ -33,9 +39,11 @@ def _suite(folder: Path, start_url: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     make_video(folder / "clip.mp4", seconds=8, colours=[GREY] * 6 + [MAGENTA] * 2)
     task = {"id": "firewall", "instruction": "Find the price of the object I am holding.", "start_url": start_url,
-            "allowed_domains": ["127.0.0.1"], "video": "clip.mp4", "evidence": ["00:06-00:08"],
+            "allowed_domains": ["127.0.0.1"], "video": "clip.mp4", "evidence": ["00:06.25-00:07.75"],
             "expected_answer": "SECRET-ANSWER", "key_points": ["SECRET-KEYPOINT"], "must_match": ["SECRET-CUE"],
-            "answer_patterns": ["SECRET-PATTERN"]}
+            "answer_patterns": ["SECRET-PATTERN"], "url_patterns": ["SECRET-URL"],
+            "rubric": {"text": "SECRET-RUBRIC", "children": []}, "annotator_note": "SECRET-NOTE",
+            "why_video_dependent": "SECRET-WHY: only the keyframe at 6 s shows the mug"}
     (folder / "tasks.json").write_text(json.dumps([task]), "utf-8")
     return folder / "tasks.json"
 
@@ -92,11 +100,83 @@ def test_captions_are_generated_once_and_cached_by_video_hash(tmp_path):
     assert stored["clip_seconds"] == 5.0 and len(stored["video_sha256"]) == 64
 
 
+def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
+    import stat
+
+    from ego2web_replay.errors import Ego2WebError
+    from ego2web_replay.models import Action, Step, Trajectory
+    from ego2web_replay.runner.agent_folder import AgentFolder
+    from ego2web_replay.runner.inputs import AgentInputs
+
+    suite = load_tasks(_suite(tmp_path / "suite", "http://127.0.0.1:9/"))
+    sent = prepare_inputs(suite.tasks[0], suite.base_dir, "video", InputSettings(video_fps=0.5))
+    episode = tmp_path / "episode"
+    episode.mkdir()
+    with AgentFolder(suite.tasks[0], sent, ca.cert_path, episode=episode, program=True) as folder:
+        root = folder.root
+        assert stat.S_IMODE(root.stat().st_mode) == 0o700 and not root.is_relative_to(tmp_path)
+        originals = [p for _, p in sent.frames] + [sent.video]
+        copies = [p for _, p in folder.inputs.frames] + [folder.inputs.video]
+        for original, copy in zip(originals, copies, strict=True):  # copies: neither links nor the same file
+            assert copy.is_relative_to(root) and not copy.is_symlink()
+            assert copy.stat().st_ino != original.stat().st_ino and copy.read_bytes() == original.read_bytes()
+        assert json.loads(folder.task_file.read_text())["video"] == str(folder.inputs.video)
+        assert folder.ca_file.read_bytes() == ca.cert_path.read_bytes()
+        (folder.out_dir / "shots").mkdir()
+        (folder.out_dir / "shots" / "a.png").write_bytes(b"png")
+        (folder.out_dir / "answer.txt").write_text("x")
+        os.chmod(root / "frames", 0o500)  # the program took away its own write permission (root ignores it)
+        traj = Trajectory(task_id="firewall", instruction="i", mode="frozen", agent={"name": "command"}, steps=[
+            Step(index=0, action=Action(kind="stop"), screenshot=str(folder.out_dir / "shots" / "a.png")),
+            Step(index=1, action=Action(kind="stop"), screenshot="shots/a.png"),
+            Step(index=2, action=Action(kind="stop"), screenshot="/elsewhere/b.png")])
+        folder.collect(traj)
+    assert not root.exists()
+    assert [s.screenshot for s in traj.steps] == ["agent/shots/a.png", "agent/shots/a.png", "/elsewhere/b.png"]
+    assert (episode / "agent" / "answer.txt").read_text() == "x"
+    assert json.loads((episode / "inputs.json").read_text())["frames"][0]["path"].startswith(str(root))
+    gone = AgentInputs("keyframes", frames=[(1.0, tmp_path / "missing.png")])
+    with pytest.raises(Ego2WebError, match="cannot copy the agent's inputs into its private folder") as e:
+        AgentFolder(suite.tasks[0], gone, ca.cert_path, episode=episode).__enter__()
+    left = Path(str(e.value).split("private folder ", 1)[1].split(" ", 1)[0])
+    assert left.name.startswith("ego2web-agent-") and not left.exists()  # nothing left behind
+
+
+def test_folders_of_runner_processes_now_gone_are_swept(tmp_path):
+    import subprocess
+
+    from ego2web_replay.runner.agent_folder import PREFIX, sweep
+
+    done = subprocess.Popen(["true"])
+    done.wait()  # a process that is gone: a worker killed mid-episode leaves such a folder
+    dead, mine = tmp_path / f"{PREFIX}{done.pid}-abc", tmp_path / f"{PREFIX}{os.getpid()}-abc"
+    theirs, link = tmp_path / f"{PREFIX}{done.pid}-other", tmp_path / f"{PREFIX}{done.pid}-link"
+    root = os.getuid() == 0
+    for folder in (dead, mine, theirs) if root else (dead, mine):
+        (folder / "frames").mkdir(parents=True)
+    (dead / "frames" / "000.png").write_bytes(b"png")
+    link.symlink_to(mine)
+    if root:
+        os.chown(theirs, 65534, 65534)  # another user's folder is never touched
+    assert sweep(tmp_path) == [dead] and not dead.exists()
+    assert mine.is_dir() and link.is_symlink() and (theirs.is_dir() or not root)
+
+
 @pytest.mark.slow
-def test_each_modality_sends_what_it_names_and_never_the_evidence(tmp_path, ca):
+def test_each_modality_sends_what_it_names_and_never_the_evidence(tmp_path, ca, monkeypatch):
+    from ego2web_replay.agents.openai_agent import OpenAIAgent
     from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.runner.agent_folder import PREFIX
     from ego2web_replay.runner.run import RunSettings, run_suite
 
+    observed: list[Path] = []  # every path the openai agent is handed in its observations
+    act = OpenAIAgent.act
+
+    def spy(self, obs):
+        observed.extend([p for _, p in obs.keyframes] + [p for p in (obs.video, obs.task.video) if p])
+        return act(self, obs)
+
+    monkeypatch.setattr(OpenAIAgent, "act", spy)
     answer = '{"thought": "done", "action": {"kind": "answer", "answer": "$12.99"}}'
     with DemoSite() as site, FakeOpenAIServer(lambda body: answer if "Task:" in json.dumps(body)
                                               else json.dumps(CAPTION)) as srv:
@@ -122,9 +202,13 @@ def test_each_modality_sends_what_it_names_and_never_the_evidence(tmp_path, ca):
             assert traj.agent.input_modality == inputs.modality
             assert traj.steps[0].action.url == f"{site.url}/shop" and traj.steps[0].url == f"{site.url}/shop"
             assert traj.extra["inputs"]["modality"] == inputs.modality
+    assert observed and all(Path(p).parent.name.startswith(PREFIX) or Path(p).parent.parent.name.startswith(PREFIX)
+                            for p in observed), observed  # its private copies: frames/NNN.png, the video
+    assert not any(Path(p).is_relative_to(tmp_path) or Path(p).exists() for p in observed)  # removed after
     for modality, body in sent.items():
         text = json.dumps(body)
         assert not any(s in text for s in SECRETS), modality
+        assert str(tmp_path) not in text and "clip.mp4" not in text, modality  # no path, not even the name
         assert f"Start URL: {site.url}/shop" in text and "Allowed sites: 127.0.0.1" in text
         parts = body["messages"][1]["content"]
         stamps = [float(p["text"][2:-1]) for p in parts if p["type"] == "text" and p["text"].startswith("t=")]
@@ -166,3 +250,161 @@ def test_captions_command(tmp_path, capsys, monkeypatch):
     task = load_tasks(suite).tasks[0]
     got = prepare_inputs(task, tmp_path, "captions", InputSettings())
     assert got.captions[1].startswith("[00:05-00:08] a person holds a magenta mug")
+
+
+# -- what a program can reach: the private folder ------------------------------------------------------------------
+# A command: agent that walks every path it is handed (and every folder above them), reads every file it
+# finds and reports it all. The machine's shared folders above the private one (/, the system temporary
+# folder and the folders above it, sticky ones such as /tmp) are listed, not searched: every program can
+# list them, and what matters is that nothing there is the suite, the run or the judge's cache.
+WALKER = r'''
+import hashlib, json, os, stat, tempfile, urllib.request
+
+env = os.environ
+inputs = json.load(open(env["EGO2WEB_INPUTS"]))
+task = json.load(open(env["EGO2WEB_TASK_FILE"]))
+given = [env[k] for k in ("EGO2WEB_TASK_FILE", "EGO2WEB_INPUTS", "EGO2WEB_OUT", "EGO2WEB_CA_FILE", "EGO2WEB_VIDEO")
+         if env.get(k)]
+given += [f["path"] for f in inputs["frames"]] + [p for p in (inputs["video"], task.get("video")) if p]
+given = [os.path.abspath(p) for p in given]
+tmp = os.path.realpath(tempfile.gettempdir())
+report = {"given": given, "env": {k: v for k, v in env.items() if k.startswith("EGO2WEB_")}, "listed": {},
+          "searched": [], "files": {}, "texts": {}, "links": [], "modes": {}}
+
+
+def shared(d):
+    real = os.path.realpath(d)
+    return real == "/" or os.path.commonpath([real, tmp]) == real or bool(os.stat(real).st_mode & stat.S_ISVTX)
+
+
+def read(path):
+    if os.path.islink(path):
+        report["links"].append([path, os.readlink(path)])
+    if path in report["files"] or not os.path.isfile(path):
+        return
+    data = open(path, "rb").read()
+    report["files"][path] = hashlib.sha256(data).hexdigest()
+    if not path.endswith((".png", ".mp4")):
+        report["texts"][path] = data.decode("utf-8", "replace")
+
+
+def search(top):
+    if top in report["searched"]:
+        return
+    report["searched"].append(top)
+    report["modes"][top] = stat.S_IMODE(os.stat(top).st_mode)
+    for root, dirs, names in os.walk(top):  # links are reported, and not followed
+        for name in dirs + names:
+            read(os.path.join(root, name))
+
+
+for p in given:
+    read(p)
+    if os.path.isdir(p):
+        search(p)
+    d = os.path.dirname(p)
+    while True:
+        if shared(d):
+            report["listed"][d] = sorted(os.listdir(d))
+        else:
+            search(d)
+        if d == "/":
+            break
+        d = os.path.dirname(d)
+with urllib.request.urlopen(task["start_url"], timeout=30) as r:  # through the proxy: a real episode
+    report["page"] = r.read().decode("utf-8", "replace")
+out = env["EGO2WEB_OUT"]
+json.dump(report, open(os.path.join(out, "report.json"), "w"))
+open(os.path.join(out, "answer.txt"), "w").write("walked")
+'''
+
+
+@pytest.fixture(scope="module")
+def firewall(tmp_path_factory, ca):
+    """The demo site, a suite with captions and the judge's keyframes beside its video, a snapshot of the start
+    page, and an earlier run's judge cache in the runs folder: everything a walker must not reach."""
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.judge.cache import CallCache
+    from ego2web_replay.judge.captioner import LLMCaptioner
+    from ego2web_replay.judge.client import LLMConfig
+    from ego2web_replay.media.keyframes import extract_keyframes, keyframe_dir
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    root = tmp_path_factory.mktemp("firewall")
+    site = DemoSite().start()
+    suite = load_tasks(_suite(root / "suite", f"{site.url}/shop"))
+    task = suite.tasks[0]
+    video = root / "suite" / "clip.mp4"
+    with FakeOpenAIServer(lambda body: json.dumps(CAPTION)) as srv:
+        generate_captions(video, LLMCaptioner(LLMConfig(model="c", base_url=srv.base_url)))
+    extract_keyframes(video, task.evidence)  # what the judge leaves beside the video: an index of the ranges
+    assert "6.25" in (keyframe_dir(video) / "index.json").read_text()
+    cache = root / "runs" / "earlier" / "judge-cache"
+    CallCache(cache).put("k1", {"messages": [{"role": "user", "content": "key points: SECRET-KEYPOINT"}]},
+                         "SECRET-ANSWER 00:06.25-00:07.75", 1, 1)
+    sw = SnapshotWriter(root / "snapshots", task.id, snapshot_id="s1")
+    sw.writer.write_exchange(url=f"{site.url}/shop", method="GET", request_headers=[], request_body=b"", status=200,
+                             reason="OK", response_headers=[("Content-Type", "text/html")],
+                             response_body=b"<title>frozen shop</title>")
+    sw.finalize()
+    program = root / "walker.py"
+    program.write_text(WALKER, "utf-8")
+    yield {"root": root, "suite": suite, "video": video, "cache": cache, "program": program, "site": site}
+    site.stop()
+
+
+def _sha(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("modality, extra", [
+    ("video", {"video_fps": 1.0}), ("video", {"video_transport": "video_url"}), ("keyframes", {}),
+    ("captions", {}), ("none", {}),
+], ids=["video-frames", "video-url", "keyframes", "captions", "none"])
+def test_a_program_reaches_nothing_of_the_evidence_from_what_it_is_handed(firewall, modality, extra):
+    from ego2web_replay.runner.agent_folder import PREFIX
+    from ego2web_replay.runner.run import RunSettings, run_suite
+
+    root, suite = firewall["root"], firewall["suite"]
+    inputs = InputSettings(modality=modality, **extra)
+    settings = RunSettings(mode="both", guard="loopback", timeout_s=60, snapshots_root=str(root / "snapshots"),
+                           inputs=inputs)
+    run_id = f"{modality}-{extra.get('video_transport', 'frames')}"
+    run_dir, results = run_suite(suite, agent_name=f"command:{sys.executable} {firewall['program']}",
+                                 out=root / "runs", settings=settings, run_id=run_id)
+    sent = prepare_inputs(suite.tasks[0], suite.base_dir, modality, inputs)  # the runner's own (cached) inputs
+    forbidden = {p.resolve() for p in (root, root / "suite", suite.path, root / "runs", run_dir, firewall["cache"],
+                                       firewall["video"].parent / "clip.mp4.keyframes")}
+    for summary in results:
+        assert summary.ok and summary.answer == "walked", (summary.mode, summary.error)
+        report = json.loads((summary.path / "agent" / "report.json").read_text())
+        assert ("frozen shop" in report["page"]) == (summary.mode == "frozen")
+        given = [Path(p) for p in report["given"]]
+        private = Path(os.path.commonpath(given))
+        assert private.name.startswith(PREFIX) and private.parent == Path(tempfile.gettempdir())
+        assert report["modes"][str(private)] == 0o700 and not private.exists()  # private, and removed after
+        assert report["searched"] == [str(p) for p in report["searched"] if Path(p).is_relative_to(private)]
+        assert str(private) in report["searched"] and report["links"] == []
+        for folder, names in report["listed"].items():
+            assert not any((Path(folder) / n).resolve() in forbidden for n in names), folder
+        files = sorted(str(Path(f).relative_to(private)) for f in report["files"])
+        frames = [f"frames/{i:03d}.png" for i in range(len(sent.frames))]
+        expect = ["ca.pem", "inputs.json", "task.json", *frames] + (["clip.mp4"] if sent.video else [])
+        assert files == sorted(expect)
+        hashes = {str(Path(f).relative_to(private)): h for f, h in report["files"].items()}
+        assert [hashes[f] for f in frames] == [_sha(p) for _, p in sent.frames]  # the whole video's frames
+        if sent.video:
+            assert hashes["clip.mp4"] == _sha(firewall["video"]) and report["env"]["EGO2WEB_VIDEO"].startswith(
+                str(private))
+        else:
+            assert "EGO2WEB_VIDEO" not in report["env"]
+        text = "\n".join(report["texts"].values())
+        for secret in (*SECRETS, str(root), str(root.resolve()), "judge-cache", "tasks.json", ".keyframes"):
+            assert secret not in text, (summary.mode, secret)
+        handed = json.loads((summary.path / "inputs.json").read_text())  # the record of what was handed out
+        assert handed["modality"] == modality and len(handed["frames"]) == len(sent.frames)
+        assert len(handed["captions"]) == (2 if modality == "captions" else 0)
+        assert json.loads((summary.path / "task.json").read_text())["instruction"] == suite.tasks[0].instruction

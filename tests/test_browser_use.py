@@ -22,6 +22,7 @@ import pytest
 
 from ego2web_replay.httpd import LoopbackHTTPServer
 from ego2web_replay.models import episode_dir, load_trajectory
+from ego2web_replay.runner.agent_folder import PREFIX
 from ego2web_replay.runner.run import RunSettings, run_suite
 from ego2web_replay.tasks import load_tasks
 from ego2web_replay.testing.browser_use_llm import Act, BrowserUsePlan
@@ -182,7 +183,12 @@ def test_model_is_sent_keyframes_of_the_whole_video_and_the_start_url(episodes):
     stamps = traj.extra["inputs"]["frames"]
     assert len(stamps) == KEYFRAMES and stamps[-1] > stamps[0] and stamps[0] < 2.0
     assert calls[0]["response_format"]["json_schema"]["name"] == "agent_output"
-    json.dumps(calls)  # every request was plain JSON
+    sent = json.dumps(calls)  # every request was plain JSON
+    # the frames were read from the episode's private copies; no path to the suite or the run reaches the model
+    assert str(episodes["live_dir"].parent.parent) not in sent and ".keyframes" not in sent
+    handed = json.loads((episodes["live"].path / "inputs.json").read_text("utf-8"))
+    assert len(handed["frames"]) == KEYFRAMES
+    assert all(Path(f["path"]).parent.parent.name.startswith(PREFIX) for f in handed["frames"])
 
 
 def test_frozen_https_site_through_the_ca_pin(tmp_path, ca):

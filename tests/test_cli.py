@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
+import subprocess
+
 import click
+import pytest
 from click.testing import CliRunner
 
 from ego2web_replay import __version__
@@ -29,3 +34,59 @@ def test_version():
     result = CliRunner().invoke(cli, ["--version"])
     assert result.exit_code == 0
     assert __version__ in result.output
+
+
+# -- one line where a traceback was (issue 24) -------------------------------------------------
+def _one_line(argv: list[str], capsys) -> str:
+    """Run the CLI in this process: a non-zero exit with exactly one line on stderr, never a traceback."""
+    from ego2web_replay.cli import main
+
+    code = main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(("Usage:", "Try "))]
+    assert code != 0 and len(lines) == 1 and "Traceback" not in err, (argv, code, err)
+    return lines[0]
+
+
+@pytest.fixture()
+def full_disk(tmp_path):
+    """A 64 KiB tmpfs filled up (a real full disk, no write faked), unmounted afterwards."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        with contextlib.suppress(OSError), open(mnt / "filler", "wb") as f:
+            while True:
+                f.write(b"\0" * 4096)
+                f.flush()
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_run_out_on_a_full_disk_is_one_line(full_disk, tmp_path, capsys):
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([{"id": "t1", "instruction": "open", "start_url": "http://127.0.0.1:9/",
+                                  "allowed_domains": ["127.0.0.1"]}]))
+    line = _one_line(["run", str(tasks), "--agent", "scripted", "--mode", "live", "--out", str(full_disk / "runs"),
+                      "--no-db"], capsys)
+    assert line.startswith("error: ") and "disk is full" in line
+
+
+@pytest.mark.parametrize("command", [["ingest"], ["drift", "probe"]])
+def test_an_over_long_path_name_is_one_line(command, tmp_path, capsys):
+    line = _one_line([*command, str(tmp_path / ("a" * 300)), "--db", str(tmp_path / "x.duckdb")], capsys)
+    assert line.startswith("error: ") and "longer than the file system allows" in line
+
+
+@pytest.mark.parametrize("window", ["99999999999999999999d", "1e400s", "nan", "inf"])
+def test_a_window_too_large_or_not_a_number_is_one_line(window, tmp_path, capsys):
+    line = _one_line(["snapshot", "extend", str(tmp_path / "a"), str(tmp_path / "b"), "--window", window], capsys)
+    assert line.startswith(f"error: invalid --window '{window}'")
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "1e300"])
+def test_a_probe_window_that_is_no_finite_number_of_hours_is_a_usage_error(value, tmp_path, capsys):
+    line = _one_line(["compare", "--db", str(tmp_path / "x.duckdb"), "--probe-window", value], capsys)
+    assert line.startswith("Error: Invalid value for '--probe-window'")

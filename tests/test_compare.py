@@ -189,3 +189,69 @@ def test_modality_is_a_compare_column(tmp_path: Path) -> None:
     assert got == {"openai:x": "captions", "scripted": "none"}
     rows = list(csv.DictReader(csv_text(compare(path)).splitlines()))
     assert {(r["agent"], r["modality"]) for r in rows} == {("openai:x", "captions"), ("scripted", "none")}
+
+
+def test_episodes_that_could_not_run_are_judged_by_no_judge_and_counted_apart(tmp_path: Path,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """A frozen setup_error and infra_error: the real rule judge refuses them (saying why), and compare, the
+    CSV, the text tables and the report count them as episode errors, in no rate, pair or flip, even where
+    a verdict written before judges refused them says "failure"."""
+    from ego2web_replay.judge.run import judge_run
+    from ego2web_replay.judge.verdicts import read_verdict
+    from ego2web_replay.tracking.report import build_report
+
+    suite = tmp_path / "suite.json"
+    suite.write_text(json.dumps([{"id": t, "instruction": f"Do {t}", "category": "shopping",
+                                  "start_url": f"https://{t}.example/", "expected_answer": "42"}
+                                 for t in ("t1", "t2", "t3", "t4")]), "utf-8")
+    lost = "no snapshot of task 't1' under s3://b/p; record one"
+    eps = [EpisodeSpec(t, "live", {"rule": True}) for t in ("t1", "t2", "t3", "t4")]
+    eps += [EpisodeSpec("t1", "frozen", {"rule": False}, answer=None, screenshots=0, end_reason="setup_error",
+                        error=lost),  # judged "failure" before: what judges used to write
+            EpisodeSpec("t2", "frozen", {"rule": False}, answer="41"),
+            EpisodeSpec("t3", "frozen", {"rule": False}, answer=None, screenshots=0, end_reason="infra_error",
+                        error="the worker process died"),
+            EpisodeSpec("t4", "frozen", {"rule": True})]
+    run = make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+
+    def check(path: Path) -> None:
+        (g,) = compare(path, judges=["rule"]).groups
+        assert g.episode_errors == 2 and g.episode_error_reasons == {"infra_error": 1, "setup_error": 1}
+        assert g.episode_error_tasks == ["t1", "t3"] and g.judge_errors == 0 and g.judge_error_tasks == []
+        assert g.paired == 2 and g.live_rate == 1.0 and g.frozen_rate == 0.5  # t2 and t4 only
+        assert [f.task_id for f in g.flips] == ["t2"]  # t1 and t3 are no "live only" flips
+        assert g.frozen_validity is not None and g.frozen_validity.episode_errors == 2
+        assert g.frozen_validity.episodes == 2 and g.frozen_validity.success_rate == 0.5
+        row = next(r for r in csv.DictReader(csv_text(compare(path, judges=["rule"])).splitlines())
+                   if r["category"] == "overall")
+        assert row["episode_errors"] == "2" and row["judge_errors"] == "0"
+
+    ingest(tmp_path / "stale.duckdb", [tmp_path / "runs"])
+    check(tmp_path / "stale.duckdb")  # the old "failure" verdicts count nowhere either
+
+    verdicts = judge_run(run, "rule", progress=False)
+    assert sum(v.error is None for v in verdicts) == 6
+    v1 = read_verdict(run / "episodes" / "t1" / "frozen", "rule")
+    assert v1 is not None and v1.episode_error == "setup_error" and not v1.success
+    assert v1.error == f"not judged: the episode could not run (setup_error: {lost}); it is not the agent's failure"
+    v3 = read_verdict(run / "episodes" / "t3" / "frozen", "rule")
+    assert v3 is not None and v3.episode_error == "infra_error" and "the worker process died" in (v3.error or "")
+    # every judge inherits it: the rubric judge (these tasks have no rubric) errs on the episodes that ran,
+    # and refuses the two that could not run for that reason, not for the missing rubric
+    rubric = {(v.task_id, v.mode): v for v in judge_run(run, "rubric", progress=False)}
+    assert {k for k, v in rubric.items() if v.episode_error} == {("t1", "frozen"), ("t3", "frozen")}
+    assert all("has no rubric" in (v.error or "") for v in rubric.values() if not v.episode_error)
+    path = tmp_path / "judged.duckdb"
+    ingest(path, [tmp_path / "runs"])
+    check(path)
+
+    (r,) = compare(path, judges=["rubric"]).groups  # the others are the rubric judge's own errors
+    assert (r.episode_errors, r.judge_errors, r.paired) == (2, 6, 0)
+    assert main(["compare", "--db", str(path)]) == 0
+    assert "2 (infra_error 1, setup_error 1)" in capsys.readouterr().out
+    out = build_report(path, tmp_path / "report", iterations=50)
+    index = out.index.read_text("utf-8")
+    assert "<th>episode errors</th>" in index and "2 (infra_error 1, setup_error 1)" in index
+    assert "rule: not judged" in index and index.count('class="flag"') >= 2
+    page = (out.out_dir / "episodes" / "r" / "t1-frozen.html").read_text("utf-8")
+    assert "episode error: could not run" in page and "not judged" in page and ">failure<" not in page

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
@@ -99,3 +102,67 @@ def test_mkdocs_site_with_search_replays_faithfully(chromium, ca, tmp_path):
     assert [re.sub(r"\s+", " ", d) for d in d1] == [re.sub(r"\s+", " ", d) for d in live_doms]
     _, s2 = _replay(chromium, ca, snap, [docs.url + "/coverage/"], None)  # never visited
     assert s2.miss >= 1
+
+
+def _streamlit_text(ctx, url: str, wait_for: str | None, increments: int = 0) -> str:
+    """The page's text once drawn; with ``increments``, after raising "Bags" that often and ordering."""
+    page = ctx.new_page()
+    page.goto(url, wait_until="load", timeout=30_000)
+    if wait_for:
+        page.get_by_text(wait_for).first.wait_for(timeout=30_000)
+        page.wait_for_load_state("networkidle", timeout=20_000)
+    else:
+        page.wait_for_load_state("networkidle", timeout=20_000)
+        page.wait_for_timeout(1500)  # what would have come over the websocket by now
+    if increments:
+        for _ in range(increments):
+            page.get_by_role("button", name="Increment").first.click()
+            page.wait_for_timeout(500)  # the rerun it asks for comes back
+        page.get_by_role("button", name="Order").click()
+        with contextlib.suppress(PlaywrightTimeout):
+            page.get_by_text("Ordered").wait_for(timeout=5_000)
+        page.wait_for_load_state("networkidle", timeout=20_000)
+    text = page.inner_text("body")
+    page.close()
+    return text
+
+
+@pytest.mark.skipif(not available("streamlit"), reason="streamlit is in the dev extra")
+def test_streamlit_draws_from_its_replayed_websocket_and_a_refused_one_is_not_complete(chromium, ca, tmp_path):
+    from ego2web_replay.testing.streamlit_site import APP_TEXT, CLICKED_TEXT, StreamlitSite
+
+    with StreamlitSite(tmp_path / "app") as app:
+        url = app.url + "/"
+        task = Task(id="streamlit", instruction="x", start_url=url)
+        with LiveRecording(task, tmp_path / "snaps", RecordOptions(guard="loopback"), ca=ca) as live:
+            ctx = chromium.new_context(proxy_url=live.proxy_url)
+            live_text = _streamlit_text(ctx, url, "oak table", increments=1)
+            ctx.close()
+        assert live.ok, live.error
+    assert APP_TEXT[1] in live_text and "oak table" in live_text and CLICKED_TEXT in live_text
+    snap = live.snapshot_path
+
+    def frozen(increments: int, **config: str) -> tuple[str, Any]:
+        with Replay([snap], ca=ca, guard_mode="loopback", **config) as replay:
+            ctx = chromium.new_context(proxy_url=replay.proxy_url, init_scripts=[replay.init_script])
+            text = _streamlit_text(ctx, url, "oak table" if not config else None, increments)
+            ctx.close()
+        return text, replay.stats()
+
+    # the Streamlit server is gone: everything the page shows comes from the snapshot, clicks answered too
+    text, stats = frozen(1)
+    for shown in (*APP_TEXT, "oak table", "240", CLICKED_TEXT):
+        assert shown in text
+    handshake = [e for e in stats.log if e.status == 101]
+    assert len(handshake) == 1 and handshake[0].url.endswith("/_stcore/stream") and handshake[0].kind == "content"
+    sent = [e.outcome for e in stats.log if e.method == "WS"]
+    assert len(sent) >= 3 and set(sent) == {"exact"}  # the first run, the increment, the order
+    assert stats.miss == 0 and stats.websocket == 0 and stats.validity == "complete", stats.missed_urls
+    # two bags were never ordered live: that rerun has no recorded answer, a counted miss
+    text, stats = frozen(2)
+    assert APP_TEXT[1] in text and "Ordered" not in text
+    assert "miss" in [e.outcome for e in stats.log if e.method == "WS"] and stats.validity == "off-snapshot"
+    # the mitmproxy engine does not carry replayed websockets: refused, counted, the page blank, not complete
+    text, stats = frozen(0, engine="mitmproxy")
+    assert APP_TEXT[1] not in text
+    assert stats.websocket >= 1 and stats.validity == "off-snapshot"

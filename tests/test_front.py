@@ -4,6 +4,7 @@ engine, Chromium over HTTP/2, and the HTTP/1.1 edge cases a proxy meets."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import http.client
 import socket
@@ -22,6 +23,7 @@ from ego2web_replay.replay.httputil import clean_response_headers
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots import Snapshot, import_warc
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.h2client import H2Exchange, open_h2
 from ego2web_replay.testing.site import TestSite
 
 CORPUS = Path("/work/shared/corpus/warc")
@@ -256,6 +258,7 @@ def test_pipelined_requests_keep_alive_and_close(small):
            b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
     out = _raw(small, two)
     assert out.count(b"HTTP/1.1 200 OK\r\n") == 2 and out.endswith(b"x" * 10)
+    assert _raw(small, b"\r\n\r\n" + two).count(b"HTTP/1.1 200 OK\r\n") == 2  # empty lines first are ignored
     assert _raw(small, b"GET http://a.example/x HTTP/1.0\r\n\r\n").startswith(b"HTTP/1.1 200 OK\r\n")
 
 
@@ -278,7 +281,33 @@ def test_chunked_and_100_continue_request_bodies(small):
     (b"GARBAGE\r\n\r\n", b"400"), (b"GET / HTTP/2.0\r\n\r\n", b"505"),
     (b"GET http://a.example/x HTTP/1.1\r\nBad Header\r\n\r\n", b"400"),
     (b"GET http://a.example/x HTTP/1.1\r\nX: " + b"a" * 70_000 + b"\r\n\r\n", b"431"),
-    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"501"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", b"501"),
+    # RFC 9112 / 9110: what a proxy must refuse, or a second request or header hides in the first
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked, gzip\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n",
+     b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\nAuthorization: Bearer t\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\rAuthorization: Bearer t\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\x00b\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX\x00: a\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\nHost: a.example\r\n\r\n", b"400"),
+    (b"GET http://a.example/x\x01 HTTP/1.1\r\n\r\n", b"400"),
+    (b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3, 3\r\n\r\nq=1", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: +3\r\n\r\nq=1", b"400"),
+    ("POST http://a.example/form HTTP/1.1\r\nContent-Length: \u0663\r\n\r\nq=1".encode(), b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", b"413"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffff\r\n", b"413"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * 5000, b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nqq\r\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\nY: b\r\n\r\n", b"400"),
+    ("CONNECT \u00e9.example:443 HTTP/1.1\r\n\r\n".encode(), b"400"),  # an IDN goes as A-labels (xn--)
+    (b"CONNECT a.example HTTP/1.1\r\n\r\n", b"400"), (b"CONNECT a.example:99999 HTTP/1.1\r\n\r\n", b"400"),
 ])
 def test_malformed_requests_get_one_clear_answer_and_the_connection_closes(small, request_bytes, status):
     out = _raw(small, request_bytes, wait_close=False)
@@ -311,47 +340,80 @@ def test_http2_head_and_flow_control(small):
         assert c.get("https://b.example/missing").headers["x-ego2web-replay"] == "miss"
 
 
+@contextlib.contextmanager
+def _h2_tunnel(replay: Replay):
+    """A TLS socket to ``b.example`` through a CONNECT tunnel of the proxy, with ALPN ``h2``."""
+    with socket.create_connection(("127.0.0.1", urlsplit(replay.proxy_url).port), timeout=10) as raw:
+        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
+        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        ctx = ssl.create_default_context(cafile=str(replay.ca_file))
+        ctx.set_alpn_protocols(["h2"])
+        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
+            yield s
+
+
 def test_http2_request_body_over_the_limit_is_413_and_the_connection_goes_on(small, monkeypatch):
+    from ego2web_replay.wire import h1
+
+    monkeypatch.setattr(h1, "MAX_BODY", 100_000)
+    s, conn = open_h2(urlsplit(small.proxy_url).port, small.ca_file, "b.example:443")
+    with s:
+        talk = H2Exchange(s, conn)
+        conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), (":scheme", "https"),
+                              (":authority", "b.example")])
+        sent = talk.upload_until_answered(1, 10_000_000)  # send until the proxy answers, as flow control allows
+        assert talk.status[1] == "413" and sent < 10_000_000
+        while "StreamReset" not in talk.events and "StreamEnded" not in talk.events:
+            talk.pump()
+        assert talk.get(3, "/y", "b.example") == "200"  # the same connection serves the next stream
+
+
+def test_chunked_bodies_are_read_incrementally_and_a_large_chunk_is_refused_before_it_is_kept(monkeypatch):
+    """1-byte chunks leave the buffer as they come (each byte looked at once: linear, not quadratic);
+    a chunk declared past the cap is a 413 before any of it is buffered."""
+    from ego2web_replay.wire import h1
+
+    got: list[bytes] = []
+    written: list[bytes] = []
+    handler = h1.H1Handler(lambda req: (got.append(req.body), (None, True))[1], written.append, lambda: None)
+    handler.feed(b"POST http://a.example/up HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked\r\n\r\n")
+    most = 0
+    for i in range(20_000):
+        handler.feed(b"1\r\n" + bytes([97 + i % 26]) + b"\r\n")
+        most = max(most, len(handler.buf))
+    handler.feed(b"0\r\nX-Trailer: dropped\r\n\r\n")
+    assert got == [bytes(97 + i % 26 for i in range(20_000))] and most == 0
+    monkeypatch.setattr(h1, "MAX_BODY", 1000)
+    closed: list[bool] = []
+    handler = h1.H1Handler(lambda req: (None, True), written.append, lambda: closed.append(True))
+    handler.feed(b"POST http://a.example/up HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n")
+    assert written[-1].startswith(b"HTTP/1.1 413 ") and closed and not handler.buf and not handler.chunks
+
+
+def test_http2_requests_no_http11_line_may_hold_are_400_and_the_connection_goes_on(small):
+    """h2 refuses CR, LF and NUL itself; a space in :path or :method, a non-ASCII :authority, the wire refuses."""
     import h2.config
     import h2.connection
     import h2.events
 
-    from ego2web_replay.wire import h1
-
-    monkeypatch.setattr(h1, "MAX_BODY", 100_000)
-    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as raw:
-        raw.sendall(b"CONNECT b.example:443 HTTP/1.1\r\nHost: b.example:443\r\n\r\n")
-        assert raw.recv(100) == b"HTTP/1.1 200 Connection established\r\n\r\n"
-        ctx = ssl.create_default_context(cafile=str(small.ca_file))
-        ctx.set_alpn_protocols(["h2"])
-        with ctx.wrap_socket(raw, server_hostname="b.example") as s:
-            conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
-            conn.initiate_connection()
-            base = [(":scheme", "https"), (":authority", "b.example")]
-            conn.send_headers(1, [(":method", "POST"), (":path", "/upload"), *base])
-            sent, status, events_seen = 0, {}, []
-
-            def pump() -> None:
-                s.sendall(conn.data_to_send())
-                for ev in conn.receive_data(s.recv(65536)):
-                    events_seen.append(type(ev).__name__)
-                    if isinstance(ev, h2.events.ResponseReceived):
-                        status[ev.stream_id] = dict(ev.headers)[":status"]
-                    if isinstance(ev, h2.events.DataReceived):
-                        conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
-
-            while 1 not in status:  # send until the proxy answers, as flow control allows
-                room = min(conn.local_flow_control_window(1), 16_384) if 1 in conn.streams else 0
-                if room > 0 and sent < 10_000_000:
-                    conn.send_data(1, b"x" * room)
-                    sent += room
-                    s.sendall(conn.data_to_send())
-                    continue
-                pump()
-            assert status[1] == "413" and sent < 10_000_000
-            while "StreamReset" not in events_seen and "StreamEnded" not in events_seen:
-                pump()
-            conn.send_headers(3, [(":method", "GET"), (":path", "/y"), *base], end_stream=True)
-            while 3 not in status:
-                pump()
-            assert status[3] == "200"  # the same connection serves the next stream
+    with _h2_tunnel(small) as s:
+        conn = h2.connection.H2Connection(h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False))
+        conn.initiate_connection()
+        asks = {1: (b"GET", b"b.example", b"/y HTTP/1.1"), 3: (b"GET X", b"b.example", b"/y"),
+                5: (b"GET", "b\u00e9.example".encode(), b"/y"), 7: (b"GET", b"b.example:99999", b"/y"),
+                9: (b"GET", b"b.example", b"/y")}
+        for stream, (method, authority, path) in asks.items():
+            conn.send_headers(stream, [(b":method", method), (b":scheme", b"https"), (b":authority", authority),
+                                       (b":path", path)], end_stream=True)
+        s.sendall(conn.data_to_send())
+        status: dict[int, bytes] = {}
+        while len(status) < len(asks):
+            for ev in conn.receive_data(s.recv(65536)):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    status[ev.stream_id] = dict(ev.headers)[b":status"]
+                if isinstance(ev, h2.events.DataReceived):
+                    conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+            s.sendall(conn.data_to_send())
+    assert status == {1: b"400", 3: b"400", 5: b"400", 7: b"400", 9: b"200"}

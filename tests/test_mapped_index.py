@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import uuid
 from pathlib import Path
 
 import pytest
@@ -81,13 +82,21 @@ HOSTS = ["shop.example", "www.shop.example", "api.shop.example:8443", "other.exa
 PATHS = ["/", "/item", "/search", "/api/stock", "/poll", "/a", "/ab", "/a;jsessionid=1"]
 
 
+_PRODUCTS = ["0b7e4f5a-1c2d-4e3f-8a9b-0c1d2e3f4a5b", "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"]
+
+
+def _uuid(rng: random.Random) -> str:
+    return str(uuid.UUID(int=rng.getrandbits(128), version=4))
+
+
 def _captures(rng: random.Random, n: int) -> list[tuple[str, str, str | None]]:
     out = []
     for i in range(n):
         host, path = rng.choice(HOSTS), rng.choice(PATHS)
         scheme = rng.choice(["https", "http"])
         params = [f"id={rng.randint(1, 6)}", f"q={rng.choice(['red', 'blue+hat', 'x%20y'])}",
-                  f"_={1712345678901 + i}", f"utm_source=s{i}", f"tok={rng.randint(0, 3)}", f"page={rng.randint(1, 3)}"]
+                  f"_={1712345678901 + i}", f"utm_source=s{i}", f"tok={rng.randint(0, 3)}", f"page={rng.randint(1, 3)}",
+                  f"cid={_uuid(rng)}", f"product_id={rng.choice(_PRODUCTS)}"]
         query = "&".join(rng.sample(params, rng.randint(0, 4)))
         url = f"{scheme}://{host}{path}" + (f"?{query}" if query else "")
         method = rng.choice(["GET", "GET", "GET", "POST", "HEAD"]) if path != "/poll" else "GET"
@@ -122,7 +131,11 @@ def _requests(rng: random.Random, captures: list[tuple[str, str, str | None]]) -
         parts = [p for p in query.split("&") if p]
         rng.shuffle(parts)
         changed = [p if not p.startswith(("_=", "utm_source=", "tok=")) else p.split("=")[0] + "=9" for p in parts]
-        out.append((method, base + ("?" + "&".join(changed) if changed else ""), raw))  # canonical, learned
+        changed = [f"cid={_uuid(rng)}" if p.startswith("cid=") else p for p in changed]
+        out.append((method, base + ("?" + "&".join(changed) if changed else ""), raw))  # canonical, learned, fresh
+        other = [f"product_id={_PRODUCTS[p.endswith(_PRODUCTS[0])]}" if p.startswith("product_id=") else p
+                 for p in changed]
+        out.append((method, base + ("?" + "&".join(other) if other else ""), raw))  # another product: never fresh
         out.append((method, base + "?" + "&".join(parts + ["page=77"]), raw))  # a miss, or fuzzy
         out.append(("HEAD", url, None))
         if method == "POST":
@@ -157,7 +170,7 @@ def test_mapped_and_memory_answer_alike(tmp_path, data_home, monkeypatch, seed, 
             assert len(mapped) == len(memory) and mapped.methods == memory.methods
             assert [mapped.capture(i) for i in range(len(mapped))] == captures
             outcomes = set()
-            learned_hits = 0
+            learned_hits = fresh_hits = 0
             for method, url, body in requests + requests:
                 ctype = "application/x-www-form-urlencoded" if body else None
                 want = memory.match(method, url, body, ctype)
@@ -165,11 +178,13 @@ def test_mapped_and_memory_answer_alike(tmp_path, data_home, monkeypatch, seed, 
                 assert got == want, (policy, fuzzy, method, url, body)
                 outcomes.add(want.outcome)
                 learned_hits += "learned volatile" in want.key
+                fresh_hits += want.via == "fresh-id"
+                assert "product_id" not in want.ignored
             assert len(mapped._exact_memo) <= mapped_module.MEMO_MAX
             assert len(mapped._capture_memo) <= mapped_module.MEMO_MAX
             mapped.close()
             assert outcomes >= {"exact", "canonical", "miss"} | ({"fuzzy"} if fuzzy else set())
-            assert learned_hits
+            assert learned_hits and fresh_hits
 
 
 def test_index_built_on_open_for_an_old_snapshot_and_reused(tmp_path, data_home):

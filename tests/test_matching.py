@@ -193,6 +193,10 @@ def test_describe_key_and_stage_text():
     assert "dropped:       utm_source" in text
     post = describe_key("POST", "https://e.com/f", b"a=1&nonce=2", "application/x-www-form-urlencoded")
     assert "fields:        body:a=1" in post
+    assert "fresh ids:     (none)" in post
+    ids = describe_key("GET", "https://e.com/p?q=hat&rid=550e8400-e29b-41d4-a716-446655440000"
+                       "&product_id=6fa459ea-ee8a-4ca4-894e-db77e160355e")
+    assert "fresh ids:     rid (set aside" in ids
     for stage in ("exact", "canonical", "fuzzy", "miss", "sequence"):
         assert stage in MATCH_STAGES
 

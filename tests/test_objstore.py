@@ -254,3 +254,45 @@ def test_a_snapshot_on_s3_replays_from_a_mapped_index_and_resolves_revisits_thro
     assert stats.exact == 2 and stats.miss == 0
     view_index = open_snapshot(url).index_path
     assert map_file(view_index).is_file()
+
+
+def test_an_unreachable_store_is_never_a_missing_snapshot(s3, monkeypatch):
+    """With nothing listening at the endpoint, a lookup is an error naming the endpoint, not "no such file"."""
+    from ego2web_replay.snapshots.objstore import ObjectStorage, StoreUnreachable
+
+    monkeypatch.setenv("EGO2WEB_REPLAY_STORE_ATTEMPTS", "1")
+    with socket_closed() as port:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{port}")
+        with pytest.raises(StoreUnreachable, match=f"the object store at http://127.0.0.1:{port} is unreachable"):
+            ObjectStorage(f"{s3}/p").exists("t/s/manifest.json")
+        for call in (lambda: open_snapshot(f"{s3}/p/t/s"), lambda: latest(f"{s3}/p", "t")):
+            with pytest.raises(StoreUnreachable) as e:
+                call()
+            assert f"http://127.0.0.1:{port}" in str(e.value) and "\n" not in str(e.value)
+            assert "is missing" not in str(e.value) and "no snapshot" not in str(e.value)
+
+
+def test_a_store_killed_while_the_newest_snapshot_is_looked_up_says_so(tmp_path, monkeypatch, data_home):
+    """Killed after the listing, while the manifests are read: before, each snapshot was skipped as
+    unreadable and the answer was "no snapshot of task ...; record one"."""
+    from ego2web_replay.snapshots.objcache import ObjectCache
+    from ego2web_replay.snapshots.objstore import StoreUnreachable
+    from ego2web_replay.testing.s3server import S3Server
+
+    with S3Server() as server:
+        for name, value in server.env(EGO2WEB_REPLAY_STORE_ATTEMPTS="1").items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        root = f"{server.create_bucket('killed')}/p"
+        folder = _snapshot(tmp_path / "local")
+        upload_snapshot(folder, f"{root}/shop/{folder.name}")
+        _forget_cache(data_home)
+
+        class KillsTheStore(ObjectCache):
+            def manifest(self, remote):
+                server.stop()
+                return super().manifest(remote)
+
+        with pytest.raises(StoreUnreachable) as e:
+            latest(root, "shop", cache=KillsTheStore())
+    assert f"the object store at {server.url} is unreachable" in str(e.value) and "record one" not in str(e.value)

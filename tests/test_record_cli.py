@@ -81,6 +81,10 @@ def test_record_end_to_end_a_failing_task_does_not_stop_the_others(site, data_ho
     assert all(u.startswith(("https://127.0.0.1", "http://127.0.0.1", "https://localhost", "http://localhost"))
                for u in urls), urls
     assert shop.manifest.screenshots and (shop.path / shop.manifest.screenshots[0]).is_file()
+    # the second load of each page, in a throw-away context, is noted for learning and not archived
+    reloads = json.loads((shop.path / "volatile.json").read_text())["reloads"]
+    assert {r[1] for r in reloads} >= {site.https_url + "/", site.https_url + "/product/42"}
+    assert [e.url for e in shop.entries()].count(site.https_url + "/") == 1 and shop.manifest.settings["second_load"]
     # the snapshot CLI agrees
     capsys.readouterr()
     assert main(["snapshot", "list", "--snapshots", str(root)]) == 0

@@ -31,6 +31,8 @@ from ego2web_replay.recorder.addon import ExchangeArchive
 from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
+from ego2web_replay.wire.websocket import BINARY, CLOSE, TEXT, MessageReader, frame
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 
@@ -117,6 +119,10 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
                 sock.close()
                 return
+            elif path.startswith("/cl-"):  # Content-Lengths that could hide another response
+                length = {"/cl-two": b"2\r\nContent-Length: 9", "/cl-list": b"2, 9", "/cl-digits": "\u0662".encode(),
+                          "/cl-same": b"2, 2"}[path]
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n")
             elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
             elif path == "/large":  # 3 MiB of random bytes
@@ -149,13 +155,18 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
                              b"Sec-WebSocket-Accept: " + accept + b"\r\n\r\n")
                 if "bye" in line:  # the origin ends the websocket itself
-                    sock.sendall(b"bye")
+                    sock.sendall(b"\x81\x03bye")
                     sock.close()
                     return
+                reader = MessageReader()  # each message echoed as a frame of the same type
                 with contextlib.suppress(OSError):
                     while data := (bytes(buf) if buf else sock.recv(65536)):
                         buf.clear()
-                        sock.sendall(b"echo:" + data)
+                        for m in reader.feed(data):
+                            if m.opcode == CLOSE:
+                                sock.sendall(frame(CLOSE, m.data))
+                            else:
+                                sock.sendall(frame(m.opcode, b"echo:" + m.data))
                 self.server.ws_closed.set()  # type: ignore[attr-defined]
                 return
             else:
@@ -226,6 +237,12 @@ def _raw(proxy_port: int, data: bytes, until: Callable[[bytes], bool], timeout: 
     return s, got
 
 
+def _ws_upgrade(port: int, path: str) -> bytes:
+    return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+            "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
+            "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+
+
 def test_kept_alive_connections_are_reused_and_a_dropped_one_is_retried(origin, ca, tmp_path):
     base = f"http://127.0.0.1:{origin.server_address[1]}"
     with _Recording(tmp_path, ca) as rec:
@@ -252,23 +269,77 @@ def test_a_body_that_runs_to_the_connection_end_reaches_client_and_archive_whole
     assert response.http_header("Content-Length") is not None  # the archive frames it, as for any response
 
 
-def test_websocket_passes_through_both_ways_and_is_not_archived(origin, ca, tmp_path):
+def test_websocket_passes_through_both_ways_and_its_conversation_is_archived(origin, ca, tmp_path):
     port = origin.server_address[1]
     key = base64.b64encode(b"0123456789abcdef").decode()
-    upgrade = (f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n").encode()
+    upgrade = (f"GET http://127.0.0.1:{port}/ws?room=1 HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+               "Cookie: sid=secret\r\n\r\n").encode()
     with _Recording(tmp_path, ca) as rec:
         s, got = _raw(rec.front.port, upgrade, lambda b: b"\r\n\r\n" in b)
         with s:
             assert got.startswith(b"HTTP/1.1 101 ")
             expected = base64.b64encode(hashlib.sha1((key + WS_GUID).encode()).digest())
             assert b"Sec-WebSocket-Accept: " + expected in got
-            s.sendall(b"\x81\x05hello")
-            echoed = b""
-            while len(echoed) < len(b"echo:\x81\x05hello"):
-                echoed += s.recv(65536)
-            assert echoed == b"echo:\x81\x05hello"
-    assert rec.archive.exchanges == 0 and not rec.archive.errors
+            reader = MessageReader()
+            sent = [(TEXT, b"hello"), (BINARY, bytes(range(256)) * 300)]  # the second over 64 KiB
+            answers = []
+            for opcode, data in sent:
+                s.sendall(frame(opcode, data, mask=True))  # passed through unchanged, mask and all
+                while not (got := reader.feed(s.recv(65536))):
+                    pass
+                answers += got
+            assert [(m.opcode, m.data) for m in answers] == [(op, b"echo:" + d) for op, d in sent]
+            s.sendall(frame(CLOSE, struct.pack("!H", 1000), mask=True))
+            assert reader.feed(s.recv(100))[0].opcode == CLOSE
+        deadline = time.monotonic() + 5
+        while rec.front._pipes and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert rec.archive.exchanges == 1 and not rec.archive.errors
+    response, request, talk = rec.records()[1:]  # after the warcinfo record
+    assert response.rec_type == "response" and response.http_status == 101
+    assert request.rec_type == "request" and request.http_header("Upgrade") == "websocket"
+    assert "secret" not in request.http_header("Cookie")  # redacted like any request
+    assert talk.rec_type == "metadata" and talk.content_type == CONTENT_TYPE
+    assert talk.url == f"http://127.0.0.1:{port}/ws?room=1" and talk.concurrent_to == [response.record_id]
+    messages = decode_messages(talk.payload)
+    assert [(m.side, m.kind, m.data) for m in messages] == [
+        ("client", "text", b"hello"), ("server", "text", b"echo:hello"),
+        ("client", "binary", sent[1][1]), ("server", "binary", b"echo:" + sent[1][1]),
+        ("client", "close", struct.pack("!H", 1000)), ("server", "close", struct.pack("!H", 1000))]
+    assert all(0 <= a.t <= b.t for a, b in zip(messages, messages[1:], strict=False))
+
+
+def test_a_websocket_open_when_the_recording_stops_is_archived_up_to_there(origin, ca, tmp_path):
+    with _Recording(tmp_path, ca) as rec:
+        s, got = _raw(rec.front.port, _ws_upgrade(origin.server_address[1], "/ws"), lambda b: b"\r\n\r\n" in b)
+        s.sendall(frame(TEXT, b"still here", mask=True))
+        reader = MessageReader()
+        while not (echoed := reader.feed(s.recv(65536))):
+            pass
+        assert echoed[0].data == b"echo:still here"
+    s.close()  # the recording stopped first: the proxy closed the websocket and archived it
+    talk = rec.records()[-1]
+    assert talk.rec_type == "metadata"
+    assert [(m.side, m.data) for m in decode_messages(talk.payload)] == [
+        ("client", b"still here"), ("server", b"echo:still here")]
+
+
+def test_a_conversation_over_the_bound_is_archived_up_to_there_and_marked_truncated(tmp_path):
+    from ego2web_replay.recorder.websocket import WebsocketTap
+
+    snap = SnapshotWriter(tmp_path, "T", compression="zst", source="record")
+    _OPEN.append(snap)
+    tap = WebsocketTap(ExchangeArchive(snap.writer), url="http://ws.example/big", request_headers=[], status=101,
+                       reason="Switching Protocols", response_headers=[], http_version="HTTP/1.1", ip=None,
+                       started=time.time(), authority=None, max_bytes=2000)
+    for n in range(5):
+        tap.client(frame(BINARY, bytes([n]) * 500, mask=True))
+    tap.finish()
+    snap.finalize()
+    talk = list(iter_records(snap.writer.path))[-1]
+    assert talk.headers.get("WARC-Truncated") == "length"
+    assert [m.data for m in decode_messages(talk.payload)] == [bytes([n]) * 500 for n in range(2)]
 
 
 def test_an_origin_that_refuses_is_a_502_kept_among_the_errors(ca, tmp_path):
@@ -434,9 +505,7 @@ def test_a_websocket_tunnel_closes_when_either_side_closes(origin, ca, tmp_path)
     port = origin.server_address[1]
 
     def upgrade(path: str) -> bytes:
-        return (f"GET http://127.0.0.1:{port}{path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\n"
-                "Connection: Upgrade\r\nSec-WebSocket-Key: MDEyMzQ1Njc4OWFiY2RlZg==\r\n"
-                "Sec-WebSocket-Version: 13\r\n\r\n").encode()
+        return _ws_upgrade(port, path)
 
     with _Recording(tmp_path, ca) as rec:
         origin.ws_closed.clear()
@@ -557,3 +626,30 @@ def test_a_body_past_the_record_cap_is_refused_not_archived_where_the_index_woul
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
     assert b"too large to archive" in body
     assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/keep"]
+
+
+def test_an_origin_whose_content_lengths_differ_or_are_no_digits_is_a_502_and_nothing_is_archived(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        for path in ("/cl-two", "/cl-list", "/cl-digits"):
+            status, headers, _ = rec.open(base + path)
+            assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol", path
+        assert rec.open(base + "/cl-same")[:3:2] == (200, b"ok")  # equal values in a list are one length
+    assert rec.archive.exchanges == 1
+
+
+def test_a_recording_holds_the_wire_limits_it_was_given_and_reports_what_they_refused(tmp_path, ca):
+    from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+    from ego2web_replay.tasks import Task
+    from ego2web_replay.wire.budget import WireLimits
+
+    task = Task(id="W", instruction="nothing", start_url="http://127.0.0.1:9/")
+    opts = RecordOptions(guard="loopback", screenshots=False, wire=WireLimits(head_timeout_s=0.3))
+    with LiveRecording(task, tmp_path, opts, ca=ca) as live:
+        port = int(live.proxy_url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=20) as s:  # says nothing
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+    assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
+    assert live.ok and live.refused == {"timeout-head": 1}

@@ -118,7 +118,7 @@ def test_compare_uses_per_task_rates_and_reports_pass_at_k(db):
     assert fz.repeat_std == pytest.approx(sqrt(((1 - 7 / 9) ** 2 + 2 * (2 / 3 - 7 / 9) ** 2) / 2))
     assert len(g.frozen_episodes) == 9 and {e.repeat for e in g.frozen_episodes} == {0, 1, 2}
     row = next(r for r in csv_text(compare(db)).splitlines()[1:] if ",overall," in r)
-    assert row.endswith(",8,9,3")  # live samples, frozen samples, max repeats
+    assert row.endswith(",8,9,3,0")  # live samples, frozen samples, max repeats, episode errors
 
 
 def test_a_task_without_any_judged_repeat_in_a_mode_is_left_out(tmp_path):
@@ -156,7 +156,7 @@ def test_migration_7_gives_older_rows_repeat_0(tmp_path):
     con = duckdb.connect(str(tmp_path / "old.duckdb"))
     migrate(con, target=6)
     con.execute("INSERT INTO episodes (run_id, task_id, mode, ingested_at) VALUES ('r', 't', 'live', now())")
-    assert migrate(con) == [7]
+    assert migrate(con, target=7) == [7]
     assert con.execute("SELECT repeat_index FROM episodes").fetchall() == [(0,)]
     con.close()
 
@@ -198,3 +198,26 @@ def test_a_flip_is_explained_by_the_repeat_it_is_about(tmp_path):
     record_pair_diffs(db, [diff_of("L1", "changed")])
     f = flip()
     assert f.attribution.source == "live-archive" and f.drift_status == "changed"
+
+
+def test_a_repeat_that_could_not_run_is_no_sample_and_is_counted_on_its_own(tmp_path, capsys):
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec(t, "live", {"rule": True}, repeat=r) for t in ("t1", "t2") for r in (0, 1, 2)]
+    eps += [EpisodeSpec("t1", "frozen", {"rule": True}, repeat=0),
+            EpisodeSpec("t1", "frozen", {"rule": False}, repeat=1, answer=None, screenshots=0,
+                        end_reason="infra_error", error="node lost"),  # a stale "failure" verdict
+            EpisodeSpec("t1", "frozen", {"rule": False}, repeat=2)]
+    eps += [EpisodeSpec("t2", "frozen", {"rule": True}, repeat=r) for r in (0, 1, 2)]
+    make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    db = tmp_path / "d.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    (g,) = compare(db).groups
+    frozen = next(m for m in g.repeats if m.mode == "frozen")
+    assert (frozen.episode_errors, frozen.judge_errors, frozen.samples, frozen.min_samples) == (1, 0, 5, 2)
+    t1 = next(t for t in frozen.per_task if t.task_id == "t1")
+    assert (t1.n, t1.successes) == (2, 1)  # repeats 0 and 2 only
+    assert frozen.pass_at_k == {1: pytest.approx(0.75), 2: pytest.approx(1.0)}  # (1/2 + 1) / 2; both pass at 2
+    assert g.episode_errors == 1 and g.paired == 2 and g.frozen_rate == pytest.approx(0.75)
+    assert main(["compare", "--db", str(db)]) == 0
+    text = capsys.readouterr().out
+    assert "episode errors" in text and "1 (infra_error 1)" in text

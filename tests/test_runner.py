@@ -224,6 +224,25 @@ def test_command_agent_live_and_frozen(demo, tmp_path):
         assert live.task_id == task_id and frozen.mode == "frozen"
 
 
+def test_both_proxies_of_a_run_hold_the_wire_limits_it_was_given(demo, tmp_path):
+    from ego2web_replay.wire.budget import WireLimits
+
+    # an agent that connects to its proxy and says nothing; it answers what the proxy told it
+    silent = (f"command:{sys.executable} -c 'import os, socket, urllib.parse as u; "
+              "p = u.urlsplit(os.environ[\"EGO2WEB_PROXY\"]); s = socket.create_connection((p.hostname, p.port)); "
+              "data = b\"\".join(iter(lambda: s.recv(65536), b\"\")); "
+              "open(os.path.join(os.environ[\"EGO2WEB_OUT\"], \"answer.txt\"), \"wb\").write(data.split(b\"\\r\\n\")[0])'")
+    run_dir, results = run_suite(demo["suite"], agent_name=silent, out=tmp_path, task_ids=[MUG],
+                                 settings=_settings(demo), wire=WireLimits(head_timeout_s=0.3))
+    assert len(results) == 2
+    for mode in ("live", "frozen"):
+        t = load_trajectory(episode_dir(run_dir, MUG, mode))
+        assert t.answer == "HTTP/1.1 408 Request Timeout", (mode, t.error, t.answer)
+        # and the episode says so: not an answer of the snapshot's, nor of the site's
+        refused = t.extra["proxy_refused"] if mode == "live" else t.replay.refused
+        assert refused == {"timeout-head": 1}
+
+
 def test_command_agent_browser_use_history(demo, tmp_path):
     run_dir, results = run_suite(demo["suite"], agent_name=_command(demo, "history"), out=tmp_path,
                                  task_ids=["shop-mug-price"], settings=_settings(demo, mode="frozen"))

@@ -84,9 +84,10 @@ def test_runs_show_table(runs):
     assert "run after" in text and "agent=command:" in text
     rows = {cells[0]: cells for cells in _rows(text)}
     assert set(rows) == {MUG, WIKI}
-    assert rows[MUG] == [MUG, "frozen", "2", "answered", "Shop", "0", "complete", ""]
-    assert rows[WIKI][:7] == [WIKI, "frozen", "0", "setup_error", "", "", ""]
-    assert rows[WIKI][7].startswith(f"no snapshot of task '{WIKI}'")
+    assert rows[MUG] == [MUG, "frozen", "2", "answered", "", "Shop", "0", "complete", ""]
+    assert rows[WIKI][:8] == [WIKI, "frozen", "0", "setup_error", "yes", "", "", ""]  # could not run: no validity
+    assert rows[WIKI][8].startswith(f"no snapshot of task '{WIKI}'")
+    assert "episode errors: 1 of 2 (setup_error 1): these could not run" in text
     live = _invoke("runs", "show", str(before))
     assert "Shop" in live and "Encyclopedia" in live and live.count("live") >= 2
 
@@ -98,8 +99,10 @@ def test_runs_show_json(runs):
     assert data["run"]["episodes"] == {"answered": 1, "setup_error": 1}
     eps = {e["task"]: e for e in data["episodes"]}
     assert eps[MUG] == {"task": MUG, "mode": "frozen", "repeat": 0, "steps": 2, "end_reason": "answered", "answer": "Shop",
-                        "misses": 0, "missed_urls": [], "validity": "complete", "error": None}
-    assert eps[WIKI]["end_reason"] == "setup_error" and eps[WIKI]["misses"] is None
+                        "misses": 0, "missed_urls": [], "validity": "complete", "set_aside": {}, "error": None,
+                        "episode_error": False}
+    assert eps[WIKI]["end_reason"] == "setup_error" and eps[WIKI]["misses"] is None and eps[WIKI]["episode_error"]
+    assert data["episode_errors"] == 1
     # the frozen run replayed the live run's own archive
     t = load_trajectory(episode_dir(after, MUG, "frozen"))
     assert t.snapshot_path.startswith(str(episode_dir(before, MUG, "live")))

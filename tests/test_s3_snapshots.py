@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -60,3 +61,67 @@ def test_record_to_s3_then_list_verify_and_replay_frozen_without_local_files(dem
     assert main(["judge", str(tmp_path / "runs" / "r1"), "--judge", "rule", "--tasks", str(demo_suite), "--no-db",
                  "--no-progress"]) == 0
     assert "frozen: 2/2 success" in capsys.readouterr().out
+
+
+def test_a_store_that_stops_answering_is_one_line_in_record_and_a_setup_error_in_a_frozen_run(
+        demo_suite, tmp_path, data_home, monkeypatch, capsys, ca):
+    """A store frozen (SIGSTOP) at the recorder's first upload, then killed before a frozen run: one line
+    naming the endpoint each time, nothing recorded lost, and the frozen episode a setup_error that says the
+    store was unreachable (never "no snapshot ... record one")."""
+    import ego2web_replay.recorder.upload as upload
+    from ego2web_replay.testing.s3server import S3Server
+
+    server = S3Server().start()
+    try:
+        for name, value in server.env(EGO2WEB_REPLAY_STORE_TIMEOUT="1", EGO2WEB_REPLAY_STORE_ATTEMPTS="2").items():
+            monkeypatch.setenv(name, value)
+        monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
+        root = f"{server.create_bucket('stops')}/demo"
+        assert main(["record", str(demo_suite), "--task", TASKS[0], "--snapshots", root, "--guard", "loopback",
+                     "--no-progress"]) == 0
+        capsys.readouterr()
+
+        real = upload.record_task
+
+        def record_then_freeze_the_store(*args, **kwargs):
+            result = real(*args, **kwargs)
+            server.pause()  # the store accepts connections from now on and never answers
+            return result
+
+        monkeypatch.setattr(upload, "record_task", record_then_freeze_the_store)
+        assert main(["record", str(demo_suite), "--task", TASKS[1], "--snapshots", root, "--guard", "loopback",
+                     "--no-progress"]) == 1
+        err = capsys.readouterr().err
+        failed = [line for line in err.splitlines() if f"{TASKS[1]}:" in line]
+        assert len(failed) == 1 and f"the object store at {server.url} is unreachable" in failed[0], err
+        staged = failed[0].split("the recorded snapshot stays in ")[1].strip()
+        assert (Path(staged) / "manifest.json").is_file()  # nothing recorded is lost
+        assert err.strip().splitlines()[-1] == "error: 1 of 1 task(s) failed to record"
+    finally:
+        server.stop()  # killed: connections refused from now on
+
+    runs = tmp_path / "runs"
+    assert main(["run", str(demo_suite), "--agent", "scripted", "--mode", "frozen", "--snapshots", root,
+                 "--task", TASKS[0], "--out", str(runs), "--run-id", "r", "--guard", "loopback", "--no-db",
+                 "--no-progress"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: every episode errored (1: setup_error)"), err
+    traj = load_trajectory(runs / "r" / "episodes" / TASKS[0] / "frozen")
+    assert traj.end_reason == "setup_error" and not traj.steps
+    assert f"the object store at {server.url} is unreachable" in (traj.error or "")
+    assert "record one" not in (traj.error or "") and "no snapshot" not in (traj.error or "")
+    # no judge scores it: the verdict says why (the episode could not run), and it is counted apart
+    from ego2web_replay.judge.verdicts import read_verdict
+
+    assert main(["judge", str(runs / "r"), "--judge", "rule", "--tasks", str(demo_suite), "--no-db",
+                 "--no-progress"]) == 1  # nothing could be judged
+    captured = capsys.readouterr()
+    assert "frozen: 0/0 success (n/a), 0 error(s), 1 episode error(s) (could not run; not judged)" in captured.out
+    assert captured.err.strip().splitlines()[-1].startswith(
+        "error: no episode could be judged: every one could not run (1: setup_error); first: not judged: ")
+    verdict = read_verdict(runs / "r" / "episodes" / TASKS[0] / "frozen", "rule")
+    assert verdict is not None and verdict.episode_error == "setup_error" and not verdict.success
+    assert verdict.error and verdict.error.startswith("not judged: the episode could not run (setup_error: ")
+    assert f"the object store at {server.url} is unreachable" in verdict.error
+    assert main(["runs", "show", str(runs / "r")]) == 0
+    assert "episode errors: 1 of 1 (setup_error 1)" in capsys.readouterr().out

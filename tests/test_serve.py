@@ -127,3 +127,45 @@ def test_verbose_logs_to_stderr_and_quiet_by_default(snap, capsys, ca):
     assert "proxy listening on" in capsys.readouterr().err
     assert main(["serve", str(snap), "--port", "0", "--duration", "0"]) == 0  # the next invocation is quiet again
     assert "proxy listening on" not in capsys.readouterr().err
+
+
+def test_serve_takes_the_wire_options_and_prints_what_they_refused(snap, tmp_path, capsys, ca):
+    import threading
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    got: list[bytes] = []
+
+    def silent_client() -> None:  # connects once the proxy listens, then says nothing
+        for _ in range(1000):
+            try:
+                s = socket.create_connection(("127.0.0.1", port), timeout=20)
+                break
+            except ConnectionRefusedError:
+                threading.Event().wait(0.01)
+        with s:
+            out = b""
+            while chunk := s.recv(65536):
+                out += chunk
+        got.append(out)
+
+    client = threading.Thread(target=silent_client)
+    client.start()
+    code = main(["serve", str(snap), "--port", str(port), "--duration", "3", "--head-timeout", "0.3",
+                 "--idle-timeout", "5", "--body-budget", "1", "--max-connections", "50",
+                 "--stats", str(tmp_path / "stats.json")])
+    client.join(30)
+    printed, err = capsys.readouterr()
+    assert code == 0, err
+    assert got[0].startswith(b"HTTP/1.1 408 ") and b"request head not received within 0.3 s" in got[0]
+    assert "proxy bounds (docs/limits.md): timeout-head 1" in printed
+    assert ReplayStats.model_validate_json((tmp_path / "stats.json").read_text()).refused == {"timeout-head": 1}
+
+
+def test_bad_wire_options_are_one_line_errors(snap, capsys, monkeypatch):
+    assert main(["serve", str(snap), "--head-timeout", "0"]) == 2  # click's usage error
+    assert "Invalid value for '--head-timeout'" in capsys.readouterr().err
+    monkeypatch.setenv("EGO2WEB_WIRE_IDLE_TIMEOUT", "soon")
+    _one_line_error(capsys, main(["serve", str(snap), "--port", "0", "--duration", "0"]),
+                    "EGO2WEB_WIRE_IDLE_TIMEOUT='soon' is not a number")

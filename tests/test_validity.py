@@ -10,6 +10,7 @@ import pytest
 
 from ego2web_replay.cli import main
 from ego2web_replay.models import ReplayLogEntry, load_trajectory
+from ego2web_replay.testing.thirdparty import available
 from ego2web_replay.validity import classify, request_kind
 
 MUG = "shop-mug-price"
@@ -25,6 +26,8 @@ def test_request_kinds_and_classes():
     assert request_kind(None, "text/html,application/xhtml+xml", "https://e.com/a") == "document"
     assert request_kind(None, "*/*", "https://e.com/font.woff2") == "subresource"
     assert request_kind(None, "*/*", "https://e.com/api/items") == "content"
+    assert request_kind("websocket", None, "https://e.com/_stcore/stream", "websocket") == "content"
+    assert request_kind("websocket", None, "https://e.com/telemetry", "websocket") == "subresource"
 
     def log(*entries: tuple[str, str, str | None]) -> list[ReplayLogEntry]:
         return [ReplayLogEntry(method="GET", url=u, outcome=o, kind=k) for o, u, k in entries]  # type: ignore[arg-type]
@@ -37,6 +40,8 @@ def test_request_kinds_and_classes():
     assert classify(log(("miss", "https://e.com/old", None))) == "off-snapshot"  # no kind: judged by the URL
     assert classify(log(("exact", "https://e.com/", "document")), truncated=1) == "degraded"  # a cut capture
     assert classify(log(("miss", "https://e.com/api/x", "content")), truncated=1) == "off-snapshot"
+    assert classify(log(("websocket", "https://e.com/stream", "content"))) == "off-snapshot"  # refused
+    assert classify(log(("websocket", "https://e.com/telemetry", "subresource"))) == "degraded"
 
 
 def test_an_episode_served_from_a_truncated_capture_is_degraded_in_compare(tmp_path):
@@ -144,3 +149,78 @@ def test_judge_errors_are_left_out_of_the_frozen_coverage_rates(tmp_path, capsys
     build_report(db, tmp_path / "report")
     index = (tmp_path / "report" / "index.html").read_text("utf-8")
     assert "left out of both rates" in index
+
+
+def test_answers_that_set_volatile_values_aside_show_with_the_validity(tmp_path, capsys):
+    """Issue 23 part 5: answers by learned names or fresh ids keep an episode complete and are shown,
+    with their parameters, in runs show, the database and compare."""
+    from ego2web_replay.models import AgentSpec
+    from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+    from ego2web_replay.tracking.compare import compare
+    from ego2web_replay.tracking.ingest import ingest
+    from ego2web_replay.validity import set_aside
+
+    log = [ReplayLogEntry(method="GET", url="https://e.com/", outcome="exact", kind="document"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/items?q=hat&rid=2", outcome="canonical", kind="content",
+                          volatile="fresh-id: rid"),
+           ReplayLogEntry(method="POST", url="https://e.com/api/event", outcome="canonical", kind="content",
+                          volatile="fresh-id: body:messageId"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/items?q=hat&rid=3", outcome="canonical", kind="content",
+                          volatile="fresh-id: rid"),
+           ReplayLogEntry(method="GET", url="https://e.com/api/stock?tok=9", outcome="canonical", kind="content",
+                          volatile="learned: tok")]
+    assert classify(log) == "complete"
+    assert set_aside(log) == {"fresh-id: body:messageId": 1, "fresh-id: rid": 2, "learned: tok": 1}
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec("t1", "live", {"rule": True}), EpisodeSpec("t2", "live", {"rule": True}),
+           EpisodeSpec("t1", "frozen", {"rule": True}, validity="complete", replay_log=log),
+           EpisodeSpec("t2", "frozen", {"rule": True}, validity="complete")]
+    run = make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    capsys.readouterr()
+    assert main(["runs", "show", str(run)]) == 0
+    shown = capsys.readouterr().out
+    assert "t1 (complete): answers that set volatile values aside: fresh-id: body:messageId ×1; fresh-id: rid ×2; " \
+           "learned: tok ×1" in shown and "t2 (complete)" not in shown
+    db = tmp_path / "v.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    frozen = {e.task_id: e for e in compare(db).groups[0].frozen_episodes}
+    assert (frozen["t1"].set_aside, frozen["t1"].set_aside_params["fresh-id: rid"]) == (4, 2)
+    assert (frozen["t2"].set_aside, frozen["t2"].set_aside_params) == (0, {})
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "set volatile values aside" in out and "fresh-id: rid ×2" in out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not available("streamlit"), reason="streamlit is in the dev extra")
+def test_a_streamlit_episode_is_complete_only_when_its_websocket_replays(tmp_path, ca, capsys):
+    """Streamlit draws its page over a websocket: frozen through the fast engine, which plays it back, the
+    episode is complete; through the mitmproxy engine, which refuses websockets, it is a blank page, and
+    the episode is off-snapshot, not complete, in its trajectory and in ``runs show``."""
+    from ego2web_replay.models import ReplayConfig
+    from ego2web_replay.recorder.session import RecordOptions, record_task
+    from ego2web_replay.runner.run import RunSettings, run_suite
+    from ego2web_replay.tasks import Task, TaskSuite
+    from ego2web_replay.testing.streamlit_site import StreamlitSite
+
+    snapshots = tmp_path / "snapshots"
+    with StreamlitSite(tmp_path / "app") as app:
+        task = Task(id="ledger", instruction="What does walnut coffee cost?", start_url=app.url + "/",
+                    reference_actions=[{"kind": "goto", "url": app.url + "/"},
+                                       {"kind": "wait", "text": "oak table"},
+                                       {"kind": "answer", "answer": "12.50"}])
+        recorded = record_task(task, snapshots, RecordOptions(guard="loopback"), ca=ca)
+        assert recorded.ok, recorded.error
+    suite = TaskSuite(tasks=[task])
+    episodes = {}
+    for engine in ("fast", "mitmproxy"):
+        settings = RunSettings(mode="frozen", snapshots_root=str(snapshots), timeout_s=60, action_timeout_s=8,
+                               replay=ReplayConfig(engine=engine))
+        run_dir, _ = run_suite(suite, agent_name="scripted", out=tmp_path / f"runs-{engine}", settings=settings)
+        episodes[engine] = (run_dir, load_trajectory(run_dir / "episodes" / "ledger" / "frozen"))
+    fast, refused = episodes["fast"][1], episodes["mitmproxy"][1]
+    assert fast.answer == "12.50" and fast.replay.validity == "complete" and fast.replay.websocket == 0
+    assert refused.replay.websocket >= 1 and refused.replay.validity == "off-snapshot"
+    capsys.readouterr()
+    assert main(["runs", "show", str(episodes["mitmproxy"][0])]) == 0
+    assert "off-snapshot" in capsys.readouterr().out

@@ -62,3 +62,25 @@ def test_matcher_drops_learned_names_for_their_path_only():
     assert index.match("GET", "https://e.com/api/stock?id=5&tok=ffff").outcome == "miss"  # id still matters
     assert index.match("GET", "https://e.com/other?id=4&tok=ffff").outcome == "miss"  # other path: not learned
     assert MatchIndex(captures, RULES).match("GET", "https://e.com/api/stock?id=4&tok=ffff").outcome == "miss"
+
+
+def test_reloads_teach_and_survive_a_reindex(tmp_path):
+    """A record-time second load's requests learn like captures, are kept in volatile.json, and
+    re-indexing learns from them again; a name whose second value got another response is not learned."""
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+    from ego2web_replay.snapshots.verify import reindex_snapshot
+    from ego2web_replay.snapshots.volatility import read_reloads, reload_of
+
+    sw = SnapshotWriter(tmp_path, "reload")
+    for url, body in (("https://e.com/api/items?q=hat&rid=1", b'["hat"]'), ("https://e.com/api/other?q=a", b"a")):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "application/json")], response_body=body)
+    sw.reloads = [reload_of("GET", "https://e.com/api/items?q=hat&rid=2", None, b"", b'["hat"]'),
+                  reload_of("GET", "https://e.com/api/other?q=b", None, b"", b"b")]
+    sw.finalize()
+    assert read_volatile(sw.path) == {"GET https://e.com/api/items": ["rid"]}
+    assert read_reloads(sw.path) == sw.reloads
+    reindex_snapshot(sw.path)
+    assert read_volatile(sw.path) == {"GET https://e.com/api/items": ["rid"]}
+    assert read_reloads(sw.path) == sw.reloads
+    assert reload_of("POST", "https://e.com/e", "application/json", b'{"a": 1}', b"x")[2] == "a=1"

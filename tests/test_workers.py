@@ -89,3 +89,18 @@ def test_serve_processes_prints_and_counts(snap, tmp_path, capsys, ca):
     assert served == [200] * 10 and "engine         fast, 2 processes" in out
     assert "replay stats: 10 requests: exact 10," in out
     assert ReplayStats.model_validate_json(stats.read_text()).exact == 10
+
+
+def test_each_worker_holds_the_wire_limits_it_was_given(snap, ca):
+    from ego2web_replay.wire.budget import WireLimits
+
+    with Replay([snap], ca=ca, processes=2, engine="fast", wire=WireLimits(head_timeout_s=0.3)) as replay:
+        port = urlsplit(replay.proxy_url).port
+        for _ in range(4):  # whichever worker takes it, a connection that says nothing is timed out
+            with socket.create_connection(("127.0.0.1", port), timeout=20) as s:
+                out = b""
+                while chunk := s.recv(65536):
+                    out += chunk
+            assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
+        assert replay.stats().refused == {"timeout-head": 4}  # each worker's own counts, added up
+    assert replay.stats().refused == {"timeout-head": 4}  # and kept when they stop

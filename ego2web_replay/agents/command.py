@@ -12,7 +12,7 @@ The program is started (through the shell) with these environment variables:
                             as ``localhost``); also ``no_proxy`` and
                             ``EGO2WEB_NO_PROXY``
 ``EGO2WEB_PROXY``           the proxy URL
-``EGO2WEB_CA_FILE``         the proxy CA (PEM); also ``SSL_CERT_FILE``,
+``EGO2WEB_CA_FILE``         the proxy CA's certificate (PEM); also ``SSL_CERT_FILE``,
                             ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``
 ``EGO2WEB_SPKI``            the CA's SPKI pin, for Chromium's
                             ``--ignore-certificate-errors-spki-list``
@@ -30,6 +30,10 @@ The program is started (through the shell) with these environment variables:
                             ``captions`` (lines)
 ``EGO2WEB_VIDEO``           the video file (``video`` modality only)
 ==========================  ==================================================
+
+The runner hands every path among them inside the episode's private folder of
+copies (:mod:`ego2web_replay.runner.agent_folder`), never a path into the
+suite, the frames cache or the run.
 
 It writes ``$EGO2WEB_OUT/trajectory.json`` (our schema; ``task_id``, ``mode``
 and ``agent`` may be left out) or ``$EGO2WEB_OUT/history.json`` (browser-use's

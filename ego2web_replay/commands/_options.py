@@ -8,6 +8,7 @@ Each is a decorator (``@db_options``) or a function returning one
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,12 +18,25 @@ import click
 from ..config import DEFAULT_DB, DEFAULT_SNAPSHOTS
 from ._output import Output, configure_logging, output
 
-__all__ = ["LOCATION", "compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
+__all__ = ["LOCATION", "Finite", "compression_option", "db_option", "db_options", "guard_option", "iterations_option", "json_option",
            "keep_credentials_option", "output_params",
            "snapshots_option", "upstream_ca_option"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 GUARDS = ("open", "allowlist", "loopback")
+
+
+class Finite(click.FloatRange):
+    """A :class:`click.FloatRange` that is also finite: ``nan`` and ``inf`` are usage errors, not tracebacks
+    (``nan`` passes every range check, and neither makes a timedelta or a timeout)."""
+
+    name = "finite float range"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
 
 
 def db_option[C: Callable[..., Any]](f: C) -> C:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from ._options import Finite
+
 __all__ = ["COMMANDS"]
 
 
@@ -36,7 +38,7 @@ def cache_info() -> None:
 
 
 @cache_group.command("prune")
-@click.option("--days", type=click.FloatRange(0), default=30.0, show_default=True,
+@click.option("--days", type=Finite(0), default=30.0, show_default=True,
               help="Remove the files not used for this many days (0: every file).")
 @click.option("--dry-run", is_flag=True, help="Say what would be removed; remove nothing.")
 def cache_prune(days: float, dry_run: bool) -> None:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from ._options import Finite
+
 
 @click.command("captions")
 @click.argument("tasks_file", type=click.Path(path_type=Path))
@@ -14,13 +16,13 @@ import click
 @click.option("--base-url", default=None, help="OpenAI-compatible endpoint (default: $OPENAI_BASE_URL); "
                                                "the key is read from $OPENAI_API_KEY.")
 @click.option("--task", "task_ids", multiple=True, help="Caption only this task's video (repeatable).")
-@click.option("--clip-seconds", type=click.FloatRange(0, min_open=True), default=5.0, show_default=True,
+@click.option("--clip-seconds", type=Finite(0, min_open=True), default=5.0, show_default=True,
               help="Length of each captioned clip.")
 @click.option("--frames-per-clip", type=click.IntRange(1), default=4, show_default=True,
               help="Frames of each clip shown to the model.")
 @click.option("--frame-size", type=click.IntRange(16), default=512, show_default=True,
               help="Longest side of the frames sent, in pixels.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True), default=120.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Finite(0, min_open=True), default=120.0, show_default=True,
               help="Seconds to wait for one reply.")
 @click.option("--force", is_flag=True, help="Caption again even when stored captions match the video.")
 def captions_cmd(tasks_file: Path, model: str | None, base_url: str | None, task_ids: tuple[str, ...],

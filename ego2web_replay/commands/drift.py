@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._options import db_option, db_options, guard_option, json_option, upstream_ca_option
+from ._options import Finite, db_option, db_options, guard_option, json_option, upstream_ca_option
 from ._output import console, emit_machine, is_stdout
 from ._output import line as out_line
 
@@ -48,7 +48,7 @@ def drift_report_command(db_path: Path, json_out: str | None) -> None:
               show_default=True, help="Where the probes' own archives go (<archive>/<task>/<id>/).")
 @guard_option()
 @upstream_ca_option()
-@click.option("--timeout", type=click.FloatRange(0.5), default=15.0, show_default=True,
+@click.option("--timeout", type=Finite(0.5), default=15.0, show_default=True,
               help="Seconds to wait for each URL.")
 def drift_probe_command(paths: tuple[Path, ...], db_path: Path, task_ids: tuple[str, ...], archive_root: Path,
                         guard: str, upstream_ca: Path | None, timeout: float) -> None:

@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from ._options import Finite
+
 __all__ = ["ExecutorChoice", "executor_options"]
 
 
@@ -54,7 +56,7 @@ def executor_options[F: Callable[..., Any]](f: F) -> F:
     @click.option("--ray-address", default=None, metavar="ADDR",
                   help="Ray cluster to use (host:port or ray://...; default $RAY_ADDRESS, else a "
                        "cluster started on this machine for the run).")
-    @click.option("--ray-cpus", type=click.FloatRange(0.1), default=1.0, show_default=True,
+    @click.option("--ray-cpus", type=Finite(0.1), default=1.0, show_default=True,
                   help="CPUs each episode asks of the Ray cluster.")
     @click.option("--ray-memory", "ray_memory_mb", type=click.IntRange(1), default=None, metavar="MB",
                   help="Memory each episode asks of the Ray cluster, in MB.")

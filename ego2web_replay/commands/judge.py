@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ._options import db_options, iterations_option, json_option
+from ._options import Finite, db_options, iterations_option, json_option
 from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
 from .executor_options import ExecutorChoice, executor_options
 
@@ -80,7 +80,7 @@ def judge() -> None:
               help="A folder of custom prompt files instead of the packaged ones.")
 @click.option("--max-retries", type=click.IntRange(0),
               help="LLM judges: retries on 429, 5xx, timeouts and refused connections (default 4).")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0, min_open=True),
+@click.option("--timeout", "timeout_s", type=Finite(0, min_open=True),
               help="LLM judges: seconds to wait for one reply (default 120).")
 @click.option("--cache-dir", type=click.Path(path_type=Path),
               help="LLM call cache (default: <run>/judge-cache).")
@@ -125,7 +125,9 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     for mode, s in summarize(verdicts).items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         line = (f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
-                f"{s['errors']} error(s), {s['prompt_tokens'] + s['completion_tokens']} tokens")
+                f"{s['errors']} error(s), "
+                + (f"{s['episode_errors']} episode error(s) (could not run; not judged), " if s["episode_errors"] else "")
+                + f"{s['prompt_tokens'] + s['completion_tokens']} tokens")
         if mode == "frozen" and coverage is not None:  # a frozen score is never shown without its coverage
             c = coverage
             on_complete = "n/a" if c["complete_success_rate"] is None else f"{c['complete_success_rate']:.1%}"
@@ -135,6 +137,10 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     if verdicts and all(v.error for v in verdicts):
         from ..errors import JudgeError
 
+        unrun = sorted({v.episode_error for v in verdicts if v.episode_error})
+        if unrun and all(v.episode_error for v in verdicts):
+            raise JudgeError(f"no episode could be judged: every one could not run ({len(verdicts)}: "
+                             f"{', '.join(unrun)}); first: {verdicts[0].error}")
         raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
 
 

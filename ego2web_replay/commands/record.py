@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import click
 
 from ..errors import RecordingError
 from ._hooks import wire_index_hooks
 from ._options import (
+    Finite,
     compression_option,
     db_options,
     guard_option,
@@ -18,6 +19,10 @@ from ._options import (
     upstream_ca_option,
 )
 from ._output import progress, say, warn
+from .wire_options import wire_options
+
+if TYPE_CHECKING:
+    from ..wire.budget import WireLimits
 
 
 @click.command("record")
@@ -39,7 +44,7 @@ from ._output import progress, say, warn
 @click.option("--interactive", is_flag=True,
               help="Headed: open the start page and record while a person browses; closing the window ends it.")
 @db_options("each snapshot as it is recorded")
-@click.option("--action-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--action-timeout", type=Finite(min=0.1), default=30.0, show_default=True,
               help="Seconds each reference action may take before the task fails.")
 @click.option("--dedup-min-size", type=click.IntRange(min=0), default=256, show_default=True,
               help="Store identical payloads of at least this many bytes once per recording, later captures "
@@ -47,10 +52,16 @@ from ._output import progress, say, warn
 @click.option("--engine", type=click.Choice(["fast", "mitmproxy"]), default="fast", show_default=True,
               help="The recording proxy: fast (asyncio, upstream over HTTP/1.1) or mitmproxy (its master with "
                    "our addons; HTTP/2 upstream).")
+@wire_options
+@click.option("--second-load/--no-second-load", default=True, show_default=True,
+              help="After the actions, load each recorded page once more in a throw-away browser context, "
+                   "not archived: what its requests send differently while getting the same response (request "
+                   "ids, client ids) is learned volatile (volatile.json). Not after --interactive.")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
-               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"]) -> None:
+               db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
+               wire: WireLimits, second_load: bool) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -82,12 +93,19 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                                  upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  redact_headers=redact_headers, redact_params=redact_params,
                                  interactive=interactive, action_timeout_s=action_timeout,
-                                 dedup_min_size=dedup_min_size or None, engine=engine)
+                                 dedup_min_size=dedup_min_size or None, engine=engine, wire=wire,
+                                 second_load=second_load and not interactive)
             recorded = sink.snapshot_recorded if sink is not None else None
-            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded)
+            def uploading(url: str, task_id: str = task.id) -> None:
+                bars.update(bar, description=f"{task_id}: uploading to {url}")
+
+            r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded, on_upload=uploading)
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
+                if r.refused:
+                    say(bars, f"{task.id}: proxy bounds (docs/limits.md): "
+                              + ", ".join(f"{k} {v}" for k, v in sorted(r.refused.items())), status="note")
             else:
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")

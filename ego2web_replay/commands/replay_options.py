@@ -13,6 +13,8 @@ from typing import Any
 
 import click
 
+from ._options import Finite
+
 __all__ = ["replay_options"]
 
 _OPTIONS = [
@@ -31,7 +33,7 @@ _OPTIONS = [
     click.option("--fuzzy", "replay_fuzzy", is_flag=True,
                  help="Replay, diagnosis only: answer a request that would miss with the nearest capture of the "
                       "same path (another page's content), counted apart as 'fuzzy'. See docs/matching.md."),
-    click.option("--fuzzy-threshold", "replay_fuzzy_threshold", type=click.FloatRange(0, 1), default=None,
+    click.option("--fuzzy-threshold", "replay_fuzzy_threshold", type=Finite(0, 1), default=None,
                  help="Replay: least similarity for --fuzzy (default: the rules', 0.5)."),
     click.option("--engine", "replay_engine", type=click.Choice(["fast", "mitmproxy"]), default=None,
                  help="Replay: what carries the requests: the fast asyncio front end (default), or mitmproxy "

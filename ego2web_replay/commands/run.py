@@ -10,6 +10,7 @@ import click
 
 from ..config import DEFAULT_RUNS
 from ._options import (
+    Finite,
     db_options,
     guard_option,
     keep_credentials_option,
@@ -19,9 +20,11 @@ from ._options import (
 from ._output import progress, say, warn
 from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
+from .wire_options import wire_options
 
 if TYPE_CHECKING:
     from ..models import ReplayConfig
+    from ..wire.budget import WireLimits
 
 
 @click.command("run")
@@ -40,7 +43,7 @@ if TYPE_CHECKING:
 @click.option("--workers", type=click.IntRange(1, 32), default=1, show_default=True,
               help="Episodes run at once, each with its own proxy and browser.")
 @click.option("--max-steps", type=click.IntRange(1), default=40, show_default=True, help="Step budget per episode.")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(1), default=300.0, show_default=True,
+@click.option("--timeout", "timeout_s", type=Finite(1), default=300.0, show_default=True,
               help="Wall-clock limit per episode, in seconds.")
 @click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Run each task this many times in each mode (agents are stochastic); compare reports "
@@ -53,13 +56,14 @@ if TYPE_CHECKING:
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
+@wire_options
 @executor_options
 @click.option("--modality", type=click.Choice(["video", "keyframes", "captions", "none"]), default=None,
               help="What the agent gets of the task's video, always derived from the whole video "
                    "(default: the agent's own: openai and browser-use keyframes, command video, scripted none).")
 @click.option("--keyframes", "n_keyframes", type=click.IntRange(1), default=8, show_default=True,
               help="keyframes: frames sampled uniformly over the whole video.")
-@click.option("--video-fps", type=click.FloatRange(0, min_open=True), default=1.0, show_default=True,
+@click.option("--video-fps", type=Finite(0, min_open=True), default=1.0, show_default=True,
               help="video: frames per second sent when the video goes as frames.")
 @click.option("--video-transport", type=click.Choice(["frames", "video_url"]), default="frames", show_default=True,
               help="video: dense frames, or the file as a video_url part (endpoints that take video, e.g. vLLM).")
@@ -69,7 +73,7 @@ if TYPE_CHECKING:
 @click.option("--seed", type=int, default=None, help="openai and browser-use agents: sampling seed sent to the endpoint.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=None,
               help="openai and browser-use agents: reply limit (sent as max_completion_tokens, as reasoning models require).")
-@click.option("--agent-timeout", type=click.FloatRange(0, min_open=True), default=None,
+@click.option("--agent-timeout", type=Finite(0, min_open=True), default=None,
               help="openai and browser-use agents: seconds to wait for one model reply (default 60; browser-use 120).")
 @click.option("--image-size", type=click.IntRange(16), default=None,
               help="openai and browser-use agents: longest side of the screenshots sent to the model, in pixels "
@@ -82,7 +86,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
             agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
-            executor: ExecutorChoice) -> None:
+            executor: ExecutorChoice, wire: WireLimits) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -136,7 +140,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
-                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)))
+                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
     click.echo(f"run folder: {run_dir}")
     if _ and all(s.end_reason in ERROR_REASONS for s in _):
         raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "

@@ -52,12 +52,14 @@ def runs_list(out: Path, json_out: str | None) -> None:
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @json_option("the run and its episodes")
 def runs_show(run_dir: Path, json_out: str | None) -> None:
-    """Show one run: a row per episode with mode, steps, end reason, answer and misses."""
+    """Show one run: a row per episode with mode, steps, end reason, answer and misses; episodes that could
+    not run (setup, browser or infrastructure errors: not the agent's) are marked and counted apart."""
     import json
+    from collections import Counter
 
     from ..models import load_trajectory
     from ..runner.run import load_run
-    from ..validity import episode_validity
+    from ..validity import episode_validity, set_aside
 
     m = load_run(run_dir)
     rows: list[dict[str, Any]] = []
@@ -65,26 +67,40 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
         t = load_trajectory(traj_file)
         rows.append({"task": t.task_id, "mode": t.mode, "repeat": t.repeat, "steps": len(t.steps), "end_reason": t.end_reason,
                      "answer": t.answer, "misses": t.replay.miss if t.replay else None,
-                     "missed_urls": t.replay.missed_urls if t.replay else [], "validity": episode_validity(t),
-                     "error": t.error})
+                     "missed_urls": t.replay.missed_urls if t.replay else [],
+                     "validity": None if t.episode_error else episode_validity(t),
+                     "set_aside": set_aside(t.replay.log) if t.replay else {}, "error": t.error,
+                     "episode_error": t.episode_error})
+    unrun = [r for r in rows if r["episode_error"]]
     if json_out:
-        emit_machine(json_out, json.dumps({"run": m.model_dump(mode="json"), "episodes": rows}, indent=2) + "\n")
+        emit_machine(json_out, json.dumps({"run": m.model_dump(mode="json"), "episodes": rows,
+                                           "episode_errors": len(unrun)}, indent=2) + "\n")
         if is_stdout(json_out):
             return
     out = console()
     out.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
               f"suite={m.suite_path}", highlight=False, markup=False)
-    episodes = table("task", "mode", "steps", "end reason", "answer", "misses", "validity", "error")
+    episodes = table("task", "mode", "steps", "end reason", "episode error", "answer", "misses", "validity", "error")
     for r in rows:
-        episodes.add_row(r["task"], r["mode"] + (f" r{r['repeat']}" if r["repeat"] else ""), str(r["steps"]), r["end_reason"], str(r["answer"] or ""),
+        episodes.add_row(r["task"], r["mode"] + (f" r{r['repeat']}" if r["repeat"] else ""), str(r["steps"]),
+                         r["end_reason"], "yes" if r["episode_error"] else "", str(r["answer"] or ""),
                          "" if r["misses"] is None else str(r["misses"]), r["validity"] or "",
                          (r["error"] or "")[:60])
     out.print(episodes)
-    frozen = [r["validity"] for r in rows if r["mode"] == "frozen"]
+    if unrun:
+        reasons = ", ".join(f"{k} {n}" for k, n in sorted(Counter(r["end_reason"] for r in unrun).items()))
+        out.print(f"episode errors: {len(unrun)} of {len(rows)} ({reasons}): these could not run; no judge scores "
+                  "them and no rate counts them", highlight=False, markup=False)
+    frozen = [r["validity"] for r in rows if r["mode"] == "frozen" and not r["episode_error"]]
     if frozen:
         shares = ", ".join(f"{name} {frozen.count(name)}" for name in ("complete", "degraded", "off-snapshot"))
         out.print(f"frozen episodes: {len(frozen)} ({shares}); only complete ones saw recorded pages alone",
                   highlight=False, markup=False)
+    for r in rows:
+        if r["set_aside"]:
+            listed = "; ".join(f"{k} ×{n}" for k, n in r["set_aside"].items())
+            out.print(f"{r['task']} ({r['validity'] or r['mode']}): answers that set volatile values aside: {listed}",
+                      highlight=False, markup=False)
 
 
 @runs_group.command("coverage")

@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import ReplayError
-from ._options import LOCATION
+from ._options import LOCATION, Finite
 from .replay_options import replay_options
+from .wire_options import wire_options
 
 if TYPE_CHECKING:
     from ..models import ReplayConfig
+    from ..wire.budget import WireLimits
 
 
 def _connect_help(replay) -> str:  # noqa: ANN001
@@ -61,11 +63,12 @@ Press Ctrl-C to stop; the replay stats are printed then."""
 @replay_options
 @click.option("--stats", "stats_file", type=click.Path(path_type=Path), default=None,
               help="Write the replay stats (JSON) here on exit.")
-@click.option("--duration", type=click.FloatRange(0), default=None, help="Stop after this many seconds.")
+@click.option("--duration", type=Finite(0), default=None, help="Stop after this many seconds.")
 @click.option("--processes", type=click.IntRange(1, 256), default=1, show_default=True,
               help="Serve from this many worker processes on the one port (fast engine; stats added up).")
+@wire_options
 def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool, allow_remote: bool, port: int, replay: ReplayConfig,
-              stats_file: Path | None, duration: float | None, processes: int) -> None:
+              stats_file: Path | None, duration: float | None, processes: int, wire: WireLimits) -> None:
     """Serve one or more SNAPSHOTS (folders, or URLs such as s3://bucket/prefix/TASK/ID) as a hermetic
     replay proxy: no request leaves the machine, every miss is answered and counted."""
     from ..guard import is_loopback_host
@@ -79,7 +82,8 @@ def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool,
                     "(no authentication); keep it on a trusted network", fg="yellow", err=True)
     if stats_file is not None:
         _check_writable(stats_file)
-    server = Replay(list(snapshots), replay, host=host, port=port, check=not allow_corrupt, processes=processes)
+    server = Replay(list(snapshots), replay, host=host, port=port, check=not allow_corrupt, processes=processes,
+                    wire=wire)
     stop = threading.Event()
     with server:
         click.echo(_connect_help(server))
@@ -94,6 +98,8 @@ def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool,
     click.echo(f"\nreplay stats: {s.total} requests: exact {s.exact}, canonical {s.canonical}, fuzzy {s.fuzzy}, "
                f"miss {s.miss}, websocket {s.websocket}, blocked background {s.blocked}"
                + (f", LIVE {s.live} (not hermetic)" if s.live else ""))
+    if s.refused:
+        click.echo("proxy bounds (docs/limits.md): " + ", ".join(f"{k} {v}" for k, v in sorted(s.refused.items())))
     for url in s.missed_urls[:20]:
         click.echo(f"  missed: {url}")
     if len(s.missed_urls) > 20:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from ._options import db_option, iterations_option, json_option
+from ._options import Finite, db_option, iterations_option, json_option
 from ._output import console, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "db_option"]
@@ -41,11 +41,11 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
               help="Write per-category rows as CSV to FILE; `--csv -` prints only the CSV, on stdout.")
 @iterations_option(2000)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
-@click.option("--level", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.95,
+@click.option("--level", type=Finite(0, 1, min_open=True, max_open=True), default=0.95,
               show_default=True, help="Confidence level of the interval.")
-@click.option("--probe-window", type=click.FloatRange(min=0), default=24.0, show_default=True,
+@click.option("--probe-window", type=Finite(min=0, max=876_000), default=24.0, show_default=True,
               help="Hours around a live run within which a drift probe may explain its flip "
-                   "(only when the live episode has no archive of its own).")
+                   "(only when the live episode has no archive of its own; at most 876000, 100 years).")
 def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, ...], json_out: str | None,
                     csv_out: str | None, iterations: int, seed: int, level: float, probe_window: float) -> None:
     """Compare live and frozen success per agent and judge, paired by task.

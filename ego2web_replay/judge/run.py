@@ -5,6 +5,11 @@ LLM calls are cached in ``<run>/judge-cache/`` so re-judging is free and
 reproducible. An error in one episode (a missing file, an unreadable video,
 a reply that cannot be parsed) is recorded in that episode's verdict and the
 others go on; an unreachable endpoint stops the run with one line.
+
+An episode that could not run (its end reason is not the agent's: ``setup_error``,
+``browser_error``, ``infra_error``; :data:`~ego2web_replay.models.EPISODE_ERRORS`)
+is judged by no judge: :func:`judge_episode` gives it an error verdict saying why,
+with ``episode_error`` set, so every judge, built in or plugged in, leaves it out.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import Ego2WebError, JudgeError
 from ..models import (
+    EPISODE_ERRORS,
     RUN_MANIFEST,
     Mode,
     RunManifest,
@@ -26,6 +32,7 @@ from ..models import (
     TaskSuite,
     Verdict,
     load_tasks,
+    load_trajectory,
     parse_episode_folder,
     read_model,
 )
@@ -92,8 +99,12 @@ def judge_episode(judge: Judge, episode: Path, task: Task | Callable[[], Task]) 
     (but an unreachable endpoint, which stops the whole judging) is an error verdict."""
     task_id = episode.parent.name
     mode, repeat = parse_episode_folder(episode.name) or (episode.name, 0)
+    unrun = _could_not_run(episode)
     try:
-        verdict = judge.judge(episode, task() if callable(task) else task)
+        if unrun is not None:
+            verdict = error_verdict(judge.spec, task_id, mode, unrun[1], episode_error=unrun[0])  # type: ignore[arg-type]
+        else:
+            verdict = judge.judge(episode, task() if callable(task) else task)
     except EndpointError:
         raise
     except Ego2WebError as e:
@@ -102,6 +113,19 @@ def judge_episode(judge: Judge, episode: Path, task: Task | Callable[[], Task]) 
         verdict = error_verdict(judge.spec, task_id, mode, f"{type(e).__name__}: {e}")  # type: ignore[arg-type]
     verdict.repeat = repeat
     return verdict
+
+
+def _could_not_run(episode: Path) -> tuple[str, str] | None:
+    """(end reason, why it is not judged) for an episode that could not run; None for any other (and for
+    an unreadable trajectory, which the judge reports itself)."""
+    try:
+        traj = load_trajectory(episode)
+    except Ego2WebError:
+        return None
+    if traj.end_reason not in EPISODE_ERRORS:
+        return None
+    return traj.end_reason, (f"not judged: the episode could not run ({traj.end_reason}: "
+                             f"{traj.error or 'no reason recorded'}); it is not the agent's failure")
 
 
 def _judge_one(judge: Judge, episode: Path, suite: TaskSuite) -> Verdict:
@@ -166,18 +190,20 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
 
 
 def summarize(verdicts: list[Verdict]) -> dict[str, dict[str, Any]]:
-    """Per mode (and ``all``): episodes, successes, success rate, mean score, errors."""
+    """Per mode (and ``all``): episodes, successes, success rate, mean score, judge errors (``errors``) and
+    episodes that could not run (``episode_errors``), neither in any rate."""
     out: dict[str, dict[str, Any]] = {}
     for key in (*MODES, "all"):
         vs = [v for v in verdicts if key == "all" or v.mode == key]
         if not vs:
             continue
         judged = [v for v in vs if v.error is None]
+        unrun = sum(v.episode_error is not None for v in vs)
         wins = sum(v.success for v in judged)
         out[key] = {"episodes": len(vs), "judged": len(judged), "success": wins,
                     "success_rate": wins / len(judged) if judged else None,
                     "mean_score": sum(v.score for v in judged) / len(judged) if judged else None,
-                    "errors": len(vs) - len(judged),
+                    "errors": len(vs) - len(judged) - unrun, "episode_errors": unrun,
                     "prompt_tokens": sum(v.prompt_tokens for v in vs),
                     "completion_tokens": sum(v.completion_tokens for v in vs)}
     return out

@@ -30,10 +30,11 @@ def read_verdict(episode_dir: Path, judge: str) -> Verdict | None:
     return read_model(path, Verdict, "verdict", JudgeError)
 
 
-def error_verdict(spec: JudgeSpec, task_id: str, mode: Mode, error: str) -> Verdict:
-    """A failed judgment: success false, score 0, the reason in ``error``."""
+def error_verdict(spec: JudgeSpec, task_id: str, mode: Mode, error: str, *, episode_error: str | None = None) -> Verdict:
+    """A failed judgment: success false, score 0, the reason in ``error`` (and, for an episode that could
+    not run, its end reason in ``episode_error``)."""
     return Verdict(task_id=task_id, mode=mode, judge=spec, success=False, score=0.0, error=error,
-                   judged_at=datetime.now(UTC))
+                   episode_error=episode_error, judged_at=datetime.now(UTC))
 
 
 class CallLog:

@@ -40,6 +40,7 @@ from .snapshot import FileDigest, SnapshotManifest, SnapshotSource, UpstreamFail
 from .task import TASK_VERSION, Task, TaskSuite, TimeRange, load_tasks, parse_timestamp
 from .trajectory import (
     DOM_MAX_CHARS,
+    EPISODE_ERRORS,
     PAGE_TEXT_MAX_CHARS,
     AgentSpec,
     EndReason,
@@ -64,6 +65,7 @@ __all__ = [
     "Action",
     "ActionKind",
     "AgentSpec",
+    "EPISODE_ERRORS",
     "EndReason",
     "FileDigest",
     "FileModel",

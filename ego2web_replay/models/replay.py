@@ -16,7 +16,8 @@ MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websoc
 class ReplayLogEntry(BaseModel):
     """One request seen by the replay proxy and how it was answered."""
 
-    method: str = Field(description="HTTP method of the request.")
+    method: str = Field(description="HTTP method of the request; ``WS`` for a message a client sent on a "
+                        "replayed websocket (its url the handshake's).")
     url: str = Field(description="URL of the request.")
     outcome: MatchOutcome = Field(description="How it was answered (the matching stage, or why not matched).")
     status: int | None = Field(default=None, description="Status served to the client.")
@@ -24,6 +25,9 @@ class ReplayLogEntry(BaseModel):
     score: float | None = Field(default=None, description="Fuzzy similarity of the capture served.")
     kind: str | None = Field(default=None, description="What the request was for: document, content "
                              "(script, fetch/XHR) or subresource (see ego2web_replay.validity).")
+    volatile: str | None = Field(default=None, description="For a canonical match whose capture differs beyond "
+                                 "the rules: why and in which parameters, e.g. 'fresh-id: cid, body:requestId' "
+                                 "(fresh random ids) or 'learned: tok' (learned volatile at record time).")
 
 
 class ReplayStats(FileModel):
@@ -35,16 +39,24 @@ class ReplayStats(FileModel):
     snapshots: list[str] = Field(default_factory=list, description="Snapshot folders served.")
     exact: int = Field(default=0, description="Requests answered by an exact match.")
     canonical: int = Field(default=0, description="Requests answered by a canonical-key match.")
+    learned: int = Field(default=0, description="Of the canonical matches: those that set aside names learned "
+                         "volatile at record time.")
+    fresh_id: int = Field(default=0, description="Of the canonical matches: those that set aside fresh random ids "
+                          "(each log entry's `volatile` names the parameters).")
     fuzzy: int = Field(default=0, description="Requests answered by a fuzzy match.")
-    miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy).")
+    miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy), and "
+                      "websocket messages no recorded one answers.")
     blocked: int = Field(default=0, description="Browser background requests answered by the guard.")
-    websocket: int = Field(default=0, description="Websocket upgrades refused.")
+    websocket: int = Field(default=0, description="Websocket handshakes refused (no recorded conversation).")
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
     truncated: int = Field(default=0, description="Answers from a capture cut short while recording "
                            "(WARC-Truncated: a streamed body cut by a limit, its client or its origin).")
     truncated_urls: list[str] = Field(default_factory=list, description="'METHOD URL (reason)' of each answer "
                                       "from a truncated capture.")
+    refused: dict[str, int] = Field(default_factory=dict, description="What the fast proxy's bounds refused or "
+                                    "ended, by reason (connections, body-budget, timeout-head ...; docs/limits.md): "
+                                    "answers that are not the snapshot's, not in the counts above.")
     log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(

@@ -25,12 +25,18 @@ from .action import Action
 from .base import FileModel, read_model
 from .replay import ReplayStats
 
-__all__ = ["AgentSpec", "PageCapture", "Step", "PAGE_TEXT_MAX_CHARS", "DOM_MAX_CHARS", "EndReason", "Trajectory", "Mode", "episode_dir", "episode_folder_name",
+__all__ = ["AgentSpec", "PageCapture", "Step", "PAGE_TEXT_MAX_CHARS", "DOM_MAX_CHARS", "EndReason", "EPISODE_ERRORS",
+           "Trajectory", "Mode", "episode_dir", "episode_folder_name",
            "parse_episode_folder", "load_trajectory"]
 
 Mode = Literal["live", "frozen"]
 EndReason = Literal["answered", "stopped", "step_budget", "timeout", "agent_error", "browser_error", "setup_error", "no_actions",
                     "infra_error"]
+#: End reasons that are not the agent's: the episode could not run (no snapshot, a corrupt one, the object store
+#: unreachable), the runner's browser failed, or its worker or node was lost. No judge scores such an episode
+#: (its verdict is an error saying why) and no success rate, pairing or pass@k counts it; it is counted on its
+#: own, as an *episode error*. (``agent_error``, a crash of the agent itself, is the agent's.)
+EPISODE_ERRORS: frozenset[str] = frozenset({"setup_error", "browser_error", "infra_error"})
 
 
 class AgentSpec(BaseModel):
@@ -108,6 +114,11 @@ class Trajectory(FileModel):
     final_page_text: str | None = Field(default=None, description="Visible text of the page when the episode ended "
                                         "(as rendered, after scripts ran).")
     extra: dict[str, Any] = Field(default_factory=dict, description="Agent-specific data (exit code, stderr ...).")
+
+    @property
+    def episode_error(self) -> bool:
+        """True when the episode ended for a reason that is not the agent's (:data:`EPISODE_ERRORS`)."""
+        return self.end_reason in EPISODE_ERRORS
 
     @property
     def final_url(self) -> str | None:

@@ -47,3 +47,5 @@ class Verdict(FileModel):
     cache_keys: list[str] = Field(default_factory=list, description="Judge cache keys of the calls.")
     judged_at: datetime | None = Field(default=None, description="When the verdict was given (UTC).")
     error: str | None = Field(default=None, description="Why the episode could not be judged, if so.")
+    episode_error: str | None = Field(default=None, description="The end reason of an episode that could not run "
+                                      "(setup_error, browser_error, infra_error): not judged, and ``error`` says why.")

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -25,6 +26,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
+from ..snapshots.volatility import Reload, reload_of
+from ..snapshots.wsrecords import WsMessage, redact_message, write_conversation
 from ..web import get_header
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -64,13 +67,18 @@ class ExchangeArchive:
         self.failures: list[tuple[str, str, str, float]] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self.truncated: list[str] = []  # "URL: reason" of streamed bodies archived cut (WARC-Truncated)
+        self.divert: list[Reload] | None = None  # set: exchanges are noted here for learning, not archived
         self._lock = threading.Lock()
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
                 status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
                 http_version: str, ip: str | None, started: float, authority: str | None = None,
+                websocket: tuple[list[Any], bool] | None = None,
                 warc_headers: list[tuple[str, str]] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
+
+        ``websocket``, for a ``101`` handshake, is its conversation (messages, truncated; the client's
+        JSON messages redacted like request bodies), archived after the handshake (:func:`~ego2web_replay.snapshots.wsrecords.write_conversation`).
 
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
         archived with ``Host: authority`` first, when ``authority`` is given. ``warc_headers``
@@ -85,18 +93,34 @@ class ExchangeArchive:
             req_headers, resp_headers = red.header_list(req_headers), red.header_list(resp_headers)
             url = red.url(url)
             req_body = red.body(req_type, req_body, req_enc)
+            if websocket is not None:  # the client's JSON messages, like request bodies
+                websocket = ([redact_message(red, m) for m in websocket[0]], websocket[1])
         if authority is not None and get_header(req_headers, "host") is None:
             req_headers.insert(0, ("Host", authority))
+        if self.divert is not None:  # a record-time second load (see snapshots/volatility.py)
+            noted = reload_of(method, url, get_header(req_headers, "content-type"), req_body, response_body)
+            with self._lock:
+                self.divert.append(noted)
+            return True
         date = dt.datetime.fromtimestamp(started, dt.UTC).replace(tzinfo=None)
         try:
             with self._lock:
                 if self.failed:
                     return False
-                self.writer.write_exchange(
-                    url=url, method=method, request_headers=req_headers, request_body=req_body,
-                    status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
-                    http_version=http_version or "HTTP/1.1", ip=ip, date=date,
-                    **({"warc_headers": warc_headers} if warc_headers else {}))
+                if websocket is not None:
+                    write_conversation(self.writer, url=url, request_headers=req_headers, status=status,
+                                       reason=reason, response_headers=resp_headers, messages=websocket[0],
+                                       truncated=websocket[1], ip=ip, date=date,
+                                       http_version=http_version or "HTTP/1.1")
+                else:
+                    self.writer.write_exchange(
+                        url=url, method=method, request_headers=req_headers, request_body=req_body,
+                        status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
+                        http_version=http_version or "HTTP/1.1", ip=ip, date=date,
+                        **({"warc_headers": warc_headers} if warc_headers else {}))
+                    cut = next((v for k, v in warc_headers or () if k == "WARC-Truncated"), None)
+                    if cut is not None and len(self.truncated) < 1000:
+                        self.truncated.append(f"{url}: {cut}")
                 self.exchanges += 1
                 self.payload_bytes += len(response_body)
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording
@@ -121,6 +145,18 @@ class ExchangeArchive:
                 self.untrusted.append(f"{host}: {why}")
 
 
+def _exchange(flow: Any) -> dict[str, Any]:
+    """The fields :meth:`ExchangeArchive.archive` takes, from a mitmproxy flow."""
+    req, resp = flow.request, flow.response
+    h2 = req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3")
+    peer = flow.server_conn.peername
+    return dict(url=req.pretty_url, method=req.method, request_headers=_fields(req.headers),
+                request_body=req.raw_content or b"", status=resp.status_code, reason=resp.reason or "",
+                response_headers=_fields(resp.headers), response_body=resp.raw_content or b"",
+                http_version=resp.http_version or "HTTP/1.1", ip=peer[0] if peer else None,
+                started=req.timestamp_start, authority=(req.authority or req.pretty_host) if h2 else None)
+
+
 def _wire_text(text: str) -> str:
     """``text`` as a writable string: bytes that came undecodable (surrogate escapes) make it all Latin-1."""
     try:
@@ -131,12 +167,11 @@ def _wire_text(text: str) -> str:
 
 
 def _wire_url(url: str) -> str:
-    """``url`` with bytes that came undecodable percent-encoded (a URL is ASCII on the wire)."""
-    try:
-        url.encode("utf-8")
-    except UnicodeEncodeError:
-        return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
-    return url
+    """``url`` with every byte past ASCII percent-encoded, UTF-8 or not (a URL is ASCII on the wire and in
+    WARC-Target-URI; a client may send raw UTF-8 in a path or query)."""
+    if url.isascii():
+        return url
+    return quote(url.encode("utf-8", "surrogateescape"), safe="!#$%&'()*+,/:;=?@[]~")
 
 
 
@@ -174,20 +209,25 @@ class Recorder(ExchangeArchive):
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return  # answered by the guard, a replay or a refusal: nothing came from upstream
         if flow.websocket is not None:
-            return
-        req, resp = flow.request, flow.response
-        h2 = req.http_version.startswith("HTTP/2") or req.http_version.startswith("HTTP/3")
-        peer = flow.server_conn.peername
-        body = resp.raw_content or b""
-        if not self.archive(url=req.pretty_url, method=req.method, request_headers=_fields(req.headers),
-                            request_body=req.raw_content or b"", status=resp.status_code, reason=resp.reason or "",
-                            response_headers=_fields(resp.headers), response_body=body,
-                            http_version=resp.http_version or "HTTP/1.1", ip=peer[0] if peer else None,
-                            started=req.timestamp_start, authority=(req.authority or req.pretty_host) if h2 else None):
+            return  # archived with its conversation when it ends (websocket_end)
+        if not self.archive(**_exchange(flow)):
             flow.kill()
             return
         if self.on_exchange is not None:
             self.on_exchange(flow)
+
+    def websocket_end(self, flow: Any) -> None:
+        """A websocket ended: its handshake and conversation are archived (snapshots/wsrecords.py)."""
+        if flow.metadata.get("ego2web") or flow.response is None or self.failed:
+            return
+        ws, start = flow.websocket, flow.request.timestamp_start
+        messages = [WsMessage((m.timestamp or start) - start, "client" if m.from_client else "server",
+                              "text" if m.is_text else "binary", m.content) for m in ws.messages]
+        if ws.close_code is not None:
+            side = "client" if ws.closed_by_client else "server"
+            messages.append(WsMessage((ws.timestamp_end or start) - start, side, "close",
+                                      struct.pack("!H", ws.close_code) + (ws.close_reason or "").encode()))
+        self.archive(**_exchange(flow), websocket=(messages, False))
 
     def tls_failed_server(self, data: Any) -> None:
         """An upstream TLS handshake failed: keep certificate problems for a clear recording error."""

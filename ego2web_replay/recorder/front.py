@@ -11,7 +11,14 @@ Chromium's background hosts and hosts outside the policy itself, before any DNS 
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
 every request is refused with a 502; an upstream failure is a 502 whose reason is
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
-passed through, not archived. ``Expect: 100-continue`` is the proxy's to answer (the
+passed through unchanged and archived when they close (:mod:`.websocket`). A request that could split a line on the upstream wire (a
+control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
+never sent. A request whose client goes away before its answer's head (an
+HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
+connection closed, and nothing archived for it (``cancelled`` counts them, ``cancelled_urls``
+keeps the first 1000); once the head is sent the body is streaming, and a client that leaves
+then ends it as :mod:`.stream` says (a body with a length or chunks is read on and archived
+whole, an open-ended one is archived as far as it came, marked left by the client). ``Expect: 100-continue`` is the proxy's to answer (the
 wire reads the whole body first): it goes neither upstream nor into the archive, as
 with mitmproxy. Stopping closes every upstream connection, in use or kept, and
 every websocket passed through.
@@ -32,11 +39,13 @@ from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
 from ..web import reason_phrase
 from ..wire import Reply
+from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_authority, split_url
-from ..wire.h1 import error_reply
+from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
 from .stream import RecordedStream, open_ended, streamable
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from .websocket import WebsocketTap, is_websocket
 
 __all__ = ["RecordFront"]
 
@@ -53,11 +62,11 @@ def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
 
 
 class _Pipe:  # the tunnel of a 101 Reply
-    """A ``101`` connection passed through as raw bytes, both ways (a websocket; nothing archived)."""
+    """A ``101`` connection passed through as raw bytes, both ways; a websocket's ``tap`` reads what passes."""
 
-    def __init__(self, resp: UpstreamResponse, pipes: set[_Pipe]) -> None:
+    def __init__(self, resp: UpstreamResponse, pipes: set[_Pipe], tap: WebsocketTap | None = None) -> None:
         assert resp.reader is not None and resp.writer is not None
-        self.reader, self.writer = resp.reader, resp.writer
+        self.reader, self.writer, self.tap = resp.reader, resp.writer, tap
         self.task: asyncio.Task[None] | None = None
         self.pipes = pipes  # the open ones, closed when the proxy stops
         pipes.add(self)
@@ -66,10 +75,14 @@ class _Pipe:  # the tunnel of a 101 Reply
         async def pump() -> None:
             try:
                 while data := await self.reader.read(65536):
+                    if self.tap is not None:
+                        self.tap.server(data)
                     write(data)
             except (ConnectionError, OSError):
                 pass
             finally:
+                if self.tap is not None:
+                    self.tap.finish()
                 close()
                 self.writer.close()
                 with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):
@@ -80,6 +93,8 @@ class _Pipe:  # the tunnel of a 101 Reply
 
     def send(self, data: bytes) -> None:
         if not self.writer.is_closing():
+            if self.tap is not None:
+                self.tap.client(data)
             self.writer.write(data)
 
     def close(self) -> None:
@@ -91,13 +106,16 @@ class RecordFront(ProxyFront):
 
     def __init__(self, archive: ExchangeArchive, *, ca: ProjectCA, guard: GuardPolicy | None = None,
                  upstream_ca: Path | None = None, host: str = "127.0.0.1", port: int = 0,
-                 http2: bool = True) -> None:
-        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2)
+                 http2: bool = True, limits: WireLimits | None = None) -> None:
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="loopback"), host=host, port=port, http2=http2,
+                         limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
         self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
+        self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
+        self.cancelled_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
         self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
@@ -111,6 +129,9 @@ class RecordFront(ProxyFront):
                 self.blocked_urls.append(url)
             status, head, text = blocked_response(host, why)
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
+        bad = malformed(method, url, headers)
+        if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
+            return error_reply(400, f"bad request: {bad}")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):
@@ -128,6 +149,12 @@ class RecordFront(ProxyFront):
         port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
         try:
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
+        except asyncio.CancelledError:
+            if not self.upstream.closed:
+                self.cancelled += 1
+                if len(self.cancelled_urls) < 1000:
+                    self.cancelled_urls.append(url)
+            raise
         except UpstreamError as e:
             if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
                 return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
@@ -136,7 +163,10 @@ class RecordFront(ProxyFront):
             self.archive.note_error(url, str(e), method)
             return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
-            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes))
+            tap = WebsocketTap(self.archive, url=url, request_headers=headers, status=101, reason=resp.reason,
+                               response_headers=resp.headers, http_version=resp.version, ip=resp.ip,
+                               started=started, authority=authority) if is_websocket(headers) else None
+            return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if resp.link is not None:
             return self._streamed(url, method, headers, body, resp, started, authority)
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
@@ -151,9 +181,6 @@ class RecordFront(ProxyFront):
         """An open-ended body: its head now, its pieces as they come, the record when it ends."""
 
         def archive(payload: bytes, warc_headers: list[tuple[str, str]]) -> bool:
-            truncated = next((v for k, v in warc_headers if k == "WARC-Truncated"), None)
-            if truncated is not None and len(self.archive.truncated) < 1000:
-                self.archive.truncated.append(f"{url}: {truncated}")
             return self.archive.archive(
                 url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
                 reason=resp.reason, response_headers=resp.headers, response_body=payload,

@@ -10,7 +10,8 @@ its folder without a manifest, which ``snapshot verify`` reports as incomplete.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -23,8 +24,11 @@ from ..models import SnapshotManifest, Task, UpstreamFailure
 from ..proxy import ProjectCA, ProxyServer, project_ca
 from ..redaction import Redactor
 from ..versions import tool_versions
+from ..wire.budget import WireLimits
 from .addon import ExchangeArchive, Recorder
 from .front import RecordFront
+
+log = logging.getLogger(__name__)
 
 __all__ = ["RecordOptions", "RecordResult", "LiveRecording", "record_addons", "record_task"]
 
@@ -47,9 +51,14 @@ class RecordOptions:
     source: str = "record"
     engine: Literal["fast", "mitmproxy"] = "fast"
     """``fast``: the asyncio front end (:mod:`.front`); ``mitmproxy``: the mitmproxy master with the addons."""
+    second_load: bool = False
+    """After the actions, load each recorded document once more in a throw-away browser context; its
+    requests are not archived, only noted in ``volatile.json`` for learning (see ``LiveRecording.second_load``)."""
     dedup_min_size: int | None = 256
     """Identical payloads of at least this many bytes are stored once per recording, later captures as
     revisit records; None stores every payload (a revisit's own head costs about 250 bytes)."""
+    wire: WireLimits | None = None
+    """The fast engine's bounds and timeouts toward clients (default: from the environment; docs/limits.md)."""
 
 
 @dataclass
@@ -61,6 +70,9 @@ class RecordResult:
     error: str | None = None
     exchanges: int = 0
     blocked: dict[str, int] = field(default_factory=dict)
+    refused: dict[str, int] = field(default_factory=dict)
+    """What the proxy's bounds refused or ended (docs/limits.md); ``cancelled``: requests whose client
+    went away before the answer (fetch stopped, nothing archived)."""
     location: str | None = None  # the snapshot's URL when it was uploaded to object storage
 
 
@@ -85,7 +97,7 @@ def proxy_options(opts: RecordOptions) -> dict[str, Any]:
 def _settings(opts: RecordOptions) -> dict[str, Any]:
     return {"compression": opts.compression, "guard": opts.guard, "keep_credentials": opts.keep_credentials,
             "redaction": redactor_for(opts).settings(), "interactive": opts.interactive,
-            "dedup_min_size": opts.dedup_min_size, "engine": opts.engine}
+            "dedup_min_size": opts.dedup_min_size, "engine": opts.engine, "second_load": opts.second_load}
 
 
 class LiveRecording:
@@ -109,6 +121,7 @@ class LiveRecording:
         self.manifest: SnapshotManifest | None = None
         self.ok = False
         self.error: str | None = None
+        self.refused: dict[str, int] = {}  # the fast proxy's bounds (docs/limits.md), when it stops
 
     @property
     def proxy_url(self) -> str:
@@ -135,7 +148,7 @@ class LiveRecording:
         self.recorder = ExchangeArchive(self.writer.writer, keep_credentials=o.keep_credentials,
                                         redactor=redactor_for(o))
         self.guard = RecordFront(self.recorder, ca=self.ca, guard=GuardPolicy(o.guard, tuple(o.allow), tuple(o.deny)),
-                                 upstream_ca=o.upstream_ca)
+                                 upstream_ca=o.upstream_ca, limits=o.wire)
 
     def start(self) -> None:
         """Start the recording proxy (:class:`~ego2web_replay.errors.ProxyError` if it cannot start)."""
@@ -154,6 +167,9 @@ class LiveRecording:
         assert self.recorder is not None
         if self.proxy is not None:
             self.proxy.stop()
+            if isinstance(self.proxy, RecordFront):
+                self.refused = {**self.proxy.refused, **({"cancelled": self.proxy.cancelled}
+                                                         if self.proxy.cancelled else {})}
         elif isinstance(self.guard, RecordFront):
             self.guard.certs.close()  # made, never started
         if error or self.recorder.failed:
@@ -172,6 +188,34 @@ class LiveRecording:
         except Exception as e:  # noqa: BLE001 - reported through ``error``
             self.error = f"cannot finalize the snapshot: {e}"
             self.writer.writer.close()
+
+    def second_load(self, new_context: Callable[[], Any], urls: Sequence[str] | None = None,
+                    timeout_s: float = 15.0) -> int:
+        """Load each recorded document (``urls``, else the snapshot's pages) once more, each in a
+        throw-away context from ``new_context`` (through this recording's proxy), and note what its
+        requests got in the snapshot's ``volatile.json`` instead of archiving them: what changes
+        between the two loads while the response does not is learned volatile
+        (:mod:`~ego2web_replay.snapshots.volatility`). A load that fails is skipped. Returns the
+        requests noted."""
+        assert self.recorder is not None
+        pages = list(dict.fromkeys(u for u in (urls if urls is not None else self.writer.pages) if u.startswith("http")))
+        noted: list[Any] = []
+        self.recorder.divert = noted
+        try:
+            for url in pages:
+                context = new_context()
+                try:
+                    page = context.new_page()
+                    page.goto(url, wait_until="load", timeout=timeout_s * 1000)
+                    page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+                except Exception as e:  # noqa: BLE001 - learning only: the recording stands without it
+                    log.warning("ego2web-replay: second load of %s: %s", url, str(e).splitlines()[0] if str(e) else e)
+                finally:
+                    context.close()
+        finally:
+            self.recorder.divert = None
+        self.writer.reloads.extend(noted)
+        return len(noted)
 
     def pages_from(self, traj: Any) -> None:
         seen: set[str] = set()
@@ -210,7 +254,8 @@ def record_task(task: Task, root: Path, opts: RecordOptions | None = None, *, ca
         error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     live.finish(error)
     return RecordResult(task_id=task.id, ok=live.ok, snapshot=live.snapshot_path, manifest=live.manifest,
-                        error=live.error, exchanges=live.recorder.exchanges, blocked=dict(live.guard.counts))
+                        error=live.error, exchanges=live.recorder.exchanges, blocked=dict(live.guard.counts),
+                        refused=live.refused)
 
 
 def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Sequence[Any] | None) -> None:
@@ -228,6 +273,8 @@ def _browse(live: LiveRecording, task: Task, opts: RecordOptions, actions: Seque
             _run_actions(page, task, actions if actions is not None else task.reference_actions,
                          sw, opts, live.recorder)
         context.close()
+        if opts.second_load:
+            live.second_load(browser.new_context, timeout_s=opts.action_timeout_s)
 
 
 def _check_trust(task: Task, recorder: ExchangeArchive) -> None:

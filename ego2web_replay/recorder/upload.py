@@ -25,9 +25,11 @@ __all__ = ["record_task_to"]
 
 
 def record_task_to(task: Task, root: Location, opts: RecordOptions, *, ca: ProjectCA | None = None,
-                   on_recorded: Callable[[Path, str | None], None] | None = None) -> RecordResult:
+                   on_recorded: Callable[[Path, str | None], None] | None = None,
+                   on_upload: Callable[[str], None] | None = None) -> RecordResult:
     """Record ``task`` under ``root`` (a folder or a URL); ``on_recorded(folder, url)`` runs while the
-    finished snapshot's local folder still exists (``url`` is None for a local root)."""
+    finished snapshot's local folder still exists (``url`` is None for a local root); ``on_upload(url)``
+    when the upload of a recording to object storage begins."""
     if not isinstance(root, str):
         r = record_task(task, root, opts, ca=ca)
         if r.ok and r.snapshot is not None and on_recorded is not None:
@@ -37,6 +39,8 @@ def record_task_to(task: Task, root: Location, opts: RecordOptions, *, ca: Proje
     if not r.ok or r.snapshot is None:
         return r
     target = str(join(root, r.task_id, r.snapshot.name))
+    if on_upload is not None:
+        on_upload(target)
     try:
         upload_snapshot(r.snapshot, target)
     except SnapshotError as e:

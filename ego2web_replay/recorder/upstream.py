@@ -17,11 +17,12 @@ request body (a 413, a redirect) and then resets the connection gets its answer
 through. HTTPS verifies the origin's certificate
 against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
 ``http/1.1``. A ``101 Switching Protocols`` hands the connection back to the caller
-(a websocket passed through, not archived).
+(a websocket: passed through, its conversation archived by the front end, :mod:`.websocket`).
 
 Failures are :class:`UpstreamError` with a ``kind``: ``connect`` (refused, no
 route, name not found), ``tls`` (handshake failed), ``certificate`` (verification
-failed), ``timeout``, ``protocol`` (not HTTP/1.x, bad framing) or ``closed``.
+failed), ``timeout``, ``protocol`` (not HTTP/1.x, bad framing, Content-Lengths that differ or are not
+ASCII digits) or ``closed``.
 """
 
 from __future__ import annotations
@@ -347,9 +348,9 @@ class UpstreamPool:
             if "chunked" in te:
                 resp.chunked = True
                 return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
-            length = get_header(resp.headers, "content-length")
-            if length is not None:
-                n = int(length.split(",")[0].strip())
+            lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
+            if lengths:
+                n = _length(lengths)
                 if n > max_response():
                     raise UpstreamError("protocol", f"response too large to archive ({n} bytes; "
                                                     "EGO2WEB_MAX_RECORD_BYTES)")
@@ -415,6 +416,17 @@ class UpstreamPool:
         te = _tokens(get_header(resp.headers, "transfer-encoding"))
         return "chunked" in te or get_header(resp.headers, "content-length") is not None \
             or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
+
+
+def _length(values: set[str]) -> int:
+    """The one length of a response's Content-Length fields (RFC 9110 8.6: equal values in a list are one);
+    ValueError for values that differ or are not ASCII digits (a response that could hide another)."""
+    if len(values) != 1:
+        raise ValueError("conflicting Content-Lengths")
+    text = values.pop()
+    if not text.isascii() or not text.isdigit() or len(text) > 19:
+        raise ValueError("a Content-Length that is not digits")
+    return int(text)
 
 
 async def _closed(writer: asyncio.StreamWriter) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..errors import ReplayError
 from ..guard import GuardPolicy
 from ..proxy import ProjectCA
+from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, bind_socket, settle_future
 from .responder import Reply, Responder
 
@@ -23,11 +24,12 @@ class FrontServer(ProxyFront):
     """The fast replay proxy on ``host:port`` (0: any free port), answering through ``responder``."""
 
     def __init__(self, responder: Responder, *, ca: ProjectCA, host: str = "127.0.0.1", port: int = 0,
-                 guard: GuardPolicy | None = None, http2: bool = True) -> None:
+                 guard: GuardPolicy | None = None, http2: bool = True, limits: WireLimits | None = None) -> None:
         if responder.miss == "live":
             raise ReplayError("miss=live forwards requests upstream: the fast engine never does; "
                               "use --engine mitmproxy")
-        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="open"), host=host, port=port, http2=http2)
+        super().__init__(ca=ca, guard=guard or GuardPolicy(mode="open"), host=host, port=port, http2=http2,
+                         limits=limits)
         self.responder = responder
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:

@@ -36,12 +36,11 @@ from ..errors import ArchiveError
 from ..snapshots.index_cache import mark_used
 from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
 from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
-from ..snapshots.volatility import path_group
 from . import canonical as _canonical_module
 from . import rules as _rules_module
 from .canonical import canonicalize, url_host
 from .gcfreeze import refreeze
-from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry, _learned_key
+from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry, add_secondary_keys
 from .rules import MatchRules, default_rules
 
 __all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_default_canonical", "install_index_hook",
@@ -128,6 +127,7 @@ class _PathTables:
 
     groups: dict[str, list[_Entry]]
     learned: dict[str, list[int]]
+    fresh: dict[str, list[int]]
 
 
 class MappedMatchIndex(IndexBase):
@@ -205,6 +205,9 @@ class MappedMatchIndex(IndexBase):
     def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
         return self._path_tables(host, group).learned.get(key)
 
+    def fresh_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        return self._path_tables(host, group).fresh.get(key)
+
     def group_entries(self, host: str, group: str) -> list[_Entry] | None:
         return self._path_tables(host, group).groups.get(group)
 
@@ -236,15 +239,14 @@ class MappedMatchIndex(IndexBase):
         positions.sort()
         groups: dict[str, list[_Entry]] = {}
         learned: dict[str, list[int]] = {}
-        rules, volatile = self.rules, self.learned
+        fresh: dict[str, list[int]] = {}
+        rules, volatile, compiled = self.rules, self.learned, self.rules.for_host(host)
         for position in positions:
             c = self.capture(position)
             canon = canonicalize(c.method, c.url, c.body, rules)
             groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
-            names = volatile.get(path_group(c.method, c.url)) if volatile else None
-            if names:
-                learned.setdefault(_learned_key(canon, names), []).append(position)
-        return _PathTables(groups, learned)
+            add_secondary_keys(learned, fresh, position, c, canon, volatile, compiled)
+        return _PathTables(groups, learned, fresh)
 
     def prepare(self) -> None:
         """Nothing to compute up front: the tables are on disk (kept for :class:`~.matching.MatchIndex` parity)."""

@@ -19,8 +19,9 @@ from urllib.parse import unquote_plus
 
 from ..snapshots.volatility import path_group
 from .canonical import BODY_PREFIX, CanonicalRequest, body_form, canonicalize, match_key, url_host
+from .freshids import differing_names, display_name, fresh_key
 from .gcfreeze import refreeze
-from .rules import MatchRules, default_rules
+from .rules import CompiledRules, MatchRules, default_rules
 
 __all__ = [
     "Capture",
@@ -51,6 +52,11 @@ content-bearing parameters differ: only volatile parts may differ.
    path at record time are dropped too (``volatile.json`` of the snapshot: a
    name whose value changed between captures of the path while the response
    stayed the same).
+   Also **canonical**: the same key once FRESH IDS are set aside, values
+   shaped as random ids (UUIDs, long hex/base64 tokens, GA client ids, epoch
+   times) under names that do not choose content (:mod:`.freshids`): the
+   request must equal a capture in everything else, with fresh ids of the
+   same shapes under the same names. The log names the parameters ignored.
 3. **miss**: nothing else matches; the replay proxy answers with a synthetic
    miss. A different search term, id, page number, facet, sort order or JSON
    field is a miss.
@@ -103,12 +109,19 @@ class Capture(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class MatchResult:
-    """How a request was matched: the stage, the capture served, its score and key."""
+    """How a request was matched: the stage, the capture served, its score and key.
+
+    ``via`` says why a canonical match differs from its capture beyond the rules: ``learned``
+    (names learned volatile for the path) or ``fresh-id`` (:mod:`.freshids`); ``ignored`` names the
+    parameters whose values differed (``body:`` for body fields).
+    """
 
     outcome: Outcome
     capture: Capture | None
     score: float | None
     key: str
+    via: str | None = None
+    ignored: tuple[str, ...] = ()
 
 
 def _exact_key(method: str, url: str, body: str | None) -> tuple[str, str, str]:
@@ -174,6 +187,9 @@ def describe_key(method: str, url: str, body: bytes | None = None, content_type:
         f"path group:    {canon.group}",
         "fields:        " + (", ".join(f"{k.replace(BODY_PREFIX, 'body:')}={v}" for k, v in canon.pairs) or "(none)"),
     ]
+    fresh = fresh_key(canon, rules.for_host(url_host(url)))
+    lines.append("fresh ids:     " + (", ".join(display_name(n) for n in fresh.names) if fresh else "(none)")
+                 + " (set aside when nothing else differs)")
     return "\n".join(lines)
 
 
@@ -209,6 +225,7 @@ class _HostTables:
     canonical: dict[str, list[int]]
     groups: dict[str, list[_Entry]]
     learned: dict[str, list[int]]
+    fresh: dict[str, list[int]]
 
 
 class IndexBase(ABC):
@@ -253,6 +270,11 @@ class IndexBase(ABC):
     @abstractmethod
     def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
         """Positions of ``host``'s captures whose key without their learned-volatile names is ``key``
+        (a request's, of fuzzy group ``group``), ascending."""
+
+    @abstractmethod
+    def fresh_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        """Positions of ``host``'s captures whose fresh key (:func:`~.freshids.fresh_key`) is ``key``
         (a request's, of fuzzy group ``group``), ascending."""
 
     @abstractmethod
@@ -348,17 +370,16 @@ class MatchIndex(IndexBase):
                 canonical: dict[str, list[int]] = {}
                 groups: dict[str, list[_Entry]] = {}
                 learned: dict[str, list[int]] = {}
-                rules, volatile = self.rules, self.learned
+                fresh: dict[str, list[int]] = {}
+                rules, volatile, compiled = self.rules, self.learned, self.rules.for_host(host)
                 with _no_gc():
                     for position in self._by_host.get(host, ()):
                         c = self.captures[position]
                         canon = canonicalize(c.method, c.url, c.body, rules)
                         canonical.setdefault(canon.key, []).append(position)
                         groups.setdefault(canon.group, []).append(_Entry(position, c, canon.pairs))
-                        names = volatile.get(path_group(c.method, c.url)) if volatile else None
-                        if names:
-                            learned.setdefault(_learned_key(canon, names), []).append(position)
-                tables = _HostTables(canonical, groups, learned)
+                        add_secondary_keys(learned, fresh, position, c, canon, volatile, compiled)
+                tables = _HostTables(canonical, groups, learned, fresh)
                 self._tables[host] = tables
                 refreeze()  # long-lived from now on: keep them out of full collections too
         return tables
@@ -379,6 +400,9 @@ class MatchIndex(IndexBase):
 
     def learned_positions(self, host: str, group: str, key: str) -> list[int] | None:
         return self.tables(host).learned.get(key)
+
+    def fresh_positions(self, host: str, group: str, key: str) -> list[int] | None:
+        return self.tables(host).fresh.get(key)
 
     def group_entries(self, host: str, group: str) -> list[_Entry] | None:
         return self.tables(host).groups.get(group)
@@ -459,8 +483,20 @@ class ReplaySession:
             if positions:
                 with self._lock:  # its own cursors: a learned key can read like a canonical key of other captures
                     position = self._pick("learned", learned_key, positions)
-                return MatchResult("canonical", index.capture(position), 1.0,
-                                   f"{learned_key} (learned volatile: {', '.join(sorted(names))})")
+                capture = index.capture(position)
+                return MatchResult("canonical", capture, 1.0,
+                                   f"{learned_key} (learned volatile: {', '.join(sorted(names))})", "learned",
+                                   tuple(_differing(names, canon, capture, index)))
+        fresh = fresh_key(canon, index.rules.for_host(host))
+        if fresh is not None:
+            positions = index.fresh_positions(host, canon.group, fresh.key)
+            if positions:
+                with self._lock:  # its own cursors, like the learned stage's
+                    position = self._pick("fresh", fresh.key, positions)
+                capture = index.capture(position)
+                theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
+                return MatchResult("canonical", capture, 1.0, fresh.key, "fresh-id",
+                                   tuple(differing_names(fresh.names, canon.pairs, theirs)))
         entries = index.group_entries(host, canon.group) if index.fuzzy else None
         if entries:
             threshold = index.threshold_for(host)
@@ -476,3 +512,22 @@ class ReplaySession:
                     self._last_position = best.position
                 return MatchResult("fuzzy", best.capture, round(best_score, 6), canon.group)
         return MatchResult("miss", None, None, canon.key)
+
+
+def add_secondary_keys(learned: dict[str, list[int]], fresh: dict[str, list[int]], position: int, c: Capture,
+                       canon: CanonicalRequest, volatile: Mapping[str, frozenset[str]], compiled: CompiledRules) -> None:
+    """File a capture under its learned key (when its path has learned names) and its fresh key
+    (when it carries fresh ids); the in-memory and the mapped index share this."""
+    names = volatile.get(path_group(c.method, c.url)) if volatile else None
+    if names:
+        learned.setdefault(_learned_key(canon, names), []).append(position)
+    fk = fresh_key(canon, compiled)
+    if fk is not None:
+        fresh.setdefault(fk.key, []).append(position)
+
+
+def _differing(names: frozenset[str], canon: CanonicalRequest, capture: Capture, index: IndexBase) -> list[str]:
+    """The learned names whose values differ between a request and the capture it was matched to."""
+    theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
+    chosen = [k for k, _ in canon.pairs + theirs if unquote_plus(k.removeprefix(BODY_PREFIX)) in names]
+    return differing_names(dict.fromkeys(chosen), canon.pairs, theirs)

@@ -15,9 +15,11 @@ cache: HEAD, Range (206 slices of a stored 200), conditional requests (304), COR
 preflights; HTML gets the determinism script inlined (on the served copy only).
 A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
 (default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
-the mitmproxy engine forwards it upstream). Websocket upgrades are refused and counted. A
-capture of a streamed body carries a ``stream`` on its reply, its pieces at their recorded pace
-(:mod:`.stream`); an answer from a truncated capture (``WARC-Truncated``) is counted (``truncated``).
+the mitmproxy engine forwards it upstream). A websocket handshake is answered from its
+archived conversation (:mod:`.websocket`, given ``conversation``); one with none is refused
+with a 403 and counted as ``websocket``. A capture of a streamed body carries a ``stream`` on
+its reply, its pieces at their recorded pace (:mod:`.stream`); an answer from a truncated
+capture (``WARC-Truncated``) is counted (``truncated``).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from .httputil import (
 )
 from .matching import IndexBase, ReplaySession
 from .stream import ReplayedStream, StreamMeta
+from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
 
@@ -159,13 +162,17 @@ class Responder:
     """Answers requests from ``index`` (built by :mod:`.session`); keeps the stats and the replay log.
 
     ``resolve(ref)`` returns ``(status, reason, headers, body)`` of the archived
-    response for a capture's ``ref``. ``miss`` is a status code as text or ``live``.
+    response for a capture's ``ref``; ``conversation(ref)`` the messages of a ``101`` capture's
+    websocket, or None (no such record; without it every handshake is refused).
+    ``miss`` is a status code as text or ``live``.
     Thread-safe: the counters, log and cache are guarded by one lock.
     """
 
     def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
-                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None) -> None:
+                 policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None,
+                 conversation: Any = None) -> None:
         self.index = index
+        self.conversation = conversation  # ref -> a 101 capture's websocket messages, or None
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
         self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
         self.resolve = resolve
@@ -178,13 +185,13 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
-        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(7))  # the replay log, by field (see _log)
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(8))  # the replay log, by field (see _log)
         self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
-             score: float | None = None, kind: str | None = None) -> None:
-        # The log is kept by field: seven lists of strings, numbers and None, so a request adds no
+             score: float | None = None, kind: str | None = None, volatile: str | None = None) -> None:
+        # The log is kept by field: eight lists of strings, numbers and None, so a request adds no
         # object the collector tracks (a tuple per entry did: each young collection walked the last
         # few thousand, a third of a millisecond, and log entries as models made every full
         # collection walk the whole log, pauses of 100+ ms under load).
@@ -193,7 +200,12 @@ class Responder:
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}")
-            methods, urls, outcomes, statuses, matched_urls, scores, kinds = self._columns
+            if volatile is not None:
+                if volatile.startswith("fresh-id"):
+                    s.fresh_id += 1
+                else:
+                    s.learned += 1
+            methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles = self._columns
             if len(methods) < MAX_LOG:
                 methods.append(method)
                 urls.append(url)
@@ -202,6 +214,7 @@ class Responder:
                 matched_urls.append(matched)
                 scores.append(score)
                 kinds.append(kind)
+                volatiles.append(volatile)
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
@@ -219,7 +232,7 @@ class Responder:
             stats = self._counts.model_copy(deep=True)
             rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
-                                    score=sc, kind=k) for m, u, o, st, mu, sc, k in rows]
+                                    score=sc, kind=k, volatile=v) for m, u, o, st, mu, sc, k, v in rows]
         return stats
 
     # -- answers -------------------------------------------------------------
@@ -234,11 +247,15 @@ class Responder:
         method = method.upper()
         h = _first_values(req_headers)  # looked up a dozen times below
         headers: Head  # a cached head is a tuple (see _remember); framed() hands on a list
-        if (h.get("upgrade") or "").lower() == "websocket":
-            self._log(method, url, "websocket", 403)
-            return _plain(403, "ego2web-replay: websockets are not replayed\n", "websocket-refused", method)
         kind = request_kind(h.get("sec-fetch-dest"), h.get("accept"), url,
                             h.get("sec-fetch-mode"))
+        if (h.get("upgrade") or "").lower() == "websocket":
+            reply = answer_websocket(self, method, url, h, kind) if self.conversation is not None else None
+            if reply is None:
+                self._log(method, url, "websocket", 403, kind=kind)
+                return _plain(403, "ego2web-replay: no recorded websocket answers this\n", "websocket-refused",
+                              method)
+            return reply
         ctype = h.get("content-type")
         if self.redactor is not None:  # the archive holds redacted requests: compare like with like
             url = self.redactor.url(url)
@@ -280,7 +297,9 @@ class Responder:
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
-        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind)
+        volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
+        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind,
+                  volatile=volatile)
         reply = framed(status, reason, headers, rbody, method)
         meta = self._streams.get(_cache_key("r", ref)) if self._streams else None
         return reply if meta is None else self._streamed(reply, meta, method, url)
@@ -388,7 +407,8 @@ class Responder:
         return value
 
 
-_COUNTS = ("exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live", "truncated")
+_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "miss", "blocked", "websocket", "live",
+           "truncated")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
@@ -399,5 +419,7 @@ def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
             setattr(merged, name, getattr(merged, name) + getattr(part, name))
         merged.missed_urls.extend(part.missed_urls[: MAX_LOG - len(merged.missed_urls)])
         merged.truncated_urls.extend(part.truncated_urls[: MAX_LOG - len(merged.truncated_urls)])
+        for reason, n in part.refused.items():
+            merged.refused[reason] = merged.refused.get(reason, 0) + n
         merged.log.extend(part.log[: MAX_LOG - len(merged.log)])
     return merged

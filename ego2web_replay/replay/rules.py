@@ -32,6 +32,8 @@ _LIST_FIELDS = (
     "callback_params",
     "keep_params",
     "volatile_fields",
+    "fresh_id_params",
+    "content_params",
 )
 
 
@@ -50,13 +52,18 @@ class HostRules(BaseModel):
     drop_datetime_fields: bool | None = Field(default=None, description="Drop body fields holding an ISO date-time.")
     epoch_years: tuple[int, int] | None = Field(default=None, description="Years that count as epoch times.")
     fuzzy_threshold: float | None = Field(default=None, ge=0.0, le=1.0, description="Least fuzzy similarity.")
+    fresh_ids: bool | None = Field(default=None, description="Ignore fresh random-id values (see freshids.py).")
+    fresh_id_params: list[str] = Field(default_factory=list, description="Names whose id-shaped values are fresh "
+                                       "ids even though they look like content names (cid, requestId).")
+    content_params: list[str] = Field(default_factory=list, description="Names that choose content: their "
+                                      "values are never fresh ids, whatever their shape.")
 
     def merged(self, other: HostRules) -> HostRules:
         """Lists add up (``other`` after ``self``); ``other``'s scalars win when set."""
         data: dict[str, Any] = {}
         for name in _LIST_FIELDS:
             data[name] = [*getattr(self, name), *getattr(other, name)]
-        for name in ("drop_epoch_values", "drop_datetime_fields", "epoch_years", "fuzzy_threshold"):
+        for name in ("drop_epoch_values", "drop_datetime_fields", "epoch_years", "fuzzy_threshold", "fresh_ids"):
             value = getattr(other, name)
             data[name] = value if value is not None else getattr(self, name)
         return HostRules(**data)
@@ -87,8 +94,14 @@ class CompiledRules:
     drop_datetime_fields: bool
     epoch_seconds: tuple[int, int]
     fuzzy_threshold: float
+    fresh_ids: bool = True
+    fresh_names: re.Pattern[str] | None = None
+    content_names: re.Pattern[str] | None = None
     _params: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
     _fields: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+    _fresh: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    fresh_memo: dict[str, bool] = field(default_factory=dict, repr=False, compare=False)
+    """By canonical pair name (encoded, body-prefixed): whether it may hold fresh ids (freshids.py fills it)."""
 
     def param_class(self, lname: str) -> int:
         """PARAM_KEEP, PARAM_DROP, PARAM_CALLBACK, PARAM_TIMESTAMP or PARAM_PLAIN (memoised)."""
@@ -136,6 +149,16 @@ class CompiledRules:
 
     def is_volatile_field(self, lname: str) -> bool:
         return self._hit(self.fields, lname)
+
+    def fresh_id_name(self, lname: str) -> bool:
+        """Whether an id-shaped value under this (lower-cased) name may be a fresh id (memoised):
+        not kept, and a fresh-id name or else no content name."""
+        ok = self._fresh.get(lname)
+        if ok is None:
+            ok = not self.is_kept(lname) and (self._hit(self.fresh_names, lname)
+                                               or not self._hit(self.content_names, lname))
+            self._fresh[lname] = ok
+        return ok
 
     def is_epoch(self, value: str) -> bool:
         """True for a 10-digit (s) or 13-digit (ms) number inside the epoch window."""
@@ -209,6 +232,9 @@ class MatchRules:
             drop_datetime_fields=effective.drop_datetime_fields if effective.drop_datetime_fields is not None else True,
             epoch_seconds=(_year_start(years[0]), _year_start(years[1] + 1) - 1),
             fuzzy_threshold=effective.fuzzy_threshold if effective.fuzzy_threshold is not None else 0.5,
+            fresh_ids=effective.fresh_ids if effective.fresh_ids is not None else True,
+            fresh_names=_glob_regex(effective.fresh_id_params),
+            content_names=_glob_regex(effective.content_params),
         )
         with self._lock:
             self._cache[host] = compiled

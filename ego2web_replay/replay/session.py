@@ -43,6 +43,7 @@ from ..redaction import Redactor
 from ..snapshots.index_cache import index_rows
 from ..snapshots.location import as_location, name_of
 from ..validity import classify
+from ..wire.budget import WireLimits
 from . import gcfreeze
 from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
@@ -145,12 +146,15 @@ class Replay:
 
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
-                 check: bool = True, index: str | None = None, processes: int = 1, **overrides: Any) -> None:
+                 check: bool = True, index: str | None = None, processes: int = 1, wire: WireLimits | None = None,
+                 **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
         ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
         ``processes`` > 1 serves from that many worker processes on one port (:mod:`.workers`;
-        fast engine only)."""
+        fast engine only). ``wire``: the fast engine's bounds and timeouts (default: from the
+        environment, docs/limits.md); they decide no answer of the snapshot's, so they are not in the
+        replay configuration."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -170,6 +174,8 @@ class Replay:
         if processes > 1 and self.config.engine != "fast":
             raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
         self.processes = processes
+        self.wire = wire
+        self._refused: dict[str, int] = {}  # what the fast engine's bounds refused, kept when it stops
         self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
         self.snapshots: list[Any] = []
@@ -227,6 +233,7 @@ class Replay:
             stats = ReplayStats(snapshots=[str(p) for p in self.paths])
         else:
             stats = self.responder.snapshot_stats()
+            stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
         stats.validity = classify(stats.log, stats.truncated)
         return stats
@@ -296,7 +303,8 @@ class Replay:
         self.responder = Responder(index, self._resolve, miss=cfg.miss,
                                    freeze_script=self.init_script or None, policy=cfg.sequence,
                                    snapshots=[str(p) for p in self.paths],
-                                   redactor=snapshots_redactor(self.snapshots))
+                                   redactor=snapshots_redactor(self.snapshots),
+                                   conversation=self._conversation if cfg.engine == "fast" else None)
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
@@ -318,6 +326,15 @@ class Replay:
             return 200, "OK", [("Content-Type", ctype)], record.payload, None
         return (record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload,
                 stream_meta(record.headers))
+
+    def _conversation(self, ref: tuple[int, str]) -> list[Any] | None:
+        """The websocket messages archived with a ``101`` capture (None: not a websocket, or none kept)."""
+        from ..snapshots.cdxj import CdxjEntry
+        from ..snapshots.wsrecords import conversation_of
+
+        n, line = ref
+        entry = CdxjEntry.from_line(line)
+        return conversation_of(self.snapshots[n], entry) if entry.status == 101 else None
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()
@@ -342,13 +359,14 @@ class Replay:
             from .workers import WorkerPool
 
             return WorkerPool(self.paths, self.config, ca=self.ca, host=self.host, port=self.port,
-                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode)
+                              guard_mode=self.guard_mode, processes=self.processes, index=self.index_mode,
+                              wire=self.wire)
         if self.config.engine == "fast":
             from ..guard import GuardPolicy
             from .front import FrontServer
 
             return FrontServer(responder, ca=self.ca, host=self.host, port=self.port,
-                               guard=GuardPolicy(mode=self.guard_mode))
+                               guard=GuardPolicy(mode=self.guard_mode), limits=self.wire)
         return ProxyServer(replay_addons(Replayer(responder=responder)), host=self.host, port=self.port,
                            ca=self.ca, options={"guard_mode": self.guard_mode})
 
@@ -359,6 +377,7 @@ class Replay:
             self._final = self.proxy.stats()
         if self.proxy is not None:
             self.proxy.stop()
+            self._refused = dict(getattr(self.proxy, "refused", None) or {})
             self.proxy = None
         if self._frozen:
             self._frozen = False

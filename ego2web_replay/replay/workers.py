@@ -28,6 +28,7 @@ from typing import IO, Any
 from ..errors import ProxyError
 from ..models import ReplayConfig, ReplayStats
 from ..proxy import ProjectCA
+from ..wire.budget import WireLimits
 from .front import bind_socket
 from .responder import merge_stats
 
@@ -40,8 +41,9 @@ class WorkerPool:
     """``processes`` workers serving ``paths`` on ``host:port`` (0: any free port)."""
 
     def __init__(self, paths: Sequence[Path | str], config: ReplayConfig, *, ca: ProjectCA, host: str, port: int,
-                 guard_mode: str, processes: int, index: str | None = None) -> None:
+                 guard_mode: str, processes: int, index: str | None = None, wire: WireLimits | None = None) -> None:
         self.paths, self.config, self.ca, self.index = [str(p) for p in paths], config, ca, index
+        self.wire = wire  # each worker holds these bounds itself (its own cap, budget, timeouts)
         self.host, self.requested_port, self.guard_mode, self.processes = host, port, guard_mode, processes
         self.port: int | None = None
         self._reserve: Any = None
@@ -59,7 +61,7 @@ class WorkerPool:
         self.port = int(self._reserve.getsockname()[1])
         settings = json.dumps({"paths": self.paths, "config": self.config.model_dump(mode="json"),
                                "host": self.host, "port": self.port, "guard_mode": self.guard_mode,
-                               "index": self.index,
+                               "index": self.index, "wire": self.wire.as_dict() if self.wire else None,
                                "ca": [str(self.ca.confdir), str(self.ca.cert_path), self.ca.spki],
                                "parent": os.getpid()})
         try:
@@ -161,7 +163,8 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
         raise SystemExit(1) from None
     assert replay.responder is not None
     front = FrontServer(replay.responder, ca=ca, host=settings["host"], port=settings["port"],
-                        guard=GuardPolicy(mode=settings["guard_mode"]))
+                        guard=GuardPolicy(mode=settings["guard_mode"]),
+                        limits=WireLimits(**settings["wire"]) if settings.get("wire") else None)
 
     def control(stopping: asyncio.Future[None]) -> None:
         loop = asyncio.get_running_loop()
@@ -170,7 +173,9 @@ def _worker(stdin: IO[str], stdout: IO[str]) -> None:
             for line in stdin:
                 if line.strip() == "stats":
                     assert replay.responder is not None
-                    stdout.write(replay.responder.snapshot_stats().model_dump_json() + "\n")
+                    stats = replay.responder.snapshot_stats()
+                    stats.refused = dict(front.refused)
+                    stdout.write(stats.model_dump_json() + "\n")
                     stdout.flush()
                 elif line.strip() == "stop":
                     break

@@ -21,6 +21,7 @@ from ..agents.elements import list_elements
 from ..browser import BrowserSession, capture_page, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
 from ..models import (
+    EPISODE_ERRORS,
     Action,
     AgentSpec,
     ReplayConfig,
@@ -34,19 +35,21 @@ from ..models import (
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
+from ..wire.budget import WireLimits
+from .agent_folder import AgentFolder
 from .inputs import (
     AgentInputs,
     InputSettings,
     agent_task,
     apply_inputs,
     prepare_inputs,
-    write_inputs_file,
 )
 
 __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot", "ERROR_REASONS"]
 
-# End reasons that mean the episode could not be run (not that the agent failed the task).
-ERROR_REASONS = frozenset({"setup_error", "agent_error", "browser_error", "infra_error"})
+# End reasons that mean the episode errored (``run`` fails when every episode did): the ones that are not the
+# agent's (EPISODE_ERRORS: no judge scores them) and the agent's own crash.
+ERROR_REASONS = EPISODE_ERRORS | {"agent_error"}
 
 
 @dataclass
@@ -70,6 +73,7 @@ class EpisodeRequest:
     keep_credentials: bool = False
     inputs: InputSettings = field(default_factory=InputSettings)
     repeat: int = 0
+    wire: WireLimits | None = None  # the proxy's bounds and timeouts toward the agent (None: the environment's)
 
     @property
     def folder(self) -> Path:
@@ -214,24 +218,26 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
-                replay = stack.enter_context(Replay([snap], req.replay, ca=ca))
+                replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions
 
                 opts = RecordOptions(guard=req.guard, upstream_ca=req.upstream_ca, source="live-run",
                                      keep_credentials=req.keep_credentials,
-                                     allow=req.task.allowed_domains)
+                                     allow=req.task.allowed_domains, wire=req.wire)
                 live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
                 proxy_url, init_scripts = live.proxy_url, []
-            if isinstance(agent, ProgramAgent) and not hasattr(agent, "act"):
-                task_file = out / "task.json"
-                task_file.write_text(agent_task(req.task, video=inputs.video).model_dump_json(indent=2), "utf-8")
-                env = EpisodeEnv(proxy_url=proxy_url, ca_file=ca.cert_path, spki=ca.spki, task_file=task_file,
-                                 out_dir=out / "agent", mode=req.mode, max_steps=req.max_steps,
-                                 timeout_s=req.timeout_s, inputs=write_inputs_file(inputs, out), repeat=req.repeat)
+            program = isinstance(agent, ProgramAgent) and not hasattr(agent, "act")
+            # the agent's own copies, in a private folder: no path it is given leads to the suite or the judge
+            handed = stack.enter_context(AgentFolder(req.task, inputs, ca.cert_path, episode=out, program=program))
+            if program and isinstance(agent, ProgramAgent):
+                env = EpisodeEnv(proxy_url=proxy_url, ca_file=handed.ca_file, spki=ca.spki,
+                                 task_file=handed.task_file, out_dir=handed.out_dir, mode=req.mode,
+                                 max_steps=req.max_steps, timeout_s=req.timeout_s, inputs=handed.inputs_file,
+                                 repeat=req.repeat)
                 got = agent.run_episode(req.task, env)
-                _adopt_program_output(got, out)
+                handed.collect(got)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
                 got.extra.setdefault("inputs", traj.extra["inputs"])
                 got.agent, got.repeat = traj.agent, req.repeat
@@ -241,7 +247,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 context = browser.new_context(init_scripts=init_scripts)
                 page = context.new_page()
                 try:
-                    _step_loop(req, agent, page, out, traj, inputs)
+                    _step_loop(req, agent, page, out, traj, handed.inputs)
                 finally:
                     traj.final_page_text = _page_text(page)
                     usage = getattr(agent, "usage", None)
@@ -266,6 +272,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         traj.snapshot_id = live.snapshot_path.name if live.ok else None
         if live.error:
             traj.extra["live_archive_error"] = live.error
+    if live is not None and live.refused:  # what the live proxy's bounds refused (docs/limits.md)
+        traj.extra["proxy_refused"] = live.refused
     traj.finished_at = datetime.now(UTC)
     traj = Trajectory.model_validate(redactor.strings(traj.model_dump(mode="json")))  # URLs in steps, errors
     save_model(out / "trajectory.json", traj)
@@ -280,14 +288,3 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                           steps=len(traj.steps), answer=traj.answer,
                           misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final,
                           repeat=req.repeat)
-
-
-def _adopt_program_output(traj: Trajectory, out: Path) -> None:
-    """Screenshots and page captures a program wrote under ``agent/`` are referenced from the episode folder."""
-    for step in traj.steps:
-        if step.screenshot and not Path(step.screenshot).is_absolute():
-            if (out / "agent" / step.screenshot).exists():
-                step.screenshot = str(Path("agent") / step.screenshot)
-        if step.page and not Path(step.page).is_absolute() and (out / "agent" / step.page).exists():
-            step.page = str(Path("agent") / step.page)
-

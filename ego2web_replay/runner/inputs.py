@@ -12,6 +12,9 @@ what the chosen modality names, always from the **whole** video:
 ``captions``   the timestamped captions stored beside the video
                (``ego2web-replay captions`` makes them);
 ``none``       nothing but the instruction.
+
+Where the agent finds them is :mod:`.agent_folder`'s business: copies in a
+private folder, never paths into the suite or the frames cache.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ MODALITIES = ("video", "keyframes", "captions", "none")
 
 # Fields only judges read. reference_actions is the oracle path: only the scripted agent gets it.
 JUDGE_ONLY_FIELDS = ("evidence", "expected_answer", "key_points", "answer_patterns", "url_patterns", "must_match",
-                     "rubric")
+                     "rubric", "why_video_dependent")  # the annotator's note says what the evidence shows
 
 
 @dataclass
@@ -53,13 +56,16 @@ class AgentInputs:
 
 
 def agent_task(task: Task, *, scripted: bool = False, video: Path | None = None) -> Task:
-    """The task as an agent sees it: judge-only fields cleared, the video only where the modality sends it."""
+    """The task as an agent sees it: judge-only fields cleared, the video only where the modality sends it
+    (``video``: the path the agent is handed), and none of the suite file's own extra fields (a source
+    file's annotations may hold the answer)."""
     cleared: dict[str, Any] = {name: type(getattr(task, name))() if isinstance(getattr(task, name), list) else None
                                for name in JUDGE_ONLY_FIELDS}
     if not scripted:
         cleared["reference_actions"] = []
     cleared["video"] = str(video) if video is not None else None
-    return task.model_copy(update=cleared)
+    known = {name: getattr(task, name) for name in Task.model_fields}
+    return Task.model_validate({**known, **cleared})
 
 
 def prepare_inputs(task: Task, suite_dir: Path | None, modality: str, settings: InputSettings) -> AgentInputs:
@@ -89,7 +95,7 @@ def prepare_inputs(task: Task, suite_dir: Path | None, modality: str, settings: 
 
 
 def write_inputs_file(inputs: AgentInputs, out: Path) -> Path:
-    """``<episode>/inputs.json`` for program agents (``$EGO2WEB_INPUTS``): modality, video, frames, captions."""
+    """``<out>/inputs.json`` for program agents (``$EGO2WEB_INPUTS``): modality, video, frames, captions."""
     import json
 
     path = out / "inputs.json"

@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import IO
 
-from ..errors import Ego2WebError
+from ..errors import Ego2WebError, storage_error
 
 __all__ = ["RunFolderLock", "LOCK_NAME"]
 
@@ -41,10 +41,14 @@ class RunFolderLock:
             fh.close()
             raise Ego2WebError(f"the run folder {self.path.parent} is in use by another run or resume "
                                f"(pid {holder}); wait for it to finish") from None
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
+        try:  # unbuffered, so a full disk fails here, once, and leaves nothing for close() to flush
+            os.ftruncate(fh.fileno(), 0)
+            os.pwrite(fh.fileno(), str(os.getpid()).encode(), 0)
+        except OSError as e:
+            fh.close()
+            e.filename = str(self.path)
+            raise storage_error(e) or Ego2WebError(
+                f"cannot write the lock of the run folder {self.path.parent} ({e.strerror or e})") from None
         self._fh = fh
         return self
 

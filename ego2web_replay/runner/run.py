@@ -36,6 +36,7 @@ from ..models import (
 )
 from ..snapshots.location import as_location
 from ..versions import tool_versions
+from ..wire.budget import WireLimits
 from .episode import EpisodeRequest, EpisodeSummary
 from .executor import Executor, default_executor
 from .inputs import apply_inputs
@@ -96,7 +97,7 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
               agent_settings: dict[str, Any], s: RunSettings,
-              upstream_ca: Path | None) -> Iterator[EpisodeRequest]:
+              upstream_ca: Path | None, wire: WireLimits | None = None) -> Iterator[EpisodeRequest]:
     for task in suite.select(list(task_ids)):
         for repeat in range(s.repeats):
             for mode in MODES[s.mode]:
@@ -106,7 +107,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                     snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                     max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
                     upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
-                    repeat=repeat)
+                    repeat=repeat, wire=wire)
 
 
 def _lost_to_infrastructure(episode: Path) -> bool:
@@ -123,12 +124,13 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
               command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
               on_start: Callable[[Path, int, int], None] | None = None,
-              executor: Executor | None = None) -> tuple[Path, list[EpisodeSummary]]:
+              executor: Executor | None = None, wire: WireLimits | None = None) -> tuple[Path, list[EpisodeSummary]]:
     """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now.
 
     Episodes run on ``executor`` (default: in this process for one worker, else a local process
     pool of ``settings.workers``); ``on_episode`` is called here, in the caller's process, with
-    each summary as it comes back.
+    each summary as it comes back. ``wire``: the bounds and timeouts of each episode's proxy toward
+    its agent (default: from the environment; docs/limits.md).
     """
     from ..agents import make_agent
     from ..browser import chromium_version
@@ -186,7 +188,7 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         save_model(run_dir / "run.json", manifest)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca):
+                         upstream_ca, wire):
         final = req.folder
         if (final / "trajectory.json").exists() and not _lost_to_infrastructure(final):
             continue

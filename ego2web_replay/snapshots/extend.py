@@ -13,6 +13,7 @@ merged, so that the replay still shows one consistent moment of the site.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .cdxj import CdxjEntry
 from .reader import ArchiveRecord
 from .snapshot import Snapshot, SnapshotWriter
 from .warc import Compression
+from .wsrecords import conversation_record
 
 __all__ = [
     "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "parse_window", "surt_request_key", "PROVENANCE",
@@ -59,6 +61,9 @@ class ExtendResult:
         return sum(s.merged for s in self.sources)
 
 
+_MAX_WINDOW_S = 36_500 * 86400  # a hundred years: past any capture, and far inside what a timedelta holds
+
+
 def parse_window(text: str) -> timedelta:
     """``90s``, ``30m``, ``2h``, ``1d`` or a number of seconds; a clear error otherwise."""
     value = text.strip().lower()
@@ -69,8 +74,10 @@ def parse_window(text: str) -> timedelta:
         seconds = float(number) * (scale or 1)
     except ValueError:
         raise SnapshotError(f"invalid --window {text!r}; use e.g. 90s, 30m, 2h or 1d") from None
-    if seconds < 0:
-        raise SnapshotError(f"invalid --window {text!r}: it cannot be negative")
+    if not math.isfinite(seconds) or seconds < 0:
+        raise SnapshotError(f"invalid --window {text!r}: it must be a finite length of time, not negative")
+    if seconds > _MAX_WINDOW_S:
+        raise SnapshotError(f"invalid --window {text!r}: at most {_MAX_WINDOW_S // 86400} days")
     return timedelta(seconds=seconds)
 
 
@@ -122,6 +129,10 @@ def _copy(writer: SnapshotWriter, snap: Snapshot, entry: CdxjEntry, requests: di
     if request is not None:
         writer.writer.write_raw(_raw(request), record_type="request", record_id=request.record_id or "",
                                 url=request.url or "", payload_digest=request.payload_digest)
+    talk = conversation_record(snap, entry) if entry.status == 101 else None
+    if talk is not None:  # a websocket's conversation goes with its handshake, right after it
+        writer.writer.write_raw(_raw(talk), record_type="metadata", record_id=talk.record_id or "",
+                                url=talk.url or "", payload_digest=None)
 
 
 def surt_request_key(entry: CdxjEntry) -> str:

@@ -141,8 +141,10 @@ def latest(root: Location, task_id: str, cache: ObjectCache | None = None) -> Lo
         try:
             manifest = parse_model(cache.manifest(sub), sub.url, SnapshotManifest, "snapshot manifest",
                                    SnapshotError)
+        except StorageError:
+            raise  # the store failed: that is not "no snapshot"
         except (FileNotFoundError, SnapshotError):
-            continue
+            continue  # an unfinished upload or a broken manifest: not a snapshot to replay
         infos.append(SnapshotInfo(Path(task_id, snapshot_id), task_id, snapshot_id, manifest))
     if not infos:
         raise SnapshotError(f"no snapshot of task {task_id!r} under {root}; record one with "

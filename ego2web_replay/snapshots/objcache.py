@@ -70,7 +70,7 @@ class ObjectCache:
         p = self.file_path(digest.sha256)
         if self.has_file(digest):
             return p
-        data = remote.read(name)
+        data = remote.read(name, 0, digest.size)  # the size known: the download has a time limit
         if hashlib.sha256(data).hexdigest() != digest.sha256:
             raise StorageError(f"{remote.url}/{name}: the downloaded file's sha256 differs from the manifest "
                                "(changed since the snapshot was written?); `snapshot verify` says more")

@@ -25,7 +25,7 @@ from .cdxj import IndexEntry, build_index, index_text, parse_index, surt_key
 from .index_map import IndexMap, open_index_map
 from .reader import ArchiveRecord, iter_records, open_archive, read_record_at
 from .storage import LocalStorage, Storage, SubStorage
-from .volatility import VOLATILE_FILE, learn_from_index, volatile_text
+from .volatility import VOLATILE_FILE, Reload, learn_from_index, volatile_text
 from .warc import ArchiveWriter, Compression, naive_utc
 
 __all__ = [
@@ -128,6 +128,11 @@ class Snapshot:
         """The record an index entry points at (read by its byte range)."""
         with self._open_archive() as fh:
             return read_record_at(fh, self.archive_path, entry.offset, entry.length)
+
+    def record_at(self, offset: int) -> ArchiveRecord:
+        """The record that starts at byte ``offset`` of the archive."""
+        with self._open_archive() as fh:
+            return read_record_at(fh, self.archive_path, offset)
 
     def records(self) -> list[ArchiveRecord]:
         """Every record of the archive, in file order (small snapshots, tests)."""
@@ -279,6 +284,7 @@ class SnapshotWriter:
         self.upstream_failures: list[UpstreamFailure] = []  # origins that could not be reached (the recorder's)
         self.extra_files: list[str] = []  # more files of the folder the manifest lists with their digests
         self.shared: list[str] = []  # shared payload stores its revisits refer to (relative to the folder)
+        self.reloads: list[Reload] = []  # requests of the record-time second load (learning only; volatility.py)
         self.writer = ArchiveWriter(
             self.path / ARCHIVE_NAMES[compression],
             compression=compression,
@@ -337,7 +343,8 @@ class SnapshotWriter:
                 cut = record.headers.get("WARC-Truncated")
                 if cut is not None and len(truncated) < 1000:
                     truncated.append(f"{record.url} ({cut})")
-        self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries)), "the learned volatility")
+        self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries, self.reloads), self.reloads),
+                    "the learned volatility")
         files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
                  file_digest(self.path / VOLATILE_FILE, self.path)]
         files += [file_digest(self.path / name, self.path) for name in self.extra_files]

@@ -3,7 +3,7 @@
 Verification recomputes every record's block and payload digests, checks
 that each index entry points at a whole record with the same URL and digest,
 that every capture is indexed, and that the files match the manifest's
-sha256s. An archive cut short by a killed recorder is reported as
+sha256s; a websocket handshake without its conversation is a warning. An archive cut short by a killed recorder is reported as
 "archive truncated at byte N after K whole records"; a missing manifest as an
 unfinished recording.
 """
@@ -20,7 +20,8 @@ from .dedup import external_original, verify_store
 from .reader import normalize_digest, scan_archive
 from .snapshot import INDEX, MANIFEST, Snapshot, file_digest, find_archive, load_manifest
 from .storage import LocalStorage
-from .volatility import learn_from_index, write_volatile
+from .volatility import learn_from_index, read_reloads, write_volatile
+from .wsrecords import conversation_of
 
 __all__ = ["VerifyReport", "verify_snapshot", "reindex_snapshot", "integrity_problems"]
 
@@ -113,7 +114,15 @@ def verify_snapshot(path: Path) -> VerifyReport:
             report.problems.extend(verify_store(folder / rel))
         if entries and not report.problems:
             _check_revisits(Snapshot(folder, manifest), entries, report)
+            _check_websockets(Snapshot(folder, manifest), entries, report)
     return report
+
+
+def _check_websockets(snap: Snapshot, entries: list[IndexEntry], report: VerifyReport) -> None:
+    for entry in entries:
+        if entry.status == 101 and conversation_of(snap, entry) is None:
+            report.warnings.append(f"websocket {entry.url} at {entry.timestamp}: no readable conversation follows "
+                                   "its handshake (docs/matching.md#websockets); replay refuses it")
 
 
 def _check_revisits(snap: Snapshot, entries: list[IndexEntry], report: VerifyReport) -> None:
@@ -148,7 +157,8 @@ def reindex_snapshot(path: Path) -> int:
         from .index_cache import warm_cache
 
         warm_cache(index)
-    volatile = write_volatile(folder, learn_from_index(entries))
+    reloads = read_reloads(folder)
+    volatile = write_volatile(folder, learn_from_index(entries, reloads), reloads)
     if manifest:
         files = list(manifest.files)
         for fresh in (file_digest(index, folder), file_digest(volatile, folder)):

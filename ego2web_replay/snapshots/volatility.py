@@ -9,29 +9,50 @@ name is *learned volatile* for that path, unless the same recording also shows
 it mattering: captures of that path that differ only in learned names but got
 different responses cancel those names again.
 
+A recording may add *reloads*: the requests of a second load of each recorded
+document in a throw-away browser context at record time (``record
+--second-load``), with the digests of the responses they got. They are never
+served; they only take part in learning, as captures of their paths would, so a
+value the page makes up anew on every load (a request id) is learned from one
+recording.
+
 The result is stored in the snapshot folder as ``volatile.json``
-(``{"version": 1, "paths": {"GET https://host/path": ["tok"]}}``) when the
-snapshot is written or re-indexed; replay drops learned names for their path
-only (see ``docs/matching.md``). Names are compared decoded (``unquote_plus``);
-body fields are read from the index's POST form.
+(``{"version": 1, "paths": {"GET https://host/path": ["tok"]}, "reloads":
+[[method, url, body query or null, payload digest], ...]}``) when the snapshot
+is written or re-indexed (re-indexing keeps the reloads and learns again);
+replay drops learned names for their path only (see ``docs/matching.md``).
+Names are compared decoded (``unquote_plus``); body fields are read from the
+index's POST form.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from urllib.parse import unquote_plus
 
 from ..atomic import atomic_write_text
 from .cdxj import CdxjEntry
+from .digests import normalize_digest, sha1_digest
+from .postform import post_query
 
-__all__ = ["VOLATILE_FILE", "path_group", "learn_volatile", "learn_from_index", "volatile_text", "write_volatile", "read_volatile", "merge_volatile"]
+__all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_from_index", "volatile_text",
+           "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of"]
 
 VOLATILE_FILE = "volatile.json"
 _VERSION = 1
 
 Fields = dict[str, tuple[str, ...]]
+Reload = tuple[str, str, str | None, str]
+"""One request of a record-time second load: (method, URL, body in the index's POST form, payload digest)."""
+
+
+def reload_of(method: str, url: str, content_type: str | None, body: bytes, payload: bytes) -> Reload:
+    """A second-load request as the index would write it: its body in the POST form, its payload's digest."""
+    method = method.upper()
+    form = post_query(method, content_type, body).partition("&")[2] or None if method != "GET" else None
+    return (method, url, form, normalize_digest(sha1_digest(payload)))
 
 
 def path_group(method: str, url: str) -> str:
@@ -107,22 +128,35 @@ def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict
     return dict(sorted(learned.items()))
 
 
-def learn_from_index(entries: Iterable[CdxjEntry]) -> dict[str, list[str]]:
-    """:func:`learn_volatile` over the servable entries of a CDXJ index."""
-    return learn_volatile((e.method, e.url, e.request_body_query, e.digest) for e in entries
-                          if e.record_type in ("response", "revisit"))
+def learn_from_index(entries: Iterable[CdxjEntry], reloads: Iterable[Reload] = ()) -> dict[str, list[str]]:
+    """:func:`learn_volatile` over the servable entries of a CDXJ index and a recording's ``reloads``."""
+    captures = [(e.method, e.url, e.request_body_query, e.digest) for e in entries
+                if e.record_type in ("response", "revisit")]
+    return learn_volatile([*captures, *reloads])
 
 
-def volatile_text(learned: Mapping[str, list[str]]) -> bytes:
-    """The bytes of ``volatile.json``."""
-    return (json.dumps({"version": _VERSION, "paths": dict(learned)}, indent=2) + "\n").encode("utf-8")
+def volatile_text(learned: Mapping[str, list[str]], reloads: Sequence[Reload] = ()) -> bytes:
+    """The bytes of ``volatile.json`` (``reloads`` kept only when there are any)."""
+    data: dict[str, object] = {"version": _VERSION, "paths": dict(learned)}
+    if reloads:
+        data["reloads"] = [list(r) for r in reloads]
+    return (json.dumps(data, indent=2) + "\n").encode("utf-8")
 
 
-def write_volatile(folder: Path, learned: Mapping[str, list[str]]) -> Path:
+def write_volatile(folder: Path, learned: Mapping[str, list[str]], reloads: Sequence[Reload] = ()) -> Path:
     """Write ``volatile.json`` into a snapshot folder (atomically)."""
     path = Path(folder) / VOLATILE_FILE
-    atomic_write_text(path, volatile_text(learned).decode("utf-8"))
+    atomic_write_text(path, volatile_text(learned, reloads).decode("utf-8"))
     return path
+
+
+def read_reloads(folder: Path) -> list[Reload]:
+    """The record-time reloads kept in a snapshot folder's ``volatile.json`` (empty when none)."""
+    try:
+        rows = json.loads((Path(folder) / VOLATILE_FILE).read_text("utf-8")).get("reloads", [])
+        return [(str(m), str(u), None if b is None else str(b), str(d)) for m, u, b, d in rows]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
 
 
 def read_volatile(folder: Path) -> dict[str, list[str]]:

@@ -4,7 +4,8 @@
 (in its own session, so it is stopped by its own process id), with moto's
 request recorder writing to a file of its own: :meth:`requests` then says what
 the server was asked (method and path), so a test can count GETs of objects.
-:meth:`env` gives the standard AWS variables that point a client at it.
+:meth:`env` gives the standard AWS variables that point a client at it; :meth:`pause` freezes it
+(a store that accepts connections and never answers) and :meth:`stop` ends it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _free_port() -> int:
 
 
 class S3Server:
-    """``start()``, ``create_bucket()``, ``env()``, ``requests()``, ``stop()``."""
+    """``start()``, ``create_bucket()``, ``env()``, ``requests()``, ``pause()``, ``resume()``, ``stop()``."""
 
     def __init__(self, *, check_credentials: bool = False) -> None:
         """``check_credentials``: moto checks every request's signature against its (empty) IAM, so any
@@ -100,8 +101,19 @@ class S3Server:
         return [(path, headers.get("Range") or headers.get("range")) for method, path, query, headers
                 in self.requests() if method == "GET" and path.count("/") >= 2 and "list-type" not in query]
 
+    def pause(self) -> None:
+        """Freeze the server (SIGSTOP): connections are still accepted by the kernel, nothing answers."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """Undo :meth:`pause`."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            self.resume()  # a frozen process cannot act on SIGTERM
             os.killpg(self.proc.pid, signal.SIGTERM)
             try:
                 self.proc.wait(10)

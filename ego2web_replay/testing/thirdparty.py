@@ -36,7 +36,7 @@ from typing import Any, Self
 
 from ..httpd import LoopbackHTTPServer
 
-__all__ = ["DatasetteSite", "MkDocsSite", "SignInSite", "PRODUCTS", "available", "proxy_get"]
+__all__ = ["AppProcess", "DatasetteSite", "MkDocsSite", "SignInSite", "PRODUCTS", "available", "proxy_get"]
 
 PRODUCTS = [
     ("walnut coffee", "Kitchen", 12.5), ("walnut tea", "Kitchen", 8.0), ("oak table", "Furniture", 240.0),
@@ -90,10 +90,44 @@ def _wait_http(url: str, timeout_s: float) -> None:
             time.sleep(0.1)
 
 
-class DatasetteSite:
-    """Datasette on ``http://127.0.0.1:<port>/shop/products`` over a product table (page size 5)."""
+class AppProcess:
+    """A third-party app run as its own process on 127.0.0.1 (``start`` in subclasses; ``stop`` ends it)."""
 
     __test__ = False
+    _proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Self:
+        raise NotImplementedError
+
+    def _launch(self, cmd: list[str], env: dict[str, str], ready_url: str, timeout_s: float,
+                cwd: Path | None = None) -> None:
+        """Start ``cmd`` and wait until ``ready_url`` answers (stopping it if it never does)."""
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
+        try:
+            _wait_http(ready_url, timeout_s)
+        except OSError:
+            self.stop()
+            raise
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class DatasetteSite(AppProcess):
+    """Datasette on ``http://127.0.0.1:<port>/shop/products`` over a product table (page size 5)."""
 
     def __init__(self, folder: Path, page_size: int = 5, static: Path | None = None) -> None:
         self.folder = Path(folder)
@@ -101,7 +135,6 @@ class DatasetteSite:
         self.page_size = page_size
         self.static = static
         self.port = 0
-        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
@@ -126,13 +159,7 @@ class DatasetteSite:
         cmd = [str(exe) if exe.exists() else "datasette", "serve", str(self.db), "-h", "127.0.0.1",
                "-p", str(self.port), "--setting", "default_page_size", str(self.page_size),
                "--setting", "suggest_facets", "off"] + (["--static", f"assets:{self.static}"] if self.static else [])
-        env = {**os.environ, "DATASETTE_SECRET": "ego2web-test"}
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        try:
-            _wait_http(self.url + "/-/versions.json", 30)
-        except OSError:
-            self.stop()
-            raise
+        self._launch(cmd, {**os.environ, "DATASETTE_SECRET": "ego2web-test"}, self.url + "/-/versions.json", 30)
         return self
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> None:
@@ -143,22 +170,6 @@ class DatasetteSite:
             con.commit()
         finally:
             con.close()
-
-    def stop(self) -> None:
-        if self._proc is not None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-            self._proc = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
 
 _MKDOCS_PAGES = {

@@ -18,6 +18,7 @@ from ..models import (
     Action,
     AgentSpec,
     JudgeSpec,
+    ReplayLogEntry,
     ReplayStats,
     RunManifest,
     RunSettings,
@@ -82,6 +83,9 @@ class EpisodeSpec:
     validity: str | None = None  # frozen only: complete / degraded / off-snapshot
     snapshot_id: str = "s1"  # the snapshot replayed (frozen) or the episode's own archive (live)
     truncated: int = 0  # frozen only: answers from truncated captures (WARC-Truncated)
+    end_reason: str | None = None  # default: answered (with an answer), else stopped
+    error: str | None = None  # the trajectory's error (with an end reason such as setup_error)
+    replay_log: list[ReplayLogEntry] = field(default_factory=list)  # frozen only: the replay log (counted in)
 
 
 def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSpec],
@@ -112,12 +116,17 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
                 (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(png_bytes(4, 4, (10, 200, 10)))
         replay = None
         if e.mode == "frozen":
-            replay = ReplayStats(exact=10, canonical=2, fuzzy=1, miss=e.miss,
+            aside = [x.volatile or "" for x in e.replay_log]
+            replay = ReplayStats(exact=10, canonical=2 + len([a for a in aside if a]), fuzzy=1, miss=e.miss,
+                                 learned=sum(a.startswith("learned") for a in aside),
+                                 fresh_id=sum(a.startswith("fresh-id") for a in aside),
                                  missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
-                                 validity=e.validity, truncated=e.truncated)  # type: ignore[arg-type]
+                                 truncated=e.truncated, log=list(e.replay_log),
+                                 validity=e.validity)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id=e.snapshot_id, agent=agent, steps=steps, answer=e.answer,
-                          end_reason="answered" if e.answer else "stopped", started_at=started_at,
+                          end_reason=e.end_reason or ("answered" if e.answer else "stopped"),  # type: ignore[arg-type]
+                          error=e.error, started_at=started_at,
                           finished_at=started_at + timedelta(seconds=30), replay=replay, repeat=e.repeat)
         save_model(ed / "trajectory.json", traj)
         for judge, ok in e.verdicts.items():

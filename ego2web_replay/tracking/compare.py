@@ -16,7 +16,11 @@ per mode the per-task rates, pass@k and the spread of the repeats
 A verdict the judge could not make (its ``error`` is set) is neither a success
 nor a failure: it is not a sample, it is counted in ``judge_errors``, and a task
 left with no judged sample in one of its modes is left out of the pairs and
-rates (``judge_error_tasks``).
+rates (``judge_error_tasks``). An episode that could not run (its end reason is
+not the agent's: :data:`~ego2web_replay.models.EPISODE_ERRORS`) is treated the
+same way whatever its verdict says (a verdict written before judges refused such
+episodes included), and counted on its own: ``episode_errors`` (by end reason in
+``episode_error_reasons``), ``episode_error_tasks``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import io
 import json
 import os
 from collections import defaultdict
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -33,6 +38,7 @@ from pydantic import BaseModel, Field
 
 from ..atomic import atomic_write_text
 from ..errors import TrackingError
+from ..models import EPISODE_ERRORS
 from .attribution import DEFAULT_PROBE_WINDOW, Attribution, attach_attributions
 from .db import read_connection
 from .repeats import ModeRepeats, mode_repeats
@@ -83,6 +89,10 @@ class FrozenEpisode(BaseModel):
     missed_urls: list[str] = Field(default_factory=list)
     flagged: bool = Field(description="True when the replay had misses: the score may reflect them.")
     validity: str | None = Field(default=None, description="complete, degraded or off-snapshot.")
+    set_aside: int = Field(default=0, description="Answers that set volatile values aside: names learned volatile "
+                           "at record time or fresh random ids (the recorded response of the same request).")
+    set_aside_params: dict[str, int] = Field(default_factory=dict, description="Those answers per reason and "
+                                             "parameters, e.g. {'fresh-id: cid, rid': 2}.")
 
 
 class Flip(BaseModel):
@@ -132,6 +142,11 @@ class GroupComparison(BaseModel):
     modality: str = Field(default="none", description="The agent's input modality (video, keyframes, captions, "
                                                       "none; joined with + when the selected episodes mix them).")
     judge_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out for a judge error.")
+    episode_errors: int = Field(default=0, description="Episodes that could not run (an end reason that is not the "
+                                "agent's): in no rate, pair or pass@k, whatever their verdict says.")
+    episode_error_reasons: dict[str, int] = Field(default_factory=dict, description="episode_errors by end reason.")
+    episode_error_tasks: list[str] = Field(default_factory=list, description="Tasks left out because a mode's "
+                                           "episodes all could not run.")
     frozen_validity: FrozenValidity | None = Field(default=None, description="Frozen success over all and over "
                                                    "complete episodes, and the share of each validity class.")
     max_repeats: int = Field(default=1, description="Most judged samples of any task in any mode.")
@@ -159,7 +174,9 @@ WITH joined AS (
                + coalesce(e.replay_miss, 0) AS requests,
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
            v.error AS judge_error, coalesce(e.input_modality, 'none') AS modality,
-           coalesce(e.repeat_index, 0) AS repeat_index,
+           coalesce(e.repeat_index, 0) AS repeat_index, e.end_reason,
+           coalesce(e.replay_learned, 0) + coalesce(e.replay_fresh_id, 0) AS set_aside,
+           coalesce(e.set_aside, '{}') AS set_aside_params,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
@@ -168,7 +185,7 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
 SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
-       modality, repeat_index
+       modality, repeat_index, end_reason, set_aside, set_aside_params
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode, repeat_index
 """
 
@@ -208,9 +225,13 @@ def compare(
         by_group[(agent, judge)][task][mode].append(row)
     groups = []
     for (agent, judge), tasks in sorted(by_group.items()):
-        judged, errors, error_tasks = _without_judge_errors(tasks)
-        g = _group(agent, judge, judged, iterations, seed, level)
-        g.judge_errors, g.judge_error_tasks = errors, error_tasks
+        kept = _without_errors(tasks)
+        g = _group(agent, judge, kept.samples, iterations, seed, level)
+        g.judge_errors, g.judge_error_tasks = kept.judge_errors, kept.judge_error_tasks
+        g.episode_errors, g.episode_error_tasks = sum(kept.episode_errors.values()), kept.episode_error_tasks
+        g.episode_error_reasons = dict(sorted(kept.episode_errors.items()))
+        for m in g.repeats:
+            m.judge_errors, m.episode_errors = kept.by_mode.get(m.mode, (0, 0))
         g.modality = _modalities(tasks)
         groups.append(g)
     attach_attributions(db_path, groups, probe_window)
@@ -227,24 +248,50 @@ def _modalities(tasks: Samples) -> str:
     return "+".join(sorted({row[12] for modes in tasks.values() for rows in modes.values() for row in rows})) or "none"
 
 
-def _without_judge_errors(tasks: Samples) -> tuple[Samples, int, list[str]]:
-    """The judged samples; the number of errored verdicts; the tasks left out.
+@dataclass
+class _Kept:
+    samples: Samples
+    judge_errors: int
+    judge_error_tasks: list[str]
+    episode_errors: dict[str, int]  # end reason → episodes
+    episode_error_tasks: list[str]
+    by_mode: dict[str, tuple[int, int]]  # mode → (judge errors, episode errors)
 
-    An errored verdict is dropped (it is neither a success nor a failure). A task
-    left with no judged sample in one of its modes is left out entirely: pairing
-    its other mode would count an unmade verdict as a failure (a spurious flip).
+
+def _episode_error(row: tuple) -> bool:
+    return row[14] in EPISODE_ERRORS
+
+
+def _without_errors(tasks: Samples) -> _Kept:
+    """The judged samples of episodes that ran, with what was dropped and the tasks left out.
+
+    An episode that could not run, and an errored verdict, is dropped (neither a
+    success nor a failure). A task left with no sample in one of its modes is left
+    out entirely: pairing its other mode would count an unmade verdict as a failure
+    (a spurious flip). It is an episode-error task when that mode's episodes include
+    one that could not run, else a judge-error task.
     """
-    kept: Samples = {}
-    errors = 0
-    left_out: list[str] = []
+    kept = _Kept({}, 0, [], defaultdict(int), [], {})
+    by_mode: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for task, modes in tasks.items():
-        judged = {mode: [r for r in rows if not r[11]] for mode, rows in modes.items()}
-        errors += sum(len(rows) - len(judged[mode]) for mode, rows in modes.items())
+        judged = {mode: [r for r in rows if not r[11] and not _episode_error(r)] for mode, rows in modes.items()}
+        for mode, rows in modes.items():
+            unrun = [r for r in rows if _episode_error(r)]
+            for r in unrun:
+                kept.episode_errors[r[14]] += 1
+            by_mode[mode][1] += len(unrun)
+            by_mode[mode][0] += len(rows) - len(unrun) - len(judged[mode])
         if all(judged.values()):
-            kept[task] = judged
+            kept.samples[task] = judged
+        elif any(_episode_error(r) for mode, rows in modes.items() if not judged[mode] for r in rows):
+            kept.episode_error_tasks.append(task)
         else:
-            left_out.append(task)
-    return kept, errors, sorted(left_out)
+            kept.judge_error_tasks.append(task)
+    kept.judge_errors = sum(judge for judge, _ in by_mode.values())
+    kept.by_mode = {mode: (judge, unrun) for mode, (judge, unrun) in by_mode.items()}
+    kept.judge_error_tasks.sort()
+    kept.episode_error_tasks.sort()
+    return kept
 
 
 def _task_rate(rows: list[tuple]) -> float:
@@ -282,7 +329,8 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
             frozen_eps.append(FrozenEpisode(
                 task_id=t, run_id=r[5], category=r[4], repeat=int(r[13]), success=bool(r[6]),
                 score=float(r[7] or 0.0), requests=r[8], misses=r[9], miss_rate=r[9] / r[8] if r[8] else None,
-                missed_urls=json.loads(r[10]), flagged=r[9] > 0))
+                missed_urls=json.loads(r[10]), flagged=r[9] > 0, set_aside=int(r[15]),
+                set_aside_params=json.loads(r[16])))
     flips = []
     for t, lv, fz in zip(paired, live, frozen, strict=True):
         if lv == fz:
@@ -325,7 +373,7 @@ def _rates(category: str, task_ids: list[str], tasks: Samples) -> CategoryRates:
 _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_successes", "live_rate", "frozen_rate",
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
                "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality",
-               "live_samples", "frozen_samples", "max_repeats"]
+               "live_samples", "frozen_samples", "max_repeats", "episode_errors"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -342,7 +390,7 @@ def csv_text(comparison: Comparison) -> str:
                 row.update(g.counts.model_dump(), mcnemar_p=g.mcnemar_p, ci_low=g.ci_low, ci_high=g.ci_high,
                            frozen_mean_score=g.frozen_mean_score, frozen_miss_rate=g.frozen_miss_rate,
                            flagged_episodes=g.flagged_episodes, judge_errors=g.judge_errors,
-                           max_repeats=g.max_repeats)
+                           max_repeats=g.max_repeats, episode_errors=g.episode_errors)
             w.writerow(row)
     return buf.getvalue()
 

@@ -2,7 +2,8 @@
 
 ``run --repeats K`` runs each task K times in each mode. For one agent, judge
 and mode, each task then has n judged samples with c successes (a judge error
-is not a sample). From them:
+is not a sample, nor is an episode that could not run: both are counted on their
+own, ``judge_errors`` and ``episode_errors``). From them:
 
 - the task's success rate ``c / n`` and its Bernoulli variance ``p (1 - p)``
   (how much the agent's outcome on that task varies from run to run);
@@ -49,6 +50,9 @@ class ModeRepeats(BaseModel):
     repeat_rates: list[float | None] = Field(description="Success rate over the tasks of each repeat index.")
     repeat_std: float | None = Field(description="Standard deviation (ddof 1) of repeat_rates; None for one repeat.")
     per_task: list[TaskRate]
+    judge_errors: int = Field(default=0, description="Episodes of this mode whose verdict is a judge error "
+                                                     "(not samples).")
+    episode_errors: int = Field(default=0, description="Episodes of this mode that could not run (not samples).")
 
 
 def mode_repeats(mode: str, samples: Mapping[str, Sequence[tuple[int, bool]]]) -> ModeRepeats:

@@ -32,14 +32,21 @@ from string import Template
 from pydantic import BaseModel
 
 from ..errors import Ego2WebError
-from ..models import Trajectory, Verdict, episode_folder_name, load_trajectory, read_model
+from ..models import (
+    EPISODE_ERRORS,
+    Trajectory,
+    Verdict,
+    episode_folder_name,
+    load_trajectory,
+    read_model,
+)
 from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
 from .ingest import read_run_manifest, run_suite
 from .report_repeats import repeats_html
-from .tables import pct
+from .tables import episode_errors_cell, pct
 
 __all__ = ["ReportSummary", "build_report", "episode_page_path"]
 
@@ -110,12 +117,14 @@ def _validity_html(comp: Comparison) -> str:
             continue
         rows.append([escape(g.agent), escape(g.judge), str(v.episodes), pct(v.success_rate), str(v.complete),
                      pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
-                     pct(v.shares.get("off-snapshot")), str(v.judge_errors)])
+                     pct(v.shares.get("off-snapshot")), str(v.judge_errors), str(v.episode_errors)])
     return ("<p>Frozen coverage: <em>complete</em> episodes saw only recorded pages; <em>off-snapshot</em> "
             "ones missed a document or content fetch (marked in the episode list). A judge error is neither a "
-            "success nor a failure: it is left out of both rates and counted on its own.</p>"
+            "success nor a failure: it is left out of both rates and counted on its own; an episode that could "
+            "not run (setup, browser or infrastructure error) is in no rate and no share.</p>"
             + _table(["agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
-                      "complete", "degraded", "off-snapshot", "judge errors"], rows, numeric=set(range(2, 10))))
+                      "complete", "degraded", "off-snapshot", "judge errors", "episode errors"], rows,
+                     numeric=set(range(2, 11))))
 
 
 def _comparison_html(comp: Comparison) -> str:
@@ -130,13 +139,16 @@ def _comparison_html(comp: Comparison) -> str:
                      pct(g.difference), ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
                      str(g.counts.frozen_only), str(g.counts.neither),
                      "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}", pct(g.frozen_miss_rate),
-                     str(g.flagged_episodes)])
+                     str(g.flagged_episodes), str(g.judge_errors), escape(episode_errors_cell(g))])
     parts = [f'<div class="chart" id="success-chart">{chart}</div>',
              f"<p>Episodes used: {escape(comp.selection)}. Interval: {comp.level:.0%} paired bootstrap, "
-             f"{comp.iterations} resamples, seed {comp.seed}. McNemar: exact two-sided test on discordant pairs.</p>",
+             f"{comp.iterations} resamples, seed {comp.seed}. McNemar: exact two-sided test on discordant pairs. "
+             "Judge errors and episode errors (episodes that could not run: not the agent's failures) are in "
+             "no rate, pair or pass@k; a task left with none of its episodes judged in a mode is not paired.</p>",
              _table(["agent", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
-                     "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged"],
-                    rows, numeric=set(range(2, 15))),
+                     "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged",
+                     "judge errors", "episode errors"],
+                    rows, numeric=set(range(2, 17))),
              _validity_html(comp), repeats_html(comp)]
     for g in comp.groups:
         parts.append(f"<h3>{escape(g.agent)} · {escape(g.judge)}</h3>")
@@ -189,14 +201,14 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
     for e in episodes:
         run_id, task_id, mode, repeat = e[0], e[1], e[2], e[17]
         vs = verdicts.get((run_id, task_id, mode, repeat), [])
-        vtext = ", ".join(f"{escape(v[3])}: {'✓' if v[5] else '✗'}" for v in vs) or "–"
+        vtext = ", ".join(f"{escape(v[3])}: {'not judged' if v[8] else '✓' if v[5] else '✗'}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
         if e[16]:
             misses += f" ({escape(e[16])})"
         rows.append([f'<a href="{episode_page_path(run_id, task_id, mode, repeat)}">{escape(task_id)}</a>',
                      escape(episode_folder_name(mode, repeat)),
                      escape(run_id), escape(e[4] or "?"), escape(e[3]), str(e[6]), escape(e[7] or ""), vtext, misses])
-    flags = ["flag" if e[13] or e[16] == "off-snapshot" else "" for e in episodes]
+    flags = ["flag" if e[13] or e[16] == "off-snapshot" or e[7] in EPISODE_ERRORS else "" for e in episodes]
     return "\n".join([
         "<h2>Live vs frozen</h2>", _comparison_html(comp),
         "<h2>Drift since capture</h2>", _drift_html(drift),
@@ -236,7 +248,8 @@ def _verdict_html(row: tuple) -> str:
             thoughts, key_points = v.thoughts, v.key_points
         except (Ego2WebError, OSError):
             pass
-    parts = [f"<h3>{escape(judge)}{f' ({escape(model)})' if model else ''}: {_ok(success)}, score {score:.2f}</h3>"]
+    outcome = "not judged" if error else f"{_ok(success)}, score {score:.2f}"
+    parts = [f"<h3>{escape(judge)}{f' ({escape(model)})' if model else ''}: {outcome}</h3>"]
     if key_points:
         parts.append("<ul>" + "".join(f"<li>{escape(k)}</li>" for k in key_points) + "</ul>")
     parts.append(f'<div class="thoughts">{escape(thoughts or "(no thoughts recorded)")}</div>')
@@ -281,7 +294,8 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
             traj = None
     facts = [["task", escape(task_id)], ["run", escape(run_id)], ["agent", escape(agent or "?")], ["category", escape(category)],
              ["mode", escape(mode)], ["snapshot", escape(e[5] or "–")], ["steps", str(e[6])],
-             ["end reason", escape(e[7] or "–")], ["validity", escape(e[16] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
+             ["end reason", escape(e[7] or "–") + (' <span class="fail">(episode error: could not run; in no '
+                                                   'rate)</span>' if e[7] in EPISODE_ERRORS else "")], ["validity", escape(e[16] or "–")], ["answer", escape(e[8] if e[8] is not None else "(none)")]]
     if e[9]:
         facts.append(["error", f'<span class="fail">{escape(e[9])}</span>'])
     parts = [_table(None, facts)]

@@ -26,16 +26,17 @@ def repeats_html(comp: Comparison) -> str:
     parts = ["<h3>Repeats</h3><p>Each task's outcome is its success rate over its repeats; pass@k is the mean "
              "over tasks of the unbiased estimator 1 − C(n−c, k)/C(n, k); task variance is the mean Bernoulli "
              "variance p(1 − p); repeat std is the standard deviation of the suite's success rate across repeat "
-             "indices.</p>"]
+             "indices. Judge errors and episodes that could not run are not samples; they are counted apart.</p>"]
     for g in groups:
         ks = sorted({k for m in g.repeats for k in m.pass_at_k})
         rows = [[escape(m.mode), str(m.tasks), str(m.samples), pct(m.mean_rate),
                  *[pct(m.pass_at_k.get(k)) for k in ks],
                  "–" if m.mean_task_variance is None else f"{m.mean_task_variance:.3f}",
-                 "–" if m.repeat_std is None else pct(m.repeat_std)] for m in g.repeats]
+                 "–" if m.repeat_std is None else pct(m.repeat_std), str(m.judge_errors), str(m.episode_errors)]
+                for m in g.repeats]
         parts.append(f"<h4>{escape(g.agent)} · {escape(g.judge)}</h4>")
         parts.append(_table(["mode", "tasks", "episodes", "mean rate", *[f"pass@{k}" for k in ks],
-                             "task variance", "repeat std"], rows))
+                             "task variance", "repeat std", "judge errors", "episode errors"], rows))
         per_task: dict[str, dict[str, str]] = {}
         for m in g.repeats:
             for t in m.per_task:

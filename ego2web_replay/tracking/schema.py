@@ -173,6 +173,12 @@ _V7 = (  # run --repeats: which run of a task and mode an episode (and its verdi
     "ALTER TABLE verdicts ADD COLUMN repeat_index INTEGER DEFAULT 0",
 )
 
+_V8 = (  # answers that set volatile values aside (learned at record time, fresh ids), with their parameters
+    "ALTER TABLE episodes ADD COLUMN replay_learned INTEGER DEFAULT 0",
+    "ALTER TABLE episodes ADD COLUMN replay_fresh_id INTEGER DEFAULT 0",
+    "ALTER TABLE episodes ADD COLUMN set_aside VARCHAR DEFAULT '{}'",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
@@ -181,6 +187,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(5, "episode input modality", _V5),
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
     Migration(7, "episode and verdict repeat index (run --repeats)", _V7),
+    Migration(8, "episode answers that set volatile values aside (learned, fresh ids)", _V8),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

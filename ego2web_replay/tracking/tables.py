@@ -7,7 +7,7 @@ from rich.table import Table
 from .compare import Comparison, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "comparison_tables", "drift_tables", "repeats_table", "validity_table"]
+__all__ = ["pct", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell"]
 
 
 def pct(x: float | None) -> str:
@@ -23,7 +23,8 @@ def comparison_tables(comp: Comparison) -> list[Table]:
         return [empty]
     summary = Table(title=f"live vs frozen ({comp.selection})")
     for col in ("agent", "modality", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
-                "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors"):
+                "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors",
+                "episode errors"):
         summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
                            no_wrap=col in ("agent", "judge") or col.endswith("CI"))
     tables = [summary, validity_table(comp)]
@@ -33,7 +34,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                         ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
-                        pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors))
+                        pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors), episode_errors_cell(g))
         cats = Table(title=f"{g.agent} · {g.judge}: by category")
         for col in ("category", "n", "live", "frozen"):
             cats.add_column(col, justify="left" if col == "category" else "right")
@@ -48,6 +49,15 @@ def comparison_tables(comp: Comparison) -> list[Table]:
             for e in flagged:
                 t.add_row(e.task_id, e.run_id, "yes" if e.success else "no", f"{e.score:.2f}", str(e.misses),
                           pct(e.miss_rate), e.validity or "–")
+            tables.append(t)
+        aside = [e for e in g.frozen_episodes if e.set_aside]
+        if aside:
+            t = Table(title=f"{g.agent} · {g.judge}: frozen answers that set volatile values aside")
+            for col in ("task", "run", "validity", "answers", "parameters"):
+                t.add_column(col)
+            for e in aside:
+                t.add_row(e.task_id, e.run_id, e.validity or "–", str(e.set_aside),
+                          "; ".join(f"{k} ×{n}" for k, n in e.set_aside_params.items())[:120])
             tables.append(t)
         if g.max_repeats > 1:
             tables.append(repeats_table(g))
@@ -66,33 +76,43 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     return tables
 
 
+def episode_errors_cell(g: GroupComparison) -> str:
+    """``2 (setup_error 1, infra_error 1)``: the episodes that could not run, by end reason."""
+    if not g.episode_errors:
+        return "0"
+    return f"{g.episode_errors} (" + ", ".join(f"{k} {n}" for k, n in g.episode_error_reasons.items()) + ")"
+
+
 def repeats_table(g: GroupComparison) -> Table:
     """Per mode: tasks, episodes, mean per-task rate, pass@k, mean task variance and the std across repeats."""
     ks = sorted({k for m in g.repeats for k in m.pass_at_k})
     t = Table(title=f"{g.agent} · {g.judge}: repeats (per-task rates, pass@k, variance)")
-    for col in ("mode", "tasks", "episodes", "mean rate", *[f"pass@{k}" for k in ks], "task variance", "repeat std"):
+    for col in ("mode", "tasks", "episodes", "mean rate", *[f"pass@{k}" for k in ks], "task variance", "repeat std",
+                "judge errors", "episode errors"):
         t.add_column(col, justify="left" if col == "mode" else "right")
     for m in g.repeats:
         t.add_row(m.mode, str(m.tasks), str(m.samples), pct(m.mean_rate), *[pct(m.pass_at_k.get(k)) for k in ks],
-                  "–" if m.mean_task_variance is None else f"{m.mean_task_variance:.3f}", pct(m.repeat_std))
+                  "–" if m.mean_task_variance is None else f"{m.mean_task_variance:.3f}", pct(m.repeat_std),
+                  str(m.judge_errors), str(m.episode_errors))
     return t
 
 
 def validity_table(comp: Comparison) -> Table:
     """Frozen success with its coverage: over all frozen episodes and over complete ones, and each class's share."""
     t = Table(title="frozen success and coverage (complete: only recorded pages seen; "
-                    "judge errors are in no rate)")
+                    "judge errors are in no rate; episodes that could not run in no share either)")
     for col in ("agent", "judge", "frozen episodes", "success (all)", "complete", "success (complete)",
-                "complete %", "degraded %", "off-snapshot %", "unknown %", "judge errors"):
+                "complete %", "degraded %", "off-snapshot %", "unknown %", "judge errors", "episode errors"):
         t.add_column(col, justify="left" if col in ("agent", "judge") else "right")
     for g in comp.groups:
         v = g.frozen_validity
         if v is None:
-            t.add_row(g.agent, g.judge, "0", *["–"] * 8)
+            t.add_row(g.agent, g.judge, "0", *["–"] * 9)
             continue
         t.add_row(g.agent, g.judge, str(v.episodes), pct(v.success_rate), str(v.complete),
                   pct(v.complete_success_rate), pct(v.shares.get("complete")), pct(v.shares.get("degraded")),
-                  pct(v.shares.get("off-snapshot")), pct(v.shares.get("unknown")), str(v.judge_errors))
+                  pct(v.shares.get("off-snapshot")), pct(v.shares.get("unknown")), str(v.judge_errors),
+                  str(v.episode_errors))
     return t
 
 

@@ -9,7 +9,9 @@ recorded pages (see ``ego2web_replay.validity``). Selection is the one
 A verdict the judge could not make (its ``error`` is set) is neither a success
 nor a failure: its episode still counts in the coverage (the episode happened and
 saw what it saw), but it is left out of the success rates and counted in
-``judge_errors`` (``complete_judge_errors`` among the complete episodes).
+``judge_errors`` (``complete_judge_errors`` among the complete episodes). An
+episode that could not run (:data:`~ego2web_replay.models.EPISODE_ERRORS`) saw
+nothing: it is in no share and no rate, only in ``episode_errors``.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import duckdb
 from pydantic import BaseModel, Field
 
 from ..errors import Ego2WebError
-from ..models import Verdict, episode_dir, load_trajectory
+from ..models import EPISODE_ERRORS, Verdict, episode_dir, load_trajectory
 from ..validity import VALIDITIES, episode_validity
 from .stats import rate
 
@@ -31,7 +33,7 @@ __all__ = ["FrozenValidity", "frozen_validity", "attach_validity", "validity_not
 _QUERY = """
 WITH joined AS (
     SELECT e.agent, v.judge, e.task_id, v.success, v.error, coalesce(e.validity, 'unknown') AS validity,
-           coalesce(e.repeat_index, 0) AS repeat_index,
+           coalesce(e.repeat_index, 0) AS repeat_index, e.end_reason,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
@@ -40,7 +42,7 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
     WHERE e.mode = 'frozen'
 )
-SELECT agent, judge, task_id, success, error, validity, repeat_index FROM joined WHERE rn = 1
+SELECT agent, judge, task_id, success, error, validity, repeat_index, end_reason FROM joined WHERE rn = 1
 ORDER BY agent, judge, task_id, repeat_index
 """
 
@@ -58,6 +60,8 @@ class FrozenValidity(BaseModel):
     judge_errors: int = Field(default=0, description="Frozen episodes whose verdict is a judge error: neither "
                                                      "success nor failure, left out of both rates.")
     complete_judge_errors: int = Field(default=0, description="Judge errors among the complete episodes.")
+    episode_errors: int = Field(default=0, description="Frozen episodes that could not run: in no share, no rate "
+                                                       "and not in ``episodes``.")
     counts: dict[str, int] = Field(description="Episodes per class: complete, degraded, off-snapshot, unknown.")
     shares: dict[str, float | None] = Field(description="Share of each class among the frozen episodes.")
 
@@ -67,11 +71,18 @@ def frozen_validity(con: duckdb.DuckDBPyConnection) -> tuple[dict[tuple[str, str
     """Per (agent, judge): frozen success and validity shares; per (agent, judge, task, repeat) the validity."""
     rows = con.execute(_QUERY).fetchall()
     groups: dict[tuple[str, str], list[tuple[bool | None, str]]] = defaultdict(list)
+    unrun: dict[tuple[str, str], int] = defaultdict(int)
     per_task: dict[tuple[str, str, str, int], str] = {}
-    for agent, judge, task, success, error, validity, repeat in rows:
-        groups[(agent, judge)].append((None if error else bool(success), validity))
+    for agent, judge, task, success, error, validity, repeat, end_reason in rows:
         per_task[(agent, judge, task, int(repeat))] = validity
-    return {key: _summary(eps) for key, eps in groups.items()}, per_task
+        if end_reason in EPISODE_ERRORS:
+            unrun[(agent, judge)] += 1
+            continue
+        groups[(agent, judge)].append((None if error else bool(success), validity))
+    summaries = {key: _summary(groups.get(key, [])) for key in {*groups, *unrun}}
+    for key, n in unrun.items():
+        summaries[key].episode_errors = n
+    return summaries, per_task
 
 
 def _summary(eps: list[tuple[bool | None, str]]) -> FrozenValidity:
@@ -105,19 +116,20 @@ def attach_validity(db_path: Any, groups: list[Any]) -> None:
 def validity_note(v: FrozenValidity | None) -> str:
     """``complete 3/4 (75%), success on complete 67%, off-snapshot 25%``: the coverage beside a frozen score."""
     if v is None or not v.episodes:
-        return "no frozen episodes"
+        return "no frozen episodes" + (f" that ran ({v.episode_errors} could not run)" if v and v.episode_errors else "")
     def pct(x: float | None) -> str:
         return "–" if x is None else f"{100 * x:.0f}%"
     return (f"complete {v.complete}/{v.episodes}, success over all {pct(v.success_rate)}, over complete "
             f"{pct(v.complete_success_rate)}; degraded {pct(v.shares['degraded'])}, "
             f"off-snapshot {pct(v.shares['off-snapshot'])}"
-            + (f"; judge errors {v.judge_errors} (not in the rates)" if v.judge_errors else ""))
+            + (f"; judge errors {v.judge_errors} (not in the rates)" if v.judge_errors else "")
+            + (f"; episode errors {v.episode_errors} (could not run; not counted)" if v.episode_errors else ""))
 
 
 def frozen_coverage(run_dir: Path, verdicts: list[Verdict]) -> dict[str, Any] | None:
     """The coverage beside a frozen score: how many judged frozen episodes are ``complete`` (saw only
     recorded pages) and the success over those; None without frozen verdicts. Judge errors are in no rate."""
-    frozen = [v for v in verdicts if v.mode == "frozen"]
+    frozen = [v for v in verdicts if v.mode == "frozen" and v.episode_error is None]  # those that ran
     if not frozen:
         return None
     complete: list[Verdict] = []

@@ -4,7 +4,9 @@ The project CA (:func:`ego2web_replay.proxy.project_ca`, the one mitmproxy uses
 too) signs one short-lived leaf per host the client tunnels to, so a client that
 trusts the CA, by file or by its SPKI pin, trusts the replay. Leaves share one
 P-256 key (minting is one signature); each host's :class:`ssl.SSLContext` is made
-once and kept. The standard library loads certificates only from files, so each
+once and kept, at most ``cache`` of them (the least recently used is dropped, and
+made again if its host comes back), so a client naming ever new SNI hosts cannot
+grow the proxy's memory. The standard library loads certificates only from files, so each
 leaf (with the key) is written to a private temporary file (0600), loaded, and
 removed at once: nothing stays on disk, even when the process is killed.
 An SNI callback moves a handshake to the context of the name the client asked for.
@@ -18,6 +20,7 @@ import os
 import ssl
 import tempfile
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from ..errors import ProxyError
@@ -31,9 +34,10 @@ _VALID_DAYS = 365  # Chromium refuses leaves valid for more than 398 days
 
 
 class LeafCerts:
-    """Server-side SSL contexts per host, signed by ``ca``; ``http2`` offers h2 by ALPN."""
+    """Server-side SSL contexts per host, signed by ``ca``; ``http2`` offers h2 by ALPN; at most
+    ``cache`` kept (``minted`` counts those made)."""
 
-    def __init__(self, ca: ProjectCA, *, http2: bool = True) -> None:
+    def __init__(self, ca: ProjectCA, *, http2: bool = True, cache: int = 1000) -> None:
         from cryptography import x509
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
@@ -50,20 +54,26 @@ class LeafCerts:
         self._key_pem = self._key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                 serialization.NoEncryption())
         self._alpn = [ALPN_H2, ALPN_HTTP1] if http2 else [ALPN_HTTP1]
-        self._contexts: dict[str, ssl.SSLContext] = {}
+        self._contexts: OrderedDict[str, ssl.SSLContext] = OrderedDict()
+        self._cache = max(1, cache)
         self._lock = threading.Lock()
+        self.minted = 0
+
+    def __len__(self) -> int:
+        return len(self._contexts)
 
     def context(self, host: str) -> ssl.SSLContext:
-        """The server context presenting a certificate for ``host`` (made once)."""
+        """The server context presenting a certificate for ``host`` (made once while it stays cached)."""
         host = host.strip("[]").lower().rstrip(".") or "localhost"
-        ctx = self._contexts.get(host)
-        if ctx is not None:
-            return ctx
         with self._lock:
             ctx = self._contexts.get(host)
-            if ctx is None:
-                ctx = self._make(host)
-                self._contexts[host] = ctx
+            if ctx is not None:
+                self._contexts.move_to_end(host)
+                return ctx
+            ctx = self._contexts[host] = self._make(host)
+            self.minted += 1
+            while len(self._contexts) > self._cache:
+                self._contexts.popitem(last=False)
         return ctx
 
     def _make(self, host: str) -> ssl.SSLContext:

@@ -11,6 +11,14 @@ the recorder's (``recorder/front.py``).
 
 A :class:`ProxyFront` runs in a daemon thread (:meth:`ProxyFront.start`, the Python
 API) or in the calling thread (:meth:`ProxyFront.serve_forever`, worker processes).
+
+Every connection is held to the proxy's :class:`~.budget.WireLimits` (docs/limits.md): the
+connection cap (the longest-silent connection with no request in progress makes room, else
+a newcomer is answered 503), the total budget of request bodies held (the request whose
+body would pass it is answered 503), the HTTP/1.1 pipelining cap and write backpressure
+(a client that does not read its answers is not read either), the HTTP/2 stream cap, and
+the head, idle and body-progress timeouts (:class:`~.budget.Sweeper`); ``refused`` counts
+what each bound refused.
 """
 
 from __future__ import annotations
@@ -23,15 +31,18 @@ import socket
 import ssl
 import threading
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ..errors import ProxyError
 from ..guard import GuardPolicy
 from ..proxy import ProjectCA
+from .budget import BodyBudget, Sweeper, WireLimits, connection_cap, raise_nofile
 from .certs import ALPN_H2, LeafCerts
 from .h1 import H1Handler, Request
 from .h2conn import H2Handler
+from .pacing import Bounded
 from .reply import Reply
 
 __all__ = ["ProxyFront", "bind_socket", "split_authority", "split_url", "host_of"]
@@ -134,23 +145,26 @@ class _Tls:
         return self.outgoing.read()
 
 
-class _Conn(asyncio.Protocol):
-    """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2."""
+class _Conn(Bounded):
+    """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2;
+    held to the proxy's bounds and timeouts by :class:`~.pacing.Bounded`."""
 
     def __init__(self, front: ProxyFront) -> None:
         self.front = front
+        self.loop = asyncio.get_running_loop()
         self.transport: Any = None
         self.tls: _Tls | None = None
         self.app: Any = None
         self.scheme, self.tunnel = "http", ""
         self.sniff = False
+        self.init_bounds()
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
-        self.front.connections.add(self)
         self._writable = asyncio.Event()  # cleared while the transport's buffer is over its high-water mark
         self._writable.set()
-        self._app(H1Handler(self._answer_h1, self.write, self.close, self._connect))
+        if self.admit(transport):
+            self._app(H1Handler(self._answer_h1, self.write, self.close, self._connect))
 
     def _app(self, app: Any) -> None:
         """Speak ``app`` from now on; a body it streams waits while this client is behind."""
@@ -162,19 +176,22 @@ class _Conn(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        super().pause_writing()
 
     def resume_writing(self) -> None:
         self._writable.set()
+        super().resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.front.connections.discard(self)
         self._writable.set()  # nothing waits on a connection that is gone
+        if not self.counted:
+            return
+        self.counted = False
         tunnel = getattr(self.app, "tunnel", None)
         if tunnel is not None:
             tunnel.close()
-        closing = getattr(self.app, "lost", None)  # bodies still streaming to this client (wire/stream.py)
-        if closing is not None:
-            closing()
+        self.stop_streams()
+        self.release_all()
 
     def eof_received(self) -> bool:
         return False
@@ -185,6 +202,7 @@ class _Conn(asyncio.Protocol):
         if self.tls is not None:
             self.tls.send(data)
             data = self.tls.pending()
+        self.last_write = self.loop.time()
         self.transport.write(data)
 
     def close(self) -> None:
@@ -192,6 +210,9 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
     def data_received(self, data: bytes) -> None:
+        if self.ended:
+            return
+        self.last_read = self.loop.time()
         if self.sniff:
             self.sniff = False
             if data[:1] == b"\x16":
@@ -214,11 +235,13 @@ class _Conn(asyncio.Protocol):
                 return
             data = plain
         self.app.feed(data)
+        self.account()
 
     def _after_handshake(self) -> None:
         assert self.tls is not None
         if self.tls.obj.selected_alpn_protocol() == ALPN_H2:
-            self._app(H2Handler(self.front.reply, self.write, self.close, authority=self.tunnel))
+            self._app(H2Handler(self._answer_h2, self.write, self.close, authority=self.tunnel,
+                                max_streams=self.front.limits.max_streams))
         else:
             self._app(H1Handler(self._answer_h1, self.write, self.close, None))
 
@@ -245,18 +268,31 @@ class _Conn(asyncio.Protocol):
         if not authority:
             authority = self.front.authority
         authority = split_authority(authority, scheme)[1]
-        return self.front.reply(req.method, f"{scheme}://{authority}{path}", req.headers, req.body), True
+        reply = self.front.reply(req.method, f"{scheme}://{authority}{path}", req.headers, req.body)
+        return self.paced_h1(reply, len(req.body)), True
+
+    def _answer_h2(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply | Awaitable[Reply]:
+        return self.paced_h2(self.front.reply(method, url, headers, body), len(body))
 
 
 class ProxyFront(ABC):
-    """A fast proxy on ``host:port`` (0: any free port); subclasses say what each request gets (:meth:`reply`)."""
+    """A fast proxy on ``host:port`` (0: any free port); subclasses say what each request gets (:meth:`reply`).
+
+    ``limits`` (default: :meth:`WireLimits.from_env`) bound what clients can hold; ``refused`` counts
+    what the bounds refused or ended, by reason (``connections``, ``evicted``, ``body-budget``,
+    ``timeout-head``, ``timeout-idle``, ``timeout-body``, ``timeout-stalled``, ``timeout-sending``,
+    ``timeout-lingering``)."""
 
     def __init__(self, *, ca: ProjectCA, guard: GuardPolicy, host: str = "127.0.0.1", port: int = 0,
-                 http2: bool = True) -> None:
+                 http2: bool = True, limits: WireLimits | None = None) -> None:
         self.host, self.requested_port, self.ca, self.http2 = host, port, ca, http2
         self.guard = guard
         self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
-        self.certs = LeafCerts(ca, http2=http2)
+        self.limits = limits or WireLimits.from_env()
+        self.certs = LeafCerts(ca, http2=http2, cache=self.limits.cert_cache)
+        self.budget = BodyBudget(self.limits.body_budget)
+        self.refused: Counter[str] = Counter()
+        self.max_connections = self.limits.max_connections  # lowered at start to what the descriptors allow
         self.port: int | None = None
         self.connections: set[_Conn] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -287,6 +323,15 @@ class ProxyFront(ABC):
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
         """The answer to one request (absolute ``url``): a :class:`Reply`, or an awaitable of one."""
+
+    def make_room(self) -> bool:
+        """At the cap: close the connection silent the longest among those with no request in
+        progress (idle, or no head read yet); whether there was one."""
+        free = [c for c in self.connections if c.current_phase() in ("idle", "head")]
+        if not free:
+            return False
+        min(free, key=lambda c: max(c.last_read, c.last_write)).expire("evicted")
+        return True
 
     async def closing(self) -> None:  # noqa: B027 - an optional hook: most proxies hold nothing to close
         """Called in the loop when the proxy stops, before its connections close."""
@@ -342,12 +387,16 @@ class ProxyFront(ABC):
     async def _serve(self, sock: socket.socket, stopping: asyncio.Future[None], ready: Callable[[], None]) -> None:
         loop = asyncio.get_running_loop()
         self._stopping = stopping
+        self.max_connections = connection_cap(self.limits, raise_nofile())
         server = await loop.create_server(lambda: _Conn(self), sock=sock)
         self.port = int(sock.getsockname()[1])
+        sweeper = Sweeper(self.limits, lambda: self.connections)
+        sweeper.start()
         ready()
         try:
             await stopping
         finally:
+            sweeper.stop()
             server.close()
             await self.closing()
             for conn in list(self.connections):

@@ -4,8 +4,18 @@ A request head is read up to its blank line (at most :data:`MAX_HEAD` bytes);
 the body by Content-Length or chunked framing (``Expect: 100-continue`` is
 answered). Requests on one connection are answered in order (pipelining works);
 HTTP/1.0 without keep-alive, or ``Connection: close``, closes after the answer.
-Anything malformed is answered 400 (431 for an oversized head) and the connection
-closed. Responses are written exactly as :class:`~.reply.Reply` says: its
+
+Strict as RFC 9112 and 9110 ask of a proxy, so that no second request or header can
+hide inside the first: a method and field names that are tokens; CR, LF, NUL and the
+other controls refused in the target and in every field (no bare CR or LF, no
+obsolete line folding); a target in origin-, absolute- or (CONNECT only) authority-form, every
+authority (a CONNECT's, an absolute target's, the Host) ``host[:port]`` in ASCII; one Host at most; one Content-Length at most, of ASCII
+digits; Transfer-Encoding only as one final ``chunked`` (400 otherwise, 501 for
+another coding before it), never beside a Content-Length. Chunked bodies are read
+incrementally (each byte looked at once), a chunk's declared size checked against
+:data:`MAX_BODY` before any of it is kept; trailers are checked, then dropped.
+Anything refused is answered 400 (413 past the body cap, 431 for an oversized head,
+501, 505) and the connection closed. Responses are written exactly as :class:`~.reply.Reply` says: its
 status line, its headers in order and case, its body with Content-Length or, when
 the reply is chunked, in one chunk and the last chunk.
 
@@ -20,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -27,13 +38,80 @@ from ..web import reason_phrase
 from .reply import Reply
 from .stream import pump
 
-__all__ = ["H1Handler", "ParseError", "MAX_HEAD", "MAX_BODY", "head_bytes", "write_reply", "error_reply"]
+__all__ = ["H1Handler", "ParseError", "MAX_HEAD", "MAX_BODY", "head_bytes", "write_reply", "error_reply", "malformed"]
 
 log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
-_TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_FIELD_LINE = _TOKEN + rb":[\t\x20-\x7e\x80-\xff]*"
+#: A request line: a token method, a target of visible characters (obs-text kept), a version.
+_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([!-~\x80-\xff]+) (HTTP/[0-9]\.[0-9])")
+#: A whole head: that request line, then field lines (RFC 9110 5.1, 5.5): a token name, a colon, a value
+#: of visible characters, spaces, tabs and obs-text. CR, LF, NUL and the other controls are refused
+#: anywhere (no bare CR or LF, no obsolete line folding).
+_HEAD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [!-~\x80-\xff]+ HTTP/[0-9]\.[0-9](?:\r\n" + _FIELD_LINE + rb")*")
+_FIELD_LINES = re.compile(rb"(?:" + _FIELD_LINE + rb"\r\n)*")
+_FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*)\r\n")
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
+_MAX_CHUNK_LINE = 4096
+_MAX_DIGITS = 19  # a Content-Length longer than this is past any cap (and past int()'s digit limit)
+#: An authority (RFC 3986 3.2): a reg-name of ASCII (an IDN as A-labels) or an IP literal, then perhaps a port.
+_AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::([0-9]{0,5}))?")
+#: A target's scheme and authority in absolute-form (the rest is checked as any target is).
+_ABSOLUTE = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://([^/?#]*)")
+
+
+def valid_authority(text: str, *, port: bool = False) -> bool:
+    """Whether ``text`` is ``host[:port]`` in ASCII with a port of at most 65535 (``port``: one is required)."""
+    m = _AUTHORITY.fullmatch(text)
+    if m is None or (port and not (m.group(2) and m.group(1))):
+        return False
+    return not m.group(2) or int(m.group(2)) <= 65535
+
+
+def _valid_target(method: str, target: str) -> bool:
+    """Origin-form (``/path``), absolute-form (``scheme://authority/path``), ``*`` for OPTIONS, and for
+    CONNECT only ``host:port`` (RFC 9112 3.2)."""
+    if method == "CONNECT":
+        return valid_authority(target, port=True)
+    if target.startswith("/"):
+        return True
+    m = _ABSOLUTE.match(target)
+    if m is not None:
+        return valid_authority(m.group(1))
+    return target == "*" and method == "OPTIONS"
+_TOKEN_RE = re.compile(_TOKEN)
+_CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+_TARGET_RE = re.compile(r"[^\x00-\x20\x7f]+")
+
+
+def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str | None:
+    """Why a request (from HTTP/1.1 or HTTP/2) cannot go on the HTTP/1.1 wire as it is, or None.
+
+    A method that is not a token, a URL with a space or a control (or no ASCII ``host[:port]``), a field
+    name that is not a token or a value with CR, LF, NUL or another control (bytes that would end the line
+    they stand in), more than one Host or one that is no ``host[:port]``.
+    """
+    if _TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
+        return "a method that is not a token"
+    m = _ABSOLUTE.match(url)
+    if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)):
+        return "a space or a control character in the URL, or no host[:port] in ASCII"
+    hosts = 0
+    for k, v in headers:
+        if _TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
+            return f"a field name that is not a token: {k[:40]!r}"
+        if _CTL_RE.search(v) is not None:
+            return f"CR, LF, NUL or another control in the field {k[:40]!r}"
+        if k.lower() == "host":
+            hosts += 1
+            if hosts > 1 or not valid_authority(v):
+                return "more than one Host, or one that is no host[:port] in ASCII"
+    return None
 
 
 class ParseError(Exception):
@@ -45,19 +123,38 @@ class ParseError(Exception):
 
 
 class Request:
-    """One parsed request: method, target, version and headers (names as sent) and body."""
+    """One parsed request: method, target, version and headers (names as sent) and body.
 
-    __slots__ = ("method", "target", "version", "headers", "body")
+    ``lowered`` is the head's field lines in lower case, each after a ``\n`` (values hold none): what
+    :meth:`header` looks in first, so asking for a field the request lacks costs one substring search.
+    """
 
-    def __init__(self, method: str, target: str, version: str, headers: list[tuple[str, str]]) -> None:
+    __slots__ = ("method", "target", "version", "headers", "lowered", "body")
+
+    def __init__(self, method: str, target: str, version: str, headers: list[tuple[str, str]],
+                 lowered: str | None = None) -> None:
         self.method, self.target, self.version, self.headers = method, target, version, headers
+        self.lowered = lowered if lowered is not None else "".join(f"\n{k.lower()}:" for k, _ in headers)
         self.body = b""
 
     def header(self, name: str) -> str | None:
+        """The first value of the field ``name`` (lower case), or None."""
+        if f"\n{name}:" not in self.lowered:
+            return None
         for k, v in self.headers:
             if k.lower() == name:
                 return v
         return None
+
+    def values(self, name: str) -> list[str]:
+        """Every value of the field ``name`` (lower case), in order."""
+        if f"\n{name}:" not in self.lowered:
+            return []
+        return [v for k, v in self.headers if k.lower() == name]
+
+    def count(self, name: str) -> int:
+        """How many fields ``name`` (lower case) the request has."""
+        return self.lowered.count(f"\n{name}:")
 
     @property
     def keep_alive(self) -> bool:
@@ -68,21 +165,44 @@ class Request:
 
 
 def _parse_head(head: bytes) -> Request:
-    lines = head.split(b"\r\n")
-    parts = lines[0].split(b" ")
-    if len(parts) != 3 or not parts[0] or not parts[1] or not set(parts[0]) <= _TOKEN_CHARS:
-        raise ParseError(400, "malformed request line")
-    version = parts[2].decode("ascii", "replace")
+    """The request of one head (up to, not with, its blank line), refused as RFC 9112 and 9110 say."""
+    if _HEAD.fullmatch(head) is None:
+        if _REQUEST_LINE.fullmatch(head.partition(b"\r\n")[0]) is None:
+            raise ParseError(400, "malformed request line")
+        raise ParseError(400, "malformed header line (a name that is not a token, or CR, LF or NUL in a field)")
+    text = head.decode("utf-8", "surrogateescape")
+    line, _, block = text.partition("\r\n")
+    method, target, version = line.split(" ")
     if version not in ("HTTP/1.1", "HTTP/1.0"):
-        raise ParseError(505 if version.startswith("HTTP/") else 400, f"unsupported version {version!r}")
-    headers: list[tuple[str, str]] = []
-    for line in lines[1:]:
-        name, sep, value = line.partition(b":")
-        if not sep or not name or not set(name) <= _TOKEN_CHARS:  # also refuses obsolete line folding
-            raise ParseError(400, "malformed header line")
-        headers.append((name.decode("ascii"), value.strip(b" \t").decode("utf-8", "surrogateescape")))
-    target = parts[1].decode("utf-8", "surrogateescape")
-    return Request(parts[0].decode("ascii"), target, version, headers)
+        raise ParseError(505, f"unsupported version {version!r}")
+    headers: list[tuple[str, str]] = _FIELD.findall(block + "\r\n") if block else []
+    if " \r" in block or "\t\r" in block or text.endswith((" ", "\t")):  # trailing whitespace: not the value
+        headers = [(k, v.rstrip(" \t")) for k, v in headers]
+    req = Request(method, target, version, headers, "\n" + block.lower())  # values hold no LF: each "\n" starts a line
+    if not _valid_target(method, target):
+        raise ParseError(400, "CONNECT wants host:port (an ASCII host, an IDN as A-labels, or an IP)"
+                         if method == "CONNECT" else "malformed request target")
+    hosts = req.count("host")
+    if hosts > 1:
+        raise ParseError(400, "more than one Host")
+    if hosts and not valid_authority(req.header("host") or ""):
+        raise ParseError(400, "a Host that is no host[:port] (an ASCII host, an IDN as A-labels, or an IP)")
+    return req
+
+
+def _content_length(req: Request) -> int | None:
+    """The request's Content-Length (None: none); conflicting or non-digit values are refused."""
+    values = req.values("content-length")
+    if not values:
+        return None
+    if len(values) > 1:
+        raise ParseError(400, "more than one Content-Length")
+    text = values[0]
+    if not text or not text.isascii() or not text.isdigit():
+        raise ParseError(400, "bad content-length")
+    if len(text) > _MAX_DIGITS:
+        raise ParseError(413, "request body too large")
+    return int(text)
 
 
 def head_bytes(reply: Reply) -> bytes:
@@ -152,11 +272,31 @@ class H1Handler:
         self.buf = bytearray()
         self.pending: Request | None = None  # head read, body still coming
         self.continued = False
+        self.chunks: list[bytes] = []  # a chunked body so far (whole chunks), its size, and what the current
+        self.chunk_total, self.chunk_left = 0, -1  # chunk still needs (-1: its size line next; -2: trailers)
         self.done = False
         self.waiting = False  # an answer is on its way: read no further request until it is written
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
         self.streaming: Any = None  # a reply's body stream being sent (closed if the client goes)
         self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the client is behind
+
+    # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
+    def phase(self) -> str:
+        """``tunnel``, ``done``, ``answering`` (an answer on its way), ``body`` (a head read, its body
+        coming), ``head`` (bytes of a head read) or ``idle`` (nothing held)."""
+        if self.tunnel is not None:
+            return "tunnel"
+        if self.done:
+            return "done"
+        if self.waiting:
+            return "answering"
+        if self.pending is not None:
+            return "body"
+        return "head" if self.buf else "idle"
+
+    def buffered(self) -> int:
+        """Bytes read and held, not yet handed on (a body coming, pipelined requests)."""
+        return len(self.buf)
 
     def feed(self, data: bytes) -> None:
         if self.tunnel is not None:
@@ -184,19 +324,20 @@ class H1Handler:
         self.write(f"HTTP/1.1 {status} {reason_phrase(status)}\r\nContent-Type: text/plain\r\n"
                    f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
         self.done = True
+        self.buf.clear()  # nothing more is read from a refused connection: what came is let go at once
+        self.chunks = []
         self.close()
 
     def _step(self) -> bool:
         """Handle at most one request from the buffer; False when more bytes are needed."""
         req = self.pending
         if req is None:
+            while self.buf[:2] == b"\r\n":  # empty lines before a request line are ignored (RFC 9112 2.2)
+                del self.buf[:2]
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     raise ParseError(431, "request head too large")
-                if self.buf[:2] == b"\r\n":  # stray empty lines between requests are allowed
-                    del self.buf[:2]
-                    return True
                 return False
             if end > MAX_HEAD:
                 raise ParseError(431, "request head too large")
@@ -281,24 +422,25 @@ class H1Handler:
             self.feed(b"")
 
     def _body(self, req: Request) -> bytes | None:
-        te = (req.header("transfer-encoding") or "").lower()
+        te = req.values("transfer-encoding")
+        length = _content_length(req)
         if te:
-            if te.split(",")[-1].strip() != "chunked":
-                raise ParseError(501, f"unsupported transfer-encoding {te!r}")
+            codings = [t.strip().lower() for t in ",".join(te).split(",")]
+            if codings != ["chunked"]:  # RFC 9112 6.3: no final chunked is a 400; another coding before it, 501
+                known = codings[-1:] == ["chunked"] and codings.count("chunked") == 1
+                raise ParseError(501 if known else 400, f"unsupported transfer-encoding {', '.join(te)!r}")
+            if length is not None:  # RFC 9112 6.1: a request with both is how requests are smuggled
+                raise ParseError(400, "both Transfer-Encoding and Content-Length")
             return self._chunked(req)
-        length = req.header("content-length")
         if length is None:
             return b""
-        if not length.strip().isdigit():
-            raise ParseError(400, "bad content-length")
-        n = int(length)
-        if n > MAX_BODY:
+        if length > MAX_BODY:
             raise ParseError(413, "request body too large")
-        if len(self.buf) < n:
+        if len(self.buf) < length:
             self._continue(req)
             return None
-        body = bytes(self.buf[:n])
-        del self.buf[:n]
+        body = bytes(self.buf[:length])
+        del self.buf[:length]
         return body
 
     def _continue(self, req: Request) -> None:
@@ -307,37 +449,53 @@ class H1Handler:
             self.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def _chunked(self, req: Request) -> bytes | None:
-        """The whole chunked body once it is all in the buffer (trailers dropped), else None."""
-        pos, parts = 0, list[bytes]()
+        """The whole chunked body once it has all come (trailers checked, then dropped), else None.
+
+        Incremental: whole chunks leave the buffer as they come and are kept in ``self.chunks``,
+        so every byte is looked at once (1-byte chunks cost what one large chunk does). A chunk's
+        declared size is checked against :data:`MAX_BODY` before any of it is kept.
+        """
         buf = self.buf
         while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                break
-            size_text = bytes(buf[pos:eol]).split(b";")[0].strip()
-            try:
-                size = int(size_text, 16)
-            except ValueError:
-                raise ParseError(400, "bad chunk size") from None
-            if size < 0:
-                raise ParseError(400, "bad chunk size")
-            if size == 0:
-                end = buf.find(b"\r\n\r\n", eol)  # trailers, then the blank line
-                if buf[eol:eol + 4] == b"\r\n\r\n":
-                    end = eol
-                if end < 0:
+            if self.chunk_left == -2:  # the last chunk came: its trailer section is next
+                return self._trailers()
+            if self.chunk_left == -1:  # the chunk-size line comes next
+                eol = buf.find(b"\r\n", 0, _MAX_CHUNK_LINE + 2)
+                if eol < 0:
+                    if len(buf) > _MAX_CHUNK_LINE:
+                        raise ParseError(400, "bad chunk size")
                     break
-                del buf[: end + 4]
-                return b"".join(parts)
-            start, stop = eol + 2, eol + 2 + size
-            if len(buf) < stop + 2:
+                m = _CHUNK_LINE.fullmatch(buf, 0, eol)
+                if m is None:
+                    raise ParseError(400, "bad chunk size")
+                size = int(m.group(1), 16)
+                if size > MAX_BODY - self.chunk_total:
+                    raise ParseError(413, "request body too large")
+                del buf[: eol + 2]
+                self.chunk_left = size if size else -2
+                continue
+            if len(buf) < self.chunk_left + 2:
                 break
-            if buf[stop:stop + 2] != b"\r\n":
+            if buf[self.chunk_left:self.chunk_left + 2] != b"\r\n":
                 raise ParseError(400, "bad chunk framing")
-            parts.append(bytes(buf[start:stop]))
-            pos = stop + 2
-            if pos > MAX_BODY:
-                raise ParseError(413, "request body too large")
+            self.chunks.append(bytes(buf[: self.chunk_left]))
+            self.chunk_total += self.chunk_left
+            del buf[: self.chunk_left + 2]
+            self.chunk_left = -1
         self._continue(req)
         return None
 
+    def _trailers(self) -> bytes | None:
+        """After the last chunk: the trailer section (checked as header lines are) and its blank line."""
+        buf = self.buf
+        end = 0 if buf[:2] == b"\r\n" else buf.find(b"\r\n\r\n")
+        if end < 0:
+            if len(buf) > MAX_HEAD:
+                raise ParseError(431, "request trailers too large")
+            return None
+        if end and _FIELD_LINES.fullmatch(buf, 0, end + 2) is None:
+            raise ParseError(400, "malformed trailer line")
+        del buf[: end + (2 if end == 0 else 4)]
+        body = b"".join(self.chunks)
+        self.chunks, self.chunk_total, self.chunk_left = [], 0, -1
+        return body

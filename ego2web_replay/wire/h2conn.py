@@ -7,8 +7,14 @@ as DATA frames within the peer's flow-control windows: what does not fit waits f
 a WINDOW_UPDATE. A reply archived chunked keeps its bytes (HTTP/2 has no chunked
 framing, so it goes without Content-Length, as mitmproxy sends it). A reply that
 comes later (an awaitable: the recording proxy waits for the upstream) is sent when
-it arrives; other streams go on meanwhile. A request body over :data:`~.h1.MAX_BODY`
-is answered 413 at once and its stream reset (the rest of it is not read into memory).
+it arrives; other streams go on meanwhile, and a stream the client resets cancels its
+answer (the recorder's upstream fetch with it). A request body over :data:`~.h1.MAX_BODY`
+is answered 413 at once and its stream reset (the rest of it is not read into memory). A request
+whose method, :path or :authority holds what no HTTP/1.1 request line may (a space, a control) is
+answered 400 (h2 itself refuses CR, LF and NUL in fields, conflicting Content-Lengths and a Host
+that differs from :authority). At most ``max_streams`` streams are open at once
+(SETTINGS_MAX_CONCURRENT_STREAMS, in force from the first frame; a client that opens more is sent
+GOAWAY, as h2 treats it).
 """
 
 from __future__ import annotations
@@ -23,9 +29,10 @@ import h2.connection
 import h2.errors
 import h2.events
 import h2.exceptions
+import h2.settings
 
 from . import h1
-from .h1 import error_reply, settle
+from .h1 import error_reply, malformed, settle
 from .reply import Reply
 from .stream import MAX_UNSENT, pump
 
@@ -43,17 +50,21 @@ def _text(value: bytes) -> str:
 class H2Handler:
     """One HTTP/2 connection: ``answer(method, url, headers, body)`` gives each stream's reply.
 
-    ``scheme``/``authority`` fill in what a request leaves out (the tunnel's host).
+    ``authority`` fills in what a request leaves out (no :authority, no Host: the tunnel's host).
     """
 
     def __init__(self, answer: Answer, write: Callable[[bytes], None], close: Callable[[], None], *,
-                 authority: str) -> None:
+                 authority: str, max_streams: int = 100) -> None:
         self.answer, self.write, self.close, self.authority = answer, write, close, authority
         self.conn = h2.connection.H2Connection(h2.config.H2Configuration(
             client_side=False, header_encoding=None, validate_outbound_headers=False))
+        self.conn.local_settings = h2.settings.Settings(client=False, initial_values={
+            h2.settings.SettingCodes.MAX_CONCURRENT_STREAMS: max_streams,
+            h2.settings.SettingCodes.MAX_HEADER_LIST_SIZE: self.conn.DEFAULT_MAX_HEADER_LIST_SIZE})
         self.conn.initiate_connection()
         self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
         self.sending: dict[int, memoryview] = {}
+        self.waiting: dict[int, asyncio.Future[Reply]] = {}  # answers still to come, by stream
         self.streams: dict[int, Any] = {}  # streams whose body is still coming (wire/stream.py)
         self.caught_up: dict[int, asyncio.Event] = {}  # set while a stream's unsent bytes are few
         self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the connection is behind
@@ -97,9 +108,12 @@ class H2Handler:
         elif isinstance(event, h2.events.StreamReset):
             self.requests.pop(event.stream_id, None)  # type: ignore[arg-type]
             self.sending.pop(event.stream_id, None)  # type: ignore[arg-type]
+            waiting = self.waiting.pop(event.stream_id, None)  # type: ignore[arg-type]
+            if waiting is not None:
+                waiting.cancel()  # nobody will read the answer: stop making it
             stream = self.streams.pop(event.stream_id, None)  # type: ignore[arg-type]
             if stream is not None:
-                stream.close()
+                stream.close()  # the body's recording ends as the client left it (wire/stream.py)
             self._caught_up(event.stream_id)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._end()
@@ -109,24 +123,33 @@ class H2Handler:
         pseudo = {_text(k): _text(v) for k, v in raw if k.startswith(b":")}
         headers = [(_text(k), _text(v)) for k, v in raw if not k.startswith(b":")]
         method = pseudo.get(":method", "GET").upper()
-        authority = pseudo.get(":authority") or self.authority
+        authority = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), None) or self.authority
         url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
+        why = malformed(method, url, headers)
+        if why is not None:  # what h2 lets through but no HTTP/1.1 line may hold (a space in :path ...)
+            self._send(stream_id, method, error_reply(400, f"bad request: {why}"))
+            return
         reply = self.answer(method, url, headers, bytes(body))
         if not isinstance(reply, Reply) and inspect.isawaitable(reply):
-            settle(reply, lambda r: self._late(stream_id, method, r))
+            future = self.waiting[stream_id] = asyncio.ensure_future(reply)
+            settle(future, lambda r: self._late(stream_id, method, r))
             return
         self._send(stream_id, method, reply)
 
     def _too_large(self, stream_id: int) -> None:
-        """Answer 413 and reset the stream: the client stops sending, nothing more is kept."""
+        self.refuse(stream_id, error_reply(413, "request body too large"))
+
+    def refuse(self, stream_id: int, reply: Reply) -> None:
+        """Answer ``reply`` and reset the stream: the client stops sending, nothing more is kept."""
         del self.requests[stream_id]
-        self._send(stream_id, "POST", error_reply(413, "request body too large"))
+        self._send(stream_id, "POST", reply)
         try:
             self.conn.reset_stream(stream_id)  # NO_ERROR: the answer is complete (RFC 9113, 8.1)
         except h2.exceptions.H2Error:
             pass
 
     def _late(self, stream_id: int, method: str, reply: Reply) -> None:
+        self.waiting.pop(stream_id, None)
         if self.done:
             if reply.stream is not None:
                 reply.stream.close()  # never sent: its source is let go
@@ -244,3 +267,39 @@ class H2Handler:
         self.done = True
         self.lost()
         self.close()
+
+    # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
+    def phase(self) -> str:
+        """``body`` (a stream's request still coming), ``answering`` (answers to come, or a streamed
+        body waiting for its next piece), ``sending`` (answers waiting for the client's flow-control
+        windows) or ``idle``."""
+        if self.requests:
+            return "body"
+        if self.waiting:
+            return "answering"
+        if any(data or sid not in self.streams for sid, data in self.sending.items()):
+            return "sending"
+        return "answering" if self.streams else "idle"  # a streamed body all sent, more to come
+
+    def buffered(self) -> int:
+        """Bytes of request bodies held for streams still coming."""
+        return sum(len(body) for _, body in self.requests.values())
+
+    def refuse_largest(self, reply: Reply) -> None:
+        """Refuse (``reply``, then a reset) the stream holding the largest request body."""
+        if self.requests:
+            self.refuse(max(self.requests, key=lambda sid: len(self.requests[sid][1])), reply)
+            self.write(self.conn.data_to_send())
+
+    def goaway(self) -> None:
+        """Tell the client this connection takes no more streams, and close it."""
+        if not self.done:
+            self.conn.close_connection()
+            self.write(self.conn.data_to_send())
+            self._end()
+
+    def cancel(self) -> None:
+        """The connection is gone: cancel every answer still to come."""
+        for future in self.waiting.values():
+            future.cancel()
+        self.waiting.clear()

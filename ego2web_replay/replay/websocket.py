@@ -1,0 +1,199 @@
+"""Replaying a websocket: the handshake matched like a request, the server's messages played to the client's.
+
+A handshake (``Upgrade: websocket``) is matched like any ``GET`` (exact, canonical,
+learned; :mod:`.matching`) against the archived ``101`` captures; the capture's
+conversation (:mod:`ego2web_replay.snapshots.wsrecords`) is then played by
+:class:`ReplayTunnel` on the client's connection:
+
+* the server's messages recorded before the client's first message are sent at once;
+* each recorded client message (text or binary) and the server's messages up to the
+  next one form a *turn*. A message from the client is matched to the first unused
+  turn whose message is the same bytes (``exact``), else, for JSON text, the same after
+  dropping keys the host's rules or the recording's learned volatility call volatile
+  (``canonical``); repeats beyond the recorded ones get the last such turn again (the
+  ``sequence`` policy of HTTP). Its server messages are sent in their recorded order,
+  without the recorded delays. A message no turn matches is a ``miss``: nothing is sent;
+* pings are answered with pongs, a close with a close (what the server sent after the
+  client's close in the recording is not played: it belonged to that closing handshake).
+
+Every handshake and every client message is one replay log entry (method ``WS`` for
+messages; its ``kind`` that of the handshake), so what the page did not get counts
+toward the episode's validity. A handshake with no archived ``101`` and conversation
+(or on the mitmproxy engine, which does not carry these tunnels) is refused with a 403
+and counted as ``websocket``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from ..snapshots.volatility import path_group
+from ..snapshots.wsrecords import WsMessage, redact_message
+from ..wire.reply import Reply
+from ..wire.websocket import (
+    BINARY,
+    CLOSE,
+    PING,
+    PONG,
+    TEXT,
+    FrameError,
+    MessageReader,
+    accept_key,
+    frame,
+)
+from .canonical import url_host
+from .httputil import get_header
+
+__all__ = ["ReplayTunnel", "Turns", "answer_websocket"]
+
+_SEND = {"text": TEXT, "binary": BINARY, "close": CLOSE}
+Log = Callable[[str, str, str, "int | None", "str | None", "float | None", "str | None"], None]
+
+
+class Turns:
+    """A recorded conversation as the greeting and the (client message, server answers) turns."""
+
+    def __init__(self, messages: list[WsMessage], canon: Callable[[WsMessage], str | None]) -> None:
+        self.greeting: list[WsMessage] = []
+        self.turns: list[tuple[WsMessage, list[WsMessage]]] = []
+        closing = False  # after the client's close: the server's answers to it are the closing handshake's
+        for m in messages:
+            if m.side == "client" and m.kind in ("text", "binary"):
+                self.turns.append((m, []))
+            elif m.side == "client" and m.kind == "close":
+                closing = True
+            elif m.side == "server" and m.kind in _SEND and not closing:
+                (self.turns[-1][1] if self.turns else self.greeting).append(m)
+        self.canon = canon
+        self._keys = [canon(m) for m, _ in self.turns]
+        self.used: set[int] = set()
+
+    def match(self, kind: str, data: bytes) -> tuple[str, list[WsMessage]] | None:
+        """``(outcome, server messages)`` for a client message, or None (a miss)."""
+        exact = [i for i, (m, _) in enumerate(self.turns) if m.kind == kind and m.data == data]
+        outcome, found = "exact", exact
+        if not found:
+            key = self.canon(WsMessage(0, "client", kind, data))
+            found = [i for i, k in enumerate(self._keys) if key is not None and k == key]
+            outcome = "canonical"
+        if not found:
+            return None
+        i = next((i for i in found if i not in self.used), found[-1])
+        self.used.add(i)
+        return outcome, self.turns[i][1]
+
+
+def json_canon(volatile: Callable[[str, Any], bool]) -> Callable[[WsMessage], str | None]:
+    """A text message's JSON with volatile keys (``volatile(name, value)``) dropped and keys sorted;
+    None for anything else."""
+    def drop(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: drop(v) for k, v in value.items() if not volatile(str(k).lower(), v)}
+        if isinstance(value, list):
+            return [drop(v) for v in value]
+        return value
+
+    def canon(m: WsMessage) -> str | None:
+        if m.kind != "text":
+            return None
+        try:
+            return json.dumps(drop(json.loads(m.data)), sort_keys=True)
+        except ValueError:
+            return None
+    return canon
+
+
+class ReplayTunnel:
+    """The server side of one replayed websocket (the tunnel of a ``101`` :class:`Reply`)."""
+
+    def __init__(self, turns: Turns, on_message: Callable[[str], None],
+                 prepare: Callable[[WsMessage], WsMessage] | None = None) -> None:
+        self.turns, self.on_message = turns, on_message
+        self.prepare = prepare  # what the archive did to a client message (credential redaction)
+        self.reader = MessageReader()
+        self.write: Callable[[bytes], None] = lambda _: None
+        self.end: Callable[[], None] = lambda: None
+        self.closed = False
+
+    def start(self, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        self.write, self.end = write, close
+        self._play(self.turns.greeting)
+
+    def send(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            messages = self.reader.feed(data)
+        except FrameError:
+            self._close(frame(CLOSE, (1002).to_bytes(2, "big")))
+            return
+        for m in messages:
+            if self.closed:
+                return
+            if m.opcode == PING:
+                self.write(frame(PONG, m.data))
+            elif m.opcode == CLOSE:
+                self._close(frame(CLOSE, m.data[:2]))
+            elif m.opcode in (TEXT, BINARY):
+                sent = WsMessage(0, "client", m.kind, m.data)
+                if self.prepare is not None:
+                    sent = self.prepare(sent)
+                got = self.turns.match(sent.kind, sent.data)
+                self.on_message(got[0] if got else "miss")
+                if got:
+                    self._play(got[1])
+
+    def _play(self, messages: list[WsMessage]) -> None:
+        for m in messages:
+            if self.closed:
+                return
+            if m.kind == "close":
+                self._close(frame(CLOSE, m.data))
+            else:
+                self.write(frame(_SEND[m.kind], m.data))
+
+    def _close(self, last: bytes) -> None:
+        self.write(last)
+        self.closed = True
+        self.end()
+
+    def close(self) -> None:
+        """The client's connection ended."""
+        self.closed = True
+
+
+def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], kind: str) -> Reply | None:
+    """A 101 carrying a :class:`ReplayTunnel` (logged), or None: no archived conversation answers it."""
+    log = responder._log  # the responder's own bookkeeping, kept in one place
+    key = h.get("sec-websocket-key")
+    if responder.redactor is not None:
+        url = responder.redactor.url(url)
+    result = responder.session.match("GET", url, None, None) if key else None
+    messages = responder.conversation(result.capture.ref) if result and result.capture else None
+    if result is None or messages is None:
+        return None
+    log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind)
+    index = responder.index
+    rules = index.rules.for_host(url_host(url))
+    learned = index.learned.get(path_group("GET", result.capture.url), frozenset())
+
+    def volatile(name: str, value: Any) -> bool:  # the rules of query parameters and body fields
+        if rules.is_kept(name):
+            return False
+        if name in learned or rules.is_volatile_param(name) or rules.is_volatile_field(name):
+            return True
+        return rules.is_timestamp_param(name) and rules.is_epoch(str(value))
+
+    def on_message(outcome: str) -> None:
+        log("WS", url, outcome, None, kind=kind)
+
+    headers = [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Accept", accept_key(key or ""))]
+    protocol = get_header(responder._prepared(result.capture.ref)[2], "sec-websocket-protocol")
+    if protocol:
+        headers.append(("Sec-WebSocket-Protocol", protocol))
+    red = responder.redactor
+    prepare = None if red is None else (lambda m: redact_message(red, m))
+    tunnel = ReplayTunnel(Turns(messages, json_canon(volatile)), on_message, prepare)
+    return Reply(101, "Switching Protocols", headers, b"", False, "replayed", tunnel=tunnel)
