@@ -15,7 +15,8 @@ is cut for the browser too and is not archived: an upstream error, as for a body
 whole. A browser that leaves a download early (as Chromium leaves a media file after
 its first megabytes) does not end the recording of it: it is read on and archived
 whole. A body that runs to the connection's end, or has a length past the record cap,
-is read whole first (:mod:`.upstream`), as before.
+or Content-Lengths that differ or are not digits, is read whole first (:mod:`.upstream`),
+as before (the last two refused there, a 502).
 
 A body that may never end (``Content-Type: text/event-stream``, server-sent events)
 is archived when it ends, however that is: the origin finished it, the browser went
@@ -43,7 +44,7 @@ from typing import Any
 
 from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
-from .upstream import UpstreamPool, UpstreamResponse, max_response
+from .upstream import UpstreamPool, UpstreamResponse, content_length, max_response
 
 __all__ = ["RecordedStream", "open_ended", "streamable", "SPOOL_BYTES", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
 
@@ -66,15 +67,13 @@ def streamable(resp: UpstreamResponse) -> bool:
     """A response streamed to the browser as it comes: server-sent events, and any body chunked or
     with a length the archive can hold (one running to the connection's end is read whole first, as
     is one with a length past the record cap: refused)."""
-    if open_ended(resp):
-        return True
     if "chunked" in (get_header(resp.headers, "transfer-encoding") or "").lower():
         return True
-    length = get_header(resp.headers, "content-length")
     try:
-        return length is not None and int(length.split(",")[0].strip()) <= max_response()
-    except ValueError:
+        length = content_length(resp)
+    except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
         return False
+    return open_ended(resp) or (length is not None and length <= max_response())
 
 
 def timing_value(pieces: list[tuple[int, int]]) -> str:
@@ -267,8 +266,7 @@ class RecordedStream:
                     self._check()
                 if await self._read(reader.readexactly(2)) != b"\r\n":
                     raise ValueError("bad chunk framing")
-        length = get_header(self.resp.headers, "content-length")
-        left = int(length.split(",")[0].strip()) if length is not None else None
+        left = content_length(self.resp)  # one valid length: streamable() streams no other
         while left is None or left > 0:
             data = await self._read(reader.read(_PIECE if left is None else min(left, _PIECE)))
             if not data:

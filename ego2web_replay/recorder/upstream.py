@@ -37,7 +37,7 @@ from typing import Any
 from ..limits import max_record_bytes
 from ..web import get_header
 
-__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length"]
 
 MAX_HEAD = 256 * 1024
 _HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
@@ -348,9 +348,8 @@ class UpstreamPool:
             if "chunked" in te:
                 resp.chunked = True
                 return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
-            lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
-            if lengths:
-                n = _length(lengths)
+            n = content_length(resp)
+            if n is not None:
                 if n > max_response():
                     raise UpstreamError("protocol", f"response too large to archive ({n} bytes; "
                                                     "EGO2WEB_MAX_RECORD_BYTES)")
@@ -416,6 +415,12 @@ class UpstreamPool:
         te = _tokens(get_header(resp.headers, "transfer-encoding"))
         return "chunked" in te or get_header(resp.headers, "content-length") is not None \
             or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
+
+
+def content_length(resp: UpstreamResponse) -> int | None:
+    """The response's one Content-Length (None: it has none); ValueError as :func:`_length` says."""
+    lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
+    return _length(lengths) if lengths else None
 
 
 def _length(values: set[str]) -> int:
