@@ -386,3 +386,49 @@ def test_chromium_sees_sse_starlette_events_live_through_the_recorder_and_frozen
     assert stats.miss == 0, stats.missed_urls
     assert stats.truncated == 1 and stats.truncated_urls == [f"GET {sse.url}/ticker (disconnect)"]
     assert stats.validity == "degraded"
+
+
+def test_an_http2_stream_between_its_pieces_is_answering_not_sending_so_no_body_timeout_cuts_it():
+    """The bounds branch times out HTTP/2 answers waiting for a window (``sending``); a streamed body all
+    sent whose next piece is still to come from the origin (an event stream between events) waits on
+    the origin, not the client: ``answering``, which has no timeout on the wire (docs/limits.md)."""
+    import asyncio
+
+    import h2.config
+    import h2.connection
+
+    from ego2web_replay.wire.h2conn import H2Handler
+    from ego2web_replay.wire.reply import Reply
+
+    class _Stream:
+        complete = False
+
+        def __init__(self) -> None:
+            self.more = asyncio.Event()
+
+        async def __aiter__(self):  # one piece, then the origin is quiet until told
+            yield b"data: one\n\n"
+            await self.more.wait()
+
+        def close(self) -> None:
+            self.more.set()
+
+    async def main() -> None:
+        stream, out = _Stream(), bytearray()
+        handler = H2Handler(lambda *_: Reply(200, "OK", [("Content-Type", "text/event-stream")], b"", False,
+                                             "recorded", stream=stream), out.extend, lambda: None, authority="e.example")
+        client = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True))
+        client.initiate_connection()
+        client.send_headers(1, [(":method", "GET"), (":path", "/events"), (":scheme", "https"),
+                                (":authority", "e.example")], end_stream=True)
+        handler.feed(client.data_to_send())
+        for _ in range(20):
+            await asyncio.sleep(0)
+        got = b"".join(getattr(e, "data", b"") or b"" for e in client.receive_data(bytes(out)))
+        assert got == b"data: one\n\n" and handler.phase() == "answering"
+        stream.close()  # the origin ends it (cut): the stream is reset, nothing is left to send
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert handler.phase() == "idle"
+
+    asyncio.run(main())
