@@ -431,4 +431,17 @@ def test_an_http2_stream_between_its_pieces_is_answering_not_sending_so_no_body_
             await asyncio.sleep(0)
         assert handler.phase() == "idle"
 
-    asyncio.run(main())
+    failed: list[BaseException] = []
+
+    def run() -> None:  # in a thread of its own: Playwright's sync API may hold this thread's loop
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            failed.append(e)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join(30)
+    if failed:
+        raise failed[0]
+    assert not worker.is_alive()
