@@ -5,6 +5,8 @@ Every frozen episode is classified from its replay log:
 * ``complete``: no miss and no nearest-capture (``fuzzy``) answer;
 * ``degraded``: misses only on subresources that do not carry the page's
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
+  or an answer from a capture cut short while recording (``WARC-Truncated``: the
+  page got the recorded bytes, but the live response went on past them);
 * ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
   websocket whose response the page may render was missed, answered by the
   nearest capture, or forwarded to the live web.
@@ -71,9 +73,10 @@ def is_content(kind: str | None, url: str) -> bool:
     return kind in ("document", "content")
 
 
-def classify(entries: Iterable[object]) -> Validity:
-    """The validity of a replay from its log entries (``outcome``, ``url`` and ``kind`` attributes)."""
-    degraded = False
+def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
+    """The validity of a replay from its log entries (``outcome``, ``url`` and ``kind`` attributes) and
+    the number of its answers that came from truncated captures."""
+    degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
         if outcome not in ("miss", "fuzzy", "live", "websocket"):
@@ -91,7 +94,7 @@ def episode_validity(traj: object) -> str | None:
     stats = getattr(traj, "replay", None)
     if stats is None:
         return None
-    return getattr(stats, "validity", None) or classify(getattr(stats, "log", []))
+    return getattr(stats, "validity", None) or classify(getattr(stats, "log", []), getattr(stats, "truncated", 0))
 
 
 def set_aside(entries: Iterable[object]) -> dict[str, int]:

@@ -38,8 +38,26 @@ def test_request_kinds_and_classes():
     assert classify(log(("miss", "https://e.com/api/x", "content"))) == "off-snapshot"
     assert classify(log(("fuzzy", "https://e.com/s?q=b", "document"))) == "off-snapshot"  # a substitution
     assert classify(log(("miss", "https://e.com/old", None))) == "off-snapshot"  # no kind: judged by the URL
+    assert classify(log(("exact", "https://e.com/", "document")), truncated=1) == "degraded"  # a cut capture
+    assert classify(log(("miss", "https://e.com/api/x", "content")), truncated=1) == "off-snapshot"
     assert classify(log(("websocket", "https://e.com/stream", "content"))) == "off-snapshot"  # refused
     assert classify(log(("websocket", "https://e.com/telemetry", "subresource"))) == "degraded"
+
+
+def test_an_episode_served_from_a_truncated_capture_is_degraded_in_compare(tmp_path):
+    """Its stats as a replay wrote them before validity was kept: classified again, truncation counted."""
+    from ego2web_replay.models import AgentSpec
+    from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+    from ego2web_replay.tracking.compare import compare
+    from ego2web_replay.tracking.ingest import ingest
+
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec("t1", "frozen", {"rule": True}, truncated=1), EpisodeSpec("t2", "frozen", {"rule": True})]
+    make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), eps, suite=suite)
+    db = tmp_path / "v.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    v = compare(db).groups[0].frozen_validity
+    assert v is not None and v.shares["degraded"] == v.shares["complete"] == 0.5  # t1 degraded, t2 complete
 
 
 @pytest.mark.slow

@@ -52,14 +52,18 @@ class ReplayStats(FileModel):
     websocket: int = Field(default=0, description="Websocket handshakes refused (no recorded conversation).")
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
+    truncated: int = Field(default=0, description="Answers from a capture cut short while recording "
+                           "(WARC-Truncated: a streamed body cut by a limit, its client or its origin).")
+    truncated_urls: list[str] = Field(default_factory=list, description="'METHOD URL (reason)' of each answer "
+                                      "from a truncated capture.")
     refused: dict[str, int] = Field(default_factory=dict, description="What the fast proxy's bounds refused or "
                                     "ended, by reason (connections, body-budget, timeout-head ...; docs/limits.md): "
                                     "answers that are not the snapshot's, not in the counts above.")
     log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(
-        default=None, description="complete: no miss, no substitution; degraded: misses on non-content "
-        "subresources only; off-snapshot: a document or content fetch missed or substituted.")
+        default=None, description="complete: no miss, no substitution, no truncated capture; degraded: misses "
+        "on non-content subresources only, or an answer from a truncated capture; off-snapshot: a document or content fetch missed or substituted.")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -79,5 +79,8 @@ class SnapshotManifest(FileModel):
     upstream_failures: list[UpstreamFailure] = Field(
         default_factory=list, description="Requests whose origin could not be reached while recording (at most "
         "1,000): the site as it was then, though nothing of them is in the archive.")
+    truncated: list[str] = Field(default_factory=list, description="'URL (reason)' of each response archived "
+                                 "cut short (WARC-Truncated: length, time, disconnect ...; at most 1,000): a "
+                                 "stream the recording ended, or a limit cut.")
     shared: list[str] = Field(default_factory=list, description="Shared payload stores (suite-level "
                               "deduplication) its revisits refer to, as paths relative to the snapshot folder.")

@@ -66,20 +66,23 @@ class ExchangeArchive:
         self.errors: list[str] = []
         self.failures: list[tuple[str, str, str, float]] = []
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
+        self.truncated: list[str] = []  # "URL: reason" of streamed bodies archived cut (WARC-Truncated)
         self.divert: list[Reload] | None = None  # set: exchanges are noted here for learning, not archived
         self._lock = threading.Lock()
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
                 status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
                 http_version: str, ip: str | None, started: float, authority: str | None = None,
-                websocket: tuple[list[Any], bool] | None = None) -> bool:
+                websocket: tuple[list[Any], bool] | None = None,
+                warc_headers: list[tuple[str, str]] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
 
         ``websocket``, for a ``101`` handshake, is its conversation (messages, truncated; the client's
         JSON messages redacted like request bodies), archived after the handshake (:func:`~ego2web_replay.snapshots.wsrecords.write_conversation`).
 
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
-        archived with ``Host: authority`` first, when ``authority`` is given.
+        archived with ``Host: authority`` first, when ``authority`` is given. ``warc_headers``
+        go on the response record (a streamed body's truncation and timing: :mod:`.stream`).
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
         if not all(v.isascii() for _, v in req_headers) or not url.isascii():
@@ -113,7 +116,11 @@ class ExchangeArchive:
                     self.writer.write_exchange(
                         url=url, method=method, request_headers=req_headers, request_body=req_body,
                         status=status, reason=reason, response_headers=resp_headers, response_body=response_body,
-                        http_version=http_version or "HTTP/1.1", ip=ip, date=date)
+                        http_version=http_version or "HTTP/1.1", ip=ip, date=date,
+                        **({"warc_headers": warc_headers} if warc_headers else {}))
+                    cut = next((v for k, v in warc_headers or () if k == "WARC-Truncated"), None)
+                    if cut is not None and len(self.truncated) < 1000:
+                        self.truncated.append(f"{url}: {cut}")
                 self.exchanges += 1
                 self.payload_bytes += len(response_body)
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording

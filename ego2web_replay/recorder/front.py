@@ -3,8 +3,9 @@
 The same connection code as the fast replay (CONNECT answered at once, TLS with
 leaves minted from the project CA, HTTP/1.1 and HTTP/2 to the client), with each
 request sent upstream by :class:`~.upstream.UpstreamPool` (HTTP/1.1, kept alive)
-and its response archived by :class:`~.addon.ExchangeArchive` before the client
-gets it, so nothing passes unrecorded. What the mitmproxy recording engine
+and its response streamed to the client as it comes and archived by
+:class:`~.addon.ExchangeArchive` when it ends, the client getting the body's end only
+once the record is written (:mod:`.stream`), so nothing passes unrecorded. What the mitmproxy recording engine
 (``--engine mitmproxy``) does, this does too: the upstream guard answers
 Chromium's background hosts and hosts outside the policy itself, before any DNS or
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
@@ -12,10 +13,12 @@ every request is refused with a 502; an upstream failure is a 502 whose reason i
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
 passed through unchanged and archived when they close (:mod:`.websocket`). A request that could split a line on the upstream wire (a
 control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
-never sent. A request whose client goes away before its answer (an
+never sent. A request whose client goes away before its answer's head (an
 HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
 connection closed, and nothing archived for it (``cancelled`` counts them, ``cancelled_urls``
-keeps the first 1000). ``Expect: 100-continue`` is the proxy's to answer (the
+keeps the first 1000); once the head is sent the body is streaming, and a client that leaves
+then ends it as :mod:`.stream` says (a body with a length or chunks is read on and archived
+whole, an open-ended one is archived as far as it came, marked left by the client). ``Expect: 100-continue`` is the proxy's to answer (the
 wire reads the whole body first): it goes neither upstream nor into the archive, as
 with mitmproxy. Stopping closes every upstream connection, in use or kept, and
 every websocket passed through.
@@ -40,6 +43,7 @@ from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
+from .stream import RecordedStream, open_ended, streamable
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from .websocket import WebsocketTap, is_websocket
 
@@ -107,12 +111,14 @@ class RecordFront(ProxyFront):
                          limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
+        self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
         self.cancelled_urls: list[str] = []
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
+        self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
@@ -161,6 +167,8 @@ class RecordFront(ProxyFront):
                                response_headers=resp.headers, http_version=resp.version, ip=resp.ip,
                                started=started, authority=authority) if is_websocket(headers) else None
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
+        if resp.link is not None:
+            return self._streamed(url, method, headers, body, resp, started, authority)
         if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
                                     status=resp.status, reason=resp.reason, response_headers=resp.headers,
                                     response_body=resp.body, http_version=resp.version, ip=resp.ip,
@@ -168,10 +176,38 @@ class RecordFront(ProxyFront):
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         return _client_reply(resp, method)
 
+    def _streamed(self, url: str, method: str, headers: list[tuple[str, str]], body: bytes,
+                  resp: UpstreamResponse, started: float, authority: str) -> Reply:
+        """An open-ended body: its head now, its pieces as they come, the record when it ends."""
+
+        def archive(payload: bytes, warc_headers: list[tuple[str, str]]) -> bool:
+            return self.archive.archive(
+                url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
+                reason=resp.reason, response_headers=resp.headers, response_body=payload,
+                http_version=resp.version, ip=resp.ip, started=started, authority=authority,
+                warc_headers=warc_headers)
+
+        def failed(why: str) -> None:
+            self.archive.note_error(url, why, method)
+
+        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp))
+        self._streams.add(stream)
+        stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
+        return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)
+
     async def closing(self) -> None:
-        """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket."""
+        """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket;
+        an open-ended body still streaming is archived first, truncated; any other gets 2 s to end."""
         for pipe in list(self._pipes):
             pipe.close()
+        streams = list(self._streams)
+        for stream in streams:
+            if stream.open_ended:  # archived now, as far as it came
+                stream.close("stopped")
+        if streams:  # any other body gets the time an answer in flight gets to end (and be archived)
+            await asyncio.wait([stream.ended for stream in streams], timeout=2)
+        for stream in streams:
+            stream.close("stopped")
         await self.upstream.aclose()
         pending: list[asyncio.Future[Any]] = [*self._inflight, *(p.task for p in self._pipes if p.task)]
         if pending:

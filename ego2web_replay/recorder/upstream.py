@@ -3,7 +3,9 @@
 One request in, one response out, with the body exactly as the origin sent it
 (content-encoding kept; a chunked body is read out of its chunks and the response
 is marked ``chunked``, so the archive stores it chunked again and the client gets
-it chunked). Connections are kept per origin (scheme, host, port) and reused, at
+it chunked). A response :attr:`UpstreamPool.stream_when` picks comes back after its
+head, its body unread on ``link``, its connection and slot held until
+:meth:`UpstreamPool.done_with` (the caller streams it: :mod:`.stream`). Connections are kept per origin (scheme, host, port) and reused, at
 most :data:`PER_ORIGIN` at a time, in use or kept, as Chromium opens to a site over
 HTTP/1.1 (a client on HTTP/2 may ask a hundred things at once: the rest wait); a
 kept connection that the origin closed meanwhile is retried once, on a fresh one,
@@ -27,13 +29,15 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from ..limits import max_record_bytes
 from ..web import get_header
 
-__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN"]
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length"]
 
 MAX_HEAD = 256 * 1024
 _HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
@@ -71,6 +75,9 @@ class UpstreamResponse:
     ip: str | None = None
     reader: asyncio.StreamReader | None = field(default=None, repr=False)  # a 101's connection
     writer: asyncio.StreamWriter | None = field(default=None, repr=False)
+    link: Any = field(default=None, repr=False)  # a streamed body's connection (its body not read yet)
+    release: Any = field(default=None, repr=False)  # frees the origin's slot once a streamed body is read
+    key: tuple[str, str, int] = ("", "", 0)
 
 
 
@@ -114,17 +121,44 @@ class UpstreamPool:
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
         self._busy: set[_Link] = set()  # links with an exchange in flight (closed too by :meth:`aclose`)
         self.closed = False  # after :meth:`close`: no new connection, no resend
+        # Which responses come back with their body unread, to be streamed (``link`` set: see
+        # :mod:`.stream`); the connection and its slot stay taken until :meth:`done_with` is called.
+        self.stream_when: Callable[[UpstreamResponse], bool] | None = None
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
-        """Send one request (``target``: origin-form path and query) and read its whole response."""
+        """Send one request (``target``: origin-form path and query) and read its response
+        (whole, unless :attr:`stream_when` picks it)."""
         key = (scheme, host, port)
         data = self._head(method, target, headers, body, host, port, scheme) + body
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = asyncio.Semaphore(self.per_origin)
-        async with slots:
-            return await self._fetch(key, data, method)
+        await slots.acquire()
+        try:
+            resp = await self._fetch(key, data, method)
+        except BaseException:
+            slots.release()
+            raise
+        if resp.link is None:
+            slots.release()
+        else:
+            resp.release = slots.release
+        return resp
+
+    def done_with(self, resp: UpstreamResponse, reusable: bool) -> None:
+        """A streamed body is over (``reusable``: read whole, the connection may serve again)."""
+        link, resp.link = resp.link, None
+        if link is None:
+            return
+        self._busy.discard(link)
+        if reusable and not self.closed:
+            self._settle(resp.key, link, resp)
+        else:
+            link.abort()
+        if resp.release is not None:
+            resp.release()
+            resp.release = None
 
     async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str) -> UpstreamResponse:
         scheme, host, port = key
@@ -154,18 +188,24 @@ class UpstreamPool:
             finally:
                 self._busy.discard(link)
             resp.ip = link.ip
-            if resp.status == 101:
+            if resp.link is not None:  # a body to stream: the connection stays the caller's for now
+                self._busy.add(link)
+                resp.key = key
+            elif resp.status == 101:
                 resp.reader, resp.writer = link.reader, link.writer
-            elif self._reusable(resp) and not link.writer.is_closing():
-                link.reused = True
-                idle = self._idle.setdefault(key, [])
-                if len(idle) < self.per_origin:
-                    idle.append(link)
-                else:
-                    link.close()
             else:
-                link.close()
+                self._settle(key, link, resp)
             return resp
+
+    def _settle(self, key: tuple[str, str, int], link: _Link, resp: UpstreamResponse) -> None:
+        """After a response read whole: keep the connection for the next request, or close it."""
+        if self._reusable(resp) and not link.writer.is_closing():
+            link.reused = True
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < self.per_origin:
+                idle.append(link)
+                return
+        link.close()
 
     def close(self) -> None:
         """Close every connection, kept or in use (an exchange in flight then fails as ``closed``)."""
@@ -261,6 +301,9 @@ class UpstreamPool:
                     continue  # interim answers (100 Continue, 103 Early Hints) are not the response
                 break
             if method != "HEAD" and resp.status not in _NO_BODY_STATUS and resp.status != 101:
+                if self.stream_when is not None and self.stream_when(resp):
+                    resp.link = link
+                    return resp
                 resp.body = await self._read_body(link, resp)
         except TimeoutError:
             raise UpstreamError("timeout", f"no answer from the origin within {self.read_timeout_s:g} s") from None
@@ -305,9 +348,8 @@ class UpstreamPool:
             if "chunked" in te:
                 resp.chunked = True
                 return await asyncio.wait_for(self._read_chunks(reader), self.read_timeout_s)
-            lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
-            if lengths:
-                n = _length(lengths)
+            n = content_length(resp)
+            if n is not None:
                 if n > max_response():
                     raise UpstreamError("protocol", f"response too large to archive ({n} bytes; "
                                                     "EGO2WEB_MAX_RECORD_BYTES)")
@@ -373,6 +415,12 @@ class UpstreamPool:
         te = _tokens(get_header(resp.headers, "transfer-encoding"))
         return "chunked" in te or get_header(resp.headers, "content-length") is not None \
             or resp.status in _NO_BODY_STATUS or 100 <= resp.status < 200
+
+
+def content_length(resp: UpstreamResponse) -> int | None:
+    """The response's one Content-Length (None: it has none); ValueError as :func:`_length` says."""
+    lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
+    return _length(lengths) if lengths else None
 
 
 def _length(values: set[str]) -> int:

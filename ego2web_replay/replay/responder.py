@@ -19,7 +19,9 @@ A miss is answered by policy: a synthetic status with ``X-Ego2Web-Replay: miss``
 (default 404), or, for diagnosis only, ``live`` (the reply's ``tag`` is ``live``:
 the mitmproxy engine forwards it upstream). A websocket handshake is answered from its
 archived conversation (:mod:`.websocket`, given ``conversation``); one with none is refused
-with a 403 and counted as ``websocket``.
+with a 403 and counted as ``websocket``. A capture of a streamed body carries a ``stream`` on
+its reply, its pieces at their recorded pace (:mod:`.stream`); an answer from a truncated
+capture (``WARC-Truncated``) is counted (``truncated``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from .httputil import (
 )
 from .matching import IndexBase, MatchResult, ReplaySession
 from .ranges import Representation, answer_range, build_map
+from .stream import ReplayedStream, StreamMeta
 from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
@@ -187,6 +190,7 @@ class Responder:
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(9))  # the replay log, by field (see _log)
         self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
+        self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
@@ -290,11 +294,12 @@ class Responder:
             rbody, headers = self._injected(ref, rbody, headers)
         elif status == 200 and result.outcome != "exact" and result.capture.url != url:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
-        return self._served(method, url, result, status, reason, headers, rbody, kind, rng)
+        return self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref)
 
     def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
-                body: bytes, kind: str, rng: str | None) -> Reply:
-        """Log a hit and frame it (dates moved to now; a nearest-capture answer says so)."""
+                body: bytes, kind: str, rng: str | None, ref: Any = None) -> Reply:
+        """Log a hit and frame it (dates moved to now; a nearest-capture answer says so); the capture
+        ``ref`` of a recorded stream is served at its recorded pace."""
         assert result.capture is not None
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
@@ -302,7 +307,20 @@ class Responder:
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
         self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind,
                   volatile=volatile, rng=rng)
-        return framed(status, reason, headers, body, method)
+        reply = framed(status, reason, headers, body, method)
+        meta = self._streams.get(_cache_key("r", ref)) if self._streams and ref is not None else None
+        return reply if meta is None else self._streamed(reply, meta, method, url)
+
+    def _streamed(self, reply: Reply, meta: StreamMeta, method: str, url: str) -> Reply:
+        """A capture of a streamed body: served at its recorded pace; one cut short is counted."""
+        if meta.truncated is not None:
+            with self._lock:
+                self._counts.truncated += 1
+                if len(self._counts.truncated_urls) < MAX_LOG:
+                    self._counts.truncated_urls.append(f"{method} {url} ({meta.truncated})")
+        if reply.status != 200 or method == "HEAD" or not reply.body or not meta.pieces:
+            return reply  # (a truncated record of another recorder, with no timing: served whole, as it was)
+        return reply._replace(stream=ReplayedStream(reply.body, meta))
 
     def _missed(self, method: str, url: str, kind: str, rng: str | None) -> Reply:
         """The miss policy's answer (a synthetic status, or ``live`` for the mitmproxy engine to forward)."""
@@ -440,7 +458,12 @@ class Responder:
         hit = self._cache.get(key)
         if hit is not None:
             return hit  # type: ignore[no-any-return]
-        status, reason, headers, body = self.resolve(ref)
+        got = self.resolve(ref)  # (status, reason, headers, body), and perhaps a StreamMeta
+        status, reason, headers, body = got[:4]
+        if len(got) > 4 and got[4] is not None:
+            if len(self._streams) >= MAX_LOG:
+                self._streams.clear()
+            self._streams[key] = got[4]
         if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
             cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)
                        for k, v in clean_response_headers(headers, keep=("transfer-encoding",))]
@@ -466,7 +489,8 @@ class Responder:
         return value
 
 
-_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "miss", "blocked", "websocket", "live")
+_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "miss", "blocked", "websocket", "live",
+           "truncated")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
@@ -476,6 +500,7 @@ def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
         for name in _COUNTS:
             setattr(merged, name, getattr(merged, name) + getattr(part, name))
         merged.missed_urls.extend(part.missed_urls[: MAX_LOG - len(merged.missed_urls)])
+        merged.truncated_urls.extend(part.truncated_urls[: MAX_LOG - len(merged.truncated_urls)])
         for reason, n in part.refused.items():
             merged.refused[reason] = merged.refused.get(reason, 0) + n
         merged.log.extend(part.log[: MAX_LOG - len(merged.log)])

@@ -49,6 +49,7 @@ from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
+from .stream import StreamMeta, stream_meta
 
 log = logging.getLogger(__name__)
 
@@ -234,7 +235,7 @@ class Replay:
             stats = self.responder.snapshot_stats()
             stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
-        stats.validity = classify(stats.log)
+        stats.validity = classify(stats.log, stats.truncated)
         return stats
 
     def write_stats(self, path: Path) -> None:
@@ -310,7 +311,7 @@ class Replay:
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
 
-    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes]:
+    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry
 
         n, line = ref
@@ -322,8 +323,9 @@ class Replay:
                                    "HTTP status line")
             # a resource record: no HTTP head of its own
             ctype = record.content_type or entry.mime or "application/octet-stream"
-            return 200, "OK", [("Content-Type", ctype)], record.payload
-        return record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload
+            return 200, "OK", [("Content-Type", ctype)], record.payload, None
+        return (record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload,
+                stream_meta(record.headers))
 
     def _conversation(self, ref: tuple[int, str]) -> list[Any] | None:
         """The websocket messages archived with a ``101`` capture (None: not a websocket, or none kept)."""

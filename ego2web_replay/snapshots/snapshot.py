@@ -335,10 +335,14 @@ class SnapshotWriter:
             warm_cache(self.path / INDEX)
         counts: Counter[str] = Counter()
         payload_bytes = 0
+        truncated: list[str] = []
         for record in iter_records(archive):
             counts[record.rec_type] += 1
             if record.rec_type in ("response", "resource"):
                 payload_bytes += len(record.payload)
+                cut = record.headers.get("WARC-Truncated")
+                if cut is not None and len(truncated) < 1000:
+                    truncated.append(f"{record.url} ({cut})")
         self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries, self.reloads), self.reloads),
                     "the learned volatility")
         files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),
@@ -369,6 +373,7 @@ class SnapshotWriter:
             screenshots=self.screenshots,
             notes=[red.text(n) for n in self.notes],
             upstream_failures=self.upstream_failures,
+            truncated=truncated,
             shared=self.shared,
         )
         self._write(MANIFEST, (manifest.model_dump_json(indent=2) + "\n").encode("utf-8"), "the manifest")

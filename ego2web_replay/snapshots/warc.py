@@ -32,9 +32,14 @@ from warcio.warcwriter import WARCWriter
 from ..errors import ArchiveError
 from ..web import reason_phrase
 
-__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body"]
+__all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body", "TIMING_HEADER",
+           "LEFT_HEADER"]
 
 Compression = Literal["zst", "gz", "none"]
+#: On a response record whose body was streamed: when each piece came (see recorder/stream.py).
+TIMING_HEADER = "WARC-Ego2Web-Stream-Timing"
+#: On a streamed response cut on the recorder's side: ``client`` (the browser left) or ``stopped``.
+LEFT_HEADER = "WARC-Ego2Web-Stream-Left"
 
 
 @dataclass(frozen=True)
@@ -183,6 +188,7 @@ class ArchiveWriter:
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
         date: datetime | None = None,
+        warc_headers: list[tuple[str, str]] | None = None,
     ) -> list[RecordLocation]:
         """Write a response record and its request record; return ``[response, request]``.
 
@@ -195,6 +201,7 @@ class ArchiveWriter:
         then over the chunked bytes, as warcio writes and checks it. Any other
         response gets a true Content-Length. HTTP/2 and HTTP/3 exchanges are
         written as HTTP/1.1 with the standard reason phrase and a Host header.
+        ``warc_headers`` go on the response record (e.g. ``WARC-Truncated``).
         """
         when = naive_utc(date) if date is not None else self._clock()
         if not http_version.upper().startswith("HTTP/1") or not reason:
@@ -217,7 +224,7 @@ class ArchiveWriter:
         req_headers = _fix_length(req_headers, request_body, keep_length=not request_body)
         request_http = StatusAndHeaders(f"{target} HTTP/1.1", req_headers, protocol=method.upper())
 
-        extra = [("WARC-IP-Address", ip)] if ip else []
+        extra = ([("WARC-IP-Address", ip)] if ip else []) + list(warc_headers or [])
         with self._lock:
             resp_id = self._new_id()
             response = self._write_response(url, response_body, response_http, extra, resp_id, when)

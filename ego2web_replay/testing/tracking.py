@@ -82,6 +82,7 @@ class EpisodeSpec:
     repeat: int = 0
     validity: str | None = None  # frozen only: complete / degraded / off-snapshot
     snapshot_id: str = "s1"  # the snapshot replayed (frozen) or the episode's own archive (live)
+    truncated: int = 0  # frozen only: answers from truncated captures (WARC-Truncated)
     end_reason: str | None = None  # default: answered (with an answer), else stopped
     error: str | None = None  # the trajectory's error (with an end reason such as setup_error)
     replay_log: list[ReplayLogEntry] = field(default_factory=list)  # frozen only: the replay log (counted in)
@@ -120,7 +121,8 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
                                  learned=sum(a.startswith("learned") for a in aside),
                                  fresh_id=sum(a.startswith("fresh-id") for a in aside),
                                  missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
-                                 validity=e.validity, log=list(e.replay_log))  # type: ignore[arg-type]
+                                 truncated=e.truncated, log=list(e.replay_log),
+                                 validity=e.validity)  # type: ignore[arg-type]
         traj = Trajectory(task_id=e.task_id, instruction=f"Do {e.task_id}", mode=e.mode,  # type: ignore[arg-type]
                           snapshot_id=e.snapshot_id, agent=agent, steps=steps, answer=e.answer,
                           end_reason=e.end_reason or ("answered" if e.answer else "stopped"),  # type: ignore[arg-type]

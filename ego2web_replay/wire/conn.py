@@ -161,16 +161,36 @@ class _Conn(Bounded):
 
     def connection_made(self, transport: Any) -> None:
         self.transport = transport
+        self._writable = asyncio.Event()  # cleared while the transport's buffer is over its high-water mark
+        self._writable.set()
         if self.admit(transport):
-            self.app = H1Handler(self._answer_h1, self.write, self.close, self._connect)
+            self._app(H1Handler(self._answer_h1, self.write, self.close, self._connect))
+
+    def _app(self, app: Any) -> None:
+        """Speak ``app`` from now on; a body it streams waits while this client is behind."""
+        self.app = app
+        app.writable = self._can_write
+
+    async def _can_write(self) -> None:
+        await self._writable.wait()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+        super().pause_writing()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+        super().resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._writable.set()  # nothing waits on a connection that is gone
         if not self.counted:
             return
         self.counted = False
         tunnel = getattr(self.app, "tunnel", None)
         if tunnel is not None:
             tunnel.close()
+        self.stop_streams()
         self.release_all()
 
     def eof_received(self) -> bool:
@@ -199,7 +219,7 @@ class _Conn(Bounded):
                 host, _ = split_authority(self.tunnel, "https")
                 self.tls, self.scheme = _Tls(self.front.certs.context(host)), "https"
             else:  # plain HTTP through the tunnel (ws:// and the like)
-                self.app = H1Handler(self._answer_h1, self.write, self.close, None)
+                self._app(H1Handler(self._answer_h1, self.write, self.close, None))
         if self.tls is not None:
             was_ready = self.tls.ready
             plain = self.tls.receive(data)
@@ -220,10 +240,10 @@ class _Conn(Bounded):
     def _after_handshake(self) -> None:
         assert self.tls is not None
         if self.tls.obj.selected_alpn_protocol() == ALPN_H2:
-            self.app = H2Handler(self._answer_h2, self.write, self.close, authority=self.tunnel,
-                                 max_streams=self.front.limits.max_streams)
+            self._app(H2Handler(self._answer_h2, self.write, self.close, authority=self.tunnel,
+                                max_streams=self.front.limits.max_streams))
         else:
-            self.app = H1Handler(self._answer_h1, self.write, self.close, None)
+            self._app(H1Handler(self._answer_h1, self.write, self.close, None))
 
     def _connect(self, req: Request, rest: bytes) -> None:
         """CONNECT host:port: say yes (nothing is contacted), then read what the tunnel carries."""

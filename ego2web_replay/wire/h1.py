@@ -36,6 +36,7 @@ from typing import Any
 
 from ..web import reason_phrase
 from .reply import Reply
+from .stream import pump
 
 __all__ = ["H1Handler", "ParseError", "MAX_HEAD", "MAX_BODY", "head_bytes", "write_reply", "error_reply", "malformed"]
 
@@ -276,6 +277,8 @@ class H1Handler:
         self.done = False
         self.waiting = False  # an answer is on its way: read no further request until it is written
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
+        self.streaming: Any = None  # a reply's body stream being sent (closed if the client goes)
+        self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the client is behind
 
     # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
@@ -310,6 +313,11 @@ class H1Handler:
                 pass
         except ParseError as e:
             self._fail(e.status, str(e))
+
+    def lost(self) -> None:
+        """The client's connection is gone: a body still streaming to it is stopped."""
+        if self.streaming is not None:
+            self.streaming.close()
 
     def _fail(self, status: int, message: str) -> None:
         body = f"ego2web-replay: bad request: {message}\n".encode()
@@ -361,6 +369,9 @@ class H1Handler:
 
     def _written(self, req: Request, reply: Reply | None, keep: bool) -> bool:
         """Write ``reply`` to ``req``; whether the connection reads on."""
+        if reply is not None and reply.stream is not None and req.method != "HEAD":
+            self._stream(req, reply, keep)
+            return False
         if reply is not None:
             write_reply(self.write, reply, head=req.method == "HEAD", chunks_ok=req.version == "HTTP/1.1")
             if reply.status == 101 and reply.tunnel is not None:
@@ -376,6 +387,33 @@ class H1Handler:
             self.close()
             return False
         return True
+
+    def _stream(self, req: Request, reply: Reply, keep: bool) -> None:
+        """Send the head, then each piece of the reply's stream as it comes (see :mod:`.stream`);
+        read on after a complete body that had a length or chunks, else close."""
+        chunked = reply.chunked and req.version == "HTTP/1.1"
+        headers = reply.headers if chunked or not reply.chunked else \
+            [(k, v) for k, v in reply.headers if k.lower() != "transfer-encoding"]
+        delimited = chunked or any(k.lower() == "content-length" for k, _ in headers)
+        self.write(head_bytes(reply._replace(headers=headers)))
+        self.waiting, self.streaming = True, reply.stream
+
+        def send(data: bytes) -> None:
+            self.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
+
+        def sent(fut: asyncio.Future[bool]) -> None:
+            self.streaming = None
+            if fut.cancelled() or not fut.result() or not delimited:
+                self.done = True
+                self.close()
+                return
+            if chunked:
+                self.write(b"0\r\n\r\n")
+            self.waiting = False
+            if self._written(req, None, keep):
+                self.feed(b"")
+
+        asyncio.ensure_future(pump(reply.stream, send, self.writable)).add_done_callback(sent)
 
     def _answered(self, req: Request, reply: Reply, keep: bool) -> None:
         """A late answer: write it, then read on with what arrived meanwhile."""

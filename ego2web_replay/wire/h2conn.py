@@ -22,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import h2.config
 import h2.connection
+import h2.errors
 import h2.events
 import h2.exceptions
 import h2.settings
@@ -32,6 +34,7 @@ import h2.settings
 from . import h1
 from .h1 import error_reply, malformed, settle
 from .reply import Reply
+from .stream import MAX_UNSENT, pump
 
 __all__ = ["H2Handler"]
 
@@ -62,6 +65,9 @@ class H2Handler:
         self.requests: dict[int, tuple[list[tuple[bytes, bytes]], bytearray]] = {}
         self.sending: dict[int, memoryview] = {}
         self.waiting: dict[int, asyncio.Future[Reply]] = {}  # answers still to come, by stream
+        self.streams: dict[int, Any] = {}  # streams whose body is still coming (wire/stream.py)
+        self.caught_up: dict[int, asyncio.Event] = {}  # set while a stream's unsent bytes are few
+        self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the connection is behind
         self.done = False
         self.write(self.conn.data_to_send())
 
@@ -105,6 +111,10 @@ class H2Handler:
             waiting = self.waiting.pop(event.stream_id, None)  # type: ignore[arg-type]
             if waiting is not None:
                 waiting.cancel()  # nobody will read the answer: stop making it
+            stream = self.streams.pop(event.stream_id, None)  # type: ignore[arg-type]
+            if stream is not None:
+                stream.close()  # the body's recording ends as the client left it (wire/stream.py)
+            self._caught_up(event.stream_id)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.ConnectionTerminated):
             self._end()
 
@@ -141,6 +151,8 @@ class H2Handler:
     def _late(self, stream_id: int, method: str, reply: Reply) -> None:
         self.waiting.pop(stream_id, None)
         if self.done:
+            if reply.stream is not None:
+                reply.stream.close()  # never sent: its source is let go
             return
         self._send(stream_id, method, reply)
         out = self.conn.data_to_send()
@@ -154,14 +166,80 @@ class H2Handler:
             if name not in _FORBIDDEN:
                 fields.append((name, v.encode("latin-1", "replace")))
         try:
+            if reply.stream is not None and method != "HEAD":
+                self.conn.send_headers(stream_id, fields)
+                self._stream(stream_id, reply.stream)
+                return
             if method == "HEAD" or not reply.body:
                 self.conn.send_headers(stream_id, fields, end_stream=True)
                 return
             self.conn.send_headers(stream_id, fields)
         except h2.exceptions.H2Error:  # the stream went away meanwhile
+            if reply.stream is not None:
+                reply.stream.close()
             return
         self.sending[stream_id] = memoryview(reply.body)
         self._flush(stream_id)
+
+    def _stream(self, stream_id: int, stream: Any) -> None:
+        """Send the stream's pieces as they come, within the windows; a cut body resets the stream."""
+        self.streams[stream_id] = stream
+        self.sending[stream_id] = memoryview(b"")
+
+        def send(data: bytes) -> None:
+            if self.done or stream_id not in self.sending:
+                return
+            self.sending[stream_id] = memoryview(self.sending[stream_id].tobytes() + data)
+            self._flush(stream_id)
+            self._out()
+
+        caught_up = self.caught_up[stream_id] = asyncio.Event()
+        caught_up.set()
+
+        async def ready() -> None:
+            await caught_up.wait()
+            if self.writable is not None:
+                await self.writable()
+
+        def sent(fut: asyncio.Future[bool]) -> None:
+            self.streams.pop(stream_id, None)
+            self.caught_up.pop(stream_id, None)
+            if self.done or stream_id not in self.sending:
+                return
+            if fut.cancelled() or not fut.result():
+                self.sending.pop(stream_id, None)
+                try:
+                    self.conn.reset_stream(stream_id, h2.errors.ErrorCodes.CANCEL)
+                except h2.exceptions.H2Error:
+                    pass
+            else:
+                self._flush(stream_id)
+            self._out()
+
+        asyncio.ensure_future(pump(stream, send, ready)).add_done_callback(sent)
+
+    def lost(self) -> None:
+        """The connection is gone: every body still streaming on it is stopped."""
+        for stream in list(self.streams.values()):
+            stream.close()
+        self.streams.clear()
+        for event in self.caught_up.values():
+            event.set()
+
+    def _caught_up(self, stream_id: int) -> None:
+        """Let a stream's next piece go when few of its bytes wait for the window (or it is gone)."""
+        event = self.caught_up.get(stream_id)
+        if event is not None:
+            data = self.sending.get(stream_id)
+            if data is None or len(data) <= MAX_UNSENT:
+                event.set()
+            else:
+                event.clear()
+
+    def _out(self) -> None:
+        out = self.conn.data_to_send()
+        if out:
+            self.write(out)
 
     def _flush(self, stream_id: int) -> None:
         """Send as much of the stream's body as the windows allow; end it when all is sent."""
@@ -174,27 +252,34 @@ class H2Handler:
                     break
                 self.conn.send_data(stream_id, data[:size].tobytes())
                 data = data[size:]
-            if not data:
+            if not data and stream_id in self.streams:
+                self.sending[stream_id] = data  # more to come
+            elif not data:
                 self.conn.end_stream(stream_id)
                 del self.sending[stream_id]
             else:
                 self.sending[stream_id] = data
         except h2.exceptions.H2Error:
             self.sending.pop(stream_id, None)
+        self._caught_up(stream_id)
 
     def _end(self) -> None:
         self.done = True
+        self.lost()
         self.close()
 
     # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
-        """``body`` (a stream's request still coming), ``answering`` (answers to come), ``sending``
-        (answers waiting for the client's flow-control windows) or ``idle``."""
+        """``body`` (a stream's request still coming), ``answering`` (answers to come, or a streamed
+        body waiting for its next piece), ``sending`` (answers waiting for the client's flow-control
+        windows) or ``idle``."""
         if self.requests:
             return "body"
         if self.waiting:
             return "answering"
-        return "sending" if self.sending else "idle"
+        if any(data or sid not in self.streams for sid, data in self.sending.items()):
+            return "sending"
+        return "answering" if self.streams else "idle"  # a streamed body all sent, more to come
 
     def buffered(self) -> int:
         """Bytes of request bodies held for streams still coming."""

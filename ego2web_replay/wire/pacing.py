@@ -80,6 +80,13 @@ class Bounded(asyncio.Protocol):
             transport.close()
         return False
 
+    def stop_streams(self) -> None:
+        """Stop the bodies still streaming to this client (``app.lost()``, wire/stream.py): an answer whose
+        head was sent is no longer cancelled but ends its recording as the client left it."""
+        lost = getattr(self.app, "lost", None)
+        if lost is not None:
+            lost()
+
     def release_all(self) -> None:
         """The connection is gone: cancel its answers still to come, give its bytes back."""
         self.front.connections.discard(self)
@@ -192,6 +199,7 @@ class Bounded(asyncio.Protocol):
         for future in [*self.held, *(f for f, _ in self.deferred)]:
             future.cancel()
         self.deferred.clear()
+        self.stop_streams()
         self.app = None
         self.account()
         if reply is not None:

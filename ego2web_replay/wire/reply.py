@@ -17,7 +17,10 @@ class Reply(NamedTuple):
     ``replayed``, ``blocked`` (the guard), ``live`` (forward upstream; mitmproxy only) or
     ``recorded`` (the recording front end). ``tunnel``, on a ``101`` only, carries the
     connection on as raw bytes after the head (a websocket the recorder passes through):
-    it has ``start(write, close)``, ``send(data)`` and ``close()``.
+    it has ``start(write, close)``, ``send(data)`` and ``close()``. ``stream``, when set,
+    sends the body as it comes instead of ``body`` (:mod:`.stream`: a response of the
+    recorder streamed through, a recorded stream replayed with its timing); a front end
+    that cannot stream sends ``body``.
     """
 
     status: int
@@ -27,3 +30,4 @@ class Reply(NamedTuple):
     chunked: bool
     tag: str
     tunnel: Any = None
+    stream: Any = None
