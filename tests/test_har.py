@@ -85,7 +85,7 @@ def _entry(method: str, url: str, status: int, content: dict, *, headers=(), pos
     }
 
 
-def test_devtools_har_bodies_statuses_post_redirect_and_empty(tmp_path):
+def test_devtools_har_bodies_statuses_post_redirect_and_empty(tmp_path, capsys):
     logo = png_bytes(8, 8, (10, 20, 30))
     html = "<html><h1>Caf\u00e9 shop</h1></html>"
     entries = [
@@ -104,11 +104,16 @@ def test_devtools_har_bodies_statuses_post_redirect_and_empty(tmp_path):
         _entry("GET", ORIGIN + "/blocked.js", 0, {"size": 0, "mimeType": "x-unknown"}, rtype="script"),
         _entry("GET", ORIGIN + "/not-kept.css", 200, {"size": 500, "mimeType": "text/css"},
                headers=[("content-type", "text/css")], rtype="stylesheet"),
+        _entry("GET", "data:image/png;base64,AAAA", 200, {"size": 3, "mimeType": "image/png"}, rtype="image"),
+        _entry("GET", "wss://shop.example.test/live", 101, {"size": 0, "mimeType": "x-unknown"}, rtype="websocket"),
     ]
     har = tmp_path / "devtools.har"
     har.write_text(json.dumps({"log": {"version": "1.2", "creator": {"name": "WebInspector", "version": "537.36"},
                                        "pages": [], "entries": entries}}))
-    snap = import_warc(har, "T", tmp_path / "snaps")
+    assert main(["snapshot", "import", str(har), "--task", "T", "--snapshots", str(tmp_path / "snaps"),
+                 "--id", "d"]) == 0
+    assert "1 websocket" in capsys.readouterr().out  # what was left out is shown
+    snap = Snapshot.open(tmp_path / "snaps" / "T" / "d")
     served = _served(snap)
     assert set(served) == {("GET", ORIGIN + "/start"), ("GET", ORIGIN + "/"), ("GET", ORIGIN + "/logo.png"),
                            ("POST", ORIGIN + "/api/login"), ("POST", ORIGIN + "/beacon")}
@@ -125,7 +130,8 @@ def test_devtools_har_bodies_statuses_post_redirect_and_empty(tmp_path):
     raw = b"".join(r.block for r in snap.records())
     assert b"secret-cookie-value" not in raw and b"hunter2" not in raw
     assert snap.manifest.pages == [ORIGIN + "/"] and snap.manifest.start_url == ORIGIN + "/"
-    assert any("1 without a response" in n and "1 whose body the HAR left out" in n for n in snap.manifest.notes)
+    assert any("1 without a response" in n and "1 whose body the HAR left out" in n and "1 not http(s)" in n
+               and "1 websocket" in n for n in snap.manifest.notes)
     assert snap.record(next(e for e in snap.entries() if e.url == ORIGIN + "/logo.png")).ip == "::1"
     kept = import_warc(har, "T", tmp_path / "snaps", keep_credentials=True)
     assert _requests(kept)[ORIGIN + "/api/login"] == b"user=ann&password=hunter2"
@@ -189,8 +195,10 @@ def _err(capsys) -> str:
     ("list.json", b"[1, 2]", "list.json: not a WARC, WACZ or HAR file (starts with b'[1, 2]')"),
     ("list.har", b"[1, 2]", "list.har: not a HAR file: no log.entries list"),
     ("deep.har", b'{"log": ' + b"[" * 300 + b"]" * 300 + b"}", "deep.har: JSON nested more than 200 levels"),
-    ("entry.har", b'{"log": {"entries": [{"request": {"url": "ftp://x"}, "response": {}}]}}',
-     "entry.har: not a valid HAR: entry 0 has no http(s) request.url"),
+    ("entry.har", b'{"log": {"entries": [{"request": {"method": "GET"}, "response": {}}]}}',
+     "entry.har: not a valid HAR: entry 0 has no request.url"),
+    ("b64.har", b'{"log": {"entries": [{"request": {"url": "http://a/"}, "response": {"status": 200, '
+     b'"content": {"text": "@@", "encoding": "base64"}}}]}}', "b64.har: not a valid HAR: entry 0 response.content"),
 ])
 def test_unknown_and_malformed_files_get_one_line_errors(tmp_path, capsys, name, content, message):
     path = tmp_path / name

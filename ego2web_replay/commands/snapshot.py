@@ -144,6 +144,9 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snap
     snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression, keep_credentials=keep_credentials)  # type: ignore[arg-type]
     m = snap.manifest
     click.echo(f"imported {m.exchanges} captures into {snap.path}")
+    for note in m.notes:
+        if "not archived" in note:  # HAR entries left out: shown, not only noted
+            click.echo(f"  {note}")
 
 
 @snapshot.command("extend")

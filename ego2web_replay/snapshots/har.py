@@ -6,8 +6,8 @@ base64 with ``content.encoding: "base64"``), so the archived response drops
 ``Content-Encoding``, ``Transfer-Encoding`` and ``Content-Length`` and gets a
 true length. Bodies left out of a HAR (``content.text`` absent while
 ``content.size`` says there were bytes) and entries without a response
-(``status`` 0 or -1: aborted, blocked) are not archived but counted in the
-snapshot's notes. ``_file`` (Playwright's ``record_har_content="attach"``) is
+(``status`` 0 or -1: aborted, blocked), websockets and non-http(s) URLs
+(``data:``, ``blob:``) are not archived but counted in the snapshot's notes. ``_file`` (Playwright's ``record_har_content="attach"``) is
 read from the HAR's folder. ``_resourceType: "document"`` entries with a 2xx
 HTML answer become the snapshot's pages. Credentials are redacted as the
 recorder redacts them (``keep_credentials`` turns it off).
@@ -74,7 +74,7 @@ def _pairs(value: Any, where: str) -> list[tuple[str, str]]:
 
 def _b64(text: str, where: str) -> bytes:
     try:
-        return base64.b64decode(text, validate=False)
+        return base64.b64decode("".join(text.split()), validate=True)
     except (binascii.Error, ValueError):
         raise _Bad(f"{where} is not valid base64") from None
 
@@ -125,9 +125,13 @@ def _write_entry(writer: SnapshotWriter, entry: Any, n: int, folder: Path, red: 
         raise _Bad(f"{where} has no request or response object")
     req, resp = entry["request"], entry["response"]
     url, method = req.get("url"), req.get("method", "GET")
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")) or not isinstance(method, str):
-        raise _Bad(f"{where} has no http(s) request.url or request.method")
+    if not isinstance(url, str) or not url or not isinstance(method, str):
+        raise _Bad(f"{where} has no request.url or request.method")
     status = resp.get("status")
+    if entry.get("_resourceType") == "websocket" or status == 101 or url.lower().startswith(("ws:", "wss:")):
+        return "websocket"
+    if not url.lower().startswith(("http://", "https://")):
+        return "not-http"  # data:, blob:, chrome-extension: ... (DevTools lists them)
     if not isinstance(status, int) or status < 100:
         return "no-response"
     method = method.upper()
@@ -203,7 +207,7 @@ def import_har(path: Path, writer: SnapshotWriter, red: Redactor) -> int:
         writer.pages += [p for p in ours.get("pages") or [] if isinstance(p, str)]
         writer.add_note(f"exported snapshot {ours.get('snapshot', '?')}")
     entries = log["entries"]
-    counts = {"ok": 0, "no-response": 0, "no-body": 0}
+    counts = dict.fromkeys(("ok", "no-response", "no-body", "not-http", "websocket"), 0)
     for n, entry in enumerate(entries):
         try:
             counts[_write_entry(writer, entry, n, path.parent, red)] += 1
@@ -214,6 +218,10 @@ def import_har(path: Path, writer: SnapshotWriter, red: Redactor) -> int:
         skipped.append(f"{counts['no-response']} without a response (aborted or blocked)")
     if counts["no-body"]:
         skipped.append(f"{counts['no-body']} whose body the HAR left out (record it with content embedded)")
+    if counts["not-http"]:
+        skipped.append(f"{counts['not-http']} not http(s) (data:, blob: ...)")
+    if counts["websocket"]:
+        skipped.append(f"{counts['websocket']} websocket (HAR messages are not imported)")
     if skipped:
         writer.add_note(f"{path.name}: entries not archived: {'; '.join(skipped)}")
     return counts["ok"]
