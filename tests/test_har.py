@@ -222,3 +222,17 @@ def test_har_size_limit_and_no_mixing(tmp_path, capsys, monkeypatch):
     assert "over the limit of 1 KiB (EGO2WEB_MAX_JSON_BYTES)" in _err(capsys)
     assert not (tmp_path / "o" / "T").exists() or not list((tmp_path / "o" / "T").iterdir())
 
+
+
+def test_har_export_counts_what_it_cannot_hold(tmp_path, capsys):
+    from ego2web_replay.snapshots import SnapshotWriter
+
+    w = SnapshotWriter(tmp_path / "snaps", "r", snapshot_id="s", start_url=f"{BASE}/")
+    w.writer.write_exchange(url=f"{BASE}/", method="GET", request_headers=[], request_body=b"", status=200,
+                            reason="OK", response_headers=[("Content-Type", "text/html")], response_body=b"<p>hi</p>")
+    w.writer.write_record("resource", f"{BASE}/notes.txt", payload=b"a note", content_type="text/plain")
+    w.finalize()
+    har = tmp_path / "r.har"
+    assert main(["snapshot", "export", str(w.path), "--format", "har", "--out", str(har)]) == 0
+    assert "exported 1 entries" in (out := capsys.readouterr().out) and "1 captures with no HTTP response left out" in out
+    assert [e["request"]["url"] for e in json.loads(har.read_text())["log"]["entries"]] == [f"{BASE}/"]

@@ -23,6 +23,7 @@ def export_command(path: Path, fmt: str, out: Path) -> None:
 
     result = export_snapshot(path, out, fmt)  # type: ignore[arg-type]
     extra = f", {result.materialized} revisits made whole" if result.materialized else ""
+    extra += f", {result.left_out} captures with no HTTP response left out" if result.left_out else ""
     what = "entries" if result.format == "har" else "records"
     click.echo(f"exported {result.records} {what} to {result.path} ({result.bytes} bytes{extra})")
 

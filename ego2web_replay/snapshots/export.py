@@ -58,6 +58,8 @@ class ExportResult:
     records: int
     materialized: int
     bytes: int
+    left_out: int = 0
+    """Captures the format cannot hold (HAR: records with no HTTP response)."""
 
 
 def serialize_record(headers: list[tuple[str, str]], block: bytes, version: str = "WARC/1.1") -> bytes:
@@ -222,8 +224,8 @@ def export_snapshot(
     if fmt == "har":  # HAR 1.2 for Playwright's route_from_har and browser tools (see .har)
         from .har import export_har
 
-        entries = export_har(snap, out)
-        return ExportResult(out, fmt, entries, 0, out.stat().st_size)
+        entries, left_out = export_har(snap, out)
+        return ExportResult(out, fmt, entries, 0, out.stat().st_size, left_out)
     when = (clock or (lambda: datetime.now(UTC)))().astimezone(UTC).replace(tzinfo=None)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -248,19 +248,22 @@ def _iso(date: str | None) -> str:
     return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
 
 
-def _entries(snap: Snapshot) -> list[dict[str, Any]]:
+def _entries(snap: Snapshot) -> tuple[list[dict[str, Any]], int]:
+    """The HAR entries of ``snap`` and how many of its captures are no HTTP response (resources)."""
     requests = {}
     for record in snap.records():
         if record.rec_type == "request":
             for target in record.concurrent_to:
                 requests[target] = record
-    out = []
+    out, left_out = [], 0
     for e in sorted(snap.entries(), key=lambda e: (e.timestamp, e.offset)):
         if e.record_type not in ("response", "revisit"):
+            left_out += 1
             continue
         own = snap.record(e)
         served = snap.resolve(e)
         if served.http_status is None:
+            left_out += 1
             continue
         heads = own.http_headers if own.http_headers is not None else served.http_headers or []
         status = own.http_status if own.http_status is not None else served.http_status
@@ -303,13 +306,14 @@ def _entries(snap: Snapshot) -> list[dict[str, Any]]:
         if e.url in snap.manifest.pages:
             entry["_resourceType"] = "document"
         out.append(entry)
-    return out
+    return out, left_out
 
 
-def export_har(snap: Snapshot, out: Path) -> int:
-    """Write ``snap`` as HAR 1.2 to ``out`` (atomically); returns the entries written."""
+def export_har(snap: Snapshot, out: Path) -> tuple[int, int]:
+    """Write ``snap`` as HAR 1.2 to ``out`` (atomically); returns the entries written and the captures
+    left out (records with no HTTP response: resources, websocket conversations)."""
     m = snap.manifest
-    entries = _entries(snap)
+    entries, left_out = _entries(snap)
     pages: list[dict[str, Any]] = []
     if m.start_url:
         pages.append({"startedDateTime": entries[0]["startedDateTime"] if entries else _iso(None),
@@ -335,4 +339,4 @@ def export_har(snap: Snapshot, out: Path) -> int:
             raise
     except OSError as e:
         raise SnapshotError(f"{out}: cannot write the export ({e.strerror or e})") from None
-    return len(entries)
+    return len(entries), left_out
