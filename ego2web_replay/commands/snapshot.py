@@ -132,16 +132,21 @@ def index_command(path: Path | str) -> None:
 @_SNAPSHOTS_OPTION
 @click.option("--id", "snapshot_id", default=None, help="Snapshot id (default: the current UTC time).")
 @compression_option(("zst", "gz", "none"))
+@click.option("--keep-credentials", is_flag=True, default=False,
+              help="HAR files: archive cookies, tokens and passwords as they are (by default they are redacted).")
 def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snapshot_id: str | None,
-                   compression: str) -> None:
-    """Import WARC / WARC.GZ / WARC.ZST / WACZ files (several go into one snapshot)."""
+                   compression: str, keep_credentials: bool) -> None:
+    """Import WARC / WARC.GZ / WARC.ZST / WACZ files, or HAR 1.2 files (several go into one snapshot)."""
     from ..snapshots import import_warc
     from ..snapshots.location import require_local
 
     wire_index_hooks()
-    snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression)  # type: ignore[arg-type]
+    snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression, keep_credentials=keep_credentials)  # type: ignore[arg-type]
     m = snap.manifest
     click.echo(f"imported {m.exchanges} captures into {snap.path}")
+    for note in m.notes:
+        if "not archived" in note:  # HAR entries left out: shown, not only noted
+            click.echo(f"  {note}")
 
 
 @snapshot.command("extend")

@@ -1,4 +1,4 @@
-"""``ego2web-replay snapshot export``: a snapshot as a WACZ or a ``.warc.gz`` for other archive tools."""
+"""``ego2web-replay snapshot export``: a snapshot as a WACZ, a ``.warc.gz`` or a HAR for other tools."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ __all__ = ["COMMANDS", "export_command"]
 
 @snapshot.command("export")
 @click.argument("path", type=click.Path(path_type=Path))
-@click.option("--format", "fmt", type=click.Choice(["wacz", "warc.gz"]), default="wacz", show_default=True,
-              help="wacz (WACZ 1.1.1: WARC, CDXJ index, pages, manifest) or warc.gz (records + manifest record).")
+@click.option("--format", "fmt", type=click.Choice(["wacz", "warc.gz", "har"]), default="wacz", show_default=True,
+              help="wacz (WACZ 1.1.1: WARC, CDXJ index, pages, manifest), warc.gz (records + manifest record) "
+                   "or har (HAR 1.2, replayable by Playwright's route_from_har).")
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
 def export_command(path: Path, fmt: str, out: Path) -> None:
     """Export a snapshot for pywb, py-wacz, warcio and other web-archive tools."""
@@ -22,7 +23,9 @@ def export_command(path: Path, fmt: str, out: Path) -> None:
 
     result = export_snapshot(path, out, fmt)  # type: ignore[arg-type]
     extra = f", {result.materialized} revisits made whole" if result.materialized else ""
-    click.echo(f"exported {result.records} records to {result.path} ({result.bytes} bytes{extra})")
+    extra += f", {result.left_out} captures with no HTTP response left out" if result.left_out else ""
+    what = "entries" if result.format == "har" else "records"
+    click.echo(f"exported {result.records} {what} to {result.path} ({result.bytes} bytes{extra})")
 
 
 COMMANDS: list[click.Command] = []  # attached to the `snapshot` group above

@@ -1,4 +1,4 @@
-"""Exporting a snapshot for other web-archive tools: a ``.warc.gz`` or a WACZ.
+"""Exporting a snapshot for other web-archive tools: a ``.warc.gz``, a WACZ or a HAR (:mod:`.har`).
 
 The ``.warc.gz`` holds every record of the snapshot, byte for byte, each in
 its own gzip member, followed by one ``metadata`` record carrying the
@@ -41,7 +41,7 @@ from .storage import walk
 __all__ = ["ExportFormat", "ExportResult", "export_snapshot", "MANIFEST_RECORD_URI", "materialize_revisit",
            "serialize_record"]
 
-ExportFormat = Literal["wacz", "warc.gz"]
+ExportFormat = Literal["wacz", "warc.gz", "har"]
 MANIFEST_RECORD_URI = "urn:ego2web-replay:manifest"
 WACZ_VERSION = "1.1.1"
 WARC_NAME = "data.warc.gz"
@@ -58,6 +58,8 @@ class ExportResult:
     records: int
     materialized: int
     bytes: int
+    left_out: int = 0
+    """Captures the format cannot hold (HAR: records with no HTTP response)."""
 
 
 def serialize_record(headers: list[tuple[str, str]], block: bytes, version: str = "WARC/1.1") -> bytes:
@@ -213,12 +215,17 @@ def export_snapshot(
 
     ``out`` is written atomically; a failed export leaves nothing behind.
     """
-    if fmt not in ("wacz", "warc.gz"):
-        raise SnapshotError(f"unknown export format {fmt!r}; use wacz or warc.gz")
+    if fmt not in ("wacz", "warc.gz", "har"):
+        raise SnapshotError(f"unknown export format {fmt!r}; use wacz, warc.gz or har")
     snap = path if isinstance(path, Snapshot) else Snapshot.open(Path(path))
     out = Path(out)
     if out.is_dir():
         raise SnapshotError(f"{out}: is a folder; give the file to write, e.g. {out / (snap.manifest.task_id + '.' + fmt)}")
+    if fmt == "har":  # HAR 1.2 for Playwright's route_from_har and browser tools (see .har)
+        from .har import export_har
+
+        entries, left_out = export_har(snap, out)
+        return ExportResult(out, fmt, entries, 0, out.stat().st_size, left_out)
     when = (clock or (lambda: datetime.now(UTC)))().astimezone(UTC).replace(tzinfo=None)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """Importing WARCs written by other tools (pywb, warcprox, wget, browsertrix ...) as a snapshot.
 
-Accepts ``.warc``, ``.warc.gz``, ``.warc.zst`` and ``.wacz`` files, several at
+Accepts ``.warc``, ``.warc.gz``, ``.warc.zst``, ``.wacz`` and HAR 1.2 files (see
+:mod:`.har`; HAR files are imported on their own, not mixed with WARCs), several at
 once (so a URL-agnostic revisit and its original from another file end up in
 one snapshot). Records are copied byte for byte (headers, ids and digests
 unchanged), each recompressed into its own unit; revisits are kept and
@@ -22,8 +23,10 @@ from typing import BinaryIO
 from ..errors import ArchiveError, SnapshotError
 from ..limits import RATIO_FLOOR, InputLimitError, human, loads, max_inflation, max_json_bytes
 from ..models import SnapshotManifest
+from ..redaction import Redactor
 from .export import MANIFEST_RECORD_URI
 from .framing import Truncated, iter_units
+from .har import import_har, looks_like_har
 from .reader import ArchiveRecord, parse_record
 from .snapshot import Snapshot, SnapshotWriter
 from .warc import Compression
@@ -31,6 +34,27 @@ from .warc import Compression
 __all__ = ["import_warc"]
 
 _WARC_SUFFIXES = (".warc", ".warc.gz", ".warc.zst", ".arc.gz")
+_GZIP = b"\x1f\x8b"
+_ZSTD = (b"\x28\xb5\x2f\xfd", b"\x5d\x2a\x4d\x18")  # a zstd frame; the skippable frame of a dictionary
+
+
+def _kind(path: Path) -> str:
+    """``wacz``, ``warc`` or ``har`` by the file's first bytes (and name); a one-line error for anything else."""
+    if not path.is_file():
+        raise ArchiveError(f"{path}: file not found")
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(64)
+    except OSError as e:
+        raise ArchiveError(f"{path}: cannot read ({e.strerror})") from None
+    if path.suffix.lower() == ".wacz" or zipfile.is_zipfile(path):
+        return "wacz"
+    if head.lstrip(b"\r\n")[:5] == b"WARC/" or head[:2] == _GZIP or head[:4] in _ZSTD \
+            or path.name.lower().endswith(_WARC_SUFFIXES):
+        return "warc"
+    if looks_like_har(path, head):
+        return "har"
+    raise ArchiveError(f"{path}: not a WARC, WACZ or HAR file (starts with {head[:16]!r})")
 
 
 def import_warc(
@@ -40,22 +64,34 @@ def import_warc(
     *,
     snapshot_id: str | None = None,
     compression: Compression = "zst",
+    keep_credentials: bool = False,
 ) -> Snapshot:
-    """Create a snapshot (``source="import"``) from one or more WARC/WACZ files."""
+    """Create a snapshot (``source="import"``) from one or more WARC/WACZ files, or HAR files.
+
+    WARC records are copied as they are; HAR entries are archived with credentials redacted
+    (unless ``keep_credentials``), and the manifest records the redaction for the replay.
+    """
     sources = [Path(src)] if isinstance(src, (str, Path)) else [Path(s) for s in src]
     if not sources:
-        raise SnapshotError("nothing to import: give at least one WARC or WACZ file")
-    for path in sources:
-        if not path.is_file():
-            raise ArchiveError(f"{path}: file not found")
+        raise SnapshotError("nothing to import: give at least one WARC, WACZ or HAR file")
+    kinds = [_kind(path) for path in sources]
+    if "har" in kinds and set(kinds) != {"har"}:
+        raise SnapshotError(f"{sources[kinds.index('har')]}: a HAR file is imported on its own, "
+                            "not together with WARC or WACZ files")
+    red = Redactor.make(keep_credentials=keep_credentials or "har" not in kinds)
+    settings: dict[str, object] = {"imported_from": [p.name for p in sources]}
+    if red.settings() is not None:
+        settings["redaction"] = red.settings()
     writer = SnapshotWriter(
         Path(root), task_id, compression=compression, source="import", snapshot_id=snapshot_id,
-        settings={"imported_from": [p.name for p in sources]},
+        settings=settings,
     )
     try:
-        for path in sources:
-            if path.suffix.lower() == ".wacz" or zipfile.is_zipfile(path):
+        for path, kind in zip(sources, kinds, strict=True):
+            if kind == "wacz":
                 _import_wacz(path, writer)
+            elif kind == "har":
+                import_har(path, writer, red)
             else:
                 _copy_records(path, writer)
         writer.add_note(f"imported from {', '.join(p.name for p in sources)}")
