@@ -29,7 +29,7 @@ from ..errors import ArchiveError
 from ..models.index import IndexRow, index_row
 
 __all__ = ["IndexRow", "index_rows", "parse_rows", "cache_file", "warm_cache", "SERVABLE", "cache_dir", "mark_used",
-           "CacheFile", "cache_files", "prune_cache"]
+           "CacheFile", "cache_files", "prune_cache", "trusted"]
 
 SERVABLE = ("response", "revisit", "resource")
 _CACHE_VERSION = 1
@@ -52,7 +52,7 @@ def index_rows(path: Path) -> list[IndexRow]:
     index's path, size and mtime), so a large index loads from a compact pickle afterwards.
     """
     cache = cache_file(path)
-    if cache is not None and cache.is_file() and _trusted(cache):
+    if cache is not None and cache.is_file() and trusted(cache):
         try:
             with cache.open("rb") as fh:
                 rows = pickle.load(fh)
@@ -112,8 +112,9 @@ def warm_cache(index: Path) -> None:
         pass
 
 
-def _trusted(cache: Path) -> bool:
-    """A pickle runs code when loaded: load only caches this user wrote that nobody else can change."""
+def trusted(cache: Path) -> bool:
+    """A pickle runs code when loaded, and every cache decides what replay serves: load only caches this
+    user wrote that nobody else can change."""
     try:
         st = cache.stat()
     except OSError:

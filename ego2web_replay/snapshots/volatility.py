@@ -38,10 +38,11 @@ from .digests import normalize_digest, sha1_digest
 from .postform import post_query
 
 __all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_from_index", "volatile_text",
-           "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of"]
+           "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of", "LEARNS"]
 
 VOLATILE_FILE = "volatile.json"
 _VERSION = 1
+LEARNS = [0]  # times this process ran the learner (read by tests: a cached open runs none)
 
 Fields = dict[str, tuple[str, ...]]
 Reload = tuple[str, str, str | None, str]
@@ -114,6 +115,7 @@ def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict
     Only paths with at least two captures can teach anything; revisits count
     with the digest of the payload they refer to.
     """
+    LEARNS[0] += 1
     groups: dict[str, list[tuple[Fields, str]]] = {}
     for method, url, body_query, digest in captures:
         if "?" not in url and not body_query:
