@@ -110,3 +110,34 @@ def test_a_snapshot_with_volatile_json_never_uses_the_cache(tmp_path, data_home,
     replay.open()
     replay.stop()
     assert volatility.LEARNS[0] == before and not learned_file(sw.path / "index.cdxj").exists()
+
+
+def test_learning_grouped_on_disk_equals_learning_in_memory(tmp_path, monkeypatch):
+    """Many paths, tokens that are volatile on some and matter on others, POST bodies and revisits,
+    sorted by path through dozens of runs (tiny runs forced): what is learned is what learning in
+    memory learns, and something is learned and something is not."""
+    import random
+
+    from ego2web_replay.models.index import IndexEntry
+    from ego2web_replay.snapshots.sortedfile import ExternalSorter
+    from ego2web_replay.snapshots.volatility import learn_volatile
+
+    rng = random.Random(9)
+    entries = []
+    for i in range(600):
+        path = f"/api/p{rng.randrange(25)}"
+        method = rng.choice(["GET", "GET", "POST"])
+        query = f"id={rng.randrange(3)}&tok={rng.randrange(1000)}"
+        digest = f"sha1:{path}{query[:4] if rng.random() < 0.9 else rng.randrange(9)}"
+        entries.append(IndexEntry(surt=f"k{rng.randrange(50)}", timestamp=f"202601010000{i % 60:02d}",
+                                  url=f"https://e.com{path}" + (f"?{query}" if method == "GET" else ""),
+                                  mime="warc/revisit" if i % 7 == 0 else "application/json", digest=digest,
+                                  offset=i, length=1, filename="a.warc.gz", method=method,
+                                  request_body_query=query if method == "POST" else None,
+                                  record_type="revisit" if i % 7 == 0 else "response"))
+    index = tmp_path / "index.cdxj"
+    index.write_text("\n".join(sorted(e.to_line() for e in entries)) + "\n")
+    monkeypatch.setattr(ExternalSorter, "RUN_BYTES", 2048)
+    learned = learn_index_file(index)
+    assert learned == learn_volatile((e.method, e.url, e.request_body_query, e.digest) for e in entries)
+    assert learned and len(learned) < 50 and all(names == ["tok"] for names in learned.values())

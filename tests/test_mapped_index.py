@@ -148,9 +148,13 @@ def _requests(rng: random.Random, captures: list[tuple[str, str, str | None]]) -
 @pytest.mark.parametrize(("seed", "memo_max"), [(1, None), (2, None), (3, 7)])
 def test_mapped_and_memory_answer_alike(tmp_path, data_home, monkeypatch, seed, memo_max):
     """Every request asked twice (the second time from the mapped index's memo of lookups and
-    captures; with ``memo_max`` 7 the memo is emptied again and again): the same answers throughout."""
+    captures; with ``memo_max`` 7 the memo is emptied again and again, and the map and canonical keys
+    are built through dozens of sorted runs): the same answers throughout."""
     if memo_max is not None:
+        from ego2web_replay.snapshots.sortedfile import ExternalSorter
+
         monkeypatch.setattr(mapped_module, "MEMO_MAX", memo_max)
+        monkeypatch.setattr(ExternalSorter, "RUN_BYTES", 2048)
     rng = random.Random(seed)
     snaps = []
     for n in range(2):  # two snapshots replayed together

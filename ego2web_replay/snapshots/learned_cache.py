@@ -9,7 +9,8 @@ nobody else can change it (:func:`~.index_cache.trusted`), is never the source o
 stale or unreadable one is learned again) and is listed and pruned by ``ego2web-replay cache``.
 A snapshot that has a ``volatile.json`` reads that instead; this cache is never consulted.
 
-Learning streams the index: its lines are read one at a time, never held as a list of entries.
+Learning streams the index: its lines are read one at a time, never held as a list of entries, and
+the captures are grouped by path through sorted runs on disk, so memory holds one path's captures.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from ..errors import ArchiveError
 from . import volatility as _volatility_module
 from .cdxj import CdxjEntry, IndexEntry
 from .index_cache import cache_dir, mark_used, trusted
-from .volatility import learn_from_index, learn_volatile
+from .sortedfile import ExternalSorter
+from .volatility import learn_from_index, learn_grouped, path_group
 
 __all__ = ["learned_file", "learn_index_file", "learned_of_index", "MIN_BYTES"]
 
@@ -77,8 +79,21 @@ def _captures(index: Path) -> Iterator[tuple[str, str, str | None, str]]:
 
 
 def learn_index_file(index: Path) -> dict[str, list[str]]:
-    """:func:`~.volatility.learn_from_index` of the index file ``index``, read line by line."""
-    return learn_volatile(_captures(Path(index)))
+    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory: read line
+    by line, the captures that can teach (a query or a body) sorted by path group through sorted runs
+    in temporary files (:class:`~.sortedfile.ExternalSorter`), then learned one group at a time."""
+    index = Path(index)
+    by_group = ExternalSorter(cache_dir())
+    try:
+        for seq, (method, url, body, digest) in enumerate(_captures(index)):
+            if "?" in url or body:
+                by_group.add(path_group(method, url).encode("utf-8", "surrogatepass"), seq,
+                             json.dumps([method, url, body, digest]).encode())
+        return learn_grouped(tuple(json.loads(payload)) for _group, _seq, payload in by_group)
+    except OSError as e:
+        raise ArchiveError(f"{index}: cannot sort the index to learn from it ({e.strerror})") from None
+    finally:
+        by_group.close()
 
 
 def _load(cache: Path, identity: str) -> dict[str, list[str]] | None:

@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from urllib.parse import unquote_plus
 
@@ -37,7 +39,7 @@ from .cdxj import CdxjEntry
 from .digests import normalize_digest, sha1_digest
 from .postform import post_query
 
-__all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_from_index", "volatile_text",
+__all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_grouped", "learn_from_index", "volatile_text",
            "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of", "LEARNS"]
 
 VOLATILE_FILE = "volatile.json"
@@ -115,14 +117,25 @@ def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict
     Only paths with at least two captures can teach anything; revisits count
     with the digest of the payload they refer to.
     """
-    LEARNS[0] += 1
     groups: dict[str, list[tuple[Fields, str]]] = {}
     for method, url, body_query, digest in captures:
         if "?" not in url and not body_query:
             continue
         groups.setdefault(path_group(method, url), []).append((_fields(url, body_query), digest))
+    return _learn_groups(groups.items())
+
+
+def learn_grouped(captures: Iterable[tuple[str, str, str | None, str]]) -> dict[str, list[str]]:
+    """:func:`learn_volatile` of captures that come grouped (those of one :func:`path_group` one after
+    the other): one group is held at a time."""
+    kept = ((path_group(m, u), (_fields(u, b), d)) for m, u, b, d in captures if "?" in u or b)
+    return _learn_groups((group, [m for _, m in members]) for group, members in groupby(kept, key=itemgetter(0)))
+
+
+def _learn_groups(groups: Iterable[tuple[str, list[tuple[Fields, str]]]]) -> dict[str, list[str]]:
+    LEARNS[0] += 1
     learned: dict[str, list[str]] = {}
-    for group, members in groups.items():
+    for group, members in groups:
         if len(members) > 1:
             names = _learn_group(members)
             if names:
