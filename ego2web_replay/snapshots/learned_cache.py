@@ -88,8 +88,9 @@ def learn_index_file(index: Path) -> dict[str, list[str]]:
         for seq, (method, url, body, digest) in enumerate(_captures(index)):
             if "?" in url or body:
                 by_group.add(path_group(method, url).encode("utf-8", "surrogatepass"), seq,
-                             json.dumps([method, url, body, digest]).encode())
-        return learn_grouped(tuple(json.loads(payload)) for _group, _seq, payload in by_group)
+                             json.dumps([url, body, digest]).encode())
+        return learn_grouped((group.decode("utf-8", "surrogatepass"), *json.loads(payload))
+                             for group, _seq, payload in by_group)
     except OSError as e:
         raise ArchiveError(f"{index}: cannot sort the index to learn from it ({e.strerror})") from None
     finally:

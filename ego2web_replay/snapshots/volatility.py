@@ -126,10 +126,16 @@ def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict
 
 
 def learn_grouped(captures: Iterable[tuple[str, str, str | None, str]]) -> dict[str, list[str]]:
-    """:func:`learn_volatile` of captures that come grouped (those of one :func:`path_group` one after
-    the other): one group is held at a time."""
-    kept = ((path_group(m, u), (_fields(u, b), d)) for m, u, b, d in captures if "?" in u or b)
-    return _learn_groups((group, [m for _, m in members]) for group, members in groupby(kept, key=itemgetter(0)))
+    """:func:`learn_volatile` of ``(path group, url, body query, payload digest)`` of the captures that
+    have a query or a body, coming grouped (those of one :func:`path_group` one after the other): one
+    group is held at a time, and a group of one capture is never parsed."""
+    def groups() -> Iterable[tuple[str, list[tuple[Fields, str]]]]:
+        for group, members in groupby(captures, key=itemgetter(0)):
+            listed = list(members)
+            if len(listed) > 1:
+                yield group, [(_fields(url, body), digest) for _, url, body, digest in listed]
+
+    return _learn_groups(groups())
 
 
 def _learn_groups(groups: Iterable[tuple[str, list[tuple[Fields, str]]]]) -> dict[str, list[str]]:
