@@ -16,7 +16,10 @@ wall time, the resident memory after opening (VmRSS) and the peak (VmHWM). Confi
   sha256s are hashed and remembered;
 * ``mapped, first open, keys built on open``: an older snapshot, or other rules: the canonical keys
   are computed at open (once per rule set);
-* ``mapped, later open``: median of 3, everything cached.
+* ``mapped, later open``: median of 3, everything cached;
+* ``no volatile.json``: a copy of the snapshot without its side files, opened with an empty data
+  folder (map, canonical keys and learned volatility all built on that open, sha256s hashed), then
+  once more (everything from the data folder's ``index-cache/``).
 
 Then, in the same process, ``--lookups`` exact matches of random URLs of the snapshot (one
 ``ReplaySession.match`` and the capture it returns each): p50 and p99 in microseconds. Prints a table
@@ -28,9 +31,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -81,8 +86,10 @@ print(json.dumps(out))
 """
 
 
-def child(snap: Path, mode: str, rehash: bool, n: int, lookups: int) -> dict[str, float]:
+def child(snap: Path, mode: str, rehash: bool, n: int, lookups: int, home: Path | None = None) -> dict[str, float]:
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    if home is not None:
+        env["EGO2WEB_REPLAY_HOME"] = str(home)
     out = subprocess.run([sys.executable, "-c", _CHILD, str(snap), mode, "1" if rehash else "0", str(n),
                           str(lookups), str(Path(__file__).resolve().parent)],
                          capture_output=True, text=True, env=env, timeout=3600)
@@ -113,6 +120,20 @@ def build_canonical(snap: Path) -> float:
     took = time.perf_counter() - t0
     imap.close()
     return took
+
+
+def without_side_files(snap: Path) -> Path:
+    """A copy of ``snap`` (archive and index hard-linked) without ``volatile.json``, its manifest
+    listing no such file: a snapshot written before learning existed, or copied without it."""
+    copy = snap.parent / f"{snap.name}-no-side-files"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()
+    for name in ("archive.warc.zst", "index.cdxj"):
+        os.link(snap / name, copy / name)
+    manifest = json.loads((snap / "manifest.json").read_text())
+    manifest["files"] = [f for f in manifest["files"] if f["path"] != "volatile.json"]
+    (copy / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return copy
 
 
 def forget_hashes(snap: Path) -> None:
@@ -149,6 +170,13 @@ def main() -> None:
         med = dict(later[2])
         med["open_s"] = statistics.median(r["open_s"] for r in later)
         results.append(("mapped, later open (median of 3)", med))
+        bare = without_side_files(snap)
+        with tempfile.TemporaryDirectory() as home:  # an empty data folder: no index cache, no hash memo
+            os.chmod(home, 0o700)
+            results.append(("mapped, no volatile.json, empty data folder: first open",
+                            child(bare, "mapped", False, n, 0, Path(home))))
+            results.append(("mapped, no volatile.json: second open", child(bare, "mapped", False, n, 0, Path(home))))
+        shutil.rmtree(bare)
         for label, r in results:
             lookup = (f"{r['p50_us']:.0f} / {r['p99_us']:.0f}" if "p50_us" in r else "-")
             print(f"  {n:>9,} {label}: open {r['open_s']:.2f} s, RSS {r['rss_mib']:.0f} MiB (peak {r['peak_mib']:.0f},"
@@ -170,7 +198,9 @@ worked before the mapped index; from the compact pickle cache, hashing archive a
 open); "mapped" searches sorted, memory-mapped files by bisection
 (`ego2web_replay/snapshots/index_map.py`, `replay/mapped.py`): the map and the canonical keys of
 the built-in rules are written with the index (an older snapshot, or other rules, get their keys
-computed on the first open: the "keys built on open" row); the first open hashes the files once,
+computed on the first open: the "keys built on open" row; a snapshot without `volatile.json` opened
+with an empty data folder has everything built then, including its learned volatility, kept in
+`index-cache/` for the second open: the "no volatile.json" rows); the first open hashes the files once,
 remembering the digests while the files are unchanged (`snapshots/hashmemo.py`; `snapshot verify` always re-hashes). Resident memory
 counts the mapped pages touched. Lookups: {args.lookups:,} exact matches of random captures in the
 opened process (`ReplaySession.match`, capture included). The target (issue 16): a million captures

@@ -64,11 +64,11 @@ def test_a_world_writable_data_folder_is_fixed_or_refused(tmp_path):
 
 
 def test_pickled_index_caches_others_can_write_are_not_loaded(tmp_path):
-    from ego2web_replay.snapshots.index_cache import _trusted
+    from ego2web_replay.snapshots.index_cache import trusted
 
     cache = tmp_path / "c.pickle"
     cache.write_bytes(b"x")
     os.chmod(cache, 0o644)
-    assert _trusted(cache)
+    assert trusted(cache)
     os.chmod(cache, 0o666)
-    assert not _trusted(cache)
+    assert not trusted(cache)

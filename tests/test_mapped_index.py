@@ -148,9 +148,13 @@ def _requests(rng: random.Random, captures: list[tuple[str, str, str | None]]) -
 @pytest.mark.parametrize(("seed", "memo_max"), [(1, None), (2, None), (3, 7)])
 def test_mapped_and_memory_answer_alike(tmp_path, data_home, monkeypatch, seed, memo_max):
     """Every request asked twice (the second time from the mapped index's memo of lookups and
-    captures; with ``memo_max`` 7 the memo is emptied again and again): the same answers throughout."""
+    captures; with ``memo_max`` 7 the memo is emptied again and again, and the map and canonical keys
+    are built through dozens of sorted runs): the same answers throughout."""
     if memo_max is not None:
+        from ego2web_replay.snapshots.sortedfile import ExternalSorter
+
         monkeypatch.setattr(mapped_module, "MEMO_MAX", memo_max)
+        monkeypatch.setattr(ExternalSorter, "RUN_BYTES", 2048)
     rng = random.Random(seed)
     snaps = []
     for n in range(2):  # two snapshots replayed together
@@ -310,3 +314,73 @@ def test_revisits_resolve_through_the_digest_table_without_parsing_the_index(tmp
         assert mapped.find_original(revisit) == expected
         assert mapped.resolve(revisit).payload == parsed.resolve(expected).payload
     assert mapped._entries is None  # no revisit made it read the whole index
+
+
+# -- building the map by streaming ----------------------------------------------------------------
+
+def _map_as_before(index: Path, target: Path) -> None:
+    """The mapped index the way it was built before streaming: every row parsed into lists, sorted in memory."""
+    import struct
+
+    from ego2web_replay.snapshots.index_cache import parse_rows
+    from ego2web_replay.snapshots.index_map import _VERSION, exact_key_bytes, original_digest
+
+    rows = parse_rows(index)
+    lines = [(struct.pack(">I", i) + row[5].encode("utf-8", "surrogatepass"), i) for i, row in enumerate(rows)]
+    exact = [(exact_key_bytes(row[3], row[2], row[4]), i) for i, row in enumerate(rows)]
+    digests = [(key_bytes(d), i) for i, row in enumerate(rows) if (d := original_digest(row[5]))]
+    meta = {"version": _VERSION, "index": str(index.resolve()), "count": len(rows),
+            "methods": sorted({row[3] for row in rows}), "first_timestamp": rows[0][0] if rows else None}
+    write_sorted_file(target, meta, {"lines": lines, "exact": exact, "digests": digests})
+
+
+def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkeypatch):
+    """Built line by line through many sorted runs (tiny runs forced), the map is byte for byte the one
+    the in-memory build wrote: recorded order with ties kept in file order, keys, digests, header."""
+    from ego2web_replay.snapshots.index_cache import parse_rows
+    from ego2web_replay.snapshots.index_map import build_index_map
+    from ego2web_replay.snapshots.sortedfile import ExternalSorter
+
+    rng = random.Random(11)
+    lines = []
+    for i, (url, method, body) in enumerate(_captures(rng, 400)):
+        kind = rng.choice(["response"] * 6 + ["revisit", "resource", "request"])
+        data = {"url": url + ("&é=ü" if i % 50 == 0 else ""), "mime": "warc/revisit" if kind == "revisit" else "text/plain",
+                "digest": f"sha1:{rng.randint(0, 40)}", "length": "10", "offset": str(rng.randint(0, 60)),
+                "filename": "archive.warc.gz"}
+        if method != "GET":
+            data["method"] = method
+        if body:
+            data["requestBody"] = body
+        if kind in ("resource", "request"):
+            data["recordType"] = kind
+        lines.append(f"k{rng.randint(0, 99)} 2026010100{rng.randint(0, 3):02d}{rng.randint(0, 5):02d} "
+                     f"{json.dumps(data)}")  # few timestamps and offsets: many ties, kept in file order
+    index = tmp_path / "index.cdxj"
+    index.write_text("\n".join(sorted(lines)) + "\n\n")
+    before = tmp_path / "before.sorted"
+    _map_as_before(index, before)
+    monkeypatch.setattr(ExternalSorter, "RUN_BYTES", 4096)  # dozens of runs to merge
+    streamed = build_index_map(index)
+    assert streamed.read_bytes() == before.read_bytes()
+    from_rows = build_index_map(index, parse_rows(index))  # what finalize passes: the parsed rows
+    assert from_rows.read_bytes() == before.read_bytes()
+    imap = open_index_map(index, build=False)
+    assert [imap.row(i) for i in range(len(imap))] == parse_rows(index) and len(imap) > 300
+    imap.close()
+
+
+def test_external_sorter_sorts_across_runs(tmp_path, monkeypatch):
+    from ego2web_replay.snapshots.sortedfile import ExternalSorter
+
+    rng = random.Random(5)
+    items = [(bytes(rng.randrange(4) for _ in range(rng.randrange(4))), rng.randrange(9), rng.randbytes(3))
+             for _ in range(3000)]
+    for run_bytes in (ExternalSorter.RUN_BYTES, 500):
+        monkeypatch.setattr(ExternalSorter, "RUN_BYTES", run_bytes)
+        sorter = ExternalSorter(tmp_path)
+        for item in items:
+            sorter.add(*item)
+        assert list(sorter) == sorted(items) and sorter.count == 3000
+        sorter.close()
+    assert not list(tmp_path.iterdir())  # the runs were temporary

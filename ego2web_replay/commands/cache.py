@@ -15,9 +15,10 @@ def _mib(n: int) -> str:
 
 @click.group("cache")
 def cache_group() -> None:
-    """The index cache: parsed indexes, mapped indexes and canonical keys, kept in the data
-    folder (index-cache/) so that snapshots open fast. It is never the source of truth: a missing
-    file is rebuilt from the snapshot's index when next needed."""
+    """The index cache: parsed indexes, mapped indexes, canonical keys and the volatility learned
+    from indexes that have no volatile.json, kept in the data folder (index-cache/) so that
+    snapshots open fast. It is never the source of truth: a missing file is rebuilt from the
+    snapshot's index when next needed."""
 
 
 @cache_group.command("info")

@@ -35,7 +35,7 @@ from ..config import data_dir
 from ..errors import ArchiveError
 from ..snapshots.index_cache import mark_used
 from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
-from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_file
+from ..snapshots.sortedfile import ExternalSorter, SortedFile, key_bytes, write_sorted_stream
 from . import canonical as _canonical_module
 from . import rules as _rules_module
 from .canonical import canonicalize, url_host
@@ -76,15 +76,17 @@ def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
 
 def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
     BUILDS[0] += 1
-    pairs = []
-    for position in range(imap.count):
-        _ts, _offset, url, method, body, _line = imap.row(position)
-        pairs.append((key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), position))
-    pairs.sort()  # in place: write_sorted_file's copy of a sorted list is then a cheap one
+    keys = ExternalSorter(target.parent)  # bounded memory: sorted runs in temporary files, merged
     try:
-        write_sorted_file(target, {"version": _VERSION, "count": imap.count}, {"canonical": pairs})
+        for position in range(imap.count):
+            _ts, _offset, url, method, body, _line = imap.row(position)
+            keys.add(key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), position)
+        pairs = ((key, position) for key, position, _ in keys)
+        write_sorted_stream(target, {"version": _VERSION, "count": imap.count}, {"canonical": pairs})
     except OSError as e:
         raise ArchiveError(f"{target}: cannot write the canonical index ({e.strerror})") from None
+    finally:
+        keys.close()
 
 
 def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:

@@ -97,21 +97,18 @@ def load_captures(snapshots: Sequence[Any]) -> list[Capture]:
 def load_learned(snapshots: Sequence[Any]) -> dict[str, frozenset[str]]:
     """The names learned volatile at record time, over all snapshots (``volatile.json``).
 
-    A snapshot written before learning existed has no file: its index is read to learn them now.
+    A snapshot written before learning existed has no file: its index is read to learn them now, once
+    per index version (:mod:`~ego2web_replay.snapshots.learned_cache` keeps them in ``index-cache/``).
     """
-    from ..snapshots.volatility import (
-        VOLATILE_FILE,
-        learn_from_index,
-        merge_volatile,
-        read_volatile,
-    )
+    from ..snapshots.learned_cache import learned_of_index
+    from ..snapshots.volatility import VOLATILE_FILE, merge_volatile, read_volatile
 
     found = []
     for snap in snapshots:
         if (Path(snap.path) / VOLATILE_FILE).is_file():
             found.append(read_volatile(snap.path))
         else:
-            found.append(learn_from_index(snap.entries()))
+            found.append(learned_of_index(Path(snap.index_path), snap.entries))
     return merge_volatile(*found)
 
 

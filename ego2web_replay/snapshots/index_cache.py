@@ -20,6 +20,7 @@ import hashlib
 import os
 import pickle
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
@@ -28,8 +29,8 @@ from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexRow, index_row
 
-__all__ = ["IndexRow", "index_rows", "parse_rows", "cache_file", "warm_cache", "SERVABLE", "cache_dir", "mark_used",
-           "CacheFile", "cache_files", "prune_cache"]
+__all__ = ["IndexRow", "index_rows", "parse_rows", "stream_rows", "cache_file", "warm_cache", "SERVABLE",
+           "cache_dir", "mark_used", "CacheFile", "cache_files", "prune_cache", "trusted"]
 
 SERVABLE = ("response", "revisit", "resource")
 _CACHE_VERSION = 1
@@ -52,7 +53,7 @@ def index_rows(path: Path) -> list[IndexRow]:
     index's path, size and mtime), so a large index loads from a compact pickle afterwards.
     """
     cache = cache_file(path)
-    if cache is not None and cache.is_file() and _trusted(cache):
+    if cache is not None and cache.is_file() and trusted(cache):
         try:
             with cache.open("rb") as fh:
                 rows = pickle.load(fh)
@@ -74,25 +75,33 @@ def index_rows(path: Path) -> list[IndexRow]:
 def parse_rows(path: Path) -> list[IndexRow]:
     """The servable rows of the CDXJ index ``path`` in recorded order (by timestamp, then offset), parsed
     now; a corrupt line raises :class:`ArchiveError` naming file and line."""
+    rows = list(stream_rows(path))
+    rows.sort(key=lambda r: (r[0], r[1]))
+    return rows
+
+
+def stream_rows(path: Path) -> Iterator[IndexRow]:
+    """The servable rows of the CDXJ index ``path`` in the file's order, read line by line (the
+    lines :meth:`str.splitlines` gives); a corrupt line raises :class:`ArchiveError` naming file and line."""
     try:
-        lines = path.read_text("utf-8").splitlines()
+        with path.open("r", encoding="utf-8") as fh:
+            number = 0
+            for raw in fh:
+                for line in raw.splitlines():
+                    number += 1
+                    if not line:
+                        continue
+                    try:
+                        rtype, row = index_row(line)
+                    except (ValueError, KeyError, TypeError, AttributeError):
+                        raise ArchiveError(f"{path}: line {number} is not a valid CDXJ line; rebuild it with "
+                                           "`ego2web-replay snapshot index`") from None
+                    if rtype in SERVABLE:
+                        yield row
     except FileNotFoundError:
         raise ArchiveError(f"{path}: index not found; build it with `ego2web-replay snapshot index`") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ArchiveError(f"{path}: cannot read the index ({e})") from None
-    rows = []
-    for number, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            rtype, row = index_row(line)
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise ArchiveError(f"{path}: line {number} is not a valid CDXJ line; rebuild it with "
-                               "`ego2web-replay snapshot index`") from None
-        if rtype in SERVABLE:
-            rows.append(row)
-    rows.sort(key=lambda r: (r[0], r[1]))
-    return rows
 
 
 def warm_cache(index: Path) -> None:
@@ -112,8 +121,9 @@ def warm_cache(index: Path) -> None:
         pass
 
 
-def _trusted(cache: Path) -> bool:
-    """A pickle runs code when loaded: load only caches this user wrote that nobody else can change."""
+def trusted(cache: Path) -> bool:
+    """A pickle runs code when loaded, and every cache decides what replay serves: load only caches this
+    user wrote that nobody else can change."""
     try:
         st = cache.stat()
     except OSError:

@@ -28,14 +28,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexEntry, IndexRow, index_row
-from .index_cache import mark_used, parse_rows
-from .sortedfile import SortedFile, key_bytes, write_sorted_file
+from .index_cache import mark_used, stream_rows
+from .sortedfile import ExternalSorter, SortedFile, key_bytes, write_sorted_stream
 
 __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
            "run_map_hooks", "MapHook", "original_digest"]
@@ -46,6 +46,7 @@ _VERSION = 2
 _DIGEST = '"digest": "'
 _REVISIT = '"mime": "warc/revisit"'
 _POSITION = struct.Struct(">I")
+_PAYLOAD = struct.Struct("<II")  # a capture while it is put in order: exact key and digest lengths, then the line
 
 MapHook = Callable[["IndexMap"], None]
 _HOOKS: dict[str, MapHook] = {}
@@ -88,26 +89,64 @@ def map_file(index: Path) -> Path | None:
     return data_dir() / "index-cache" / f"{key[:32]}.sorted"
 
 
-def build_index_map(index: Path, rows: list[IndexRow] | None = None) -> Path:
-    """Write the mapped form of ``index`` (from ``rows`` when the caller has parsed them) and return its path."""
+def build_index_map(index: Path, rows: Iterable[IndexRow] | None = None) -> Path:
+    """Write the mapped form of ``index`` (from ``rows`` when the caller has parsed them, else read
+    from the file line by line) and return its path. Memory stays bounded: the captures are put in
+    recorded order and the keys sorted by :class:`~.sortedfile.ExternalSorter`, and the tables are
+    written as they come (:func:`~.sortedfile.write_sorted_stream`)."""
     index = Path(index)
     target = map_file(index)
     if target is None:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
-    if rows is None:
-        rows = parse_rows(index)
-    if len(rows) >= 2**32:
-        raise ArchiveError(f"{index}: {len(rows)} captures are more than one mapped index holds (2**32)")
-    lines = [(_POSITION.pack(i) + row[5].encode("utf-8", "surrogatepass"), i) for i, row in enumerate(rows)]
-    exact = [(exact_key_bytes(row[3], row[2], row[4]), i) for i, row in enumerate(rows)]
-    digests = [(key_bytes(d), i) for i, row in enumerate(rows) if (d := original_digest(row[5]))]
-    meta = {"version": _VERSION, "index": str(index.resolve()), "count": len(rows),
-            "methods": sorted({row[3] for row in rows}), "first_timestamp": rows[0][0] if rows else None}
+    order, exact, digests = (ExternalSorter(target.parent) for _ in range(3))
+    methods: set[str] = set()
+    first: list[str] = []
     try:
-        write_sorted_file(target, meta, {"lines": lines, "exact": exact, "digests": digests})
+        for seq, row in enumerate(stream_rows(index) if rows is None else rows):
+            ts, offset, url, method, body, line = row
+            methods.add(method)
+            if not first or ts < first[0]:
+                first[:] = [ts]
+            key = exact_key_bytes(method, url, body)
+            digest = (original_digest(line) or "").encode("utf-8", "surrogatepass")
+            payload = _PAYLOAD.pack(len(key), len(digest)) + key + digest + line.encode("utf-8", "surrogatepass")
+            order.add(ts.encode("utf-8", "surrogatepass") + b"\x00" + _offset_bytes(index, offset), seq, payload)
+        if order.count >= 2**32:
+            raise ArchiveError(f"{index}: {order.count} captures are more than one mapped index holds (2**32)")
+
+        def lines() -> Iterator[tuple[bytes, int]]:
+            for position, (_key, _seq, payload) in enumerate(order):
+                klen, dlen = _PAYLOAD.unpack_from(payload)
+                at = _PAYLOAD.size
+                exact.add(payload[at:at + klen], position)
+                if dlen:
+                    digests.add(key_bytes(payload[at + klen:at + klen + dlen].decode("utf-8", "surrogatepass")),
+                                position)
+                yield _POSITION.pack(position) + payload[at + klen + dlen:], position
+
+        meta = {"version": _VERSION, "index": str(index.resolve()), "count": order.count,
+                "methods": sorted(methods), "first_timestamp": first[0] if first else None}
+        write_sorted_stream(target, meta, {"lines": lines(), "exact": _pairs(exact), "digests": _pairs(digests)})
     except OSError as e:
         raise ArchiveError(f"{target}: cannot write the mapped index ({e.strerror})") from None
+    finally:
+        for sorter in (order, exact, digests):
+            sorter.close()
     return target
+
+
+def _pairs(sorter: ExternalSorter) -> Iterator[tuple[bytes, int]]:
+    """A sorter's items as (key, value) pairs, read only when the first is asked for."""
+    for key, value, _payload in sorter:
+        yield key, value
+
+
+def _offset_bytes(index: Path, offset: int) -> bytes:
+    try:
+        return (offset + 2**63).to_bytes(8, "big")  # ordered as the numbers are
+    except OverflowError:
+        raise ArchiveError(f"{index}: offset {offset} is out of range; rebuild it with "
+                           "`ego2web-replay snapshot index`") from None
 
 
 def original_digest(line: str) -> str | None:

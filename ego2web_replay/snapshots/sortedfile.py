@@ -15,6 +15,9 @@ Layout (little-endian)::
 
 :func:`write_sorted_file` writes one atomically (temporary file, fsync, rename); the caller keys it
 by whatever the content depends on (the cache of an index is keyed by the index's size and mtime).
+:func:`write_sorted_stream` writes tables that come sorted without holding them, and
+:class:`ExternalSorter` sorts more than memory should hold (sorted runs in temporary files, merged),
+so a million-line index is mapped in bounded memory.
 :func:`key_bytes` is the one way keys of several parts are written, so that a prefix of parts is a
 prefix of bytes and no two part lists share a key.
 """
@@ -22,21 +25,26 @@ prefix of bytes and no two part lists share a key.
 from __future__ import annotations
 
 import bisect
+import heapq
 import json
 import mmap
+import shutil
 import struct
-from collections.abc import Iterable, Iterator, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from ..atomic import atomic_writer
 from ..errors import ArchiveError
 
-__all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file"]
+__all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", "write_sorted_stream", "ExternalSorter"]
 
 MAGIC = b"E2RSORT1"
 _RECORD = struct.Struct("<QII")
 _LENGTH = struct.Struct("<Q")
+_ITEM = struct.Struct("<IQI")  # a sorted run's item: key length, value, payload length
+_COPY = 1 << 20
 
 
 def key_bytes(*parts: str) -> bytes:
@@ -52,31 +60,118 @@ def key_bytes(*parts: str) -> bytes:
 
 def write_sorted_file(path: Path, meta: Mapping[str, Any], tables: Mapping[str, Iterable[tuple[bytes, int]]]) -> None:
     """Write ``tables`` (name -> (key, value) pairs in any order; values 0..2**32-1) with ``meta``."""
-    sorted_tables = {name: sorted(pairs) for name, pairs in tables.items()}
+    write_sorted_stream(path, meta, {name: sorted(pairs) for name, pairs in tables.items()})
+
+
+def write_sorted_stream(path: Path, meta: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+                        tables: Mapping[str, Iterable[tuple[bytes, int]]]) -> None:
+    """Write ``tables`` whose pairs come already sorted (by key, then value), one table after the
+    other, holding none of them: records and keys go to temporary files next to ``path`` first, and
+    are copied behind the header once the counts are known. ``meta`` may be a function called then
+    (when what it says is learned while the tables are read)."""
     layout: dict[str, list[int]] = {}
-    header: dict[str, Any] = {"meta": dict(meta), "tables": layout, "blob": 0, "size": 0}
-    # the header's length depends on the offsets it lists: reserve room for the widest numbers
-    probe = dict(header, tables={n: [2**63, 2**32] for n in sorted_tables}, blob=2**63, size=2**63)
-    room = len(json.dumps(probe).encode()) + 16
-    offset = len(MAGIC) + _LENGTH.size + room
-    for name, pairs in sorted_tables.items():
-        layout[name] = [offset, len(pairs)]
-        offset += _RECORD.size * len(pairs)
-    header["blob"] = offset
-    header["size"] = offset + sum(len(key) for pairs in sorted_tables.values() for key, _ in pairs)
-    with atomic_writer(path) as fh:
-        text = json.dumps(header).encode().ljust(room)
-        fh.write(MAGIC + _LENGTH.pack(room) + text)
-        blob_at = 0
-        for pairs in sorted_tables.values():
-            records = bytearray()
-            for key, value in pairs:
-                records += _RECORD.pack(blob_at, len(key), value)
-                blob_at += len(key)
-            fh.write(records)
-        for pairs in sorted_tables.values():
-            for i in range(0, len(pairs), 65536):
-                fh.write(b"".join(key for key, _ in pairs[i:i + 65536]))
+    folder = Path(path).parent
+    folder.mkdir(parents=True, exist_ok=True)
+    records: list[IO[bytes]] = []
+    with tempfile.TemporaryFile(dir=folder) as blob:
+        try:
+            blob_at = 0
+            for name, pairs in tables.items():
+                out = tempfile.TemporaryFile(dir=folder)
+                records.append(out)
+                buf, count, last = bytearray(), 0, None
+                for key, value in pairs:
+                    item = (key, value)
+                    if last is not None and item < last:
+                        raise ValueError(f"table {name!r} is not sorted")
+                    last = item
+                    buf += _RECORD.pack(blob_at, len(key), value)
+                    blob.write(key)
+                    blob_at += len(key)
+                    count += 1
+                    if len(buf) >= _COPY:
+                        out.write(buf)
+                        buf.clear()
+                out.write(buf)
+                layout[name] = [0, count]
+            header: dict[str, Any] = {"meta": dict(meta() if callable(meta) else meta), "tables": layout,
+                                      "blob": 0, "size": 0}
+            # the header's length depends on the offsets it lists: reserve room for the widest numbers
+            probe = dict(header, tables={n: [2**63, 2**32] for n in layout}, blob=2**63, size=2**63)
+            room = len(json.dumps(probe).encode()) + 16
+            offset = len(MAGIC) + _LENGTH.size + room
+            for name in layout:
+                layout[name][0] = offset
+                offset += _RECORD.size * layout[name][1]
+            header["blob"] = offset
+            header["size"] = offset + blob_at
+            with atomic_writer(path) as fh:
+                fh.write(MAGIC + _LENGTH.pack(room) + json.dumps(header).encode().ljust(room))
+                for part in (*records, blob):
+                    part.seek(0)
+                    shutil.copyfileobj(part, fh, _COPY)
+        finally:
+            for part in records:
+                part.close()
+
+
+class ExternalSorter:
+    """``(key, value, payload)`` items in any order in, sorted out (by key, value, payload), holding
+    about :data:`RUN_BYTES` of them in memory: beyond, each sorted run goes to a temporary file in
+    ``folder`` and the runs are merged when read. Read once, then :meth:`close`."""
+
+    RUN_BYTES = 32 << 20
+
+    def __init__(self, folder: Path) -> None:
+        self._folder = Path(folder)
+        self._items: list[tuple[bytes, int, bytes]] = []
+        self._held = 0
+        self._runs: list[IO[bytes]] = []
+        self.count = 0
+
+    def add(self, key: bytes, value: int, payload: bytes = b"") -> None:
+        self._items.append((key, value, payload))
+        self._held += len(key) + len(payload) + 100  # the tuple and its objects
+        self.count += 1
+        if self._held >= self.RUN_BYTES:
+            self._spill()
+
+    def _spill(self) -> None:
+        self._items.sort()
+        self._folder.mkdir(parents=True, exist_ok=True)
+        run = tempfile.TemporaryFile(dir=self._folder)
+        self._runs.append(run)
+        buf = bytearray()
+        for key, value, payload in self._items:
+            buf += _ITEM.pack(len(key), value, len(payload))
+            buf += key
+            buf += payload
+            if len(buf) >= _COPY:
+                run.write(buf)
+                buf.clear()
+        run.write(buf)
+        run.seek(0)
+        self._items, self._held = [], 0
+
+    def __iter__(self) -> Iterator[tuple[bytes, int, bytes]]:
+        if not self._runs:
+            self._items.sort()
+            return iter(self._items)
+        if self._items:
+            self._spill()
+        return heapq.merge(*(_read_run(run) for run in self._runs))
+
+    def close(self) -> None:
+        for run in self._runs:
+            run.close()
+        self._runs, self._items = [], []
+
+
+def _read_run(run: IO[bytes]) -> Iterator[tuple[bytes, int, bytes]]:
+    while head := run.read(_ITEM.size):
+        klen, value, plen = _ITEM.unpack(head)
+        data = run.read(klen + plen)
+        yield data[:klen], value, data[klen:]
 
 
 class KeyTable:

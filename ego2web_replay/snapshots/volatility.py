@@ -29,6 +29,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from itertools import groupby
+from operator import itemgetter
 from pathlib import Path
 from urllib.parse import unquote_plus
 
@@ -37,11 +39,12 @@ from .cdxj import CdxjEntry
 from .digests import normalize_digest, sha1_digest
 from .postform import post_query
 
-__all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_from_index", "volatile_text",
-           "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of"]
+__all__ = ["VOLATILE_FILE", "Reload", "path_group", "learn_volatile", "learn_grouped", "learn_from_index", "volatile_text",
+           "write_volatile", "read_volatile", "read_reloads", "merge_volatile", "reload_of", "LEARNS"]
 
 VOLATILE_FILE = "volatile.json"
 _VERSION = 1
+LEARNS = [0]  # times this process ran the learner (read by tests: a cached open runs none)
 
 Fields = dict[str, tuple[str, ...]]
 Reload = tuple[str, str, str | None, str]
@@ -119,8 +122,26 @@ def learn_volatile(captures: Iterable[tuple[str, str, str | None, str]]) -> dict
         if "?" not in url and not body_query:
             continue
         groups.setdefault(path_group(method, url), []).append((_fields(url, body_query), digest))
+    return _learn_groups(groups.items())
+
+
+def learn_grouped(captures: Iterable[tuple[str, str, str | None, str]]) -> dict[str, list[str]]:
+    """:func:`learn_volatile` of ``(path group, url, body query, payload digest)`` of the captures that
+    have a query or a body, coming grouped (those of one :func:`path_group` one after the other): one
+    group is held at a time, and a group of one capture is never parsed."""
+    def groups() -> Iterable[tuple[str, list[tuple[Fields, str]]]]:
+        for group, members in groupby(captures, key=itemgetter(0)):
+            listed = list(members)
+            if len(listed) > 1:
+                yield group, [(_fields(url, body), digest) for _, url, body, digest in listed]
+
+    return _learn_groups(groups())
+
+
+def _learn_groups(groups: Iterable[tuple[str, list[tuple[Fields, str]]]]) -> dict[str, list[str]]:
+    LEARNS[0] += 1
     learned: dict[str, list[str]] = {}
-    for group, members in groups.items():
+    for group, members in groups:
         if len(members) > 1:
             names = _learn_group(members)
             if names:

@@ -1,0 +1,133 @@
+"""Volatility learned from an index that has no ``volatile.json``, kept in the data folder's ``index-cache/``.
+
+A snapshot written before learning existed (or copied without its side files) has only its index:
+replay learns its volatile names from it (:mod:`.volatility`) when it opens. That costs seconds for
+100k captures, so what is learned is kept as a small JSON file in ``index-cache/``, keyed like the
+other cache files by the index's path, size and mtime, and by the learner's code (a change to
+:mod:`.volatility` learns again). Like every cache file it is loaded only when this user wrote it and
+nobody else can change it (:func:`~.index_cache.trusted`), is never the source of truth (a missing,
+stale or unreadable one is learned again) and is listed and pruned by ``ego2web-replay cache``.
+A snapshot that has a ``volatile.json`` reads that instead; this cache is never consulted.
+
+Learning streams the index: its lines are read one at a time, never held as a list of entries, and
+the captures are grouped by path through sorted runs on disk, so memory holds one path's captures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+from ..atomic import atomic_write_text
+from ..errors import ArchiveError
+from . import volatility as _volatility_module
+from .cdxj import CdxjEntry, IndexEntry
+from .index_cache import cache_dir, mark_used, trusted
+from .sortedfile import ExternalSorter
+from .volatility import learn_from_index, learn_grouped, path_group
+
+__all__ = ["learned_file", "learn_index_file", "learned_of_index", "MIN_BYTES"]
+
+_VERSION = 1
+MIN_BYTES = 256 * 1024  # about 1,000 index lines: below, learning is quicker than a cache file is worth
+_CODE: str | None = None
+
+
+def _learner_code() -> str:
+    global _CODE
+    if _CODE is None:
+        _CODE = hashlib.sha256(Path(_volatility_module.__file__ or "").read_bytes()).hexdigest()
+    return _CODE
+
+
+def _identity(index: Path) -> str | None:
+    try:
+        st = index.stat()
+    except OSError:
+        return None
+    return f"{index.resolve()}|{st.st_size}|{st.st_mtime_ns}|{_learner_code()}|volatile{_VERSION}"
+
+
+def learned_file(index: Path) -> Path | None:
+    """Where what was learned from ``index`` is kept (None when the index cannot be read)."""
+    identity = _identity(Path(index))
+    if identity is None:
+        return None
+    return cache_dir() / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.volatile.json"
+
+
+def _captures(index: Path) -> Iterator[tuple[str, str, str | None, str]]:
+    try:
+        with index.open("r", encoding="utf-8", newline="") as fh:
+            for number, raw in enumerate(fh, 1):
+                line = raw.rstrip("\r\n")
+                if not line.strip() or line.startswith("!"):  # as parse_index: blank, or a header line
+                    continue
+                try:
+                    e = IndexEntry.from_line(line)
+                except (ValueError, KeyError, TypeError):
+                    raise ArchiveError(f"{index}: line {number} is not a valid CDXJ line; rebuild with "
+                                       "`ego2web-replay snapshot index`") from None
+                if e.record_type in ("response", "revisit"):
+                    yield (e.method, e.url, e.request_body_query, e.digest)
+    except FileNotFoundError:
+        raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ArchiveError(f"{index}: cannot read the index ({e})") from None
+
+
+def learn_index_file(index: Path) -> dict[str, list[str]]:
+    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory: read line
+    by line, the captures that can teach (a query or a body) sorted by path group through sorted runs
+    in temporary files (:class:`~.sortedfile.ExternalSorter`), then learned one group at a time."""
+    index = Path(index)
+    by_group = ExternalSorter(cache_dir())
+    try:
+        for seq, (method, url, body, digest) in enumerate(_captures(index)):
+            if "?" in url or body:
+                by_group.add(path_group(method, url).encode("utf-8", "surrogatepass"), seq,
+                             json.dumps([url, body, digest]).encode())
+        return learn_grouped((group.decode("utf-8", "surrogatepass"), *json.loads(payload))
+                             for group, _seq, payload in by_group)
+    except OSError as e:
+        raise ArchiveError(f"{index}: cannot sort the index to learn from it ({e.strerror})") from None
+    finally:
+        by_group.close()
+
+
+def _load(cache: Path, identity: str) -> dict[str, list[str]] | None:
+    if not cache.is_file() or not trusted(cache):
+        return None
+    try:
+        data = json.loads(cache.read_text("utf-8"))
+        if data.get("version") != _VERSION or data.get("identity") != identity:
+            return None
+        paths = data["paths"]
+        learned = {str(k): [str(n) for n in v] for k, v in paths.items() if isinstance(v, list)}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    mark_used(cache)
+    return learned
+
+
+def learned_of_index(index: Path, entries: Callable[[], Iterable[CdxjEntry]]) -> dict[str, list[str]]:
+    """The names learned volatile from an index without ``volatile.json``: from the cache when it
+    holds this version of the index, else learned now (streamed from the file; from ``entries()``
+    when the index is not a file on this machine) and, for a large index, kept for the next open."""
+    index = Path(index)
+    identity = _identity(index) if index.is_file() else None
+    cache = learned_file(index) if identity is not None else None
+    if identity is None or cache is None:
+        return learn_from_index(entries())
+    found = _load(cache, identity)
+    if found is not None:
+        return found
+    learned = learn_index_file(index)
+    if _identity(index) == identity and index.stat().st_size >= MIN_BYTES:  # not changed while it was read
+        try:
+            atomic_write_text(cache, json.dumps({"version": _VERSION, "identity": identity, "paths": learned}) + "\n")
+        except OSError:
+            pass
+    return learned
