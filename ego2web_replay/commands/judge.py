@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from ._checks import PreflightError, check_endpoint, endpoint_url
 from ._options import Finite, db_options, iterations_option, json_option
 from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
 from .executor_options import ExecutorChoice, executor_options
@@ -102,6 +103,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     from ..tracking.validity import frozen_coverage
 
     settings = {k: v for k, v in options.items() if v is not None}
+    _check_judge_endpoint(run_dir, judge_name, base_url, cache_dir)
     on_verdict = None
     if db is not None:
         from ..tracking.sink import TrackingSink
@@ -142,6 +144,25 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
             raise JudgeError(f"no episode could be judged: every one could not run ({len(verdicts)}: "
                              f"{', '.join(unrun)}); first: {verdicts[0].error}")
         raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
+
+
+def _check_judge_endpoint(run_dir: Path, judge_name: str, base_url: str | None, cache_dir: Path | None) -> None:
+    """Probe the endpoint of an LLM judge (or of the rubric judge given --base-url) before any episode.
+
+    A dead endpoint stops here, unless the run's call cache holds answers: re-judging from the cache needs
+    no endpoint, and a call the cache lacks still fails on its own, naming the endpoint."""
+    from ..judge.registry import LLM_JUDGES
+
+    url = endpoint_url(base_url) if judge_name in LLM_JUDGES else base_url if judge_name == "rubric" else None
+    if not url:
+        return
+    try:
+        check_endpoint(url, f"the {judge_name} judge's")
+    except PreflightError as e:
+        cache = cache_dir or run_dir / "judge-cache"
+        if not (cache.is_dir() and any(cache.iterdir())):
+            raise
+        warn(console(stderr=True), f"{e}; judging from the call cache in {cache} only")
 
 
 @judge.command("agreement")

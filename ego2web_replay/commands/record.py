@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from ..errors import RecordingError
+from ._checks import check_display
 from ._hooks import wire_index_hooks
 from ._options import (
     Finite,
@@ -71,6 +72,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     from ..recorder.session import RecordOptions
     from ..recorder.upload import record_task_to
 
+    if interactive:
+        check_display("record --interactive")
     wire_index_hooks()
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..config import DEFAULT_RUNS
+from ._checks import check_endpoint, endpoint_url
 from ._options import (
     Finite,
     db_options,
@@ -113,6 +114,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                           "image_max_side": image_size}
     elif image_size is not None:
         raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
+    url = endpoint_url(base_url) if agent_name in ("openai", "browser-use") else None
+    if url:  # before the run folder is made: a dead endpoint is named at once, not after whole episodes
+        check_endpoint(url, f"the {agent_name} agent's")
     sink = None
     with progress("run") as bars:
         bar = bars.add_task("starting", total=None)
