@@ -46,7 +46,7 @@ from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
 from .ingest import read_run_manifest, run_suite
 from .report_repeats import repeats_html
-from .tables import episode_errors_cell, pct
+from .tables import episode_errors_cell, p_cell, pct
 
 __all__ = ["ReportSummary", "build_report", "episode_page_path"]
 
@@ -136,7 +136,7 @@ def _comparison_html(comp: Comparison) -> str:
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
         rows.append([escape(g.agent), escape(g.judge), str(g.paired), pct(g.live_rate), pct(g.frozen_rate),
-                     pct(g.difference), ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
+                     pct(g.difference), ci, escape(p_cell(g)), str(g.counts.both), str(g.counts.live_only),
                      str(g.counts.frozen_only), str(g.counts.neither),
                      "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}", pct(g.frozen_miss_rate),
                      str(g.flagged_episodes), str(g.judge_errors), escape(episode_errors_cell(g))])
@@ -201,7 +201,7 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
     for e in episodes:
         run_id, task_id, mode, repeat = e[0], e[1], e[2], e[17]
         vs = verdicts.get((run_id, task_id, mode, repeat), [])
-        vtext = ", ".join(f"{escape(v[3])}: {'not judged' if v[8] else '✓' if v[5] else '✗'}" for v in vs) or "–"
+        vtext = ", ".join(f"{escape(v[3])}: {_verdict_mark(v, e[7] in EPISODE_ERRORS)}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
         if e[16]:
             misses += f" ({escape(e[16])})"
@@ -239,7 +239,17 @@ def _copy_asset(src: Path, files_dir: Path, copied: set[Path], inside: Path | No
     return f"{files_dir.name}/{dest.name}"
 
 
-def _verdict_html(row: tuple) -> str:
+def _verdict_mark(row: tuple, could_not_run: bool) -> str:
+    """An episode list's mark of one verdict: an episode that could not run is not judged, whatever an older
+    verdict says; a judge error is an error, never a failure (✗)."""
+    if could_not_run:
+        return "not judged"
+    if row[8]:
+        return f'<span class="fail" title="{escape(row[8])}">judge error</span>'
+    return "✓" if row[5] else "✗"
+
+
+def _verdict_html(row: tuple, could_not_run: bool = False) -> str:
     judge, model, success, score, thoughts, error, vpath = row[3], row[4], row[5], row[6], row[7], row[8], row[9]
     key_points: list[str] = []
     if vpath and Path(vpath).is_file():
@@ -248,13 +258,15 @@ def _verdict_html(row: tuple) -> str:
             thoughts, key_points = v.thoughts, v.key_points
         except (Ego2WebError, OSError):
             pass
-    outcome = "not judged" if error else f"{_ok(success)}, score {score:.2f}"
+    outcome = ("not judged (the episode could not run)" if could_not_run
+               else '<span class="fail">judge error</span>' if error else f"{_ok(success)}, score {score:.2f}")
     parts = [f"<h3>{escape(judge)}{f' ({escape(model)})' if model else ''}: {outcome}</h3>"]
     if key_points:
         parts.append("<ul>" + "".join(f"<li>{escape(k)}</li>" for k in key_points) + "</ul>")
     parts.append(f'<div class="thoughts">{escape(thoughts or "(no thoughts recorded)")}</div>')
     if error:
-        parts.append(f'<p class="fail">judge error: {escape(error)}</p>')
+        parts.append(f'<p class="note">{escape(error)}</p>' if could_not_run
+                     else f'<p class="fail">judge error: {escape(error)}</p>')
     return "\n".join(parts)
 
 
@@ -333,7 +345,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
                                                      for src, name in imgs if src) + "</div>"
                  if any(src for src, _ in imgs) else '<p class="note">No keyframes stored with this episode.</p>')
     parts.append("<h2>Verdicts</h2>")
-    parts.append("\n".join(_verdict_html(v) for v in verdicts) or '<p class="note">Not judged yet.</p>')
+    parts.append("\n".join(_verdict_html(v, e[7] in EPISODE_ERRORS) for v in verdicts) or '<p class="note">Not judged yet.</p>')
     return "\n".join(parts), len(copied)
 
 
