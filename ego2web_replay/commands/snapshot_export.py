@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from ._options import json_option
+from ._output import emit_json, is_stdout
 from .snapshot import snapshot
 
 __all__ = ["COMMANDS", "export_command"]
@@ -16,11 +18,16 @@ __all__ = ["COMMANDS", "export_command"]
 @click.option("--format", "fmt", type=click.Choice(["wacz", "warc.gz"]), default="wacz", show_default=True,
               help="wacz (WACZ 1.1.1: WARC, CDXJ index, pages, manifest) or warc.gz (records + manifest record).")
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
-def export_command(path: Path, fmt: str, out: Path) -> None:
+@json_option("what was written (path, format, records, bytes)")
+def export_command(path: Path, fmt: str, out: Path, json_out: str | None) -> None:
     """Export a snapshot for pywb, py-wacz, warcio and other web-archive tools."""
     from ..snapshots.export import export_snapshot
 
     result = export_snapshot(path, out, fmt)  # type: ignore[arg-type]
+    emit_json(json_out, {"path": str(result.path), "format": result.format, "records": result.records,
+                         "materialized": result.materialized, "bytes": result.bytes, "snapshot": str(path)})
+    if is_stdout(json_out):
+        return
     extra = f", {result.materialized} revisits made whole" if result.materialized else ""
     click.echo(f"exported {result.records} records to {result.path} ({result.bytes} bytes{extra})")
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ._options import Finite, db_option, iterations_option, json_option
-from ._output import console, emit_machine, is_stdout
+from ._output import console, emit_json, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "db_option"]
 
@@ -15,7 +15,8 @@ __all__ = ["COMMANDS", "db_option"]
 @click.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
-def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
+@json_option("what was loaded (counts and warnings)")
+def ingest_command(paths: tuple[Path, ...], db_path: Path, json_out: str | None) -> None:
     """Load snapshot folders, run folders, or roots holding them into the database.
 
     Re-ingesting replaces rows and never duplicates them; the files stay the
@@ -26,10 +27,10 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
     summary = ingest(db_path, paths)
     for w in summary.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
-    click.echo(
-        f"{db_path}: {summary.snapshots} snapshots ({summary.resources} resources), {summary.runs} runs, "
-        f"{summary.episodes} episodes, {summary.verdicts} verdicts"
-    )
+    emit_json(json_out, {"db": str(db_path), **summary.model_dump(mode="json")})
+    if not is_stdout(json_out):
+        click.echo(f"{db_path}: {summary.snapshots} snapshots ({summary.resources} resources), {summary.runs} runs, "
+                   f"{summary.episodes} episodes, {summary.verdicts} verdicts")
 
 
 @click.command("compare")
