@@ -87,12 +87,14 @@ def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> 
 
     It holds the comparison tables, a live-vs-frozen chart per agent, the drift
     timeline, and a page per episode with screenshots, actions, answer, replay
-    misses, video keyframes and every judge's verdict.
+    misses, video keyframes and every judge's verdict. The comparison is also saved as
+    comparison.csv and each chart as charts/<name>.svg.
     """
     from ..tracking.report import build_report
 
     summary = build_report(db_path, out_dir, iterations=iterations, seed=seed)
-    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images)")
+    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images; "
+               f"comparison.csv and {sum(p.suffix == '.svg' for p in summary.exports)} SVG charts beside it)")
 
 
 COMMANDS = [ingest_command, compare_command, report_command]

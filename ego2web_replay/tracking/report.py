@@ -40,11 +40,11 @@ from ..models import (
     load_trajectory,
     read_model,
 )
-from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
 from .ingest import read_run_manifest, run_suite
+from .report_charts import diff_chart, drift_chart, success_chart, write_exports
 from .report_repeats import repeats_html
 from .tables import episode_errors_cell, p_cell, pct
 
@@ -72,6 +72,7 @@ class ReportSummary(BaseModel):
     index: Path
     episode_pages: int
     assets: int
+    exports: list[Path] = []  # the tables as CSV and the charts as SVG files, beside index.html
 
 
 def _safe(name: str) -> str:
@@ -130,8 +131,7 @@ def _validity_html(comp: Comparison) -> str:
 def _comparison_html(comp: Comparison) -> str:
     if not comp.groups:
         return '<p class="note">No episodes with verdicts yet.</p>'
-    chart = bar_chart([(f"{g.agent} · {g.judge}", [g.live_rate, g.frozen_rate]) for g in comp.groups],
-                      ["live", "frozen"], title="Success rate on paired tasks, live vs frozen")
+    chart = success_chart(comp) + "\n" + diff_chart(comp)
     rows = []
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
@@ -183,11 +183,7 @@ def _comparison_html(comp: Comparison) -> str:
 def _drift_html(drift: DriftSeries) -> str:
     if not drift.points:
         return '<p class="note">No drift probes yet (<code>ego2web-replay drift probe</code>).</p>'
-    lines: dict[str, list[tuple[datetime, float | None]]] = {}
-    for scope, prefix in (("overall", ""), ("site", "")):
-        for key, pts in drift.series(scope).items():
-            lines[prefix + (key if scope == "site" else "overall")] = [(p.probed_at, p.fraction_changed) for p in pts]
-    chart = line_chart(lines, title="Share of recorded URLs changed since capture, per probe")
+    chart = drift_chart(drift)
     latest = {key: pts[-1] for key, pts in drift.series("task").items()}
     rows = [[escape(k), p.probed_at.strftime("%Y-%m-%d %H:%M"), escape(p.task_status or "–"), str(p.urls),
              pct(p.fraction_changed)] for k, p in sorted(latest.items())]
@@ -384,7 +380,8 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     index = out / "index.html"
     index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
                            generated), "utf-8")
-    return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets)
+    exports = write_exports(out, comp, drift)
+    return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets, exports=exports)
 
 
 def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, generated: str) -> int:
