@@ -143,7 +143,8 @@ def test_charts_show_the_interval_and_tables_and_charts_are_saved(db: Path, tmp_
     summary = build_report(db, out, iterations=300, seed=4)
     comp = compare(db, iterations=300, seed=4)
     assert {p.relative_to(out).as_posix() for p in summary.exports} == {
-        "comparison.csv", "charts/success.svg", "charts/difference.svg", "charts/drift.svg"}
+        "comparison.csv", "runs.csv", "charts/success.svg", "charts/difference.svg", "charts/drift.svg",
+        "charts/runs.svg"}
     assert (out / "comparison.csv").read_text("utf-8") == csv_text(comp)
     svg = "{http://www.w3.org/2000/svg}"
     diff = ET.parse(out / "charts" / "difference.svg").getroot()

@@ -73,8 +73,10 @@ def bar_chart(groups: Sequence[tuple[str, Sequence[float | None]]], series: Sequ
 
 
 def line_chart(lines: Mapping[str, Sequence[tuple[datetime, float | None]]], *, title: str,
-               css_class: str = "chart-lines") -> str:
-    """Lines of shares in [0, 1] over time; ``lines`` maps a name to ``(time, value)`` points."""
+               css_class: str = "chart-lines", what: str = "changed", empty: str = "no probes yet") -> str:
+    """Lines of shares in [0, 1] over time; ``lines`` maps a name to ``(time, value)`` points.
+
+    ``what`` follows each point's value in its tooltip; ``empty`` is shown when there is no point."""
     x0, y0, width, height = 56.0, 36.0, 560.0, 220.0
     total_w, total_h = x0 + width + 70, y0 + height + 70
     times = sorted({t for pts in lines.values() for t, v in pts if v is not None})
@@ -83,7 +85,7 @@ def line_chart(lines: Mapping[str, Sequence[tuple[datetime, float | None]]], *, 
              f'<text x="{x0}" y="18" {_FONT} font-weight="bold">{escape(title)}</text>']
     parts += _y_axis(x0, y0, width, height)
     if not times:
-        parts.append(f'<text x="{x0 + width / 2}" y="{y0 + height / 2}" text-anchor="middle" {_FONT}>no probes yet</text>')
+        parts.append(f'<text x="{x0 + width / 2}" y="{y0 + height / 2}" text-anchor="middle" {_FONT}>{escape(empty)}</text>')
         parts.append("</svg>")
         return "\n".join(parts)
     t_min, t_max = times[0].timestamp(), times[-1].timestamp()
@@ -104,7 +106,7 @@ def line_chart(lines: Mapping[str, Sequence[tuple[datetime, float | None]]], *, 
                          f'stroke="{color}" stroke-width="2"/>')
         for x, y, t, v in coords:
             parts.append(f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="4" fill="{color}"><title>'
-                         f'{escape(name)} {t:%Y-%m-%d %H:%M}: {v:.1%} changed</title></circle>')
+                         f'{escape(name)} {t:%Y-%m-%d %H:%M}: {v:.1%} {escape(what)}</title></circle>')
     parts += _legend(list(lines), x0, y0 + height + 50)
     parts.append("</svg>")
     return "\n".join(parts)

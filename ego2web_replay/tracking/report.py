@@ -43,8 +43,9 @@ from ..models import (
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
+from .history import RunPoint, run_history
 from .ingest import read_run_manifest, run_suite
-from .report_charts import diff_chart, drift_chart, success_chart, write_exports
+from .report_charts import diff_chart, drift_chart, history_html, success_chart, write_exports
 from .report_repeats import repeats_html
 from .tables import episode_errors_cell, p_cell, pct
 
@@ -192,7 +193,8 @@ def _drift_html(drift: DriftSeries) -> str:
                                                    numeric={3, 4}))
 
 
-def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], verdicts: dict) -> str:
+def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], verdicts: dict,
+                history: list[RunPoint]) -> str:
     rows = []
     for e in episodes:
         run_id, task_id, mode, repeat = e[0], e[1], e[2], e[17]
@@ -207,6 +209,7 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
     flags = ["flag" if e[13] or e[16] == "off-snapshot" or e[7] in EPISODE_ERRORS else "" for e in episodes]
     return "\n".join([
         "<h2>Live vs frozen</h2>", _comparison_html(comp),
+        "<h2>Every run over time</h2>", history_html(history),
         "<h2>Drift since capture</h2>", _drift_html(drift),
         "<h2>Episodes</h2>",
         _table(["task", "mode", "run", "agent", "category", "steps", "end", "verdicts", "replay misses"], rows,
@@ -353,6 +356,7 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     """Write the static report for everything in the database into ``out_dir``."""
     comp = compare(db_path, iterations=iterations, seed=seed)
     drift = drift_timeseries(db_path)
+    history = run_history(db_path)
     with read_connection(db_path) as con:
         episodes = con.execute(_EPISODES).fetchall()
         verdict_rows = con.execute(_VERDICTS).fetchall()
@@ -378,9 +382,9 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
                         "utf-8")
     assets += _write_flip_pages(comp, episodes, out, generated)
     index = out / "index.html"
-    index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
+    index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts, history), "",
                            generated), "utf-8")
-    exports = write_exports(out, comp, drift)
+    exports = write_exports(out, comp, drift, history)
     return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets, exports=exports)
 
 
