@@ -54,6 +54,13 @@ def test_check_endpoint_live_missing_route_and_dead(dead_url):
     assert dead_url in str(e.value) and e.value.exit_code == 2
     with pytest.raises(PreflightError, match="does not resolve"):
         check_endpoint("http://no-such-host.invalid/v1", "the test")
+    with socket.socket() as silent:  # accepts the connection (backlog) and never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(1)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        with pytest.raises(PreflightError, match="did not answer GET /models") as e:
+            check_endpoint(url, "the test", timeout_s=0.5)
+        assert url in str(e.value)
     with pytest.raises(PreflightError, match="not an http"):
         check_endpoint("ftp://127.0.0.1/v1", "the test")
 

@@ -15,10 +15,7 @@ Both raise :class:`PreflightError` (exit status 2) before anything is written.
 from __future__ import annotations
 
 import os
-import socket
 import sys
-import urllib.error
-import urllib.request
 
 from ..errors import Ego2WebError
 
@@ -41,6 +38,8 @@ def endpoint_url(base_url: str | None) -> str | None:
 
 def check_endpoint(base_url: str, what: str, *, timeout_s: float = PROBE_TIMEOUT_S) -> None:
     """Raise :class:`PreflightError` naming ``base_url`` when nothing answers HTTP there."""
+    import urllib.error  # here, not at the top: `--help` imports every command module
+    import urllib.request
     probe = base_url.rstrip("/") + "/models"
     headers = {"Accept": "application/json"}
     key = os.environ.get("OPENAI_API_KEY")
@@ -69,6 +68,8 @@ def check_endpoint(base_url: str, what: str, *, timeout_s: float = PROBE_TIMEOUT
 
 
 def _reason(reason: object) -> str:
+    import socket
+
     if isinstance(reason, socket.gaierror):
         return "its host name does not resolve"
     if isinstance(reason, ConnectionRefusedError):
