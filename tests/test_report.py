@@ -127,6 +127,19 @@ def test_report_cli_and_missing_db(db: Path, tmp_path: Path, capsys: pytest.Capt
     assert main(["report", "--db", str(db), "--out", str(out), "--iterations", "50"]) == 0
     assert "8 episode pages" in capsys.readouterr().out
     assert (out / "index.html").is_file()
+    assert not list(out.glob("charts/*.png"))
+    if CHROMIUM.exists():  # --png: each chart drawn by Chromium, at the size its SVG declares
+        import struct
+        import xml.etree.ElementTree as ET
+
+        assert main(["report", "--db", str(db), "--out", str(out), "--iterations", "50", "--png"]) == 0
+        assert "8 chart files" in capsys.readouterr().out  # 4 SVG + 4 PNG
+        for svg in sorted(out.glob("charts/*.svg")):
+            data = svg.with_suffix(".png").read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n"
+            width, height = struct.unpack(">II", data[16:24])
+            root = ET.parse(svg).getroot()
+            assert (width, height) == (int(root.get("width")), int(root.get("height"))), svg
     assert main(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "ingest" in err and err.count("\n") == 1

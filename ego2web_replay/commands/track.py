@@ -82,19 +82,25 @@ def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, .
               show_default=True, help="Folder to write the static HTML report into.")
 @iterations_option(2000)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
-def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> None:
+@click.option("--png", is_flag=True, help="Also save each chart as a PNG (drawn by headless Chromium) beside its SVG.")
+def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int, png: bool) -> None:
     """Write a static HTML report (opens from disk, no server, no network).
 
     It holds the comparison tables, a live-vs-frozen chart per agent, the drift
     timeline, and a page per episode with screenshots, actions, answer, replay
     misses, video keyframes and every judge's verdict. The comparison is also saved as
-    comparison.csv and each chart as charts/<name>.svg.
+    comparison.csv, the runs as runs.csv and each chart as charts/<name>.svg (and .png with --png).
     """
     from ..tracking.report import build_report
 
     summary = build_report(db_path, out_dir, iterations=iterations, seed=seed)
+    if png:
+        from ..browser import svg_to_png
+
+        summary.exports += svg_to_png([p for p in summary.exports if p.suffix == ".svg"])
     click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images; "
-               f"comparison.csv and {sum(p.suffix == '.svg' for p in summary.exports)} SVG charts beside it)")
+               f"comparison.csv, runs.csv and {sum(p.suffix in ('.svg', '.png') for p in summary.exports)} chart files "
+               "beside it)")
 
 
 COMMANDS = [ingest_command, compare_command, report_command]
