@@ -34,6 +34,7 @@ __all__ = [
     "CHROMIUM_FLAGS",
     "WEBRTC_SEALING_FLAGS",
     "sealed_chromium_args",
+    "svg_to_png",
     "settle_page",
     "chromium_executable",
     "chromium_version",
@@ -216,6 +217,26 @@ class BrowserSession:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def svg_to_png(svgs: Sequence[Path]) -> list[Path]:
+    """Render each SVG file, as Chromium draws it, to a PNG beside it (``x.svg`` → ``x.png``); returns the PNGs.
+
+    The files are opened from disk in headless Chromium (no proxy, no network) and the ``<svg>`` element is
+    screenshot at its own size."""
+    pngs = []
+    with BrowserSession() as session:
+        ctx = session.new_context()
+        try:
+            page = ctx.new_page()
+            for svg in svgs:
+                png = svg.with_suffix(".png")
+                page.goto(svg.resolve().as_uri())
+                page.locator("svg").first.screenshot(path=str(png))
+                pngs.append(png)
+        finally:
+            ctx.close()
+    return pngs
 
 
 @contextmanager

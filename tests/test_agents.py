@@ -431,10 +431,12 @@ def test_run_cli_passes_the_openai_agent_settings(tmp_path, capsys, monkeypatch)
     suite = tmp_path / "tasks.jsonl"
     suite.write_text(json.dumps({"id": "t1", "instruction": "x", "start_url": "http://127.0.0.1:9/"}) + "\n", "utf-8")
     out = tmp_path / "runs"
-    code = main(["run", str(suite), "--agent", "openai", "--model", "m", "--base-url", "http://localhost:1/v1",
-                 "--temperature", "0.4", "--seed", "11", "--max-output-tokens", "256", "--agent-timeout", "7.5",
-                 "--image-size", "320", "--modality", "none", "--out", str(out), "--snapshots", str(tmp_path),
-                 "--no-db"])
+    with FakeOpenAIServer([]) as srv:  # the endpoint must answer the check before the run; it gets no model call
+        code = main(["run", str(suite), "--agent", "openai", "--model", "m", "--base-url", srv.base_url,
+                     "--temperature", "0.4", "--seed", "11", "--max-output-tokens", "256", "--agent-timeout", "7.5",
+                     "--image-size", "320", "--modality", "none", "--out", str(out), "--snapshots", str(tmp_path),
+                     "--no-db"])
+        assert srv.requests == []
     assert code == 1 and "no snapshot" in capsys.readouterr().err
     (run_json,) = out.glob("*/run.json")
     spec = json.loads(run_json.read_text("utf-8"))["agent"]

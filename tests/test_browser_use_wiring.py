@@ -20,6 +20,7 @@ from ego2web_replay.agents.browser_use_main import (
 )
 from ego2web_replay.errors import AgentError
 from ego2web_replay.testing.browser_use_llm import current_url, element_index
+from ego2web_replay.testing.openai_server import FakeOpenAIServer
 
 pytest.importorskip("browser_use")
 
@@ -192,21 +193,24 @@ def test_cli_passes_model_settings_and_refuses_a_missing_model(tmp_path, capsys,
     suite = tmp_path / "tasks.jsonl"
     suite.write_text(json.dumps({"id": "t1", "instruction": "x", "start_url": "http://127.0.0.1:9/"}) + "\n", "utf-8")
     out = tmp_path / "runs"
-    code = main(["run", str(suite), "--agent", "browser-use", "--base-url", "http://localhost:1/v1",
-                 "--out", str(out), "--snapshots", str(tmp_path)])
-    err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1 and err[-1].startswith("error: the browser-use agent needs --model")
-    assert not out.exists() or not any(out.iterdir())
-    # with a model: the task has no snapshot, so its episode is a setup error before any browser starts
-    code = main(["run", str(suite), "--agent", "browser-use", "--model", "m", "--base-url", "http://localhost:1/v1",
-                 "--temperature", "0.3", "--seed", "7", "--agent-timeout", "9", "--modality", "captions",
-                 "--out", str(out), "--snapshots", str(tmp_path)])
+    with FakeOpenAIServer([]) as srv:  # the endpoint must answer the check before the run; it gets no model call
+        url = srv.base_url
+        code = main(["run", str(suite), "--agent", "browser-use", "--base-url", url,
+                     "--out", str(out), "--snapshots", str(tmp_path)])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert code == 1 and err[-1].startswith("error: the browser-use agent needs --model")
+        assert not out.exists() or not any(out.iterdir())
+        # with a model: the task has no snapshot, so its episode is a setup error before any browser starts
+        code = main(["run", str(suite), "--agent", "browser-use", "--model", "m", "--base-url", url,
+                     "--temperature", "0.3", "--seed", "7", "--agent-timeout", "9", "--modality", "captions",
+                     "--out", str(out), "--snapshots", str(tmp_path)])
+        assert srv.requests == []
     assert code == 1
     (run_json,) = out.glob("*/run.json")
     spec = json.loads(run_json.read_text("utf-8"))["agent"]
     assert spec["name"] == "browser-use" and spec["model"] == "m" and spec["input_modality"] == "captions"
     assert {k: spec["settings"][k] for k in ("base_url", "temperature", "seed", "timeout_s")} == {
-        "base_url": "http://localhost:1/v1", "temperature": 0.3, "seed": 7, "timeout_s": 9.0}
+        "base_url": url, "temperature": 0.3, "seed": 7, "timeout_s": 9.0}
 
 
 def test_without_the_package_the_error_says_how_to_install_it(monkeypatch):

@@ -195,3 +195,54 @@ def test_image_size_for_an_agent_without_a_model_is_refused_before_anything_is_w
     r = _piped(*args, "--image-size", "640", "--run-id", "sized", data_home=data_home)
     assert r.returncode == 2 and "--image-size is for the model agents" in r.stderr, r.stderr
     assert not (root / "runs" / "sized").exists()
+
+
+def test_every_result_command_writes_one_json_summary(long_run, data_home, tmp_path, capsys):
+    """`--json -` is the only thing on stdout and `--json FILE` keeps the human view, for run, judge,
+    ingest and snapshot verify|import|export (record: tests/test_record_cli.py), also when the command fails."""
+    from ego2web_replay.cli import main
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    root, _, args, _ = long_run
+    r = _piped(*args, "--run-id", "as-json", "--json", data_home=data_home)
+    assert r.returncode == 1 and "every episode errored" in r.stderr  # it still fails, after the summary
+    doc = json.loads(r.stdout)
+    assert doc["run_dir"] == str(root / "runs" / "as-json")
+    assert [(e["task_id"], e["mode"], e["end_reason"], e["ok"]) for e in doc["episodes"]] == [
+        ("t1", "frozen", "setup_error", False)]
+
+    run_dir = root / "runs" / "as-json"
+    assert main(["judge", str(run_dir), "--judge", "rule", "--no-progress", "--no-db", "--json", "-"]) == 1
+    out = capsys.readouterr().out
+    judged = json.loads(out)  # nothing but the JSON, though every verdict errored
+    assert judged["judge"] == "rule" and judged["summary"]["frozen"]["episode_errors"] == 1
+    assert judged["verdicts"][0]["episode_error"] == "setup_error"
+
+    db = tmp_path / "t.duckdb"
+    summary = tmp_path / "ingest.json"
+    assert main(["ingest", str(run_dir), "--db", str(db), "--json", str(summary)]) == 0
+    human = capsys.readouterr().out
+    assert human.startswith(f"{db}: ") and json.loads(summary.read_text()) == {
+        "db": str(db), "snapshots": 0, "resources": 0, "runs": 1, "episodes": 1, "verdicts": 1, "warnings": []}
+
+    sw = SnapshotWriter(tmp_path / "snaps", "t", snapshot_id="s1", compression="none")
+    sw.writer.write_exchange(url="https://a.example/", method="GET", request_headers=[], request_body=b"",
+                             status=200, reason="OK", response_headers=[("Content-Type", "text/html")],
+                             response_body=b"<html><body>hello</body></html>")
+    sw.finalize()
+    warc = tmp_path / "out.warc.gz"
+    assert main(["snapshot", "export", str(sw.path), "--format", "warc.gz", "--out", str(warc), "--json", "-"]) == 0
+    exported = json.loads(capsys.readouterr().out)
+    assert exported["path"] == str(warc) and exported["format"] == "warc.gz" and exported["bytes"] == warc.stat().st_size
+    assert main(["snapshot", "import", str(warc), "--task", "t", "--snapshots", str(tmp_path / "back"),
+                 "--id", "s2", "--json"]) == 0
+    imported = json.loads(capsys.readouterr().out)
+    assert (imported["task_id"], imported["snapshot_id"], imported["exchanges"]) == ("t", "s2", 1)
+    assert main(["snapshot", "verify", imported["path"], "--json"]) == 0
+    checked = json.loads(capsys.readouterr().out)
+    assert checked["ok"] is True and checked["problems"] == [] and checked["entries"] == 1
+    (Path(imported["path"]) / "index.cdxj").write_text("")  # a broken snapshot: still one JSON document
+    assert main(["snapshot", "verify", imported["path"], "--json"]) == 1
+    out, err = capsys.readouterr()
+    broken = json.loads(out)
+    assert broken["ok"] is False and broken["problems"] and err.startswith("error: ")

@@ -255,3 +255,44 @@ def test_episodes_that_could_not_run_are_judged_by_no_judge_and_counted_apart(tm
     assert "rule: not judged" in index and index.count('class="flag"') >= 2
     page = (out.out_dir / "episodes" / "r" / "t1-frozen.html").read_text("utf-8")
     assert "episode error: could not run" in page and "not judged" in page and ">failure<" not in page
+
+
+def test_judge_errors_show_as_errors_and_no_pairs_say_so(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """In the report a verdict the judge could not make reads "judge error", never ✗ or failure; a group
+    with no paired task has no McNemar p (None in JSON, empty in CSV, "no paired task" in the tables),
+    not p = 1."""
+    from ego2web_replay.tracking.report import build_report, episode_page_path
+
+    suite = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    eps = [EpisodeSpec("t1", "live", {"ego2web": True}),
+           EpisodeSpec("t1", "frozen", verdict_errors={"ego2web": "judge endpoint refused the request (HTTP 401)"}),
+           EpisodeSpec("t2", "live", {"ego2web": True}), EpisodeSpec("t2", "frozen", {"ego2web": False})]
+    make_run(tmp_path / "runs", "r", AgentSpec(name="openai", model="gpt-x"), eps, suite=suite)
+    make_run(tmp_path / "runs", "l", AgentSpec(name="scripted"),  # live only: nothing to pair
+             [EpisodeSpec(t, "live", {"ego2web": True}) for t in ("t1", "t2")], suite=suite)
+    path = tmp_path / "j.duckdb"
+    ingest(path, [tmp_path / "runs"])
+    groups = {g.agent: g for g in compare(path).groups}
+    paired, lone = groups["openai:gpt-x"], groups["scripted"]
+    assert paired.paired == 1 and paired.mcnemar_p == 1.0 and paired.judge_errors == 1  # t2: a real test
+    assert lone.paired == 0 and lone.live_unpaired == 2 and lone.mcnemar_p is None
+    rows = {r["agent"]: r for r in csv.DictReader(csv_text(compare(path)).splitlines()) if r["category"] == "overall"}
+    assert rows["scripted"]["mcnemar_p"] == "" and rows["openai:gpt-x"]["mcnemar_p"] == "1.0"
+    assert main(["compare", "--db", str(path), "--json", "-"]) == 0
+    doc = {g["agent"]: g for g in json.loads(capsys.readouterr().out)["groups"]}
+    assert doc["scripted"]["mcnemar_p"] is None
+    assert main(["compare", "--db", str(path)]) == 0
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.strip("│┃ ").startswith("scripted"))  # the summary table
+    assert "no paired task" in line
+    report = build_report(path, tmp_path / "report", iterations=50)
+    index = report.index.read_text("utf-8")
+    assert "no paired task" in index
+    listed = [ln for ln in index.split("<tr") if "ego2web: " in ln]  # the episode list's rows
+    (t1_frozen,) = [ln for ln in listed if "t1-frozen.html" in ln]
+    assert "judge error" in t1_frozen and "✗" not in t1_frozen
+    (t2_frozen,) = [ln for ln in listed if "t2-frozen.html" in ln]
+    assert "ego2web: ✗" in t2_frozen  # a failure is still a failure
+    page = (report.out_dir / episode_page_path("r", "t1", "frozen")).read_text("utf-8")
+    assert "judge error" in page and "HTTP 401" in page and ">failure<" not in page

@@ -110,7 +110,7 @@ def test_unreachable_endpoint(run, capsys):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     assert main(["judge", str(run), "--judge", "webvoyager", "--model", "m", "--base-url",
-                 f"http://127.0.0.1:{port}/v1", "--max-retries", "0", "--no-progress"]) == 1
+                 f"http://127.0.0.1:{port}/v1", "--max-retries", "0", "--no-progress"]) == 2  # checked first
     err = _err(capsys)
     assert "unreachable" in err and f"127.0.0.1:{port}" in err
     assert not (run / "episodes/T1/frozen/verdicts/webvoyager.json").exists()

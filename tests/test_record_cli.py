@@ -63,10 +63,16 @@ def test_record_end_to_end_a_failing_task_does_not_stop_the_others(site, data_ho
         _task("plain", site.http_url + "/static/data.json"),
     ])
     root = tmp_path / "snapshots"
-    proc = subprocess.run([str(EXE), *_record_args(tasks, root, site)], capture_output=True, text=True,
-                          env=cli_env(data_home), timeout=120)
+    summary = tmp_path / "record.json"
+    proc = subprocess.run([str(EXE), *_record_args(tasks, root, site), "--json", str(summary)], capture_output=True,
+                          text=True, env=cli_env(data_home), timeout=120)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out
+    doc = json.loads(summary.read_text())  # written though a task failed
+    assert (doc["recorded"], doc["failed"]) == (2, 1) and doc["root"] == str(root)
+    by_task = {t["task_id"]: t for t in doc["tasks"]}
+    assert not by_task["broken"]["ok"] and "#no-such-element" in by_task["broken"]["error"]
+    assert by_task["shop"]["ok"] and by_task["shop"]["exchanges"] > 1 and by_task["shop"]["snapshot"].startswith(str(root))
     assert "Traceback" not in out
     assert "FAIL broken: task broken: step 1 (click" in out and "#no-such-element" in out
     assert out.count("ok   ") == 2 and "ok   shop:" in out and "ok   plain:" in out

@@ -127,6 +127,47 @@ def test_report_cli_and_missing_db(db: Path, tmp_path: Path, capsys: pytest.Capt
     assert main(["report", "--db", str(db), "--out", str(out), "--iterations", "50"]) == 0
     assert "8 episode pages" in capsys.readouterr().out
     assert (out / "index.html").is_file()
+    assert not list(out.glob("charts/*.png"))
+    if CHROMIUM.exists():  # --png: each chart drawn by Chromium, at the size its SVG declares
+        import struct
+        import xml.etree.ElementTree as ET
+
+        assert main(["report", "--db", str(db), "--out", str(out), "--iterations", "50", "--png"]) == 0
+        assert "8 chart files" in capsys.readouterr().out  # 4 SVG + 4 PNG
+        for svg in sorted(out.glob("charts/*.svg")):
+            data = svg.with_suffix(".png").read_bytes()
+            assert data[:8] == b"\x89PNG\r\n\x1a\n"
+            width, height = struct.unpack(">II", data[16:24])
+            root = ET.parse(svg).getroot()
+            assert (width, height) == (int(root.get("width")), int(root.get("height"))), svg
     assert main(["report", "--db", str(tmp_path / "none.duckdb"), "--out", str(out)]) == 1
     err = capsys.readouterr().err
     assert "ingest" in err and err.count("\n") == 1
+
+
+def test_charts_show_the_interval_and_tables_and_charts_are_saved(db: Path, tmp_path: Path) -> None:
+    """The difference chart carries the paired bootstrap interval compare computes; the comparison is saved
+    as CSV (the bytes `compare --csv` writes) and every chart as a standalone SVG file."""
+    import xml.etree.ElementTree as ET
+
+    from ego2web_replay.tracking.compare import compare, csv_text
+
+    out = tmp_path / "report"
+    summary = build_report(db, out, iterations=300, seed=4)
+    comp = compare(db, iterations=300, seed=4)
+    assert {p.relative_to(out).as_posix() for p in summary.exports} == {
+        "comparison.csv", "runs.csv", "charts/success.svg", "charts/difference.svg", "charts/drift.svg",
+        "charts/runs.svg"}
+    assert (out / "comparison.csv").read_text("utf-8") == csv_text(comp)
+    svg = "{http://www.w3.org/2000/svg}"
+    diff = ET.parse(out / "charts" / "difference.svg").getroot()
+    intervals = [(float(g.get("data-low")), float(g.get("data-high"))) for g in diff.iter(f"{svg}g")
+                 if g.get("class") == "interval"]
+    wanted = [(g.ci_low, g.ci_high) for g in comp.groups if g.ci_low is not None]
+    assert wanted and intervals == [pytest.approx(w, abs=1e-5) for w in wanted]
+    titles = [t.text or "" for t in diff.iter(f"{svg}title")]
+    assert any("CI [" in t for t in titles)
+    for name in ("success", "drift"):
+        assert ET.parse(out / "charts" / f"{name}.svg").getroot().tag == f"{svg}svg"
+    index = (out / "index.html").read_text("utf-8")
+    assert 'class="chart-diff"' in index and index.count('class="interval"') == len(wanted)

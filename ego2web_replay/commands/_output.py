@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rich.table import Table
     from rich.text import Text
 
-__all__ = ["Output", "bar_wanted", "console", "emit_machine", "is_stdout", "line", "output", "progress", "say",
+__all__ = ["Output", "bar_wanted", "console", "emit_json", "emit_machine", "is_stdout", "line", "output", "progress", "say",
            "table", "warn", "STDOUT"]
 
 #: The value of a file option that means "write to stdout".
@@ -180,6 +180,15 @@ def warn(target: Any, message: str) -> None:
 def is_stdout(dest: str | Path | None) -> bool:
     """Whether a file option's value means stdout (``-``)."""
     return dest is not None and str(dest) == STDOUT
+
+
+def emit_json(dest: str | Path | None, document: Any) -> None:
+    """``--json``: ``document`` (plain JSON data) to ``dest`` as :func:`emit_machine` writes it; nothing for None."""
+    if dest is None:
+        return
+    import json
+
+    emit_machine(dest, json.dumps(document, indent=2, default=str) + "\n")
 
 
 def emit_machine(dest: str | Path, text: str) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from ._checks import check_endpoint
 from ._options import Finite
 
 
@@ -45,6 +46,7 @@ def captions_cmd(tasks_file: Path, model: str | None, base_url: str | None, task
         raise MediaError("captions need a multimodal model: pass --model and --base-url "
                          "(or set EGO2WEB_CAPTION_MODEL and OPENAI_BASE_URL)")
     suite = load_tasks(tasks_file)
+    check_endpoint(url, "captions")
     client = LLMCaptioner(LLMConfig(model=name, base_url=url, timeout_s=timeout_s, concurrency=1))
     for task_id, path, clips, calls in caption_suite(suite, client, task_ids=task_ids, clip_seconds=clip_seconds,
                                                      frames_per_clip=frames_per_clip, max_side=frame_size,

@@ -7,8 +7,9 @@ from typing import Any
 
 import click
 
+from ._checks import PreflightError, check_endpoint, endpoint_url
 from ._options import Finite, db_options, iterations_option, json_option
-from ._output import bar_wanted, console, emit_machine, is_stdout, table, warn
+from ._output import bar_wanted, console, emit_json, emit_machine, is_stdout, table, warn
 from .executor_options import ExecutorChoice, executor_options
 
 #: The built-in judges, for help text only (``judge.registry.JUDGES`` is the truth; a test keeps them equal).
@@ -86,9 +87,10 @@ def judge() -> None:
               help="LLM call cache (default: <run>/judge-cache).")
 @db_options("each verdict as it is made")
 @executor_options
+@json_option("the verdicts, the summary per mode and the frozen coverage")
 def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | None, tasks: Path | None,
             task_ids: tuple[str, ...], workers: int, cache_dir: Path | None, db: Path | None,
-            executor: ExecutorChoice, **options: Any) -> None:
+            executor: ExecutorChoice, json_out: str | None, **options: Any) -> None:
     """Judge every episode of RUN_DIR and write <episode>/verdicts/<judge>.json.
 
     LLM judges (ego2web, webjudge, webvoyager) need an OpenAI-compatible
@@ -102,6 +104,7 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
     from ..tracking.validity import frozen_coverage
 
     settings = {k: v for k, v in options.items() if v is not None}
+    _check_judge_endpoint(run_dir, judge_name, base_url, cache_dir)
     on_verdict = None
     if db is not None:
         from ..tracking.sink import TrackingSink
@@ -116,13 +119,26 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
                          progress=bar_wanted(), settings=settings, cache_dir=cache_dir,
                          task_ids=list(task_ids) or None, on_verdict=on_verdict,
                          executor=executor.make_judge_executor())
+    coverage = frozen_coverage(run_dir, verdicts)
+    summary = summarize(verdicts)
+    emit_json(json_out, {"run_dir": str(run_dir), "judge": judge_name, "summary": summary, "coverage": coverage,
+                         "verdicts": [{"task_id": v.task_id, "mode": v.mode, "repeat": v.repeat, "success": v.success,
+                                       "score": v.score, "prompt_tokens": v.prompt_tokens,
+                                       "completion_tokens": v.completion_tokens, "error": v.error,
+                                       "episode_error": v.episode_error} for v in verdicts]})
+    if not is_stdout(json_out):
+        _print_verdicts(judge_name, run_dir, verdicts, summary, coverage)
+    _raise_when_all_errored(verdicts)
+
+
+def _print_verdicts(judge_name: str, run_dir: Path, verdicts: list[Any], summary: dict[str, dict[str, Any]],
+                    coverage: dict[str, Any] | None) -> None:
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
         rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""), "yes" if v.success else "no",
                      f"{v.score:.2f}", str(v.prompt_tokens + v.completion_tokens), v.error or "")
     console().print(rows)
-    coverage = frozen_coverage(run_dir, verdicts)
-    for mode, s in summarize(verdicts).items():
+    for mode, s in summary.items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
         line = (f"{mode}: {s['success']}/{s['judged']} success ({rate}), "
                 f"{s['errors']} error(s), "
@@ -134,6 +150,9 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
             line += (f"; coverage: {c['complete']}/{c['episodes']} complete, success over complete "
                      f"{c['complete_success']}/{c['complete_judged']} ({on_complete})")
         click.echo(line)
+
+
+def _raise_when_all_errored(verdicts: list[Any]) -> None:
     if verdicts and all(v.error for v in verdicts):
         from ..errors import JudgeError
 
@@ -142,6 +161,25 @@ def run_cmd(run_dir: Path, judge_name: str, model: str | None, base_url: str | N
             raise JudgeError(f"no episode could be judged: every one could not run ({len(verdicts)}: "
                              f"{', '.join(unrun)}); first: {verdicts[0].error}")
         raise JudgeError(f"every verdict errored ({len(verdicts)}); first error: {verdicts[0].error}")
+
+
+def _check_judge_endpoint(run_dir: Path, judge_name: str, base_url: str | None, cache_dir: Path | None) -> None:
+    """Probe the endpoint of an LLM judge (or of the rubric judge given --base-url) before any episode.
+
+    A dead endpoint stops here, unless the run's call cache holds answers: re-judging from the cache needs
+    no endpoint, and a call the cache lacks still fails on its own, naming the endpoint."""
+    from ..judge.registry import LLM_JUDGES
+
+    url = endpoint_url(base_url) if judge_name in LLM_JUDGES else base_url if judge_name == "rubric" else None
+    if not url:
+        return
+    try:
+        check_endpoint(url, f"the {judge_name} judge's")
+    except PreflightError as e:
+        cache = cache_dir or run_dir / "judge-cache"
+        if not (cache.is_dir() and any(cache.iterdir())):
+            raise
+        warn(console(stderr=True), f"{e}; judging from the call cache in {cache} only")
 
 
 @judge.command("agreement")

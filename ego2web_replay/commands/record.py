@@ -8,17 +8,19 @@ from typing import TYPE_CHECKING, Literal
 import click
 
 from ..errors import RecordingError
+from ._checks import check_display
 from ._hooks import wire_index_hooks
 from ._options import (
     Finite,
     compression_option,
     db_options,
     guard_option,
+    json_option,
     keep_credentials_option,
     snapshots_option,
     upstream_ca_option,
 )
-from ._output import progress, say, warn
+from ._output import emit_json, is_stdout, progress, say, warn
 from .wire_options import wire_options
 
 if TYPE_CHECKING:
@@ -57,11 +59,12 @@ if TYPE_CHECKING:
               help="After the actions, load each recorded page once more in a throw-away browser context, "
                    "not archived: what its requests send differently while getting the same response (request "
                    "ids, client ids) is learned volatile (volatile.json). Not after --interactive.")
+@json_option("each task's snapshot (or error)")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
-               wire: WireLimits, second_load: bool) -> None:
+               wire: WireLimits, second_load: bool, json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy. Exits non-zero if any task failed.
 
@@ -71,6 +74,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     from ..recorder.session import RecordOptions
     from ..recorder.upload import record_task_to
 
+    if interactive:
+        check_display("record --interactive")
     wire_index_hooks()
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))
@@ -79,6 +84,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
 
     ca = project_ca()
     failures = 0
+    results: list[dict[str, object]] = []
     with progress("record") as bars:
         bar = bars.add_task("", total=len(tasks))
         sink = None
@@ -100,6 +106,11 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                 bars.update(bar, description=f"{task_id}: uploading to {url}")
 
             r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded, on_upload=uploading)
+            ok = r.ok and r.manifest is not None and r.snapshot is not None
+            results.append({"task_id": task.id, "ok": ok, "snapshot": str(r.location or r.snapshot) if ok else None,
+                            "exchanges": r.manifest.exchanges if ok and r.manifest else None,
+                            "archive_bytes": r.manifest.archive_bytes if ok and r.manifest else None,
+                            "refused": dict(r.refused or {}), "error": None if ok else r.error})
             if r.ok and r.manifest is not None and r.snapshot is not None:
                 say(bars, f"{task.id}: {r.location or r.snapshot} ({r.manifest.exchanges} exchanges, "
                           f"{r.manifest.archive_bytes} bytes)", status="ok  ", style="green")
@@ -110,9 +121,11 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")
             bars.advance(bar)
+    emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")
-    click.echo(f"recorded {len(tasks)} task(s) into {root}")
+    if not is_stdout(json_out):
+        click.echo(f"recorded {len(tasks)} task(s) into {root}")
 
 
 def _check_writable(root: Path | str) -> None:

@@ -9,15 +9,17 @@ from typing import TYPE_CHECKING
 import click
 
 from ..config import DEFAULT_RUNS
+from ._checks import check_endpoint, endpoint_url
 from ._options import (
     Finite,
     db_options,
     guard_option,
+    json_option,
     keep_credentials_option,
     snapshots_option,
     upstream_ca_option,
 )
-from ._output import progress, say, warn
+from ._output import emit_json, is_stdout, progress, say, warn
 from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
 from .wire_options import wire_options
@@ -80,13 +82,14 @@ if TYPE_CHECKING:
                    "(default: the whole 1280-pixel viewport; browser-use keeps the viewport's shape and needs 160 or more).")
 @db_options("the run and each episode as they finish")
 @keep_credentials_option
+@json_option("the run folder and each episode run now")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
             run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
             agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
-            executor: ExecutorChoice, wire: WireLimits) -> None:
+            executor: ExecutorChoice, wire: WireLimits, json_out: str | None) -> None:
     """Run AGENT on every task of TASKS_FILE and write a run folder of episodes
     (trajectory.json, screenshots, replay stats, the live run's archive).
 
@@ -113,6 +116,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                           "image_max_side": image_size}
     elif image_size is not None:
         raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
+    url = endpoint_url(base_url) if agent_name in ("openai", "browser-use") else None
+    if url:  # before the run folder is made: a dead endpoint is named at once, not after whole episodes
+        check_endpoint(url, f"the {agent_name} agent's")
     sink = None
     with progress("run") as bars:
         bar = bars.add_task("starting", total=None)
@@ -141,7 +147,12 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
                                on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
-    click.echo(f"run folder: {run_dir}")
+    emit_json(json_out, {"run_dir": str(run_dir), "episodes": [
+        {"task_id": s.task_id, "mode": s.mode, "repeat": s.repeat, "ok": s.ok, "end_reason": s.end_reason,
+         "steps": s.steps, "answer": s.answer, "misses": s.misses, "error": s.error, "path": str(s.path)}
+        for s in _]})
+    if not is_stdout(json_out):
+        click.echo(f"run folder: {run_dir}")
     if _ and all(s.end_reason in ERROR_REASONS for s in _):
         raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "
                            f"first error: {_[0].error}")

@@ -9,7 +9,7 @@ import click
 from ..errors import SnapshotError
 from ._hooks import wire_index_hooks
 from ._options import LOCATION, compression_option, json_option, snapshots_option
-from ._output import console, emit_machine, is_stdout, line, table
+from ._output import console, emit_json, emit_machine, is_stdout, line, table
 
 __all__ = ["COMMANDS", "snapshot"]
 
@@ -98,20 +98,25 @@ def show_command(path: Path | str, json_out: str | None) -> None:
 
 @snapshot.command("verify")
 @click.argument("path", type=LOCATION)
-def verify_command(path: Path | str) -> None:
+@json_option("the check (ok, problems, warnings, records, entries)")
+def verify_command(path: Path | str, json_out: str | None) -> None:
     """Check digests, index offsets and manifest sha256s; exit non-zero on any problem (PATH: a folder
     or a URL, whose files are downloaded to check them)."""
     from ..snapshots.location import verify_location
 
     report = verify_location(path)
-    for warning in report.warnings:
+    emit_json(json_out, {"path": str(path), "ok": report.ok, "problems": report.problems, "warnings": report.warnings,
+                         "records": report.records, "entries": report.entries, "truncated_at": report.truncated_at})
+    quiet = is_stdout(json_out)
+    for warning in [] if quiet else report.warnings:
         click.echo(f"warning: {warning}")
-    for problem in report.problems:
+    for problem in [] if quiet else report.problems:
         click.echo(f"problem: {problem}")
     summary = f"{report.records} whole records, {report.entries} index entries"
     if not report.ok:
         raise SnapshotError(f"{path}: {len(report.problems)} problem(s) found ({summary})")
-    click.echo(f"ok: {path} ({summary})")
+    if not quiet:
+        click.echo(f"ok: {path} ({summary})")
 
 
 @snapshot.command("index")
@@ -134,8 +139,9 @@ def index_command(path: Path | str) -> None:
 @compression_option(("zst", "gz", "none"))
 @click.option("--keep-credentials", is_flag=True, default=False,
               help="HAR files: archive cookies, tokens and passwords as they are (by default they are redacted).")
+@json_option("the snapshot made (path, ids, captures)")
 def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snapshot_id: str | None,
-                   compression: str, keep_credentials: bool) -> None:
+                   compression: str, keep_credentials: bool, json_out: str | None) -> None:
     """Import WARC / WARC.GZ / WARC.ZST / WACZ files, or HAR 1.2 files (several go into one snapshot)."""
     from ..snapshots import import_warc
     from ..snapshots.location import require_local
@@ -143,9 +149,13 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snap
     wire_index_hooks()
     snap = import_warc(list(files), task_id, require_local(root, "snapshot import"), snapshot_id=snapshot_id, compression=compression, keep_credentials=keep_credentials)  # type: ignore[arg-type]
     m = snap.manifest
-    click.echo(f"imported {m.exchanges} captures into {snap.path}")
-    for note in m.notes:
-        if "not archived" in note:  # HAR entries left out: shown, not only noted
+    left_out = [note for note in m.notes if "not archived" in note]  # HAR entries left out: shown, not only noted
+    emit_json(json_out, {"path": str(snap.path), "task_id": m.task_id, "snapshot_id": m.snapshot_id,
+                         "exchanges": m.exchanges, "archive_bytes": m.archive_bytes, "files": [str(f) for f in files],
+                         "left_out": left_out})
+    if not is_stdout(json_out):
+        click.echo(f"imported {m.exchanges} captures into {snap.path}")
+        for note in left_out:
             click.echo(f"  {note}")
 
 

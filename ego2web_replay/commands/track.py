@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from ._options import Finite, db_option, iterations_option, json_option
-from ._output import console, emit_machine, is_stdout
+from ._output import console, emit_json, emit_machine, is_stdout
 
 __all__ = ["COMMANDS", "db_option"]
 
@@ -15,7 +15,8 @@ __all__ = ["COMMANDS", "db_option"]
 @click.command("ingest")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @db_option
-def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
+@json_option("what was loaded (counts and warnings)")
+def ingest_command(paths: tuple[Path, ...], db_path: Path, json_out: str | None) -> None:
     """Load snapshot folders, run folders, or roots holding them into the database.
 
     Re-ingesting replaces rows and never duplicates them; the files stay the
@@ -26,10 +27,10 @@ def ingest_command(paths: tuple[Path, ...], db_path: Path) -> None:
     summary = ingest(db_path, paths)
     for w in summary.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
-    click.echo(
-        f"{db_path}: {summary.snapshots} snapshots ({summary.resources} resources), {summary.runs} runs, "
-        f"{summary.episodes} episodes, {summary.verdicts} verdicts"
-    )
+    emit_json(json_out, {"db": str(db_path), **summary.model_dump(mode="json")})
+    if not is_stdout(json_out):
+        click.echo(f"{db_path}: {summary.snapshots} snapshots ({summary.resources} resources), {summary.runs} runs, "
+                   f"{summary.episodes} episodes, {summary.verdicts} verdicts")
 
 
 @click.command("compare")
@@ -81,17 +82,25 @@ def compare_command(db_path: Path, agents: tuple[str, ...], judges: tuple[str, .
               show_default=True, help="Folder to write the static HTML report into.")
 @iterations_option(2000)
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap random seed.")
-def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int) -> None:
+@click.option("--png", is_flag=True, help="Also save each chart as a PNG (drawn by headless Chromium) beside its SVG.")
+def report_command(db_path: Path, out_dir: Path, iterations: int, seed: int, png: bool) -> None:
     """Write a static HTML report (opens from disk, no server, no network).
 
     It holds the comparison tables, a live-vs-frozen chart per agent, the drift
     timeline, and a page per episode with screenshots, actions, answer, replay
-    misses, video keyframes and every judge's verdict.
+    misses, video keyframes and every judge's verdict. The comparison is also saved as
+    comparison.csv, the runs as runs.csv and each chart as charts/<name>.svg (and .png with --png).
     """
     from ..tracking.report import build_report
 
     summary = build_report(db_path, out_dir, iterations=iterations, seed=seed)
-    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images)")
+    if png:
+        from ..browser import svg_to_png
+
+        summary.exports += svg_to_png([p for p in summary.exports if p.suffix == ".svg"])
+    click.echo(f"wrote {summary.index} ({summary.episode_pages} episode pages, {summary.assets} images; "
+               f"comparison.csv, runs.csv and {sum(p.suffix in ('.svg', '.png') for p in summary.exports)} chart files "
+               "beside it)")
 
 
 COMMANDS = [ingest_command, compare_command, report_command]

@@ -73,7 +73,8 @@ class FakeOpenAIServer(LoopbackHTTPServer):
 
     thread_name = "fake-openai"
 
-    def __init__(self, replies: ReplySource | None = None, *, models: list[str] | None = None) -> None:
+    def __init__(self, replies: ReplySource | None = None, *, models: list[str] | None = None,
+                 list_models: bool = True) -> None:
         super().__init__()
         self._callable: Callable[[dict[str, Any]], Any] | None = None
         self._script: list[Any] = []
@@ -82,6 +83,10 @@ class FakeOpenAIServer(LoopbackHTTPServer):
         elif replies is not None:
             self._script = list(replies)
         self.models = models or ["fake-model"]
+        #: False: ``GET /models`` answers 404, as servers without the route do.
+        self.list_models = list_models
+        #: ``GET .../models`` requests received (they are not model calls: never in ``requests``).
+        self.model_lists = 0
         self.requests: list[dict[str, Any]] = []
         self.request_headers: list[dict[str, str]] = []
         self._lock = threading.Lock()
@@ -174,6 +179,9 @@ def _make_handler(server: FakeOpenAIServer) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
+                with server._lock:
+                    server.model_lists += 1
+            if self.path.rstrip("/").endswith("/models") and server.list_models:
                 self._send(200, {"object": "list", "data": [
                     {"id": m, "object": "model", "created": 0, "owned_by": "fake"} for m in server.models]})
             else:

@@ -131,7 +131,8 @@ class GroupComparison(BaseModel):
     difference: float | None = Field(description="live_rate - frozen_rate.")
     ci_low: float | None
     ci_high: float | None
-    mcnemar_p: float
+    mcnemar_p: float | None = Field(description="Exact McNemar p on the discordant pairs; None when no task is "
+                                    "paired (no test was made, which is not p = 1).")
     categories: list[CategoryRates]
     frozen_mean_score: float | None
     frozen_miss_rate: float | None = Field(description="Misses / requests over the paired frozen episodes.")
@@ -351,7 +352,7 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
         counts=counts, live_rate=lr, frozen_rate=fr,
         difference=lr - fr if lr is not None and fr is not None else None,
         ci_low=ci[0] if ci else None, ci_high=ci[1] if ci else None,
-        mcnemar_p=mcnemar_exact(counts.live_only, counts.frozen_only), categories=categories,
+        mcnemar_p=mcnemar_exact(counts.live_only, counts.frozen_only) if paired else None, categories=categories,
         frozen_mean_score=sum(e.score for e in frozen_eps) / len(frozen_eps) if frozen_eps else None,
         frozen_miss_rate=sum(e.misses for e in frozen_eps) / requests if requests else None,
         flagged_episodes=sum(e.flagged for e in frozen_eps), frozen_episodes=frozen_eps, flips=flips,

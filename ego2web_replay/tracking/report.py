@@ -40,13 +40,14 @@ from ..models import (
     load_trajectory,
     read_model,
 )
-from .charts import bar_chart, line_chart
 from .compare import Comparison, compare
 from .db import read_connection
 from .drift import DriftSeries, drift_timeseries
+from .history import RunPoint, run_history
 from .ingest import read_run_manifest, run_suite
+from .report_charts import diff_chart, drift_chart, history_html, success_chart, write_exports
 from .report_repeats import repeats_html
-from .tables import episode_errors_cell, pct
+from .tables import episode_errors_cell, p_cell, pct
 
 __all__ = ["ReportSummary", "build_report", "episode_page_path"]
 
@@ -72,6 +73,7 @@ class ReportSummary(BaseModel):
     index: Path
     episode_pages: int
     assets: int
+    exports: list[Path] = []  # the tables as CSV and the charts as SVG files, beside index.html
 
 
 def _safe(name: str) -> str:
@@ -130,13 +132,12 @@ def _validity_html(comp: Comparison) -> str:
 def _comparison_html(comp: Comparison) -> str:
     if not comp.groups:
         return '<p class="note">No episodes with verdicts yet.</p>'
-    chart = bar_chart([(f"{g.agent} · {g.judge}", [g.live_rate, g.frozen_rate]) for g in comp.groups],
-                      ["live", "frozen"], title="Success rate on paired tasks, live vs frozen")
+    chart = success_chart(comp) + "\n" + diff_chart(comp)
     rows = []
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
         rows.append([escape(g.agent), escape(g.judge), str(g.paired), pct(g.live_rate), pct(g.frozen_rate),
-                     pct(g.difference), ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
+                     pct(g.difference), ci, escape(p_cell(g)), str(g.counts.both), str(g.counts.live_only),
                      str(g.counts.frozen_only), str(g.counts.neither),
                      "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}", pct(g.frozen_miss_rate),
                      str(g.flagged_episodes), str(g.judge_errors), escape(episode_errors_cell(g))])
@@ -183,11 +184,7 @@ def _comparison_html(comp: Comparison) -> str:
 def _drift_html(drift: DriftSeries) -> str:
     if not drift.points:
         return '<p class="note">No drift probes yet (<code>ego2web-replay drift probe</code>).</p>'
-    lines: dict[str, list[tuple[datetime, float | None]]] = {}
-    for scope, prefix in (("overall", ""), ("site", "")):
-        for key, pts in drift.series(scope).items():
-            lines[prefix + (key if scope == "site" else "overall")] = [(p.probed_at, p.fraction_changed) for p in pts]
-    chart = line_chart(lines, title="Share of recorded URLs changed since capture, per probe")
+    chart = drift_chart(drift)
     latest = {key: pts[-1] for key, pts in drift.series("task").items()}
     rows = [[escape(k), p.probed_at.strftime("%Y-%m-%d %H:%M"), escape(p.task_status or "–"), str(p.urls),
              pct(p.fraction_changed)] for k, p in sorted(latest.items())]
@@ -196,12 +193,13 @@ def _drift_html(drift: DriftSeries) -> str:
                                                    numeric={3, 4}))
 
 
-def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], verdicts: dict) -> str:
+def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], verdicts: dict,
+                history: list[RunPoint]) -> str:
     rows = []
     for e in episodes:
         run_id, task_id, mode, repeat = e[0], e[1], e[2], e[17]
         vs = verdicts.get((run_id, task_id, mode, repeat), [])
-        vtext = ", ".join(f"{escape(v[3])}: {'not judged' if v[8] else '✓' if v[5] else '✗'}" for v in vs) or "–"
+        vtext = ", ".join(f"{escape(v[3])}: {_verdict_mark(v, e[7] in EPISODE_ERRORS)}" for v in vs) or "–"
         misses = "–" if e[13] is None else str(e[13])
         if e[16]:
             misses += f" ({escape(e[16])})"
@@ -211,6 +209,7 @@ def _index_body(comp: Comparison, drift: DriftSeries, episodes: list[tuple], ver
     flags = ["flag" if e[13] or e[16] == "off-snapshot" or e[7] in EPISODE_ERRORS else "" for e in episodes]
     return "\n".join([
         "<h2>Live vs frozen</h2>", _comparison_html(comp),
+        "<h2>Every run over time</h2>", history_html(history),
         "<h2>Drift since capture</h2>", _drift_html(drift),
         "<h2>Episodes</h2>",
         _table(["task", "mode", "run", "agent", "category", "steps", "end", "verdicts", "replay misses"], rows,
@@ -239,7 +238,17 @@ def _copy_asset(src: Path, files_dir: Path, copied: set[Path], inside: Path | No
     return f"{files_dir.name}/{dest.name}"
 
 
-def _verdict_html(row: tuple) -> str:
+def _verdict_mark(row: tuple, could_not_run: bool) -> str:
+    """An episode list's mark of one verdict: an episode that could not run is not judged, whatever an older
+    verdict says; a judge error is an error, never a failure (✗)."""
+    if could_not_run:
+        return "not judged"
+    if row[8]:
+        return f'<span class="fail" title="{escape(row[8])}">judge error</span>'
+    return "✓" if row[5] else "✗"
+
+
+def _verdict_html(row: tuple, could_not_run: bool = False) -> str:
     judge, model, success, score, thoughts, error, vpath = row[3], row[4], row[5], row[6], row[7], row[8], row[9]
     key_points: list[str] = []
     if vpath and Path(vpath).is_file():
@@ -248,13 +257,15 @@ def _verdict_html(row: tuple) -> str:
             thoughts, key_points = v.thoughts, v.key_points
         except (Ego2WebError, OSError):
             pass
-    outcome = "not judged" if error else f"{_ok(success)}, score {score:.2f}"
+    outcome = ("not judged (the episode could not run)" if could_not_run
+               else '<span class="fail">judge error</span>' if error else f"{_ok(success)}, score {score:.2f}")
     parts = [f"<h3>{escape(judge)}{f' ({escape(model)})' if model else ''}: {outcome}</h3>"]
     if key_points:
         parts.append("<ul>" + "".join(f"<li>{escape(k)}</li>" for k in key_points) + "</ul>")
     parts.append(f'<div class="thoughts">{escape(thoughts or "(no thoughts recorded)")}</div>')
     if error:
-        parts.append(f'<p class="fail">judge error: {escape(error)}</p>')
+        parts.append(f'<p class="note">{escape(error)}</p>' if could_not_run
+                     else f'<p class="fail">judge error: {escape(error)}</p>')
     return "\n".join(parts)
 
 
@@ -333,7 +344,7 @@ def _episode_body(e: tuple, verdicts: list[tuple], page: Path, video_frames: Pat
                                                      for src, name in imgs if src) + "</div>"
                  if any(src for src, _ in imgs) else '<p class="note">No keyframes stored with this episode.</p>')
     parts.append("<h2>Verdicts</h2>")
-    parts.append("\n".join(_verdict_html(v) for v in verdicts) or '<p class="note">Not judged yet.</p>')
+    parts.append("\n".join(_verdict_html(v, e[7] in EPISODE_ERRORS) for v in verdicts) or '<p class="note">Not judged yet.</p>')
     return "\n".join(parts), len(copied)
 
 
@@ -345,6 +356,7 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
     """Write the static report for everything in the database into ``out_dir``."""
     comp = compare(db_path, iterations=iterations, seed=seed)
     drift = drift_timeseries(db_path)
+    history = run_history(db_path)
     with read_connection(db_path) as con:
         episodes = con.execute(_EPISODES).fetchall()
         verdict_rows = con.execute(_VERDICTS).fetchall()
@@ -370,9 +382,10 @@ def build_report(db_path: str | os.PathLike[str], out_dir: str | os.PathLike[str
                         "utf-8")
     assets += _write_flip_pages(comp, episodes, out, generated)
     index = out / "index.html"
-    index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts), "",
+    index.write_text(_page("Live vs frozen, drift and episodes", _index_body(comp, drift, episodes, verdicts, history), "",
                            generated), "utf-8")
-    return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets)
+    exports = write_exports(out, comp, drift, history)
+    return ReportSummary(out_dir=out, index=index, episode_pages=len(episodes), assets=assets, exports=exports)
 
 
 def _write_flip_pages(comp: Comparison, episodes: list[tuple], out: Path, generated: str) -> int:

@@ -7,12 +7,17 @@ from rich.table import Table
 from .compare import Comparison, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell"]
+__all__ = ["pct", "p_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell"]
 
 
 def pct(x: float | None) -> str:
     """A share as a percentage, or '–' when undefined."""
     return "–" if x is None else f"{100 * x:.1f}%"
+
+
+def p_cell(g: GroupComparison) -> str:
+    """McNemar's p, or why there is none: with no paired task no test was made (which is not p = 1)."""
+    return "no paired task" if g.mcnemar_p is None else f"{g.mcnemar_p:.4g}"
 
 
 def comparison_tables(comp: Comparison) -> list[Table]:
@@ -31,7 +36,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
         summary.add_row(g.agent, g.modality, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
-                        ci, f"{g.mcnemar_p:.4g}", str(g.counts.both), str(g.counts.live_only),
+                        ci, p_cell(g), str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
                         pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors), episode_errors_cell(g))
