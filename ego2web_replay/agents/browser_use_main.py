@@ -208,19 +208,18 @@ _PAGE_JS = """(() => {{ const dom = document.documentElement ? document.document
 async def capture_last_item(session: Any, out: Path, captured: set[int], timeout_s: float = 15.0) -> None:
     """The page as rendered now, as the page after the last history item (``history.json``, just saved):
     ``pages/step-NNN.json`` (a :class:`~ego2web_replay.models.PageCapture`, NNN our last step of that item)
-    and the DOM beside it. Read through browser-use's own CDP session on the page it acts on. An item
+    and the DOM beside it. Read through browser-use's own CDP session on the page it acts on (the runner
+redacts the URL when it adopts the capture, as it does the trajectory's). An item
     is captured once (``captured``); a page that cannot be read is written with its ``error``, never raised."""
     from datetime import UTC, datetime
 
     from ..models import DOM_MAX_CHARS, PAGE_TEXT_MAX_CHARS, PageCapture, save_model
-    from ..redaction import Redactor
     from .browser_use import last_steps, page_file
 
     items = json.loads((out / "history.json").read_text("utf-8")).get("history") or []
     if not items or len(items) - 1 in captured or (index := last_steps(items)[-1]) is None:
         return
     captured.add(len(items) - 1)
-    redact = Redactor.make().url
     rel = page_file(index)
     (out / rel).parent.mkdir(parents=True, exist_ok=True)
     capture = PageCapture(step=index, url="", captured_at=datetime.now(UTC))
@@ -235,13 +234,13 @@ async def capture_last_item(session: Any, out: Path, captured: set[int], timeout
     except Exception as e:  # noqa: BLE001 - the episode goes on; the capture says why it holds no page
         capture.error = f"page not read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
         try:
-            capture.url = redact(str(await session.get_current_page_url()))
+            capture.url = str(await session.get_current_page_url())
         except Exception:  # noqa: BLE001 - no URL either
             pass
         save_model(out / rel, capture)
         return
     text = str(page.get("text") or "")
-    capture.url, capture.title = redact(str(page.get("url") or "")), str(page.get("title") or "")
+    capture.url, capture.title = str(page.get("url") or ""), str(page.get("title") or "")
     capture.text, capture.truncated = text[:PAGE_TEXT_MAX_CHARS], len(text) > PAGE_TEXT_MAX_CHARS
     if page.get("dom") is not None:
         capture.dom = rel.removesuffix(".json") + ".html"
