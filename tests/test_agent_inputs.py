@@ -104,7 +104,8 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
     import stat
 
     from ego2web_replay.errors import Ego2WebError
-    from ego2web_replay.models import Action, Step, Trajectory
+    from ego2web_replay.models import Action, PageCapture, Step, Trajectory, read_model, save_model
+    from ego2web_replay.redaction import Redactor
     from ego2web_replay.runner.agent_folder import AgentFolder
     from ego2web_replay.runner.inputs import AgentInputs
 
@@ -125,15 +126,23 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
         (folder.out_dir / "shots").mkdir()
         (folder.out_dir / "shots" / "a.png").write_bytes(b"png")
         (folder.out_dir / "answer.txt").write_text("x")
+        (folder.out_dir / "pages").mkdir()  # a page capture the program wrote: its DOM is named from its folder
+        (folder.out_dir / "pages" / "step-001.html").write_text("<p>dom</p>")
+        save_model(folder.out_dir / "pages" / "step-001.json", PageCapture(
+            step=1, url="http://127.0.0.1:9/item?api_key=s3cret", text="dom", dom="pages/step-001.html"))
         os.chmod(root / "frames", 0o500)  # the program took away its own write permission (root ignores it)
         traj = Trajectory(task_id="firewall", instruction="i", mode="frozen", agent={"name": "command"}, steps=[
             Step(index=0, action=Action(kind="stop"), screenshot=str(folder.out_dir / "shots" / "a.png")),
-            Step(index=1, action=Action(kind="stop"), screenshot="shots/a.png"),
+            Step(index=1, action=Action(kind="stop"), screenshot="shots/a.png", page="pages/step-001.json"),
             Step(index=2, action=Action(kind="stop"), screenshot="/elsewhere/b.png")])
-        folder.collect(traj)
+        folder.collect(traj, redact_url=Redactor.make().url)
     assert not root.exists()
     assert [s.screenshot for s in traj.steps] == ["agent/shots/a.png", "agent/shots/a.png", "/elsewhere/b.png"]
     assert (episode / "agent" / "answer.txt").read_text() == "x"
+    assert traj.steps[1].page == "agent/pages/step-001.json"
+    capture = read_model(episode / traj.steps[1].page, PageCapture, "page capture")
+    assert capture.dom == "agent/pages/step-001.html" and (episode / capture.dom).read_text() == "<p>dom</p>"
+    assert "s3cret" not in capture.url and capture.url.startswith("http://127.0.0.1:9/item?api_key=")
     assert json.loads((episode / "inputs.json").read_text())["frames"][0]["path"].startswith(str(root))
     gone = AgentInputs("keyframes", frames=[(1.0, tmp_path / "missing.png")])
     with pytest.raises(Ego2WebError, match="cannot copy the agent's inputs into its private folder") as e:

@@ -14,14 +14,18 @@ replay's certificates through the SPKI pin alone.
 from __future__ import annotations
 
 import json
+import re
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ego2web_replay.cli import main
 from ego2web_replay.httpd import LoopbackHTTPServer
-from ego2web_replay.models import episode_dir, load_trajectory
+from ego2web_replay.judge.episode import load_episode
+from ego2web_replay.judge.pages import SnapshotPages
+from ego2web_replay.models import PageCapture, episode_dir, load_trajectory, read_model
 from ego2web_replay.runner.agent_folder import PREFIX
 from ego2web_replay.runner.run import RunSettings, run_suite
 from ego2web_replay.tasks import load_tasks
@@ -32,6 +36,7 @@ pytest.importorskip("browser_use")
 pytestmark = pytest.mark.slow  # Chromium, browser-use, the demo site
 
 TASK = "shop-snack-calories"
+PRICE = "Price: $3.49"  # written into the snack's page by its script; the page as served says "Price: …"
 KEYFRAMES = 4
 
 
@@ -104,7 +109,14 @@ def episodes(tmp_path_factory, ca):
 
     root = tmp_path_factory.mktemp("browser-use")
     site = DemoSite().start()
-    suite = load_tasks(write_demo_suite(root / "suite", site.url, [TASK]))
+    suite_path = write_demo_suite(root / "suite", site.url, [TASK])
+    task = json.loads(suite_path.read_text("utf-8").splitlines()[0])
+    # the snack's price is written into its page by a script: only the rendered page holds it
+    task["must_match"].append(PRICE)
+    task["rubric"] = {"id": "root", "children": [
+        {"id": "price-page", "check": {"type": "page_contains", "url": f"{site.url}/shop/item/4", "text": PRICE}}]}
+    suite_path.write_text(json.dumps(task) + "\n", "utf-8")
+    suite = load_tasks(suite_path)
     live_plan, frozen_plan = _plan(), _plan()
     try:
         with FakeOpenAIServer(live_plan) as srv:
@@ -123,7 +135,7 @@ def episodes(tmp_path_factory, ca):
         stand_in.stop()
     return {"site": site, "live": live, "frozen": frozen, "stand_in": stand_in.requests,
             "live_plan": live_plan, "frozen_plan": frozen_plan, "live_calls": live_calls,
-            "frozen_calls": frozen_calls, "live_dir": live_dir}
+            "frozen_calls": frozen_calls, "live_dir": live_dir, "frozen_dir": frozen_dir, "root": root}
 
 
 def test_live_episode_converts_typed_text_xpath_and_after_action_urls(episodes):
@@ -169,6 +181,42 @@ def test_frozen_episode_with_the_site_stopped_reads_only_the_snapshot(episodes):
     assert [st.action.value for st in traj.steps] == [st.action.value for st in live_traj.steps]
     # the model saw the same pages live and frozen
     assert episodes["frozen_plan"].urls == episodes["live_plan"].urls
+
+
+@pytest.mark.parametrize("mode", ["live", "frozen"])
+def test_every_browser_use_step_keeps_the_page_as_rendered(episodes, mode):
+    site, ep = episodes["site"], episodes[mode].path
+    traj = load_trajectory(ep / "trajectory.json")
+    # one capture per browser-use step, after its last action (input and Enter are one step: one page)
+    assert [st.page for st in traj.steps] == [f"agent/pages/step-{i:03d}.json" if i != 1 else None for i in range(5)]
+    captures = [read_model(ep / st.page, PageCapture, "page capture") for st in traj.steps if st.page]
+    assert [c.step for c in captures] == [0, 2, 3, 4] and all(c.error is None for c in captures)
+    assert [c.url for c in captures] == [st.url for st in traj.steps if st.page]
+    assert captures[0].title and "Crunchy Corn Snack" in captures[0].text
+    assert "Crunchy Corn Snack" in captures[1].text and "Salted Pretzel Bites" not in captures[1].text
+    for after in captures[2:]:  # the snack's page, its price as the page's script wrote it
+        assert after.url == f"{site.url}/shop/item/4" and PRICE in after.text and "150" in after.text
+        assert after.dom.startswith("agent/pages/") and "$3.49</span>" in (ep / after.dom).read_text("utf-8")
+    archived = SnapshotPages(load_episode(ep).snapshot_dirs()).get_text(f"{site.url}/shop/item/4")
+    assert archived is not None and "Price: …" in archived and "$3.49" not in archived
+
+
+@pytest.mark.parametrize("judge", ["rule", "rubric"])
+def test_judges_read_the_browser_use_pages_as_rendered(episodes, judge):
+    item = f"{episodes['site'].url}/shop/item/4"
+    for mode, run in (("live", episodes["live_dir"]), ("frozen", episodes["frozen_dir"])):
+        assert main(["judge", "run", str(run), "--judge", judge, "--no-db",
+                     "--cache-dir", str(episodes["root"] / "cache")]) == 0
+        verdict = json.loads((episode_dir(run, TASK, mode) / f"verdicts/{judge}.json").read_text("utf-8"))
+        if judge == "rule":
+            cue = next(c for c in verdict["checks"] if c["kind"] == "must_match" and c["cue"] == PRICE)
+            assert cue["passed"] and cue["detail"] == "found", cue
+        else:
+            node = next(c for c in verdict["checks"] if c["kind"] == "rubric_node" and c["id"] == "price-page")
+            assert node["status"] == "passed", node
+            assert re.fullmatch(rf"found on {re.escape(item)} \(rendered after step [34]\)", node["detail"]), node
+            reads = next(c for c in verdict["checks"] if c["kind"] == "rubric_pages")["pages"]
+            assert reads and all(p["origin"] == "rendered" for p in reads), reads
 
 
 def test_model_is_sent_keyframes_of_the_whole_video_and_the_start_url(episodes):

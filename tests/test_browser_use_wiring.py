@@ -226,3 +226,32 @@ def test_without_the_package_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setattr(metadata, "version", version)
     with pytest.raises(AgentError, match=r"pip install 'ego2web-replay\[browser-use\]'"):
         make_agent("browser-use", model="m", base_url="http://localhost:1/v1")
+
+
+def test_a_page_that_cannot_be_read_is_a_capture_saying_why_and_judges_skip_it(tmp_path):
+    """browser-use's session with no browser behind it: the capture records the failure, the episode goes on."""
+    import asyncio
+
+    from browser_use import BrowserSession
+
+    from ego2web_replay.agents.browser_use import convert_browser_use_history
+    from ego2web_replay.agents.browser_use_main import capture_last_item
+    from ego2web_replay.judge.episode import Episode
+    from ego2web_replay.models import PageCapture, Trajectory, read_model
+
+    history = {"history": [
+        {"model_output": {"action": [{"navigate": {"url": "http://127.0.0.1:9/shop"}}]}, "result": [{}],
+         "state": {"url": "about:blank"}},
+        {"model_output": {"action": [{"input": {"index": 3, "text": "mug"}}, {"send_keys": {"keys": "Enter"}}]},
+         "result": [{}, {}], "state": {"url": "http://127.0.0.1:9/shop"}}]}
+    (tmp_path / "history.json").write_text(json.dumps(history), "utf-8")
+    captured: set[int] = set()
+    asyncio.run(capture_last_item(BrowserSession(), tmp_path, captured, timeout_s=5))
+    capture = read_model(tmp_path / "pages/step-002.json", PageCapture, "page capture")
+    assert captured == {1} and capture.step == 2 and capture.text == ""
+    assert capture.error and capture.error.startswith("page not read: ")
+    assert not (tmp_path / "pages/step-000.json").exists()  # the initial item's page was never current here
+    steps, _ = convert_browser_use_history(history, tmp_path)
+    assert [s.page for s in steps] == [None, None, "pages/step-002.json"]
+    traj = Trajectory(task_id="t1", agent={"name": "browser-use"}, mode="frozen", steps=steps)
+    assert Episode(tmp_path, traj, []).renders() == []  # no text offered as the page the agent saw

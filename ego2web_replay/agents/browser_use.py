@@ -11,7 +11,9 @@ Written for browser-use 0.13 (``Agent.history.save_to_file``)::
 Each action of each history item becomes one :class:`Step`. An item's
 ``state`` is the page the model **saw** before acting, so the URL and title
 *after* an item's actions are those of the next item's state (the last item
-keeps its own), and so is the screenshot. Element indexes are resolved to the element's XPath
+keeps its own), and so is the screenshot. The page as rendered after an item's actions
+(``pages/step-NNN.json``, written by ``browser_use_main`` after each browser-use step,
+NNN the item's last step) becomes that step's ``page``. Element indexes are resolved to the element's XPath
 (``x_path``); typed text is kept; the model's thinking and next goal become
 the thought; the item's duration (``metadata``) is shared by its actions, which
 start at its start time; screenshots (files browser-use leaves in its temporary folder, or base64) are
@@ -35,7 +37,7 @@ from urllib.parse import quote_plus
 from ..actions import Action
 from ..models import Step
 
-__all__ = ["convert_browser_use_history", "final_error"]
+__all__ = ["convert_browser_use_history", "final_error", "last_steps", "page_file"]
 
 SEARCH_ENGINES = {"duckduckgo": "https://duckduckgo.com/?q=", "google": "https://www.google.com/search?q=",
                   "bing": "https://www.bing.com/search?q="}
@@ -141,6 +143,27 @@ def _started(meta: Any) -> datetime | None:
         return None
 
 
+def _actions(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [a for a in (item.get("model_output") or {}).get("action") or [] if isinstance(a, dict) and a]
+
+
+def last_steps(items: list[Any]) -> list[int | None]:
+    """For each history item, the index of the last of our steps it becomes (None: it has no action)."""
+    out: list[int | None] = []
+    count = 0
+    for item in items:
+        n = len(_actions(item)) if isinstance(item, dict) else 0
+        count += n
+        out.append(count - 1 if n else None)
+    return out
+
+
+def page_file(index: int) -> str:
+    """Where the page after our step ``index`` is kept (:class:`~ego2web_replay.models.PageCapture`),
+    relative to the agent's out folder; ``browser_use_main`` writes it after each browser-use step."""
+    return f"pages/step-{index:03d}.json"
+
+
 def final_error(data: Any) -> str | None:
     """The error of a history's last item when it holds no model output (how browser-use records
     running out of steps); None otherwise."""
@@ -168,7 +191,7 @@ def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], s
         after = (items[n + 1].get("state") or {}) if n + 1 < len(items) else state
         results = item.get("result") or []
         elements = state.get("interacted_element") or []
-        actions = [a for a in output.get("action") or [] if isinstance(a, dict) and a]
+        actions = _actions(item)
         thought = _thought(output)
         duration = _duration(item.get("metadata"), len(actions))
         started = _started(item.get("metadata"))
@@ -183,6 +206,7 @@ def convert_browser_use_history(data: Any, out_dir: Path) -> tuple[list[Step], s
             steps.append(Step(index=index, action=action,
                               url=after.get("url") if last else None, title=after.get("title") if last else None,
                               screenshot=_screenshot(shot, out_dir, index) if last else None,
+                              page=page_file(index) if last and (out_dir / page_file(index)).is_file() else None,
                               error=result.get("error"), thought=note or thought, duration_s=duration,
                               started_at=started))
             if action.kind == "answer":

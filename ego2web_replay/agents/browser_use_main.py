@@ -20,7 +20,10 @@
   input modality sends (``$EGO2WEB_INPUTS``: frames as images in every state
   message via browser-use's ``sample_images``, captions as text);
 * writes browser-use's history to ``$EGO2WEB_OUT/history.json`` after every step (so an
-  episode killed at its timeout keeps the steps it took) and its token usage to ``usage.json``.
+  episode killed at its timeout keeps the steps it took) and its token usage to ``usage.json``;
+* keeps the page as rendered after every step (URL, title, visible text after scripts ran, the
+  DOM when small enough), read through browser-use's own CDP session, in
+  ``$EGO2WEB_OUT/pages/step-NNN.json`` (:func:`capture_last_item`): what page-reading judges read.
 
 Settings (a JSON object; all optional): ``model``, ``base_url``, ``temperature``,
 ``seed``, ``max_output_tokens``, ``timeout_s`` (per model call), ``max_actions_per_step``,
@@ -38,7 +41,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "QUIET_ENV", "PROXY_VARS", "VIEWPORT", "task_text", "chromium_args", "start_blank_profile", "quiet_blank_pages"]
+__all__ = ["main", "capture_last_item", "QUIET_ENV", "PROXY_VARS", "VIEWPORT", "task_text", "chromium_args", "start_blank_profile", "quiet_blank_pages"]
 
 #: browser-use without telemetry, cloud sync, version checks, cloud hints or downloaded extensions.
 QUIET_ENV: dict[str, str] = {
@@ -178,14 +181,73 @@ async def _run(settings: dict[str, Any], task: dict[str, Any], inputs: dict[str,
         llm_screenshot_size=tuple(size) if (size := settings.get("screenshot_size")) else None,
         source="ego2web-replay",
     )
+    captured: set[int] = set()
+
     async def save(_: Any = None) -> None:
         save_history(agent.history, out)
 
-    try:
-        await agent.run(max_steps=max_steps, on_step_end=save)  # after each step: a killed run keeps its steps
+    async def after_step(_: Any = None) -> None:
+        save_history(agent.history, out)
+        await capture_last_item(agent.browser_session, out, captured)
+
+    try:  # after each step (and before the first, for the initial actions): a killed run keeps its steps
+        await agent.run(max_steps=max_steps, on_step_start=after_step, on_step_end=after_step)
     finally:
         await save()  # what was done, even when the run failed
     return 0
+
+
+#: Reads the page as rendered: URL, title, visible text (one character past the limit, to tell a cut)
+#: and the DOM when it is at most the DOM limit (else only its length).
+_PAGE_JS = """(() => {{ const dom = document.documentElement ? document.documentElement.outerHTML : '';
+  return {{url: location.href, title: document.title,
+           text: document.body ? document.body.innerText.slice(0, {text_max} + 1) : '',
+           dom_chars: dom.length, dom: dom.length <= {dom_max} ? dom : null}}; }})()"""
+
+
+async def capture_last_item(session: Any, out: Path, captured: set[int], timeout_s: float = 15.0) -> None:
+    """The page as rendered now, as the page after the last history item (``history.json``, just saved):
+    ``pages/step-NNN.json`` (a :class:`~ego2web_replay.models.PageCapture`, NNN our last step of that item)
+    and the DOM beside it. Read through browser-use's own CDP session on the page it acts on (the runner
+redacts the URL when it adopts the capture, as it does the trajectory's). An item
+    is captured once (``captured``); a page that cannot be read is written with its ``error``, never raised."""
+    from datetime import UTC, datetime
+
+    from ..models import DOM_MAX_CHARS, PAGE_TEXT_MAX_CHARS, PageCapture, save_model
+    from .browser_use import last_steps, page_file
+
+    items = json.loads((out / "history.json").read_text("utf-8")).get("history") or []
+    if not items or len(items) - 1 in captured or (index := last_steps(items)[-1]) is None:
+        return
+    captured.add(len(items) - 1)
+    rel = page_file(index)
+    (out / rel).parent.mkdir(parents=True, exist_ok=True)
+    capture = PageCapture(step=index, url="", captured_at=datetime.now(UTC))
+    try:
+        cdp = await session.get_or_create_cdp_session(focus=False)
+        reply = await asyncio.wait_for(cdp.cdp_client.send.Runtime.evaluate(
+            params={"expression": _PAGE_JS.format(text_max=PAGE_TEXT_MAX_CHARS, dom_max=DOM_MAX_CHARS),
+                    "returnByValue": True}, session_id=cdp.session_id), timeout_s)
+        if "exceptionDetails" in reply:
+            raise RuntimeError(str(reply["exceptionDetails"].get("text") or "the page's script failed"))
+        page = reply["result"]["value"]
+    except Exception as e:  # noqa: BLE001 - the episode goes on; the capture says why it holds no page
+        capture.error = f"page not read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+        try:
+            capture.url = str(await session.get_current_page_url())
+        except Exception:  # noqa: BLE001 - no URL either
+            pass
+        save_model(out / rel, capture)
+        return
+    text = str(page.get("text") or "")
+    capture.url, capture.title = str(page.get("url") or ""), str(page.get("title") or "")
+    capture.text, capture.truncated = text[:PAGE_TEXT_MAX_CHARS], len(text) > PAGE_TEXT_MAX_CHARS
+    if page.get("dom") is not None:
+        capture.dom = rel.removesuffix(".json") + ".html"
+        (out / capture.dom).write_text(str(page["dom"]), "utf-8")
+    else:
+        capture.dom_note = f"DOM of {int(page.get('dom_chars') or 0):,} characters not kept (limit {DOM_MAX_CHARS:,})"
+    save_model(out / rel, capture)
 
 
 def save_history(history: Any, out: Path) -> None:

@@ -54,7 +54,8 @@ class Episode:
             except FileNotFoundError:
                 raise JudgeError(f"{path}: rendered page of step {step.index} missing from the episode "
                                  "folder") from None
-            out.append(Render(step.index, capture.url or step.url or "", capture.text, step.page))
+            if capture.error is None:  # a page that could not be read offers no text
+                out.append(Render(step.index, capture.url or step.url or "", capture.text, step.page))
         final = self.trajectory.final_url
         if not out and final and self.trajectory.final_page_text is not None:
             out.append(Render(self.trajectory.steps[-1].index, final, self.trajectory.final_page_text,

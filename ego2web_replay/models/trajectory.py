@@ -72,6 +72,8 @@ class PageCapture(BaseModel):
                                                       "to the episode folder; None when not kept.")
     dom_note: str | None = Field(default=None, description="Why the DOM was not kept, when it was not.")
     captured_at: datetime | None = Field(default=None, description="When the page was captured (UTC).")
+    error: str | None = Field(default=None, description="Why the page could not be read, when it could not "
+                                                        "(``text`` is then empty and judges do not read it).")
 
 
 class Step(BaseModel):

@@ -36,6 +36,7 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -106,13 +107,30 @@ class AgentFolder:
             for name in HANDED_OUT:
                 shutil.copyfile(self.root / name, self.episode / name)
 
-    def collect(self, traj: Trajectory) -> None:
+    def collect(self, traj: Trajectory, *, redact_url: Callable[[str], str] = str) -> None:
         """Move the program's output to ``<episode>/agent/``; its screenshots and page captures are then
-        named from the episode."""
+        named from the episode, and a capture's URL redacted with ``redact_url`` (as the trajectory's)."""
         self._keep_output()
         for step in traj.steps:
             step.screenshot = self._adopted(step.screenshot)
-            step.page = self._adopted(step.page)
+            page = self._adopted(step.page)
+            if page and page != step.page:
+                self._adopt_capture(self.episode / page, redact_url)
+            step.page = page
+
+    def _adopt_capture(self, path: Path, redact_url: Callable[[str], str]) -> None:
+        """An adopted page capture: its DOM file named from the episode too (as its ``dom`` says) and its
+        URL redacted; a capture that does not read is left as written (judges say what is wrong with it)."""
+        from ..models import PageCapture, read_model, save_model
+
+        try:
+            capture = read_model(path, PageCapture, "page capture")
+        except (Ego2WebError, OSError):
+            return
+        dom, url = self._adopted(capture.dom), redact_url(capture.url)
+        if (dom, url) != (capture.dom, capture.url):
+            capture.dom, capture.url = dom, url
+            save_model(path, capture)
 
     def _adopted(self, written: str | None) -> str | None:
         """A file the program wrote (relative, or absolute inside ``out/``) as ``agent/...``, else unchanged."""

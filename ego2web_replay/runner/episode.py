@@ -237,7 +237,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                                  max_steps=req.max_steps, timeout_s=req.timeout_s, inputs=handed.inputs_file,
                                  repeat=req.repeat)
                 got = agent.run_episode(req.task, env)
-                handed.collect(got)
+                handed.collect(got, redact_url=Redactor.make(keep_credentials=req.keep_credentials).url)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
                 got.extra.setdefault("inputs", traj.extra["inputs"])
                 got.agent, got.repeat = traj.agent, req.repeat
