@@ -5,6 +5,7 @@ page-load time through each; index load time of a 100k-record snapshot.
 
     /work/main/.venv/bin/python benchmarks/bench_replay.py [--rounds 3] [--duration 5] [--reps 5]
     /work/main/.venv/bin/python benchmarks/bench_replay.py --parsers   # HTTP/1.1 parsers only (~30 s)
+    /work/main/.venv/bin/python benchmarks/bench_replay.py --cpu   # CPU/request vs a baseline commit (~1-2 min)
 
 Everything runs on 127.0.0.1. The local site is recorded once (gzip WARC, so pywb can read it)
 and then stopped: every replay serves the snapshot. pywb and mitmproxy are installed from PyPI
@@ -12,6 +13,8 @@ into ``benchmarks/.venvs/`` on first use. Load: ``wrk`` (``apt-get install wrk``
 script sending absolute-form request lines over the snapshot's URLs. Prints a table and rewrites
 the ``replay`` section of BENCHMARKS.md. ``--parsers`` instead compares the wire's HTTP/1.1 parser with
 llhttp (PyPI ``httptools``) on the same job (``_parsers.py``) and rewrites the ``replay-parsers`` section.
+``--cpu`` instead times ``Responder.answer`` on this tree and on ``--cpu-baseline`` (a temporary git
+worktree) for the same workloads (``_replaycpu.py``) and rewrites the ``replay-cpu`` section.
 """
 
 from __future__ import annotations
@@ -173,8 +176,18 @@ def main() -> None:
     ap.add_argument("--index-records", type=int, default=100_000, help="records of the synthetic snapshot")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     ap.add_argument("--parsers", action="store_true", help="only compare HTTP/1.1 request parsers (~30 s)")
+    ap.add_argument("--cpu", action="store_true",
+                    help="only CPU per request of Responder.answer, this tree against --cpu-baseline (~1-2 min)")
+    ap.add_argument("--cpu-baseline", default="17f86f9", help="the commit --cpu compares with")
+    ap.add_argument("--cpu-rounds", type=int, default=7, help="--cpu: child processes per version, interleaved")
+    ap.add_argument("--cpu-requests", type=int, default=20_000, help="--cpu: requests per workload and child")
     args = ap.parse_args()
     info = machine_info()
+    if args.cpu:
+        import _replaycpu
+
+        _replaycpu.report(args, info)
+        return
     if args.parsers:
         parsers(args, info)
         return
