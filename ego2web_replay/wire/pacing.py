@@ -18,7 +18,7 @@ and ``close``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .h1 import error_reply, head_bytes
@@ -41,12 +41,8 @@ class Bounded(asyncio.Protocol):
     app: Any
     tls: Any
     sniff: bool
-
-    def write(self, data: bytes) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        raise NotImplementedError
+    write: Callable[[bytes], None]  # the connection's own (wire/conn.py)
+    close: Callable[[], None]
 
     def init_bounds(self) -> None:
         now = self.loop.time()
