@@ -96,6 +96,9 @@ def test_agreement_over_runs_with_majority_votes_and_agents(tmp_path):
             _verdict(make_episode(run, task, "frozen", answer="x", agent=agent), success)
     write_verdict(make_episode(a, "T5", "frozen", answer="x"),
                   error_verdict(JudgeSpec(name="ego2web"), "T5", "frozen", "boom"))
+    write_verdict(make_episode(a, "T6", "frozen", answer="x"),
+                  error_verdict(JudgeSpec(name="ego2web"), "T6", "frozen", "not judged: could not run",
+                                episode_error="setup_error"))
     labels = tmp_path / "labels.csv"
     labels.write_text(
         "task_id,mode,label,annotator,agent\n"
@@ -106,6 +109,7 @@ def test_agreement_over_runs_with_majority_votes_and_agents(tmp_path):
         "T1,frozen,yes,ann1,run-b\nT2,frozen,no,ann1,run-b\n"  # by run folder name: TP, TN
         "T3,frozen,success,ann1,openai\nT3,frozen,failure,ann2,openai\n"  # tie
         "T5,frozen,success,ann1,scripted\n"          # verdict error
+        "T6,frozen,failure,ann1,scripted\n"          # the episode could not run: no judge error
         "T9,frozen,success,ann1,scripted\n"          # no episode
     )
     r = agreement([a, b], labels, bootstrap=200)
@@ -118,6 +122,7 @@ def test_agreement_over_runs_with_majority_votes_and_agents(tmp_path):
     assert r.average.agents == 2 and r.average.agreement == 0.75 and r.average.n == 6
     assert r.pooled.n == 6 and r.pooled.agreement == pytest.approx(4 / 6, abs=1e-6)
     assert (r.ties, r.judge_errors, r.unmatched_labels, r.missing_verdicts) == (1, 1, 1, 0)
+    assert r.episode_errors == 1
     t1 = next(e for e in r.episodes if e["task_id"] == "T1" and e["agent"] == "scripted")
     assert t1["human"] is True and t1["annotators"] == 3
     assert agreement_table(r).row_count == 4  # 2 agents, average, pooled

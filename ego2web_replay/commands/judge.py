@@ -216,7 +216,8 @@ def agreement_cmd(run_dirs: tuple[Path, ...], labels: Path, judge_name: str, ite
         return
     console().print(agreement_table(report))
     click.echo(f"left out: {report.ties} tie(s), {report.unmatched_labels} unmatched label(s), "
-               f"{report.missing_verdicts} not judged, {report.judge_errors} judge error(s)")
+               f"{report.missing_verdicts} not judged, {report.judge_errors} judge error(s), "
+               f"{report.episode_errors} episode(s) that could not run")
 
 
 COMMANDS = [judge]

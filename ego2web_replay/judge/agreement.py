@@ -220,7 +220,9 @@ class AgreementReport(BaseModel):
     ties: int = Field(default=0, description="Episodes whose annotators split evenly (left out).")
     unmatched_labels: int = Field(default=0, description="Labelled episodes with no episode in the runs.")
     missing_verdicts: int = Field(default=0, description="Labelled episodes not judged by this judge.")
-    judge_errors: int = Field(default=0, description="Labelled episodes whose verdict is an error (left out).")
+    judge_errors: int = Field(default=0, description="Labelled episodes whose verdict is a judge error (left out).")
+    episode_errors: int = Field(default=0, description="Labelled episodes that could not run (setup, infra or "
+                                                       "browser error): not judged, left out, no judge error.")
 
 
 def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str = "ego2web",
@@ -247,7 +249,7 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
         votes[(lab.task_id, lab.mode, lab.repeat, lab.agent)].append(lab.label)
     pairs: dict[str, list[tuple[bool, bool]]] = defaultdict(list)
     episodes: list[dict[str, Any]] = []
-    ties = unmatched = missing = errors = 0
+    ties = unmatched = missing = errors = episode_errors = 0
     for (task_id, mode, repeat, wanted), vs in votes.items():
         count = Counter(vs)
         if count[True] == count[False]:
@@ -267,6 +269,9 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
         if verdict is None:
             missing += 1
             continue
+        if verdict.episode_error is not None:
+            episode_errors += 1
+            continue
         if verdict.error is not None:
             errors += 1
             continue
@@ -275,7 +280,8 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
                          "judge": verdict.success, "annotators": len(vs)})
     if not episodes:
         raise JudgeError(f"{labels_path}: no labelled episode has a '{judge}' verdict in the runs given "
-                         f"({unmatched} unmatched, {missing} not judged, {errors} judge errors, {ties} ties); "
+                         f"({unmatched} unmatched, {missing} not judged, {errors} judge errors, "
+                         f"{episode_errors} episodes that could not run, {ties} ties); "
                          f"run 'ego2web-replay judge RUN --judge {judge}' first")
     everything = [p for ps in pairs.values() for p in ps]
     by_agent = dict(sorted(pairs.items()))
@@ -284,7 +290,8 @@ def agreement(run_dirs: list[str | Path], labels_path: str | Path, *, judge: str
         per_agent={a: compute_stats(ps, bootstrap=bootstrap, seed=seed) for a, ps in by_agent.items()},
         average=average_stats(by_agent, bootstrap=bootstrap, seed=seed),
         pooled=compute_stats(everything, bootstrap=bootstrap, seed=seed),
-        episodes=episodes, ties=ties, unmatched_labels=unmatched, missing_verdicts=missing, judge_errors=errors)
+        episodes=episodes, ties=ties, unmatched_labels=unmatched, missing_verdicts=missing, judge_errors=errors,
+        episode_errors=episode_errors)
     if out is not None:
         save_model(Path(out), report)
     return report
