@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 import ssl
 import urllib.error
 import urllib.request
@@ -125,14 +126,32 @@ def test_sequencing_and_learned_names_apply_per_source(suite, ca):
     assert replay.stats().learned == 0  # counts the own snapshot's learned answers only
 
 
-def test_the_suite_index_is_opened_once_and_kept_while_unchanged(suite, ca):
+def test_the_suite_index_is_built_once_and_kept_while_unchanged(suite, ca, tmp_path):
+    from ego2web_replay.replay import shared
+
+    root = tmp_path / "snapshots"
+    shutil.copytree(suite["root"], root)  # a root of its own: a task is added below
+    suite = {k: root / v.relative_to(suite["root"]) for k, v in suite.items() if k != "root"}
     config = ReplayConfig(share_window_s=DAY)
     with Replay([suite["A"]], config, ca=ca) as first:
-        assert first.shared is not None
-    with Replay([suite["A"]], config, ca=ca) as second:
+        assert first.shared is not None and first.shared.paths is not None
+    builds = shared.BUILDS[0]
+    with Replay([suite["A"]], config, ca=ca) as second:  # a second episode: nothing built or opened again
         assert second.shared is not None and _get(second, "http://shop.example/b") == (200, b"page b")
+    assert shared.BUILDS[0] == builds and second.shared.paths is first.shared.paths
     assert all(a is b for a, b in zip(first.shared.suite.indexes, second.shared.suite.indexes, strict=True))
-    assert len(second.shared.sessions) == 2 and second.shared.sessions[0] is not first.shared.sessions[0]
+    assert second.shared.sessions[0] is not first.shared.sessions[0]  # its own sequencing state
+    # the suite index names which sources hold a path: a path none holds asks no source
+    paths = second.shared.paths
+    assert paths.holders("GET", "http://shop.example/both", None) == {_id(suite["B"]), _id(suite["C"])}
+    assert paths.holders("HEAD", "http://shop.example/d", None) == {_id(suite["D"])}
+    assert paths.holders("GET", "http://shop.example/nowhere", None) == set()
+    # another task of the root recorded since: the suite index is built again, once
+    _snapshot(root, "E", T0 + timedelta(minutes=1), [("http://shop.example/e", b"page e")])
+    for _ in range(2):
+        with Replay([suite["A"]], config, ca=ca) as third:
+            assert _get(third, "http://shop.example/e") == (200, b"page e")
+    assert shared.BUILDS[0] == builds + 1
 
 
 def test_cli_options(capsys, tmp_path):
@@ -147,6 +166,33 @@ def test_cli_options(capsys, tmp_path):
     code = main(["serve", str(tmp_path), "--share-window", "0s"])
     err = capsys.readouterr().err.strip().splitlines()
     assert code != 0 and len(err) == 1 and "positive length of time" in err[0]
+
+
+def test_compare_counts_the_episodes_that_used_shared_captures(tmp_path, capsys):
+    from ego2web_replay.models import AgentSpec, ReplayLogEntry
+    from ego2web_replay.testing.tracking import EpisodeSpec, make_run, make_suite
+    from ego2web_replay.tracking.ingest import ingest
+
+    suite_file = make_suite(tmp_path / "suite.json", {"t1": "shopping", "t2": "shopping"})
+    shared = [ReplayLogEntry(method="GET", url="https://t1.example/b", outcome="shared", status=200,
+                             shared_from="t2/s9", shared_stage="exact")] * 2
+    episodes = [EpisodeSpec(t, m, {"rule": True}) for t in ("t1", "t2") for m in ("live", "frozen")]
+    episodes[1] = EpisodeSpec("t1", "frozen", {"rule": True}, validity="degraded", replay_log=shared)
+    make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), episodes, suite=suite_file)
+    db = tmp_path / "c.duckdb"
+    ingest(db, [tmp_path / "runs"])
+    out_json, out_csv = tmp_path / "c.json", tmp_path / "c.csv"
+    capsys.readouterr()
+    assert main(["compare", "--db", str(db), "--json", str(out_json), "--csv", str(out_csv), "--iterations", "20"]) == 0
+    text = capsys.readouterr().out
+    assert "live 0, frozen 1" in text and "answered from other tasks' snapshots (shared)" in text
+    assert "t2/s9 ×2" in text
+    group = json.loads(out_json.read_text())["groups"][0]
+    assert group["shared_episodes"] == {"live": 0, "frozen": 1}
+    t1 = next(e for e in group["frozen_episodes"] if e["task_id"] == "t1")
+    assert (t1["shared"], t1["shared_from"], t1["validity"]) == (2, {"t2/s9": 2}, "degraded")
+    overall = list(csv.DictReader(io.StringIO(out_csv.read_text())))[-1]
+    assert (overall["live_shared_episodes"], overall["frozen_shared_episodes"]) == ("0", "1")
 
 
 @pytest.mark.slow

@@ -49,7 +49,7 @@ from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
-from .shared import SharedMatcher, SuiteIndex, suite_sources
+from .shared import SharedMatcher, SuiteIndex, SuitePaths, in_window, root_latest
 from .stream import StreamMeta, stream_meta
 
 log = logging.getLogger(__name__)
@@ -324,13 +324,17 @@ class Replay:
         if window is None or not isinstance(first, Path):
             return None
         own = {Path(p).resolve() for p in self.paths if isinstance(p, Path)}
-        sources = [s for s in suite_sources(first, window, self.share_root) if s.path.resolve() not in own]
+        manifest, latest = root_latest(first, self.share_root)
+        sources = [s for s in in_window(manifest, latest, window) if s.path.resolve() not in own]
         if not sources:
             return None
         suite = SuiteIndex(sources, rules, self.check)
         log.info("shared captures: %d snapshots within %g s of %s: %s", len(suite.sources), window, name_of(first),
                  ", ".join(suite.ids) or "none")
-        return SharedMatcher(suite, self.config.sequence, ref_base=len(self.snapshots)) if suite.sources else None
+        if not suite.sources:
+            return None
+        return SharedMatcher(suite, self.config.sequence, ref_base=len(self.snapshots),
+                             paths=SuitePaths.of(latest, rules))
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry
