@@ -116,10 +116,13 @@ def make_run(root: Path, run_id: str, agent: AgentSpec, episodes: list[EpisodeSp
                 (ed / "keyframes" / f"frame-{k:02d}.png").write_bytes(png_bytes(4, 4, (10, 200, 10)))
         replay = None
         if e.mode == "frozen":
-            aside = [x.volatile or "" for x in e.replay_log]
+            own = [x for x in e.replay_log if x.outcome != "shared"]
+            aside = [x.volatile or "" for x in own]
+            sources = [x.shared_from or "?" for x in e.replay_log if x.outcome == "shared"]
             replay = ReplayStats(exact=10, canonical=2 + len([a for a in aside if a]), fuzzy=1, miss=e.miss,
                                  learned=sum(a.startswith("learned") for a in aside),
                                  fresh_id=sum(a.startswith("fresh-id") for a in aside),
+                                 shared=len(sources), shared_from={s: sources.count(s) for s in sources},
                                  missed_urls=[f"https://{e.task_id}.example/missing{i}" for i in range(e.miss)],
                                  truncated=e.truncated, log=list(e.replay_log),
                                  validity=e.validity)  # type: ignore[arg-type]
