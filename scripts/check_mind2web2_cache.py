@@ -18,7 +18,7 @@ pixel (JPEG against the step's PNG).
 ``--evaluate CLAIM`` also runs their evaluator end to end on each task: their
 ``eval_runner.evaluate_task`` with an evaluation script written here in their
 format (extract the cited URL from the answer, verify CLAIM against that URL
-with ``Evaluator.verify``), their OpenAI client pointed at OPENAI_BASE_URL (a
+with ``Evaluator.verify``), their OpenAI client (``LLMClient``, as their ``run_eval.py`` makes it) pointed at OPENAI_BASE_URL (a
 local OpenAI-compatible server; nothing leaves the machine). It needs their
 package installed (``pip install MIND2WEB2_SRC`` in a venv of its own).
 ``--control CLAIM`` adds an answer file making that claim with the same URL,
@@ -145,7 +145,7 @@ async def evaluate_answer(client, answer, agent_name, answer_name, cache, semaph
 
 async def _evaluate(src: Path, export: Path, claim: str, control: str | None, work: Path) -> dict[str, Any]:
     from mind2web2.eval_runner import evaluate_task
-    from mind2web2.llm_client.openai_client import AsyncOpenAIClient
+    from mind2web2.llm_client.base_client import LLMClient
 
     summary = json.loads((export / "ego2web-export.json").read_text("utf-8"))
     agent = summary["agent_name"]
@@ -162,7 +162,7 @@ async def _evaluate(src: Path, export: Path, claim: str, control: str | None, wo
         script = work / "eval_scripts" / f"{task_id}.py"
         script.parent.mkdir(parents=True, exist_ok=True)
         script.write_text(EVAL_SCRIPT.format(task_id=task_id, instruction=f"Task {task_id}", claim=claim), "utf-8")
-        got = await evaluate_task(client=AsyncOpenAIClient(), task_id=task_id, agent_name=agent,
+        got = await evaluate_task(client=LLMClient(provider="openai", is_async=True), task_id=task_id, agent_name=agent,
                                   answer_dir=answers, cache_dir=cache_root, output_dir=work / "results",
                                   script_path=script)
         results[task_id] = {r["answer_name"]: r.get("final_score") for r in got if isinstance(r, dict)}
@@ -181,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="also run their evaluator on every task, verifying CLAIM against the cited page")
     p.add_argument("--control", metavar="CLAIM", default=None,
                    help="with --evaluate: add an answer making this claim with the same URL")
+    p.add_argument("--work", type=Path, default=None,
+                   help="with --evaluate: keep their results and logs in this new folder (default: a temporary one)")
     args = p.parse_args(argv)
     if not (args.src / "mind2web2" / "utils" / "cache_filesys.py").is_file():
         print(f"error: {args.src} is not a Mind2Web 2 checkout (no mind2web2/utils/cache_filesys.py)",
@@ -195,9 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{state:3} {row['task']}  {row['lookup']}  -> {row['stored']}  pixel diff {row.get('pixel_diff')}")
     ok = not report["mismatches"]
     if args.evaluate is not None:
-        with tempfile.TemporaryDirectory(prefix="m2w-eval-") as work:
-            report["evaluation"] = asyncio.run(_evaluate(args.src, args.export, args.evaluate, args.control,
-                                                         Path(work)))
+        with tempfile.TemporaryDirectory(prefix="m2w-eval-") as tmp:
+            work = args.work or Path(tmp)
+            report["evaluation"] = asyncio.run(_evaluate(args.src, args.export, args.evaluate, args.control, work))
         print("evaluation:", json.dumps(report["evaluation"], indent=2))
         ok = ok and not any(v for k, v in report["evaluation"].items() if k.endswith(":live_captures"))
     for m in report["mismatches"]:

@@ -213,7 +213,7 @@ def test_mind2web2s_evaluator_scores_the_exported_answers_from_the_cache_offline
         schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
         seen.append({"schema": schema, "images": images})
         if schema == "CitedUrl":
-            found = re.search(r"https?://[^\s)]+", text)
+            found = re.search(r"https?://\d+\.\d+\.\d+\.\d+:\d+[^\s)`]*", text)
             return json.dumps({"url": found.group(0).rstrip(".") if found else None})
         claimed = re.search(r"costs (\$[\d.]+)", text).group(1)
         ok = f"Price: {claimed}" in text and images > 0

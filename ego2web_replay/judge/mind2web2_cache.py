@@ -28,7 +28,8 @@ one the agent looked at when it acted. Repeats of a task share one cache, as
 Mind2Web 2's answers of a task do: a page several repeats rendered is kept as the
 last repeat rendered it, and each replaced render whose text differed is counted.
 A page rendered without any screenshot of it cannot be a ``web`` entry (their
-loader would drop it): it is left out and listed, never written half.
+loader would drop it): it is left out and listed, never written half; so is a
+page whose screenshot cannot be read. A JPEG screenshot is copied as it is.
 """
 
 from __future__ import annotations
@@ -70,14 +71,15 @@ def cache_stem(key: str) -> str:
 
 def png_to_jpeg(png: bytes, *, quality: int = 2) -> bytes:
     """A PNG screenshot as baseline JPEG (the cache's ``.jpg``), through FFmpeg's encoders (PyAV);
-    ``quality`` is the MJPEG quantiser, 2 (best) to 31."""
+    ``quality`` is the MJPEG quantiser, 2 (best) to 31. :class:`JudgeError` when ``png`` is no readable PNG."""
     import io
     from fractions import Fraction
 
     import av
 
     try:
-        with av.open(io.BytesIO(png), format="png_pipe") as container:
+        container: Any = av.open(io.BytesIO(png), format="png_pipe")
+        with container:
             frame = next(container.decode(video=0))
     except (av.error.FFmpegError, StopIteration) as e:  # type: ignore[attr-defined]
         raise JudgeError(f"screenshot is not a readable PNG: {e}") from None
@@ -237,9 +239,16 @@ def _write_task(root: Path, agent: str, task: TaskExport, kept: dict[str, _Kept]
     index: dict[str, str] = {}
     for key in sorted(kept):
         k = kept[key]
+        shot = k.shot.read_bytes()
+        try:
+            jpeg = shot if shot[:3] == b"\xff\xd8\xff" else png_to_jpeg(shot)
+        except JudgeError as e:
+            task.left_out.append({"url": k.page.url, "repeat": k.page.repeat, "step": k.page.step,
+                                  "episode": k.page.episode, "reason": f"{k.shot.name}: {e}"})
+            continue
         stem = cache_stem(key)
         (folder / f"{stem}.txt").write_text(k.text, "utf-8")
-        (folder / f"{stem}.jpg").write_bytes(png_to_jpeg(k.shot.read_bytes()))
+        (folder / f"{stem}.jpg").write_bytes(jpeg)
         index[key] = "web"
         task.pages.append(k.page)
     (folder / "index.json").write_text(json.dumps(index, indent=2, ensure_ascii=False), "utf-8")
@@ -248,7 +257,8 @@ def _write_task(root: Path, agent: str, task: TaskExport, kept: dict[str, _Kept]
         if traj.answer is not None and not traj.episode_error:
             by_repeat[traj.repeat] = traj.answer
     answers = root / "answers" / agent / task.task_id
-    answers.mkdir(parents=True)
+    if by_repeat:
+        answers.mkdir(parents=True)
     for repeat, answer in sorted(by_repeat.items()):
         (answers / f"answer_{repeat + 1}.md").write_text(answer, "utf-8")
         task.answers.append(f"answer_{repeat + 1}.md")
