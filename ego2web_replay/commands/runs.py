@@ -9,7 +9,7 @@ import click
 
 from ..config import DEFAULT_RUNS
 from ._options import json_option
-from ._output import console, emit_machine, is_stdout, table
+from ._output import console, emit_json, emit_machine, is_stdout, progress, say, table
 
 
 @click.group("runs")
@@ -133,6 +133,51 @@ def runs_coverage(run_dir: Path, runs_root: Path | None, json_out: str | None) -
         for m in t.missed:
             held = ", ".join(m.held_by) if m.held_by else "no live-run archive holds it"
             out.print(f"  {m.method} {m.url}  [{m.kind or '?'}]  -> {held}", highlight=False, markup=False)
+
+
+EXPORT_FORMATS = ("mind2web2-cache",)
+
+
+@runs_group.command("export")
+@click.argument("run_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", default="mind2web2-cache", show_default=True, metavar="FORMAT",
+              help="mind2web2-cache: one Mind2Web 2 cache folder per task (index.json, <md5>.txt text and "
+                   "<md5>.jpg screenshot of each page the agent rendered) plus its answer files, for Mind2Web 2's "
+                   "own evaluation scripts.")
+@click.option("--out", type=click.Path(path_type=Path), required=True,
+              help="Folder to write (new or empty): OUT/cache is Mind2Web 2's --cache_root, OUT/answers its "
+                   "--answer_folder.")
+@click.option("--mode", type=click.Choice(["frozen", "live"]), default=None,
+              help="Which episodes to export (default: the run's only mode; required when it has both).")
+@click.option("--agent-name", default=None,
+              help="Agent folder name in the cache and answers (default: the run's agent).")
+@json_option("what was written (per task: pages with the episode and step each came from, answers, left out)")
+def runs_export(run_dir: Path, fmt: str, out: Path, mode: str | None, agent_name: str | None,
+                json_out: str | None) -> None:
+    """Export RUN_DIR's rendered pages for another benchmark's evaluator: the text and screenshot of each page
+    as the agent's browser showed it, so that evaluator judges what the agent saw, never a fresh crawl."""
+    if fmt not in EXPORT_FORMATS:
+        raise click.ClickException(f"unknown export format {fmt!r}; known formats: {', '.join(EXPORT_FORMATS)}")
+    from ..judge.mind2web2_cache import export_mind2web2_cache
+
+    with progress("export") as bars:
+        bar = bars.add_task(str(run_dir), total=None)
+
+        def on_task(task: Any, done: int, total: int) -> None:
+            bars.update(bar, total=total, completed=done, description=task.task_id)
+            extra = f", {len(task.left_out)} left out" if task.left_out else ""
+            say(bars, f"{task.task_id}: {len(task.pages)} page(s), {len(task.answers)} answer(s){extra}")
+
+        result = export_mind2web2_cache(run_dir, out, mode=mode, agent_name=agent_name, on_task=on_task)
+    emit_json(json_out, result.summary())
+    if is_stdout(json_out):
+        return
+    c = result.counts()
+    click.echo(f"exported {c['tasks']} task(s) of {result.mode} episodes as agent {result.agent_name!r}: "
+               f"{c['pages']} page(s), {c['answers']} answer(s), {c['left_out']} page(s) left out, "
+               f"{c['skipped_episodes']} episode(s) skipped")
+    click.echo(f"cache root {result.cache_root}; answers {result.answer_root}; provenance "
+               f"{result.out / 'ego2web-export.json'}")
 
 
 COMMANDS = [runs_group]
