@@ -95,3 +95,20 @@ def s3(s3_server, monkeypatch, request):
     monkeypatch.delenv("AWS_ENDPOINT_URL_S3", raising=False)
     bucket = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:50].strip("-") + f"-{id(request) % 10000}"
     return s3_server.create_bucket(bucket)
+
+
+@pytest.fixture(scope="session")
+def frozen_mug(tmp_path_factory, ca):
+    """The demo's mug task recorded from the demo site on 127.0.0.1, which is then stopped:
+    ``suite``, ``root``, ``snapshots`` (the folder) and ``site_url`` (where it was)."""
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.recorder.session import RecordOptions, record_task
+    from ego2web_replay.tasks import load_tasks
+
+    root = tmp_path_factory.mktemp("frozen-mug")
+    with DemoSite() as site:
+        suite = load_tasks(write_demo_suite(root / "suite", site.url, ["shop-mug-price"]))
+        r = record_task(suite.get("shop-mug-price"), root / "snapshots", RecordOptions(guard="loopback"), ca=ca)
+        assert r.ok, r.error
+    return {"root": root, "suite": suite, "snapshots": root / "snapshots", "site_url": site.url}

@@ -18,34 +18,27 @@ pytestmark = pytest.mark.slow
 MUG = "shop-mug-price"
 
 
-@pytest.fixture(scope="module")
-def frozen_demo(tmp_path_factory, ca):
+@pytest.fixture()
+def frozen_demo(frozen_mug):
     """The mug task recorded from the demo site, which is then stopped."""
-    from ego2web_replay.demo.run import write_demo_suite
-    from ego2web_replay.demo.site import DemoSite
-    from ego2web_replay.recorder.session import RecordOptions, record_task
-    from ego2web_replay.tasks import load_tasks
-
-    root = tmp_path_factory.mktemp("cdp")
-    with DemoSite() as site:
-        suite = load_tasks(write_demo_suite(root / "suite", site.url, [MUG]))
-        r = record_task(suite.get(MUG), root / "snapshots", RecordOptions(guard="loopback"), ca=ca)
-        assert r.ok, r.error
-        url = site.url
-    return {"root": root, "suite": suite, "site_url": url}
+    return frozen_mug
 
 
-def test_cdp_command_agent_with_a_loopback_llm_runs_frozen_with_no_miss(frozen_demo, tmp_path):
+@pytest.mark.parametrize("given", [False, True], ids=["own-chromium", "given-browser"])
+def test_cdp_command_agent_with_a_loopback_llm_runs_frozen_with_no_miss(frozen_demo, tmp_path, given):
+    """The model endpoint on 127.0.0.1, like the site, on another port: given with --base-url, it is
+    reached directly; the CDP socket is the program's own port or the given browser's."""
     suite, start = frozen_demo["suite"], frozen_demo["suite"].get(MUG).start_url
     actions = [{"action": "goto", "url": start}, {"action": "click", "text": "Red Ceramic Mug"},
                {"action": "answer", "answer": "$12.99"}]
     with FakeOpenAIServer([json.dumps(a) for a in actions]) as srv:
-        llm = srv.base_url.replace("127.0.0.1", "localhost")  # NO_PROXY names localhost for the agent's services
-        agent = f"command:{sys.executable} -m ego2web_replay.testing.cdp_agent {llm}"
+        assert srv.base_url.startswith("http://127.0.0.1:") and start.startswith("http://127.0.0.1:")
+        agent = f"command:{sys.executable} -m ego2web_replay.testing.cdp_agent"
         settings = RunSettings(mode="frozen", snapshots_root=str(frozen_demo["root"] / "snapshots"), guard="loopback",
                                timeout_s=120)
-        _, (r,) = run_suite(suite, agent_name=agent, out=tmp_path / "runs", settings=settings)
-        requests = list(srv.requests)
+        _, (r,) = run_suite(suite, agent_name=agent, out=tmp_path / "runs", settings=settings,
+                            agent_settings={"base_url": srv.base_url, "browser": given})
+        requests, model_at = list(srv.requests), srv.base_url.split("/")[2]
     traj = load_trajectory(r.path)
     assert r.ok and traj.answer == "$12.99", (r.error, traj.extra.get("stderr"))
     assert len(requests) == 3  # every model call reached the endpoint (none went to the replay)
@@ -57,3 +50,5 @@ def test_cdp_command_agent_with_a_loopback_llm_runs_frozen_with_no_miss(frozen_d
     # no miss: neither the CDP socket nor the model calls are counted, and no page was missing
     assert traj.replay.miss == 0 and traj.replay.missed_urls == [], traj.replay
     assert traj.replay.exact >= 2
+    direct = [d["address"] for d in traj.extra["routing"]["direct"]]
+    assert direct[0] == model_at and len(direct) == (2 if given else 1)

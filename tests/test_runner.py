@@ -413,10 +413,10 @@ import json, os, sys, urllib.request
 task = json.load(open(os.environ["EGO2WEB_TASK_FILE"]))
 out = os.environ["EGO2WEB_OUT"]
 os.makedirs(out, exist_ok=True)
-llm = sys.argv[1]  # a loopback model endpoint, named 'localhost' since the site is on 127.0.0.1
+llm = os.environ["OPENAI_BASE_URL"]  # --base-url: on 127.0.0.1 like the site, another port
 body = json.dumps({"model": "m", "messages": [{"role": "user", "content": task["instruction"]}]}).encode()
 req = urllib.request.Request(llm + "/chat/completions", data=body, headers={"Content-Type": "application/json"})
-with urllib.request.urlopen(req, timeout=20) as r:  # NO_PROXY: straight to the endpoint
+with urllib.request.urlopen(req, timeout=20) as r:  # NO_PROXY names its host:port: straight to it
     reply = json.load(r)["choices"][0]["message"]["content"]
 with urllib.request.urlopen(task["start_url"], timeout=20) as r:  # through the replay
     r.read()
@@ -432,12 +432,13 @@ def test_command_agent_own_loopback_llm_bypasses_the_replay(demo, tmp_path):
     program = tmp_path / "llm_agent.py"
     program.write_text(LLM_PROGRAM, "utf-8")
     with FakeOpenAIServer(["$12.99"]) as srv:
-        llm = srv.base_url.replace("127.0.0.1", "localhost")
-        _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program} {llm}",
-                               out=tmp_path / "runs", task_ids=[MUG], settings=_settings(demo, mode="frozen"))
+        _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program}",
+                               out=tmp_path / "runs", task_ids=[MUG], settings=_settings(demo, mode="frozen"),
+                               agent_settings={"base_url": srv.base_url})
         assert len(srv.requests) == 1  # the model call reached the endpoint, not the replay
+        model_at = srv.base_url.split("/")[2]
     (r,) = results
     assert r.ok and r.answer == "$12.99", r.error
     traj = load_trajectory(r.path / "trajectory.json")
     assert traj.replay.miss == 0 and traj.replay.exact >= 1  # the page came from the snapshot
-    assert traj.extra["no_proxy"] == "localhost,::1"
+    assert traj.extra["no_proxy"] == model_at  # that exact host:port, nothing host-wide

@@ -31,7 +31,8 @@ def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
     if name == "scripted":
         return ScriptedAgent()
     if name.startswith("command:"):
-        return CommandAgent(name[len("command:"):])
+        return CommandAgent(name[len("command:"):], base_url=settings.get("base_url"),
+                            services=settings.get("services") or (), browser=bool(settings.get("browser")))
     if name == "openai":
         return OpenAIAgent(**{k: v for k, v in settings.items() if v is not None})
     if name == "browser-use":

@@ -61,6 +61,10 @@ class EpisodeEnv:
     timeout_s: float
     inputs: Path | None = None
     repeat: int = 0
+    #: the destinations that go through the proxy: what the snapshot holds (frozen) or the task's sites
+    #: (live); the agent's own services must not be among them (:mod:`.routing`)
+    proxied: list[Any] = field(default_factory=list)
+    proxied_from: str = "snapshot"
 
 
 @runtime_checkable

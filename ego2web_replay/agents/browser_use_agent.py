@@ -74,7 +74,7 @@ class BrowserUseAgent(CommandAgent):
                 raise AgentError(f"browser-use sends screenshots at least 100 pixels a side: --image-size "
                                  f"{image_max_side} would make them {screenshot_size[0]}x{screenshot_size[1]}; "
                                  f"use {-(-100 * VIEWPORT[0] // VIEWPORT[1])} or more")
-        super().__init__(shlex.join([sys.executable, "-m", MAIN_MODULE]))
+        super().__init__(shlex.join([sys.executable, "-m", MAIN_MODULE]), base_url=base_url)
         self.api_key = api_key
         self.settings: dict[str, Any] = {
             "model": model, "base_url": base_url, "temperature": temperature, "seed": seed,

@@ -4,13 +4,18 @@ The program is started (through the shell) with these environment variables:
 
 ==========================  ==================================================
 ``HTTP_PROXY``/``HTTPS_PROXY``  the proxy URL (also lowercase and ``ALL_PROXY``)
-``NO_PROXY``                the program's own loopback services (its browser's
-                            CDP socket, a local model endpoint) bypass the proxy:
-                            ``localhost,127.0.0.1,::1``, less any loopback name
-                            the task's pages use (a site served on 127.0.0.1
-                            leaves ``localhost,::1``: reach your own services
-                            as ``localhost``); also ``no_proxy`` and
-                            ``EGO2WEB_NO_PROXY``
+``NO_PROXY``                the exact ``host:port`` of each of the program's own
+                            services, which never go through the proxy: the
+                            model endpoint (``--base-url``, else an inherited
+                            ``$OPENAI_BASE_URL``), each ``--agent-service`` and
+                            the DevTools port of the browser it is given; nothing
+                            host-wide (see :mod:`.routing`); also ``no_proxy``
+                            and ``EGO2WEB_NO_PROXY``
+``OPENAI_BASE_URL``         the model endpoint given with ``--base-url`` (also
+                            ``EGO2WEB_AGENT_BASE_URL``)
+``EGO2WEB_CDP_URL``         with ``--agent-browser``: ``http://127.0.0.1:PORT``, the
+                            DevTools endpoint of a sealed Chromium behind the
+                            proxy started for it (:mod:`.given_browser`)
 ``EGO2WEB_PROXY``           the proxy URL
 ``EGO2WEB_CA_FILE``         the proxy CA's certificate (PEM); also ``SSL_CERT_FILE``,
                             ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE``
@@ -38,7 +43,8 @@ suite, the frames cache or the run.
 It writes ``$EGO2WEB_OUT/trajectory.json`` (our schema; ``task_id``, ``mode``
 and ``agent`` may be left out) or ``$EGO2WEB_OUT/history.json`` (browser-use's
 ``AgentHistoryList``), or at least ``$EGO2WEB_OUT/answer.txt``. Its exit code and
-the tail of its stderr are kept in ``trajectory.extra``.
+the tail of its stderr are kept in ``trajectory.extra``, and so is what bypassed
+the proxy (``extra["routing"]``).
 """
 
 from __future__ import annotations
@@ -49,8 +55,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
+from contextlib import ExitStack
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -60,6 +67,7 @@ from ..lifeline import preexec_die_with_parent
 from ..models import Action, AgentSpec, Step, Task, Trajectory
 from .base import EpisodeEnv
 from .browser_use import convert_browser_use_history, final_error
+from .routing import OwnService, Routing, parse_destination, plan_routing
 
 __all__ = ["CommandAgent"]
 
@@ -69,13 +77,44 @@ STDERR_TAIL = 4000
 class CommandAgent:
     """Runs ``program`` once per episode; see the module docstring for its contract."""
 
-    def __init__(self, program: str) -> None:
+    def __init__(self, program: str, *, base_url: str | None = None, services: Sequence[str] = (),
+                 browser: bool = False) -> None:
+        """``base_url``: the program's model endpoint (handed as ``$OPENAI_BASE_URL``); ``services``: other
+        services of its own (URLs or ``host:port``); ``browser``: give it a sealed Chromium over CDP.
+        All of them are reached directly, never through the proxy."""
         if not program.strip():
             from ..errors import AgentError
 
             raise AgentError("command agent needs a program, e.g. --agent 'command:python my_agent.py'")
         self.program = program
-        self.spec = AgentSpec(name="command", settings={"program": program}, input_modality="video")
+        self.base_url = base_url
+        self.services = list(services)
+        self.browser = browser
+        self.own_services()  # a bad address is one error before any episode
+        settings: dict[str, Any] = {"program": program}
+        if base_url:
+            settings["base_url"] = base_url
+        if self.services:
+            settings["services"] = self.services
+        if browser:
+            settings["browser"] = True
+        self.spec = AgentSpec(name="command", settings=settings, input_modality="video")
+        self.routing: Routing | None = None  # the current episode's
+
+    def own_services(self) -> list[OwnService]:
+        """The program's own services known before it starts: its model endpoint and ``services``."""
+        found: list[OwnService] = []
+        if self.base_url:
+            found.append(OwnService(parse_destination(self.base_url), "model endpoint (--base-url)"))
+        elif os.environ.get("OPENAI_BASE_URL"):  # the program inherits it, and an OpenAI client reads it
+            found.append(OwnService(parse_destination(os.environ["OPENAI_BASE_URL"]),
+                                    "model endpoint ($OPENAI_BASE_URL)"))
+        found += [OwnService(parse_destination(s), "service (--agent-service)") for s in self.services]
+        return found
+
+    def plan(self, env: EpisodeEnv, extra: Sequence[OwnService] = ()) -> Routing:
+        """This episode's routing (:func:`~.routing.plan_routing`; :class:`AgentError` on a collision)."""
+        return plan_routing(env.proxied, [*self.own_services(), *extra], proxied_from=env.proxied_from)
 
     def environment(self, env: EpisodeEnv) -> dict[str, str]:
         out = dict(os.environ)
@@ -90,8 +129,14 @@ class CommandAgent:
             "EGO2WEB_MODALITY": self.spec.input_modality,
             "EGO2WEB_CHROMIUM_ARGS": json.dumps(sealed_chromium_args(env.proxy_url)),
         })
-        bypass = ",".join(loopback_bypass(env.task_file))
+        routing = self.routing or self.plan(env)
+        bypass = routing.no_proxy()
         out.update({"NO_PROXY": bypass, "no_proxy": bypass, "EGO2WEB_NO_PROXY": bypass})
+        if self.base_url:
+            out.update({"OPENAI_BASE_URL": self.base_url, "EGO2WEB_AGENT_BASE_URL": self.base_url})
+        cdp = [s for s in routing.direct if s.what == CDP_SERVICE]
+        if cdp:
+            out["EGO2WEB_CDP_URL"] = f"http://{cdp[0].destination}"
         if env.inputs is not None:
             out["EGO2WEB_INPUTS"] = str(env.inputs)
             try:
@@ -108,15 +153,27 @@ class CommandAgent:
         t0 = time.monotonic()
         base = Trajectory(task_id=task.id, instruction=task.instruction, mode=env.mode,  # type: ignore[arg-type]
                           agent=self.spec, started_at=started)
-        returncode, stderr = _run_program(self.program, self.environment(env), env.timeout_s)
+        with ExitStack() as stack:
+            extra_services: list[OwnService] = []
+            if self.browser:
+                from .given_browser import GivenBrowser
+
+                given = stack.enter_context(GivenBrowser(env.proxy_url, env.spki))
+                extra_services.append(OwnService(parse_destination(given.cdp_url), CDP_SERVICE))
+            self.routing = self.plan(env, extra_services)
+            try:
+                returncode, stderr = _run_program(self.program, self.environment(env), env.timeout_s)
+            finally:
+                routing, self.routing = self.routing, None
+        base.extra["routing"] = routing.record()
         if returncode is None:
             base.end_reason = "timeout"
             base.error = f"the program ran past the episode timeout ({env.timeout_s:g} s) and was killed"
-            base.extra = {"exit_code": None, "stderr": _tail(stderr)}
+            base.extra.update({"exit_code": None, "stderr": _tail(stderr)})
             base.finished_at = datetime.now(UTC)
             return base
         extra: dict[str, Any] = {"exit_code": returncode, "stderr": _tail(stderr),
-                                 "duration_s": round(time.monotonic() - t0, 3)}
+                                 "duration_s": round(time.monotonic() - t0, 3), "routing": routing.record()}
         traj = self._read_output(task, env, base)
         traj.extra.update(extra)
         traj.finished_at = datetime.now(UTC)
@@ -178,23 +235,8 @@ class CommandAgent:
         return base
 
 
-LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
-
-
-def loopback_bypass(task_file: Path) -> list[str]:
-    """Loopback names the program's own traffic may use without the proxy: all of them, less those the
-    task's pages are served on (those page requests must still go through the replay)."""
-    from urllib.parse import urlsplit
-
-    try:
-        task = json.loads(task_file.read_text("utf-8"))
-    except (OSError, ValueError):
-        task = {}
-    pages: set[str] = set()
-    for url in [task.get("start_url") or "", *[f"http://{d}" for d in task.get("allowed_domains") or []]]:
-        host = (urlsplit(url).hostname or "").lower()
-        pages.add("localhost" if host.endswith(".localhost") else host)
-    return [name for name in LOOPBACK_NAMES if name not in pages]
+#: what the given browser's DevTools endpoint is called among the program's own services
+CDP_SERVICE = "DevTools endpoint of the browser it is given (--agent-browser)"
 
 
 def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:

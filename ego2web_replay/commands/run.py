@@ -54,7 +54,15 @@ if TYPE_CHECKING:
                                              "(or --run-id), skipping finished episodes.")
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
 @click.option("--model", default=None, help="openai and browser-use agents: model name.")
-@click.option("--base-url", default=None, help="openai and browser-use agents: OpenAI-compatible endpoint (default $OPENAI_BASE_URL).")
+@click.option("--base-url", default=None, help="openai and browser-use agents: OpenAI-compatible endpoint (default "
+              "$OPENAI_BASE_URL); command agents: the program's model endpoint, handed as $OPENAI_BASE_URL and "
+              "reached directly, never through the proxy.")
+@click.option("--agent-service", "agent_services", multiple=True, metavar="URL|HOST:PORT",
+              help="command agents: another service of the program's own (a tool server, a database), reached "
+                   "directly at exactly this host:port, never through the proxy (repeatable).")
+@click.option("--agent-browser", is_flag=True,
+              help="command agents: start a sealed Chromium behind the proxy for the program and hand its DevTools "
+                   "endpoint as $EGO2WEB_CDP_URL (that port is reached directly, never through the proxy).")
 @guard_option("Live mode: which upstream hosts may be contacted.")
 @upstream_ca_option("Live mode: also trust this CA (PEM) for upstream HTTPS.")
 @replay_options
@@ -85,7 +93,8 @@ if TYPE_CHECKING:
 @json_option("the run folder and each episode run now")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
-            run_id: str | None, model: str | None, base_url: str | None, guard: str, upstream_ca: Path | None,
+            run_id: str | None, model: str | None, base_url: str | None, agent_services: tuple[str, ...],
+            agent_browser: bool, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
             agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
@@ -116,7 +125,12 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                           "image_max_side": image_size}
     elif image_size is not None:
         raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
-    url = endpoint_url(base_url) if agent_name in ("openai", "browser-use") else None
+    if agent_name.startswith("command:"):
+        agent_settings = {"base_url": base_url, "services": list(agent_services), "browser": agent_browser}
+    elif agent_services or agent_browser:
+        raise click.UsageError(f"--agent-service and --agent-browser are for command agents, not {agent_name!r}")
+    url = endpoint_url(base_url) if agent_name in ("openai", "browser-use") else (
+        base_url if agent_name.startswith("command:") else None)
     if url:  # before the run folder is made: a dead endpoint is named at once, not after whole episodes
         check_endpoint(url, f"the {agent_name} agent's")
     sink = None

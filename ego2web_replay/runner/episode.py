@@ -18,6 +18,7 @@ from typing import Any
 
 from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
+from ..agents.routing import live_archive_origins, note_own_services, proxied_destinations
 from ..browser import BrowserSession, capture_page, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
 from ..models import (
@@ -235,7 +236,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 env = EpisodeEnv(proxy_url=proxy_url, ca_file=handed.ca_file, spki=ca.spki,
                                  task_file=handed.task_file, out_dir=handed.out_dir, mode=req.mode,
                                  max_steps=req.max_steps, timeout_s=req.timeout_s, inputs=handed.inputs_file,
-                                 repeat=req.repeat)
+                                 repeat=req.repeat, proxied=proxied_destinations(req.task, replay),
+                                 proxied_from="snapshot" if replay is not None else "task")
                 got = agent.run_episode(req.task, env)
                 handed.collect(got, redact_url=Redactor.make(keep_credentials=req.keep_credentials).url)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
@@ -267,6 +269,10 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     if replay is not None:
         traj.replay = ReplayStats.model_validate(redactor.strings(replay.stats().model_dump(mode="json")))
         save_model(out / "replay_stats.json", traj.replay)
+        note_own_services(traj.extra, traj.replay.missed_urls, "went to the replay")
+    if live is not None and live.ok and live.snapshot_path is not None:
+        note_own_services(traj.extra, live_archive_origins(traj.extra, live.snapshot_path / "index.cdxj"),
+                          "went through the recording proxy and are in the live archive")
     if live is not None and live.snapshot_path is not None:
         traj.snapshot_path = str(live.snapshot_path.relative_to(out).as_posix()) if live.ok else None
         traj.snapshot_id = live.snapshot_path.name if live.ok else None

@@ -1,18 +1,22 @@
 """A real ``command:`` agent that runs its own Chromium and drives it over CDP, asking a model for each action.
 
-Run as ``--agent 'command:python -m ego2web_replay.testing.cdp_agent http://localhost:PORT/v1'``. It
-shows what a program agent has to do with the environment ``command:`` gives it
-(see :mod:`ego2web_replay.agents.command`):
+Run as ``--agent 'command:python -m ego2web_replay.testing.cdp_agent' --base-url http://127.0.0.1:PORT/v1``
+(the endpoint may also be its argument). It shows what a program agent has to do with the environment
+``command:`` gives it (see :mod:`ego2web_replay.agents.command`):
 
-* launch Chromium itself, with ``--proxy-server=$HTTPS_PROXY`` and
+* with ``--agent-browser``, connect to the browser it is given (``$EGO2WEB_CDP_URL``,
+  already behind the proxy and sealed; ``NO_PROXY`` names its exact port);
+* otherwise launch Chromium itself, with ``--proxy-server=$HTTPS_PROXY`` and
   ``--proxy-bypass-list=<-loopback>`` (so a site on 127.0.0.1 goes through the
   replay too), ``--ignore-certificate-errors-spki-list=$EGO2WEB_SPKI``, the flags
   of ``$EGO2WEB_CHROMIUM_ARGS`` and ``about:blank`` as its first page (Debian's
   new-tab page would fetch a search engine), and remote debugging on a free
-  port of 127.0.0.1;
-* connect to it over CDP (Playwright's ``connect_over_cdp``) as ``localhost``:
-  ``NO_PROXY`` names ``localhost`` so this socket and the model endpoint are
-  reached directly, never through the replay;
+  port of 127.0.0.1, and add that exact ``127.0.0.1:PORT`` to its own
+  ``NO_PROXY``: Playwright's driver honours the proxy variables for
+  ``connect_over_cdp``, and a service the program starts itself is not one the
+  runner could name;
+* reach the model endpoint (``$OPENAI_BASE_URL``, from ``--base-url``) directly:
+  ``NO_PROXY`` names its exact ``host:port``;
 * each step: send the page's URL, title and text to the OpenAI-compatible
   endpoint (``POST {base}/chat/completions``), read back one JSON action
   (``{"action": "goto"|"click"|"answer", "url"|"text"|"answer": ...}``), do it,
@@ -87,12 +91,19 @@ def main(base_url: str) -> int:
     (out / "screenshots").mkdir(parents=True, exist_ok=True)
     max_steps = int(os.environ.get("EGO2WEB_MAX_STEPS", "10"))
     profile = Path(tempfile.mkdtemp(prefix="cdp-agent-"))
-    chromium, port = launch_chromium(profile)
+    chromium = None
+    if os.environ.get("EGO2WEB_CDP_URL"):  # the browser the runner gives it (--agent-browser)
+        cdp_url = os.environ["EGO2WEB_CDP_URL"]
+    else:
+        chromium, port = launch_chromium(profile)
+        cdp_url = f"http://127.0.0.1:{port}"
+        for name in ("NO_PROXY", "no_proxy"):  # its own service, started by itself: it routes it itself
+            os.environ[name] = ",".join(x for x in (os.environ.get(name), f"127.0.0.1:{port}") if x)
     steps: list[dict[str, Any]] = []
     answer = None
     try:
         with sync_playwright() as pw:
-            browser = pw.chromium.connect_over_cdp(f"http://localhost:{port}")
+            browser = pw.chromium.connect_over_cdp(cdp_url)
             page = browser.contexts[0].pages[0]
             for i in range(max_steps):
                 seen = {"url": page.url, "title": page.title(),
@@ -117,8 +128,9 @@ def main(base_url: str) -> int:
                 steps.append({"index": i, "action": step, "url": page.url, "title": page.title(), "screenshot": shot})
             browser.close()
     finally:
-        chromium.kill()
-        chromium.wait()
+        if chromium is not None:
+            chromium.kill()
+            chromium.wait()
         shutil.rmtree(profile, ignore_errors=True)
     result = {"steps": steps, "answer": answer, "end_reason": "answered" if answer is not None else "step_budget"}
     (out / "trajectory.json").write_text(json.dumps(result), "utf-8")
@@ -126,4 +138,4 @@ def main(base_url: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else os.environ["OPENAI_BASE_URL"]))
