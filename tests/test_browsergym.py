@@ -157,10 +157,16 @@ def test_each_reset_is_the_next_repeat(episodes, tmp_path):
     snapshots = episode_dir(episodes["runs"] / RUN, TASK, "live") / "snapshots"
     (env_id,) = register(episodes["suite"], snapshots=snapshots, out=tmp_path / "runs", run_id="again",
                          modality="none")
-    env = gym.make(env_id)
+    from browsergym.core.action.highlevel import HighLevelActionSet
+
+    # the arguments AgentLab's EnvArgs.make_env passes
+    env = gym.make(env_id, disable_env_checker=True, max_episode_steps=1, headless=True,
+                   wait_for_user_message=False, action_mapping=HighLevelActionSet().to_python_code,
+                   use_raw_page_output=True, slow_mo=0, task_kwargs={"timeout": 10000})
     try:
         env.reset()
-        env.step("noop(10)")
+        *_, truncated, _ = env.step("noop(10)")
+        assert truncated  # AgentLab's max_steps
         env.reset()  # the first episode is written, the second starts
     finally:
         env.close()
@@ -190,6 +196,8 @@ def test_unsealing_options_are_refused(episodes):
         gym.make(episodes["frozen_id"], pw_context_kwargs={"ignore_https_errors": True})
     with pytest.raises(BrowserError, match="executable_path"):
         gym.make(episodes["frozen_id"], pw_chromium_kwargs={"executable_path": "/bin/true"})
+    with pytest.raises(Ego2WebError, match="task_kwargs spec"):
+        gym.make(episodes["frozen_id"], task_kwargs={"spec": None})
 
 
 def test_ids_and_bad_arguments(tmp_path):

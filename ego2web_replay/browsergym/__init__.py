@@ -97,6 +97,7 @@ def register(tasks_file: str | Path, snapshots: str | Path | None = None, mode: 
                            upstream_ca=Path(upstream_ca) if upstream_ca else None,
                            keep_credentials=keep_credentials, inputs=inputs)
         env_id = gym_id(task.id)
+        gym.registry.pop(env_id, None)  # registering again (the other mode, other snapshots) replaces it
         gym.register(id=env_id, entry_point=partial(Ego2WebEnv, spec, spec_of_agent, slow_mo=slow_mo, timeout=timeout),
                      nondeterministic=True)
         ids.append(env_id)

@@ -25,7 +25,7 @@ from typing import Any
 from browsergym.core.env import BrowserEnv
 
 from ..browser import CHROMIUM_FLAGS, acquire_playwright, chromium_executable, sealed_chromium_args
-from ..errors import BrowserError
+from ..errors import BrowserError, Ego2WebError
 from ..models import AgentSpec
 from .actions import to_action
 from .episode import BrowserGymEpisode, EpisodeSpec
@@ -35,6 +35,7 @@ __all__ = ["Ego2WebEnv", "SEALED_LAUNCH_KEYS", "UNSEALING_CONTEXT_KEYS"]
 
 SEALED_LAUNCH_KEYS = ("executable_path", "proxy", "args", "ignore_default_args", "env", "channel")
 UNSEALING_CONTEXT_KEYS = ("ignore_https_errors", "proxy", "bypass_csp", "service_workers")
+TASK_SETTINGS = ("slow_mo", "timeout")  # BrowserGym task settings a caller may give (milliseconds)
 
 
 class _SealedChromium:
@@ -66,7 +67,7 @@ class _SealedPlaywright:
         return getattr(self._playwright, name)
 
 
-class Ego2WebEnv(BrowserEnv):  # type: ignore[misc]
+class Ego2WebEnv(BrowserEnv):
     """A :class:`browsergym.core.env.BrowserEnv` running one registered ego2web-replay task."""
 
     def __init__(self, spec: EpisodeSpec, agent: AgentSpec, *, slow_mo: int | None = None,
@@ -77,8 +78,13 @@ class Ego2WebEnv(BrowserEnv):  # type: ignore[misc]
             raise BrowserError(f"{', '.join(bad)}: not allowed for an ego2web task; its browser is Debian's "
                                "Chromium sealed behind the replay (or recording) proxy, trusting only the "
                                "project CA")
-        task_kwargs: dict[str, Any] = {"spec": spec, "agent": agent}
+        task_kwargs: dict[str, Any] = dict(kwargs.pop("task_kwargs", None) or {})  # AgentLab's EnvArgs may pass it
+        unknown = sorted(set(task_kwargs) - set(TASK_SETTINGS))
+        if unknown:
+            raise Ego2WebError(f"task_kwargs {', '.join(unknown)}: an ego2web task takes only "
+                               f"{' and '.join(TASK_SETTINGS)}; its task, mode and snapshots are set by register()")
         task_kwargs.update({k: v for k, v in (("slow_mo", slow_mo), ("timeout", timeout)) if v is not None})
+        task_kwargs.update(spec=spec, agent=agent)
         super().__init__(Ego2WebTask, task_kwargs=task_kwargs, **kwargs)
         self.launches: list[dict[str, Any]] = []  # what each reset launched (tests and the trajectory read it)
 

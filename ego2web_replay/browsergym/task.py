@@ -29,7 +29,7 @@ class Ego2WebTask(AbstractBrowserTask):
 
     def __init__(self, seed: int | None, spec: EpisodeSpec, agent: AgentSpec, slow_mo: int = 0,
                  timeout: int = 10000) -> None:
-        super().__init__(seed)  # type: ignore[arg-type]
+        super().__init__(seed)
         self.spec, self.agent_spec = spec, agent
         self.viewport = dict(VIEWPORT)
         self.slow_mo, self.timeout = slow_mo, timeout
