@@ -61,6 +61,13 @@ if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$HASH" ]; then
   .venv/bin/python -m pip install -q -e '.[dev]'
   echo "$HASH" > "$STAMP"
 fi
+# 3b. browsergym-core (ego2web_replay.browsergym, tests/test_browsergym.py): every 0.13-0.14 release pins
+#     playwright==1.44, which our playwright>=1.50 cannot meet, so it is installed without its pins (its other
+#     dependencies come with the dev extra; see the browsergym extra in pyproject.toml).
+if ! .venv/bin/python -c 'import browsergym.core' >/dev/null 2>&1; then
+  say "installing browsergym-core 0.14.3 without its playwright pin"
+  .venv/bin/python -m pip install -q --no-deps 'browsergym-core==0.14.3'
+fi
 # 4. Third-party browser code some tests serve from 127.0.0.1 (from the npm registry, fetched here once:
 #    the tests themselves send nothing past loopback).
 NPM_ASSETS=".venv/test-assets/npm"

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import re
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ego2web_replay.cli import main
-from ego2web_replay.httpd import LoopbackHTTPServer
 from ego2web_replay.judge.episode import load_episode
 from ego2web_replay.judge.pages import SnapshotPages
 from ego2web_replay.models import PageCapture, episode_dir, load_trajectory, read_model
@@ -31,6 +29,7 @@ from ego2web_replay.runner.run import RunSettings, run_suite
 from ego2web_replay.tasks import load_tasks
 from ego2web_replay.testing.browser_use_llm import Act, BrowserUsePlan
 from ego2web_replay.testing.openai_server import FakeOpenAIServer
+from ego2web_replay.testing.standin import StandIn
 
 pytest.importorskip("browser_use")
 pytestmark = pytest.mark.slow  # Chromium, browser-use, the demo site
@@ -38,34 +37,6 @@ pytestmark = pytest.mark.slow  # Chromium, browser-use, the demo site
 TASK = "shop-snack-calories"
 PRICE = "Price: $3.49"  # written into the snack's page by its script; the page as served says "Price: …"
 KEYFRAMES = 4
-
-
-class StandIn(LoopbackHTTPServer):
-    """A "live" server on the snapshot's origin that records every request and answers 200."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.requests: list[str] = []
-
-    def make_handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                return
-
-            def do_GET(self) -> None:
-                server.requests.append(self.path)
-                body = b"<title>stand-in</title>the live site, reached directly"
-                self.send_response(200)
-                self.send_header("Content-Type", "text/html")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_POST = do_GET
-
-        return Handler
 
 
 def _plan() -> BrowserUsePlan:

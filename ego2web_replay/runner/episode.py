@@ -46,7 +46,7 @@ from .inputs import (
     prepare_inputs,
 )
 
-__all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "find_snapshot", "ERROR_REASONS"]
+__all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "write_episode", "find_snapshot", "ERROR_REASONS"]
 
 # End reasons that mean the episode errored (``run`` fails when every episode did): the ones that are not the
 # agent's (EPISODE_ERRORS: no judge scores them) and the agent's own crash.
@@ -265,7 +265,22 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     except Exception as e:  # noqa: BLE001 - one episode's crash never stops the run
         traj.end_reason = "browser_error"
         traj.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-    redactor = Redactor.make(keep_credentials=req.keep_credentials)
+    traj = write_episode(out, final, traj, mode=req.mode, replay=replay, live=live,
+                         keep_credentials=req.keep_credentials)
+    ok = traj.end_reason in ("answered", "stopped") and not traj.error
+    return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
+                          steps=len(traj.steps), answer=traj.answer,
+                          misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final,
+                          repeat=req.repeat)
+
+
+def write_episode(out: Path, final: Path, traj: Trajectory, *, mode: str, replay: Any = None, live: Any = None,
+                  keep_credentials: bool = False) -> Trajectory:
+    """Finish an episode folder: the replay's stats (``replay_stats.json``, frozen) or the live archive's
+    place (live), the trajectory with credentials redacted, then ``out`` (``<mode>.partial``) renamed to
+    ``final``. ``replay`` and ``live`` have stopped. Returns the trajectory as written. The runner and
+    :mod:`ego2web_replay.browsergym` end their episodes here, so both write the same folder."""
+    redactor = Redactor.make(keep_credentials=keep_credentials)
     if replay is not None:
         traj.replay = ReplayStats.model_validate(redactor.strings(replay.stats().model_dump(mode="json")))
         save_model(out / "replay_stats.json", traj.replay)
@@ -286,11 +301,7 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     if final.exists():
         shutil.rmtree(final)
     out.rename(final)
-    if traj.snapshot_path and req.mode == "live":
+    if traj.snapshot_path and mode == "live":
         traj.snapshot_path = str(final / traj.snapshot_path)
         save_model(final / "trajectory.json", traj)
-    ok = traj.end_reason in ("answered", "stopped") and not traj.error
-    return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
-                          steps=len(traj.steps), answer=traj.answer,
-                          misses=traj.replay.miss if traj.replay else None, error=traj.error, path=final,
-                          repeat=req.repeat)
+    return traj
