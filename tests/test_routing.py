@@ -20,6 +20,7 @@ from ego2web_replay.agents.routing import (
 from ego2web_replay.errors import AgentError
 from ego2web_replay.models import load_trajectory
 from ego2web_replay.runner.run import RunSettings, run_suite
+from ego2web_replay.snapshots.index_cache import stream_rows
 from ego2web_replay.testing.openai_server import FakeOpenAIServer
 
 MUG = "shop-mug-price"
@@ -135,7 +136,7 @@ def test_an_own_service_on_the_snapshot_s_address_is_refused(frozen_shop, tmp_pa
     assert r.end_reason == "setup_error"
     assert r.error.startswith(f"the agent's service (--agent-service) localhost:{site.port} is also an address "
                               f"the snapshot holds ({site})")
-    assert snapshot_destinations([next(frozen_shop["snapshots"].glob("*/*/index.cdxj"))]) == [site]
+    assert snapshot_destinations(row[2] for row in stream_rows(next(frozen_shop["snapshots"].glob("*/*/index.cdxj")))) == [site]
 
 
 # A plain browser-use script: no ego2web helper, only the browser it is given.

@@ -27,9 +27,8 @@ service with those).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -85,15 +84,12 @@ def parse_destination(text: str) -> Destination:
     return Destination(host, port)
 
 
-def snapshot_destinations(index_paths: Iterable[Path]) -> list[Destination]:
-    """Every ``host:port`` the snapshots' indexes hold a capture of (one streaming pass over each index)."""
-    from ..snapshots.index_cache import stream_rows
-
+def snapshot_destinations(urls: Iterable[str]) -> list[Destination]:
+    """Every ``host:port`` of the captured ``urls`` (a snapshot index's URLs, streamed: the runner reads
+    them with :func:`ego2web_replay.snapshots.index_cache.stream_rows`; agents know no snapshot)."""
     origins: set[str] = set()
-    for path in index_paths:
-        for row in stream_rows(Path(path)):
-            url = row[2]
-            origins.add(url[:url.find("/", url.find("//") + 2)] if url.count("/") >= 3 else url)
+    for url in urls:
+        origins.add(url[:url.find("/", url.find("//") + 2)] if url.count("/") >= 3 else url)
     found: set[Destination] = set()
     for origin in origins:
         try:
@@ -167,21 +163,21 @@ def plan_routing(proxied: Sequence[Destination], services: Sequence[OwnService],
     return Routing(proxied=list(proxied), direct=list(services), proxied_from=proxied_from)
 
 
-def proxied_destinations(task: Any, replay: Any = None) -> list[Destination]:
-    """What goes through the proxy in an episode: every ``host:port`` the ``replay``'s snapshots hold
-    (frozen), or, without a replay, the task's sites (live)."""
-    if replay is not None:
-        return snapshot_destinations(Path(s.index_path) for s in replay.snapshots)
+def proxied_destinations(task: Any, captured_urls: Iterable[str] | None = None) -> list[Destination]:
+    """What goes through the proxy in an episode: every ``host:port`` of the URLs its snapshots hold
+    (frozen: ``captured_urls``), or, without them, the task's sites (live)."""
+    if captured_urls is not None:
+        return snapshot_destinations(captured_urls)
     return site_destinations(task.start_url, task.allowed_domains)
 
 
-def live_archive_origins(extra: dict[str, Any], index: Path) -> list[str]:
-    """``http://host:port/`` of each destination a live episode's archive holds (only read when the
-    trajectory's routing names own services)."""
+def live_archive_origins(extra: dict[str, Any], archived_urls: Callable[[], Iterable[str]]) -> list[str]:
+    """``http://host:port/`` of each destination a live episode's archive holds (``archived_urls`` is only
+    called when the trajectory's routing names own services)."""
     routing = extra.get("routing")
-    if not isinstance(routing, dict) or not routing.get("direct") or not index.is_file():
+    if not isinstance(routing, dict) or not routing.get("direct"):
         return []
-    return [f"http://{d}/" for d in snapshot_destinations([index])]
+    return [f"http://{d}/" for d in snapshot_destinations(archived_urls())]
 
 
 def note_own_services(extra: dict[str, Any], urls: Iterable[str], what: str) -> None:

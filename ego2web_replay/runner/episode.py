@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -36,6 +36,7 @@ from ..models import (
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
+from ..snapshots.index_cache import stream_rows
 from ..wire.budget import WireLimits
 from .agent_folder import AgentFolder
 from .inputs import (
@@ -51,6 +52,14 @@ __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "write_episode", "
 # End reasons that mean the episode errored (``run`` fails when every episode did): the ones that are not the
 # agent's (EPISODE_ERRORS: no judge scores them) and the agent's own crash.
 ERROR_REASONS = EPISODE_ERRORS | {"agent_error"}
+
+
+def _captured_urls(snapshots: Any) -> Iterator[str]:
+    """The URL of every capture in the snapshots' indexes (snapshot objects or folders), streamed."""
+    for snap in snapshots:
+        index = Path(getattr(snap, "index_path", None) or Path(snap) / "index.cdxj")
+        if index.is_file():
+            yield from (row[2] for row in stream_rows(index))
 
 
 @dataclass
@@ -236,7 +245,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 env = EpisodeEnv(proxy_url=proxy_url, ca_file=handed.ca_file, spki=ca.spki,
                                  task_file=handed.task_file, out_dir=handed.out_dir, mode=req.mode,
                                  max_steps=req.max_steps, timeout_s=req.timeout_s, inputs=handed.inputs_file,
-                                 repeat=req.repeat, proxied=proxied_destinations(req.task, replay),
+                                 repeat=req.repeat, proxied=proxied_destinations(
+                                     req.task, None if replay is None else _captured_urls(replay.snapshots)),
                                  proxied_from="snapshot" if replay is not None else "task")
                 got = agent.run_episode(req.task, env)
                 handed.collect(got, redact_url=Redactor.make(keep_credentials=req.keep_credentials).url)
@@ -286,7 +296,8 @@ def write_episode(out: Path, final: Path, traj: Trajectory, *, mode: str, replay
         save_model(out / "replay_stats.json", traj.replay)
         note_own_services(traj.extra, traj.replay.missed_urls, "went to the replay")
     if live is not None and live.ok and live.snapshot_path is not None:
-        note_own_services(traj.extra, live_archive_origins(traj.extra, live.snapshot_path / "index.cdxj"),
+        note_own_services(traj.extra, live_archive_origins(
+            traj.extra, lambda: _captured_urls([live.snapshot_path])),
                           "went through the recording proxy and are in the live archive")
     if live is not None and live.snapshot_path is not None:
         traj.snapshot_path = str(live.snapshot_path.relative_to(out).as_posix()) if live.ok else None
