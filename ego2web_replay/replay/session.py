@@ -178,6 +178,8 @@ class Replay:
         self.snapshots: list[Any] = []
         self.proxy: Any = None  # a FrontServer (engine fast) or a ProxyServer (engine mitmproxy)
         self.responder: Responder | None = None
+        self.index: IndexBase | None = None  # the opened match index (open())
+        self._redactor: Redactor | None = None
         self.capture_time: dt.datetime | None = None
         self.init_script: str = ""
         self.load_seconds = 0.0
@@ -218,11 +220,14 @@ class Replay:
         assert self.ca is not None
         return self.ca.spki
 
-    def stats(self) -> ReplayStats:
-        """The counts so far, with the replay configuration they were served under."""
+    def stats(self, responder: Responder | None = None) -> ReplayStats:
+        """The counts so far, with the replay configuration they were served under (``responder``:
+        those of one made by :meth:`new_responder` instead of the replay's own)."""
         from .workers import WorkerPool
 
-        if isinstance(self.proxy, WorkerPool):
+        if responder is not None:
+            stats = responder.snapshot_stats()
+        elif isinstance(self.proxy, WorkerPool):
             stats = self.proxy.stats()
         elif self._final is not None:
             stats = self._final.model_copy(deep=True)
@@ -297,16 +302,25 @@ class Replay:
             seed = cfg.seed if cfg.seed is not None else int(
                 hashlib.sha256(name_of(self.paths[0]).encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
-        self.responder = Responder(index, self._resolve, miss=cfg.miss,
-                                   freeze_script=self.init_script or None, policy=cfg.sequence,
-                                   snapshots=[str(p) for p in self.paths],
-                                   redactor=snapshots_redactor(self.snapshots),
-                                   conversation=self._conversation if cfg.engine == "fast" else None)
+        self.index = index
+        self._redactor = snapshots_redactor(self.snapshots)
+        self.responder = self.new_responder()
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
+
+    def new_responder(self) -> Responder:
+        """A fresh :class:`Responder` over this replay's opened index: its own counts, log and
+        sequencing of repeated captures, nothing of an earlier one's. Warm episodes
+        (``runner/warm.py``) keep one opened replay of a snapshot and give each episode one of these."""
+        if self.index is None:
+            raise ReplayError("the replay is not open")
+        cfg = self.config
+        return Responder(self.index, self._resolve, miss=cfg.miss, freeze_script=self.init_script or None,
+                         policy=cfg.sequence, snapshots=[str(p) for p in self.paths], redactor=self._redactor,
+                         conversation=self._conversation if cfg.engine == "fast" else None)
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry
