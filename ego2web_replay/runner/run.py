@@ -3,8 +3,9 @@
 ``<out>/<run-id>/run.json`` is the run manifest (a reproducibility journal:
 suite hash, agent spec, tool versions, git commit, machine). Episodes are run
 in order (``--mode both``: live then frozen, paired per task), by ``workers``
-processes at once, each with its own proxy on its own port and its own
-Chromium (mitmproxy allows one proxy per process). A finished episode is a
+processes at once; each worker keeps one Chromium and one replay front for
+its warm episodes (``warm.py``; frozen, step agents) and starts a proxy and a
+Chromium for each other episode (mitmproxy allows one proxy per process). A finished episode is a
 ``trajectory.json`` in its folder; ``resume`` skips those and redoes the rest.
 With ``repeats`` K each task is run K times in each mode (repeat 0 in
 ``episodes/<task>/<mode>``, repeat r in ``<mode>-r<r>``); resume knows which

@@ -27,6 +27,7 @@ the cold path. ``run --cold`` (``RunSettings.warm = False``) turns warm episodes
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing.util
 import os
@@ -48,7 +49,7 @@ from ..wire.budget import WireLimits
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
 __all__ = ["KEEP_OPEN", "WarmWorker", "WarmReplay", "current_worker", "start_worker", "warm_worker", "warm_eligible",
-           "run_in_worker"]
+           "run_in_worker", "process_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -198,6 +199,16 @@ def start_worker(parent_pid: int | None = None) -> None:
     die_with_parent(parent_pid)
     _current = WarmWorker()
     multiprocessing.util.Finalize(None, _current.close, exitpriority=10)
+
+
+def process_worker() -> WarmWorker:
+    """This process's warm worker, made on first use and stopped when the process exits (a Ray
+    worker process, which runs one episode after another)."""
+    global _current
+    if _current is None:
+        _current = WarmWorker()
+        atexit.register(_current.close)
+    return _current
 
 
 @contextmanager
