@@ -38,7 +38,6 @@ from pathlib import Path
 from typing import Any
 
 from ..browser import BrowserSession
-from ..guard import GuardPolicy
 from ..lifeline import die_with_parent
 from ..models import ReplayConfig, ReplayStats
 from ..proxy import ProjectCA
@@ -123,7 +122,7 @@ class WarmWorker:
             self._front.stop()
             self._front = None
         if self._front is None:
-            front = FrontServer(responder, ca=ca, guard=GuardPolicy(mode="open"), limits=wire)
+            front = FrontServer(responder, ca=ca, limits=wire)  # guard "open", as a cold episode's replay
             front.start()
             self._front, self._front_key = front, key
         else:
