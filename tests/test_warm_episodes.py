@@ -206,3 +206,29 @@ def test_a_warm_run_with_two_workers_and_resume(recorded):
     redone_urls, other = _log_urls(redone[0].path), _log_urls(summaries[1].path)
     assert redone_urls.pop("sw.js") and other.pop("sw.js")  # (Chromium may check it for an update)
     assert redone_urls == other
+
+
+def test_a_ray_worker_process_keeps_its_browser_and_caches_across_episodes(recorded, ca, monkeypatch):
+    """What a Ray task runs on its worker (``remote_episode``), twice in one process: each episode in a
+    private home of its own, both through the process's one warm Chromium, both with their own stats."""
+    from ego2web_replay.runner import warm
+    from ego2web_replay.runner.ray_executor import _CA_FILES, _unpack, remote_episode, worker_cache
+
+    suite, root = recorded
+    monkeypatch.setattr(warm, "_current", None)
+    files = {n: (ca.confdir / n).read_bytes() for n in _CA_FILES if (ca.confdir / n).exists()}
+    try:
+        jobs = [_request(suite, root, "ray", repeat=r) for r in (0, 1)]
+        results = [remote_episode(job, files, None) for job in jobs]
+        worker = warm.current_worker()
+        assert worker is not None and worker.launches == 1
+    finally:
+        if warm.current_worker() is not None:
+            warm.current_worker().close()
+    assert not Path(results[0][2]).exists()  # each episode's private home went with it
+    for job, (got, packed, remote) in zip(jobs, results, strict=True):
+        summary = _unpack(job, got, packed, remote)  # as the driver writes it into the run folder
+        assert summary.ok and summary.misses == 0, summary.error
+        assert "cookie=none storage=none sw=0" in _page_text(summary.path, 1)
+        assert _log_urls(summary.path)["cached.js"] == 1
+    assert (worker_cache() / "index-cache").is_dir()
