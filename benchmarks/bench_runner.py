@@ -1,11 +1,22 @@
-"""Runner: episodes per minute of the scripted agent in frozen mode with 1, 2 and 4 workers.
+"""Runner: frozen episodes of the scripted agent, warm and cold, against a bare Playwright script through `serve`.
 
-    /work/main/.venv/bin/python benchmarks/bench_runner.py [--copies 2] [--rounds 2]
+    .venv/bin/python benchmarks/bench_runner.py [--copies 2] [--repeats 2] [--suite-repeats 50] [--no-write]
 
 The demo site (127.0.0.1) and its demo tasks are recorded once (``record_task``, guard in
-loopback mode); the site is then stopped and ``run_suite(mode="frozen")`` replays the suite with
-each worker count, interleaved over several rounds (median). ``--copies`` repeats every task
-under a new id (its snapshot copied) so that the suite is long enough to keep 4 workers busy.
+loopback mode); the site is then stopped. In one run, each on the same episodes:
+
+* **baseline**: ``ego2web-replay serve`` (a process of its own) serving every snapshot of the
+  suite, and one long-lived Chromium driven by a bare Playwright script: per episode a new
+  context, the task's reference actions (``perform_action``), the context closed;
+* **warm**: ``run_suite(mode="frozen", workers=W)`` with warm episodes (one Chromium and one
+  replay front per worker, a fresh context per episode), W = 1 and 2;
+* **cold**: the same with ``warm=False`` (a replay proxy and a Chromium started per episode), W = 1 and 2;
+* **demo suite ×N**: the 6 demo tasks with ``repeats=N`` (N = 50: 300 episodes), warm, 1 and 2 workers
+  (``--suite-repeats 0`` leaves it out).
+
+Per run: wall time per episode, episodes per minute, and CPU utilisation: the machine's
+(``/proc/stat``, all cores, so other programs on a shared machine count too) and this benchmark's
+own process tree (user + system time of this process and its reaped children, over wall time × cores).
 Prints a table and rewrites the ``runner`` section of BENCHMARKS.md.
 """
 
@@ -15,16 +26,28 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _common import machine_info, machine_lines, markdown_table, median, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    free_port,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    text_table,
+    update_section,
+    wait_port,
+)
 
 DEMO_TASKS = Path(__file__).resolve().parent.parent / "ego2web_replay" / "demo" / "tasks.jsonl"
+CORES = os.cpu_count() or 1
 
 
 def prepare(tmp: Path, copies: int) -> tuple[Path, Path, int]:
@@ -56,66 +79,178 @@ def prepare(tmp: Path, copies: int) -> tuple[Path, Path, int]:
     return suite_file, snapshots, len(out)
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated")
-    ap.add_argument("--copies", type=int, default=2, help="copies of the 6 demo tasks in the suite")
-    ap.add_argument("--rounds", type=int, default=2, help="runs per worker count, interleaved (median reported)")
-    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
-    args = ap.parse_args()
-    info = machine_info()
-    workers = [int(w) for w in args.workers.split(",")]
-    t_start = time.monotonic()
+class CpuMeter:
+    """CPU time over a stretch of wall time: the machine's (``/proc/stat``) and this process tree's."""
 
+    @staticmethod
+    def _machine() -> tuple[int, int]:
+        with open("/proc/stat", encoding="ascii") as fh:
+            fields = [int(x) for x in fh.readline().split()[1:]]
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> CpuMeter:
+        self.m0, self.o0, self.t0 = self._machine(), self._own(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        (b1, a1), o1 = self._machine(), self._own()
+        self.wall = time.monotonic() - self.t0
+        self.machine = (b1 - self.m0[0]) / max(1, a1 - self.m0[1])
+        self.own = (o1 - self.o0) / (self.wall * CORES)
+
+
+def baseline(suite_file: Path, snapshots: Path, repeats: int) -> dict[str, Any]:
+    """`serve` with every snapshot, one Chromium, a bare script per episode; the run's figures."""
+    from ego2web_replay.browser import BrowserSession, perform_action
+    from ego2web_replay.proxy import project_ca
+    from ego2web_replay.tasks import load_tasks
+
+    suite = load_tasks(suite_file)
+    snaps = [str(next((snapshots / t.id).iterdir())) for t in suite]
+    port = free_port()
+    ca = project_ca()
+    ok = episodes = 0
+    with CpuMeter() as cpu:
+        serve = subprocess.Popen([sys.executable, "-m", "ego2web_replay.cli", "-q", "serve", *snaps, "--port",
+                                  str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_port(port, 60)
+            with BrowserSession(proxy_url=f"http://127.0.0.1:{port}", spki=ca.spki) as browser:
+                for _ in range(repeats):
+                    for task in suite:
+                        ctx = browser.new_context()
+                        page = ctx.new_page()
+                        try:
+                            for action in task.reference_actions:
+                                if action.kind not in ("answer", "stop"):
+                                    perform_action(page, action, timeout_s=20)
+                            ok += 1
+                        except Exception as e:  # noqa: BLE001 - counted, shown in the table
+                            print(f"  baseline {task.id}: {type(e).__name__}: {str(e).splitlines()[0]}")
+                        finally:
+                            ctx.close()
+                        episodes += 1
+        finally:
+            serve.terminate()
+            serve.wait(30)
+    return {"episodes": episodes, "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own}
+
+
+def runner(suite_file: Path, snapshots: Path, out: Path, run_id: str, workers: int, warm: bool,
+           repeats: int) -> dict[str, Any]:
     from ego2web_replay.runner.run import RunSettings, run_suite
     from ego2web_replay.tasks import load_tasks
 
+    suite = load_tasks(suite_file)
+    settings = RunSettings(mode="frozen", workers=workers, snapshots_root=str(snapshots), guard="loopback",
+                           repeats=repeats, warm=warm)
+    with CpuMeter() as cpu:
+        _d, summaries = run_suite(suite, agent_name="scripted", out=out, settings=settings, run_id=run_id)
+    ok = sum(1 for s in summaries if s.ok)
+    return {"episodes": len(summaries), "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own}
+
+
+def _row(label: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[Any]:
+    per = r["s"] / max(1, r["episodes"])
+    ratio = f"{per / (base['s'] / base['episodes']):.2f}x" if base else "1.00x"
+    return [label, r["episodes"], f"{r['ok']}/{r['episodes']}", f"{r['s']:.1f} s", f"{per:.2f} s", ratio,
+            f"{r['episodes'] / r['s'] * 60:.1f}", f"{r['machine'] * 100:.0f}%", f"{r['own'] * 100:.0f}%"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--copies", type=int, default=2, help="copies of the 6 demo tasks in the compared suite")
+    ap.add_argument("--repeats", type=int, default=2, help="repeats of each task in the compared runs")
+    ap.add_argument("--suite-repeats", type=int, default=50,
+                    help="repeats of the 6 demo tasks in the whole-suite runs (50: 300 episodes; 0: skip them)")
+    ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    args = ap.parse_args()
+    info = machine_info()
+    t_start = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="bench-runner-"))
+    results: list[tuple[str, dict[str, Any]]] = []
     try:
         t0 = time.monotonic()
         suite_file, snapshots, n_tasks = prepare(tmp, args.copies)
-        t_record = time.monotonic() - t0
-        print(f"recorded the demo suite in {t_record:.1f} s; suite of {n_tasks} tasks")
-        suite = load_tasks(suite_file)
-        res: dict[int, list[dict[str, float]]] = {w: [] for w in workers}
-        for rnd in range(args.rounds):
-            for w in workers:
-                settings = RunSettings(mode="frozen", workers=w, snapshots_root=str(snapshots), guard="loopback")
-                t0 = time.monotonic()
-                _run_dir, summaries = run_suite(suite, agent_name="scripted", out=tmp / "runs", settings=settings,
-                                                run_id=f"w{w}-r{rnd}")
-                took = time.monotonic() - t0
-                ok = sum(1 for s in summaries if s.ok)
-                res[w].append({"s": took, "episodes": len(summaries), "ok": ok,
-                               "epm": len(summaries) / took * 60})
-                print(f"  workers {w}, round {rnd + 1}: {len(summaries)} episodes ({ok} ok) in {took:.1f} s "
-                      f"= {len(summaries) / took * 60:.1f} episodes/min")
+        print(f"recorded the demo suite in {time.monotonic() - t0:.1f} s; {n_tasks} tasks × {args.repeats} repeats")
+
+        def note(label: str, fn: Callable[[], dict[str, Any]]) -> None:
+            r = fn()
+            results.append((label, r))
+            print(f"  {label}: {r['episodes']} episodes ({r['ok']} ok) in {r['s']:.1f} s, "
+                  f"CPU machine {r['machine'] * 100:.0f}% / own {r['own'] * 100:.0f}%")
+
+        runs = tmp / "runs"
+        note("baseline: bare Playwright through serve", lambda: baseline(suite_file, snapshots, args.repeats))
+        for w in (1, 2):
+            note(f"runner, warm, {w} worker{'s' if w > 1 else ''}",
+                 lambda w=w: runner(suite_file, snapshots, runs, f"warm-w{w}", w, True, args.repeats))
+        for w in (1, 2):
+            note(f"runner, cold, {w} worker{'s' if w > 1 else ''}",
+                 lambda w=w: runner(suite_file, snapshots, runs, f"cold-w{w}", w, False, args.repeats))
+        suite_rows: list[tuple[str, dict[str, Any]]] = []
+        if args.suite_repeats:
+            demo = tmp / "demo.jsonl"  # the 6 demo tasks once each (their snapshots recorded above)
+            demo.write_text("\n".join(suite_file.read_text("utf-8").splitlines()[:6]) + "\n", "utf-8")
+            for w in (1, 2):
+                label = f"demo suite ×{args.suite_repeats}, warm, {w} worker{'s' if w > 1 else ''}"
+                r = runner(demo, snapshots, runs, f"suite-w{w}", w, True, args.suite_repeats)
+                suite_rows.append((label, r))
+                print(f"  {label}: {r['episodes']} episodes ({r['ok']} ok) in {r['s']:.1f} s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    base = median([r["epm"] for r in res[workers[0]]])
-    header = ["workers", "episodes per run", "ok", "wall time (median)", "episodes/min (median)",
-              f"speed-up vs {workers[0]}"]
-    rows = []
-    for w in workers:
-        epm = median([r["epm"] for r in res[w]])
-        rows.append([w, int(median([r["episodes"] for r in res[w]])), f"{sum(r['ok'] for r in res[w])}/"
-                     f"{sum(r['episodes'] for r in res[w])}", f"{median([r['s'] for r in res[w]]):.1f} s",
-                     f"{epm:.1f}", f"{epm / base:.2f}x"])
+    base = results[0][1]
+    header = ["run", "episodes", "ok", "wall time", "per episode", "vs baseline", "episodes/min",
+              "CPU (machine)", "CPU (own tree)"]
+    rows = [_row(label, r, base) for label, r in results]
+    srows = [[c for i, c in enumerate(_row(label, r, None)) if i != 5] for label, r in suite_rows]  # no ratio
+    sheader = ["run", "episodes", "ok", "wall time", "per episode", "episodes/min", "CPU (machine)", "CPU (own tree)"]
     print()
     print(text_table(header, rows))
+    if srows:
+        print()
+        print(text_table(sheader, srows))
     print(f"\ntook {time.monotonic() - t_start:.0f} s")
-
+    warm1 = dict(results)["runner, warm, 1 worker"]
+    ratio = (warm1["s"] / warm1["episodes"]) / (base["s"] / base["episodes"])
+    suite_text = (f"\nThe whole demo suite ×{args.suite_repeats} ({suite_rows[0][1]['episodes']} episodes), warm:\n\n"
+                  f"{markdown_table(sheader, srows)}\n") if srows else ""
+    if srows and args.suite_repeats < 50:
+        suite_text += (f"\nScaled down from ×50 (300 episodes) with `--suite-repeats {args.suite_repeats}`; "
+                       "the default runs the full suite.\n")
     body = f"""## Runner (`benchmarks/bench_runner.py`)
 
 The scripted agent on the demo suite in frozen mode: the 6 demo tasks (×{args.copies} copies =
-{n_tasks} episodes per run) recorded once from the demo site on 127.0.0.1, which is then stopped;
-`run_suite(mode="frozen", workers=W)` (one process per worker, each with its own replay proxy and
-Chromium), {args.rounds} rounds interleaved across worker counts, median. Each episode includes
-starting its proxy and Chromium. On a {os.cpu_count()}-core machine, more than
-{os.cpu_count()} workers cannot be expected to scale.
+{n_tasks} tasks, ×{args.repeats} repeats = {n_tasks * args.repeats} episodes per run) recorded once from the demo site on
+127.0.0.1, which is then stopped. All rows come from one run of the script, on the same episodes:
+
+- **baseline**: `ego2web-replay serve` (its own process) with every snapshot, and a bare Playwright
+  script with one long-lived Chromium: per episode a new context, the task's reference actions, the
+  context closed (no screenshots, page captures or trajectory);
+- **warm** (the default): one Chromium and one replay front per worker for the whole run, a fresh
+  browser context and replay counts per episode, each snapshot opened once per worker
+  ([scale.md](docs/scale.md#warm-episodes));
+- **cold** (`run --cold`, what every episode did before): a replay proxy and a Chromium started per episode.
+
+CPU (machine) is all cores of the machine from `/proc/stat` (other programs count too); CPU (own
+tree) is this benchmark's process and its children, over wall time × {CORES} cores.
 
 {markdown_table(header, rows)}
+
+Warm, one worker, against the baseline: **{ratio:.2f}×** the wall time per episode (target ≤ 1.2×:
+{"met" if ratio <= 1.2 else "not met"}). The
+runner does per step what the baseline does not: a screenshot, the page's text and DOM kept, the
+elements listed for the agent, and per episode the trajectory and replay stats written.
+{suite_text}
+On a {CORES}-core machine shared with other engineers' builds and tests (load average below): read
+the ratios within the run, not the absolute figures.
 
 Machine and versions:
 {machine_lines(info)}

@@ -122,6 +122,28 @@ def test_worker_keeps_the_ca_private(tmp_path, ca):
     shutil.rmtree(home)
 
 
+def test_episode_homes_of_one_worker_share_its_caches(ca):
+    """Each episode's private home is new (the CA's key leaves with it), but its object, index and
+    remote-snapshot caches are the worker process's: what one episode downloaded the next finds."""
+    from ego2web_replay.runner.ray_executor import worker_cache
+
+    files = {"mitmproxy-ca.pem": (ca.confdir / "mitmproxy-ca.pem").read_bytes()}
+    first = _private_home(files)
+    (first / "object-cache" / "block").write_bytes(b"downloaded once")
+    (first / "index-cache" / "index.pickle").write_bytes(b"parsed once")
+    shutil.rmtree(first)
+    assert not first.exists()
+    second = _private_home(files)
+    try:
+        assert (second / "object-cache" / "block").read_bytes() == b"downloaded once"
+        assert (second / "index-cache" / "index.pickle").read_bytes() == b"parsed once"
+        assert (second / "remote-snapshots").resolve() == (worker_cache() / "remote-snapshots").resolve()
+        assert stat.S_IMODE(worker_cache().stat().st_mode) == 0o700
+        assert not (worker_cache() / "ca").exists()  # no key in what outlives the episode
+    finally:
+        shutil.rmtree(second)
+
+
 def test_a_node_that_does_not_start_is_stopped_and_started_again_then_named(tmp_path):
     """Cluster start-up under load: each failed attempt is stopped whole (no process of its session
     left) and tried again, a bounded number of times; the final error names every attempt and its log."""

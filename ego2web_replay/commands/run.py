@@ -50,6 +50,9 @@ if TYPE_CHECKING:
 @click.option("--repeats", type=click.IntRange(1, 1000), default=1, show_default=True,
               help="Run each task this many times in each mode (agents are stochastic); compare reports "
                    "per-task success rates, pass@k and the variance. --resume may raise it, never lower it.")
+@click.option("--cold", is_flag=True,
+              help="Start a replay proxy and a Chromium for every frozen episode instead of reusing the worker's "
+                   "(warm episodes: one Chromium per worker, a fresh browser context per episode; docs/scale.md).")
 @click.option("--resume", is_flag=True, help="Finish the newest interrupted run of this suite and agent "
                                              "(or --run-id), skipping finished episodes.")
 @click.option("--run-id", default=None, help="Name the run folder (or pick the run to resume).")
@@ -92,8 +95,8 @@ if TYPE_CHECKING:
 @keep_credentials_option
 @json_option("the run folder and each episode run now")
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
-            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, resume: bool,
-            run_id: str | None, model: str | None, base_url: str | None, agent_services: tuple[str, ...],
+            task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, cold: bool,
+            resume: bool, run_id: str | None, model: str | None, base_url: str | None, agent_services: tuple[str, ...],
             agent_browser: bool, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
@@ -115,6 +118,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
     settings = RunSettings(mode=mode, max_steps=max_steps, timeout_s=timeout_s, workers=workers,
                            snapshots_root=str(snapshots_root) if snapshots_root else None, snapshot_id=snapshot_id,
                            guard=guard, replay=replay, keep_credentials=keep_credentials, repeats=repeats,
+                           warm=not cold,
                            inputs=InputSettings(modality=modality, keyframes=n_keyframes,  # type: ignore[arg-type]
                                                 video_fps=video_fps, video_transport=video_transport,  # type: ignore[arg-type]
                                                 max_side=frame_size))

@@ -51,6 +51,8 @@ class RunSettings(BaseModel):
                                                               "trajectories instead of redacting them.")
     inputs: InputSettings = Field(default_factory=InputSettings, description="What agents get of the video.")
     repeats: int = Field(default=1, ge=1, description="Times each task is run in each mode (agents are stochastic).")
+    warm: bool = Field(default=True, description="Frozen episodes of step agents share their worker's Chromium "
+                                                 "(a fresh context each) and replay front (runner/warm.py).")
 
 
 class RunManifest(FileModel):

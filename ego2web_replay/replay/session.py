@@ -184,6 +184,8 @@ class Replay:
         self.snapshots: list[Any] = []
         self.proxy: Any = None  # a FrontServer (engine fast) or a ProxyServer (engine mitmproxy)
         self.responder: Responder | None = None
+        self.index: IndexBase | None = None  # the opened match index (open())
+        self._redactor: Redactor | None = None
         self.capture_time: dt.datetime | None = None
         self.init_script: str = ""
         self.load_seconds = 0.0
@@ -224,11 +226,14 @@ class Replay:
         assert self.ca is not None
         return self.ca.spki
 
-    def stats(self) -> ReplayStats:
-        """The counts so far, with the replay configuration they were served under."""
+    def stats(self, responder: Responder | None = None) -> ReplayStats:
+        """The counts so far, with the replay configuration they were served under (``responder``:
+        those of one made by :meth:`new_responder` instead of the replay's own)."""
         from .workers import WorkerPool
 
-        if isinstance(self.proxy, WorkerPool):
+        if responder is not None:
+            stats = responder.snapshot_stats()
+        elif isinstance(self.proxy, WorkerPool):
             stats = self.proxy.stats()
         elif self._final is not None:
             stats = self._final.model_copy(deep=True)
@@ -305,11 +310,9 @@ class Replay:
             self.init_script = freeze_script(self.capture_time, seed)
         self.shared = self._shared(rules)
         self._sources = self.snapshots + (self.shared.suite.snapshots if self.shared else [])
-        self.responder = Responder(index, self._resolve, miss=cfg.miss, shared=self.shared,
-                                   freeze_script=self.init_script or None, policy=cfg.sequence,
-                                   snapshots=[str(p) for p in self.paths],
-                                   redactor=snapshots_redactor(self.snapshots),
-                                   conversation=self._conversation if cfg.engine == "fast" else None)
+        self.index = index
+        self._redactor = snapshots_redactor(self.snapshots)
+        self.responder = self.new_responder()
         if not self._frozen:  # the index is long-lived: no collector pauses walking it (gcfreeze)
             self._frozen = gcfreeze.hold()
         self.load_seconds = time.perf_counter() - t0
@@ -335,6 +338,18 @@ class Replay:
             return None
         return SharedMatcher(suite, self.config.sequence, ref_base=len(self.snapshots),
                              paths=SuitePaths.of(latest, rules))
+
+    def new_responder(self) -> Responder:
+        """A fresh :class:`Responder` over this replay's opened index: its own counts, log and
+        sequencing of repeated captures, nothing of an earlier one's. Warm episodes
+        (``runner/warm.py``) keep one opened replay of a snapshot and give each episode one of these."""
+        if self.index is None:
+            raise ReplayError("the replay is not open")
+        cfg = self.config
+        shared = self.shared.fresh() if self.shared is not None else None
+        return Responder(self.index, self._resolve, miss=cfg.miss, shared=shared, freeze_script=self.init_script or None,
+                         policy=cfg.sequence, snapshots=[str(p) for p in self.paths], redactor=self._redactor,
+                         conversation=self._conversation if cfg.engine == "fast" else None)
 
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry

@@ -284,7 +284,13 @@ class SharedMatcher:
         self.suite = suite
         self.ref_base = ref_base
         self.paths = paths
+        self.policy: SequencePolicy = policy
         self.sessions: list[ReplaySession] = [ReplaySession(index, policy) for index in suite.indexes]
+
+    def fresh(self) -> SharedMatcher:
+        """The same sources with sequencing started anew (a warm episode's responder: nothing of an
+        earlier episode's order of repeated captures)."""
+        return SharedMatcher(self.suite, self.policy, self.ref_base, self.paths)
 
     def match(self, method: str, url: str, body: bytes | None = None,
               content_type: str | None = None) -> tuple[MatchResult, str] | None:

@@ -14,7 +14,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
@@ -46,6 +46,10 @@ from .inputs import (
     apply_inputs,
     prepare_inputs,
 )
+
+if TYPE_CHECKING:
+    from ..replay.session import Replay
+    from .warm import WarmReplay, WarmWorker
 
 __all__ = ["EpisodeRequest", "EpisodeSummary", "run_episode", "write_episode", "find_snapshot", "ERROR_REASONS"]
 
@@ -84,6 +88,7 @@ class EpisodeRequest:
     inputs: InputSettings = field(default_factory=InputSettings)
     repeat: int = 0
     wire: WireLimits | None = None  # the proxy's bounds and timeouts toward the agent (None: the environment's)
+    warm: bool = True  # may run warm when its worker keeps a browser and replay front (runner/warm.py)
 
     @property
     def folder(self) -> Path:
@@ -134,6 +139,10 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
     history: list[Action] = []
     redact = Redactor.make(keep_credentials=req.keep_credentials).url  # the capture's URL as the step's
     for i in range(req.max_steps):
+        if _page_gone(page):  # the browser crashed or was killed: not the agent's failure
+            traj.end_reason = "browser_error"
+            traj.error = f"the browser closed or crashed before step {i}"
+            return
         remaining = req.timeout_s - (time.monotonic() - t0)
         if remaining <= 0:
             traj.end_reason = "timeout"
@@ -188,6 +197,13 @@ def _capture(page: Any, out: Path, step: Step, redact: Callable[[str], str]) -> 
             f"(page text not captured: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
 
 
+def _page_gone(page: Any) -> bool:
+    try:
+        return bool(page.is_closed())
+    except Exception:  # noqa: BLE001 - a driver that is gone took the page with it
+        return True
+
+
 def _page_text(page: Any, limit: int = 100_000) -> str | None:
     try:
         return str(page.inner_text("body", timeout=5000))[:limit]
@@ -202,8 +218,11 @@ def _title(page: Any) -> str:
         return ""
 
 
-def run_episode(req: EpisodeRequest) -> EpisodeSummary:
-    """Run one episode and write it; never raises for agent or site failures."""
+def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeSummary:
+    """Run one episode and write it; never raises for agent or site failures.
+
+    ``warm``: the worker's kept browser and replay front (:mod:`.warm`), used when the episode can
+    be warm (a step agent in frozen mode on the fast engine, ``req.warm``); else it runs cold."""
     final = req.folder
     out = final.with_name(final.name + ".partial")
     if out.exists():
@@ -212,8 +231,9 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     spec = AgentSpec(name=req.agent_name)
     traj = Trajectory(task_id=req.task.id, instruction=req.task.instruction, mode=req.mode,  # type: ignore[arg-type]
                       agent=spec, started_at=datetime.now(UTC), repeat=req.repeat)
-    replay = None
+    replay: Replay | WarmReplay | None = None
     live = None
+    warm_here: WarmWorker | None = None
     try:
         agent = make_agent(req.agent_name, **req.agent_settings)
         apply_inputs(agent.spec, req.inputs)
@@ -221,6 +241,11 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
         inputs = prepare_inputs(req.task, req.suite_dir, agent.spec.input_modality, req.inputs)
         traj.extra["inputs"] = inputs.record()
         ca = project_ca()
+        program = isinstance(agent, ProgramAgent) and not hasattr(agent, "act")
+        if warm is not None and req.warm:
+            from .warm import warm_eligible
+
+            warm_here = warm if warm_eligible(req.mode, program, req.replay) else None
         with ExitStack() as stack:
             if req.mode == "frozen":
                 from ..replay.session import Replay
@@ -228,7 +253,10 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
 
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
-                replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
+                if warm_here is not None:
+                    replay = warm_here.replay(snap, req.replay, ca, req.wire)
+                else:
+                    replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions
@@ -238,7 +266,6 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                                      allow=req.task.allowed_domains, wire=req.wire)
                 live = stack.enter_context(LiveRecording(req.task, out / "snapshots", opts, ca=ca))
                 proxy_url, init_scripts = live.proxy_url, []
-            program = isinstance(agent, ProgramAgent) and not hasattr(agent, "act")
             # the agent's own copies, in a private folder: no path it is given leads to the suite or the judge
             handed = stack.enter_context(AgentFolder(req.task, inputs, ca.cert_path, episode=out, program=program))
             if program and isinstance(agent, ProgramAgent):
@@ -255,8 +282,11 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                 got.agent, got.repeat = traj.agent, req.repeat
                 traj = got
             else:
-                browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
-                context = browser.new_context(init_scripts=init_scripts)
+                if warm_here is not None:  # a fresh context of the worker's Chromium, closed at the end
+                    context = stack.enter_context(warm_here.context(proxy_url, ca.spki, init_scripts))
+                else:
+                    browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
+                    context = browser.new_context(init_scripts=init_scripts)
                 page = context.new_page()
                 try:
                     _step_loop(req, agent, page, out, traj, handed.inputs)
@@ -265,7 +295,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
                     usage = getattr(agent, "usage", None)
                     if isinstance(usage, dict) and usage:
                         traj.extra["usage"] = dict(usage)  # model calls and tokens (openai agent)
-                context.close()
+                if warm_here is None:
+                    context.close()
             if live is not None:
                 live.pages_from(traj)
     except SnapshotError as e:
@@ -275,6 +306,8 @@ def run_episode(req: EpisodeRequest) -> EpisodeSummary:
     except Exception as e:  # noqa: BLE001 - one episode's crash never stops the run
         traj.end_reason = "browser_error"
         traj.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    if warm_here is not None and traj.end_reason == "browser_error":
+        warm_here.drop_browser()  # crashed or unusable: the next episode launches a new one
     traj = write_episode(out, final, traj, mode=req.mode, replay=replay, live=live,
                          keep_credentials=req.keep_credentials)
     ok = traj.end_reason in ("answered", "stopped") and not traj.error

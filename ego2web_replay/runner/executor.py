@@ -5,8 +5,12 @@ task, the agent's name and settings); running it means calling
 :func:`~.episode.run_episode`, which writes the episode folder and returns an
 :class:`~.episode.EpisodeSummary`. Executors never write anywhere else: the
 runner's caller records the summaries (the tracking database is written by the
-parent process only). Each worker runs one episode at a time with its own
-proxy and its own Chromium, since mitmproxy allows one proxy per process.
+parent process only). Each worker runs one episode at a time. Its frozen
+episodes of step agents are warm (:mod:`.warm`): the worker keeps one replay
+front, the snapshots it opened and one Chromium for the whole run, and gives
+each episode a fresh browser context and its own replay counts; other
+episodes start their own proxy and Chromium (mitmproxy allows one proxy per
+process).
 
 * :class:`InlineExecutor` runs the jobs one after another in this process;
 * :class:`ProcessExecutor` runs them in N spawned local processes.
@@ -29,7 +33,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from concurrent.futures.process import BrokenProcessPool
 from typing import Protocol, runtime_checkable
 
-from ..lifeline import die_with_parent
 from ..models import AgentSpec, Trajectory, save_model
 from .episode import EpisodeRequest, EpisodeSummary, run_episode
 
@@ -77,13 +80,17 @@ class InlineExecutor:
     """One job at a time, in this process."""
 
     def run(self, jobs: Sequence[EpisodeRequest]) -> Iterator[EpisodeSummary]:
-        for job in jobs:
-            log_start(job)
-            yield run_episode(job)
+        from .warm import warm_worker
+
+        with warm_worker() as warm:  # one browser and replay front for these episodes, stopped after
+            for job in jobs:
+                log_start(job)
+                yield run_episode(job, warm)
 
 
 class ProcessExecutor:
-    """Up to ``workers`` jobs at once, each in a spawned process of a local pool.
+    """Up to ``workers`` jobs at once, each in a spawned process of a local pool; each process keeps
+    a warm worker (:func:`.warm.start_worker`) for the pool's life.
 
     A worker that dies (killed, out of memory) breaks the pool: its episode and any other in flight
     are recorded as ``infra_error``, and the jobs not yet started run on in a fresh pool.
@@ -103,9 +110,11 @@ class ProcessExecutor:
 
     def _pool_run(self, queue: list[EpisodeRequest]) -> Generator[EpisodeSummary, None, list[EpisodeRequest]]:
         """Run jobs from ``queue`` in one pool until it is empty or the pool breaks; return what is left."""
+        from .warm import run_in_worker, start_worker
+
         ctx = multiprocessing.get_context("spawn")
         # workers (and through their pipes, their Playwright drivers and Chromiums) die with this process
-        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=die_with_parent,
+        with ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx, initializer=start_worker,
                                  initargs=(os.getpid(),)) as pool:
             pending: dict[Future[EpisodeSummary], EpisodeRequest] = {}
             broken = False
@@ -113,7 +122,7 @@ class ProcessExecutor:
                 while (queue and not broken) or pending:
                     while queue and not broken and len(pending) < self.workers:
                         try:
-                            fut = pool.submit(run_episode, queue[0])
+                            fut = pool.submit(run_in_worker, queue[0])
                         except BrokenProcessPool:
                             broken = True
                             break

@@ -16,7 +16,13 @@ folder with the driver:
   (``s3://...``) is opened by each worker with the driver's AWS variables
   (they travel with the job, like the CA), so no shared folder is needed;
 * Chromium is looked for on the worker first; a node without it fails the
-  episode with an error naming the node.
+  episode with an error naming the node;
+* a worker process keeps, across the episodes it runs, a warm worker
+  (:mod:`.warm`: one Chromium, one replay front, a fresh browser context per
+  episode) and one cache folder (0700, no key in it) that each episode's data
+  folder links its ``object-cache/``, ``index-cache/`` and ``remote-snapshots/``
+  to, so a snapshot on object storage is downloaded once per worker, not once
+  per episode. The cache folder is removed when the worker process ends.
 
 A worker that dies (its process killed, its node lost) is retried by Ray up to
 ``max_retries`` times; after that the episode is recorded as an
@@ -25,6 +31,7 @@ A worker that dies (its process killed, its node lost) is retried by Ray up to
 
 from __future__ import annotations
 
+import atexit
 import io
 import os
 import shutil
@@ -45,6 +52,8 @@ from .executor import infra_failure, log_start
 __all__ = ["RayExecutor", "RaySettings", "infra_failure", "ray_available"]
 
 _CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
+_SHARED_CACHES = ("object-cache", "index-cache", "remote-snapshots")  # kept per worker process, linked per episode
+_worker_cache: Path | None = None
 
 
 def ray_available() -> bool:
@@ -71,9 +80,24 @@ class RaySettings:
 
 # ---------------------------------------------------------------- worker side
 
+def worker_cache() -> Path:
+    """This worker process's cache folder (0700), made on first use and removed when the process ends."""
+    global _worker_cache
+    if _worker_cache is None or not _worker_cache.is_dir():
+        _worker_cache = Path(tempfile.mkdtemp(prefix="ego2web-ray-cache-"))
+        for name in _SHARED_CACHES:
+            (_worker_cache / name).mkdir(mode=0o700)
+        atexit.register(shutil.rmtree, _worker_cache, ignore_errors=True)
+    return _worker_cache
+
+
 def _private_home(ca_files: dict[str, bytes]) -> Path:
-    """A new private data folder (0700) for one episode, holding the driver's CA (files 0600)."""
+    """A new private data folder (0700) for one episode, holding the driver's CA (files 0600); its caches
+    are links to the worker process's (:func:`worker_cache`), so they stay warm across episodes."""
     home = Path(tempfile.mkdtemp(prefix="ego2web-ray-"))  # 0700
+    cache = worker_cache()
+    for name in _SHARED_CACHES:
+        (home / name).symlink_to(cache / name, target_is_directory=True)
     ca_dir = home / "ca"
     ca_dir.mkdir(mode=0o700)
     for name, data in ca_files.items():
@@ -121,7 +145,8 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes], upstream_ca:
         with swap_env(env):
             return _run_remote(job, home, upstream_ca)
     finally:
-        shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works
+        shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works (the
+        # links to the worker's caches go with it; the caches stay)
 
 
 def _run_remote(job: EpisodeRequest, home: Path, upstream_ca: bytes | None) -> tuple[EpisodeSummary, bytes, str]:
@@ -131,7 +156,9 @@ def _run_remote(job: EpisodeRequest, home: Path, upstream_ca: bytes | None) -> t
         ca_path = home / "upstream-ca.pem"
         with os.fdopen(os.open(ca_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "wb") as fh:
             fh.write(upstream_ca)
-    summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path))
+    from .warm import process_worker
+
+    summary = run_episode(replace(job, run_dir=scratch / "run", upstream_ca=ca_path), process_worker())
     return summary, _pack(summary.path), str(scratch / "run")
 
 

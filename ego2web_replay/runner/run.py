@@ -3,8 +3,9 @@
 ``<out>/<run-id>/run.json`` is the run manifest (a reproducibility journal:
 suite hash, agent spec, tool versions, git commit, machine). Episodes are run
 in order (``--mode both``: live then frozen, paired per task), by ``workers``
-processes at once, each with its own proxy on its own port and its own
-Chromium (mitmproxy allows one proxy per process). A finished episode is a
+processes at once; each worker keeps one Chromium and one replay front for
+its warm episodes (``warm.py``; frozen, step agents) and starts a proxy and a
+Chromium for each other episode (mitmproxy allows one proxy per process). A finished episode is a
 ``trajectory.json`` in its folder; ``resume`` skips those and redoes the rest.
 With ``repeats`` K each task is run K times in each mode (repeat 0 in
 ``episodes/<task>/<mode>``, repeat r in ``<mode>-r<r>``); resume knows which
@@ -107,7 +108,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                     snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
                     max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
                     upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
-                    repeat=repeat, wire=wire)
+                    repeat=repeat, wire=wire, warm=s.warm)
 
 
 def _lost_to_infrastructure(episode: Path) -> bool:
@@ -160,10 +161,11 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             raise Ego2WebError(f"{run_dir} was run on a different version of the task file; not resuming")
         if manifest.agent_name != agent_name:
             raise Ego2WebError(f"{run_dir} was run with agent {manifest.agent_name!r}, not {agent_name!r}; not resuming")
-        # the run's own settings keep its episodes comparable; only the parallelism may change, and
+        # the run's own settings keep its episodes comparable; only the parallelism (and warm or cold) may change, and
         # the number of repeats may grow (more samples of the same tasks; never fewer)
         settings = manifest.settings.model_copy(update={
-            "workers": settings.workers, "repeats": max(settings.repeats, manifest.settings.repeats)})
+            "workers": settings.workers, "warm": settings.warm,
+            "repeats": max(settings.repeats, manifest.settings.repeats)})
         if settings.repeats != manifest.settings.repeats:
             manifest.settings = manifest.settings.model_copy(update={"repeats": settings.repeats})
             save_model(run_dir / "run.json", manifest)
