@@ -27,7 +27,7 @@ sys.path[:0] = [str(HERE), str(HERE.parent)]
 from _common import machine_info, machine_lines, markdown_table, text_table, update_section  # noqa: E402
 
 TASK = "shop-mug-price"
-AGENT = "explorer_agent:make"
+AGENT = "explorer"
 LIVE_SEEDS = [101, 102, 103, 104]
 MERGES = [0, 1, 2, 4]
 
