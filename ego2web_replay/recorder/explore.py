@@ -88,10 +88,12 @@ def explorer_archives(run_dirs: Sequence[Path], task_id: str) -> list[Path]:
     return found
 
 
-def merge_explorers(base: Path, run_dirs: Sequence[Path], task_id: str,
-                    window: timedelta | None) -> TaskExploration:
-    """Extend ``base`` with the explorers' archives of its task (replay's canonical "same request")."""
+def merge_explorers(base: Path, run_dirs: Sequence[Path], task_id: str, window: timedelta | None,
+                    root: Path | None = None) -> TaskExploration:
+    """Extend ``base`` with the explorers' archives of its task (replay's canonical "same request"), into
+    ``root`` (default: the base's own snapshots root)."""
     result = TaskExploration(task_id=task_id, base=Path(base), archives=explorer_archives(run_dirs, task_id))
     if result.archives:
-        result.extended = extend_snapshot(base, result.archives, window=window, request_key=canonical_request_key())
+        result.extended = extend_snapshot(base, result.archives, window=window, root=root,
+                                          request_key=canonical_request_key())
     return result

@@ -105,6 +105,7 @@ class TaskShares(BaseModel):
     degraded: int = 0
     off_snapshot: int = Field(default=0, description="Off-snapshot episodes.")
     unknown: int = Field(default=0, description="Episodes without replay stats (they ended before any replay).")
+    shared: int = Field(default=0, description="Answers from another task's snapshot (suite sharing).")
     content_requests: int = Field(default=0, description="Documents and content fetches the episodes sent.")
     content_misses: int = Field(default=0, description="Those missed, answered by the nearest capture or forwarded.")
     missed: dict[str, int] = Field(default_factory=dict, description="Missed content requests (METHOD URL), "
@@ -141,6 +142,7 @@ def coverage_shares(run_dirs: list[Path]) -> list[TaskShares]:
             else:
                 t.unknown += 1
             for e in stats.log if stats else []:
+                t.shared += e.outcome == "shared"
                 if is_content(e.kind, e.url):
                     t.content_requests += 1
                     if e.outcome in _MISSED:
