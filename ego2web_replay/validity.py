@@ -2,11 +2,14 @@
 
 Every frozen episode is classified from its replay log:
 
-* ``complete``: no miss and no nearest-capture (``fuzzy``) answer;
+* ``complete``: no miss, no nearest-capture (``fuzzy``) and no ``shared`` answer;
 * ``degraded``: misses only on subresources that do not carry the page's
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
   or an answer from a capture cut short while recording (``WARC-Truncated``: the
-  page got the recorded bytes, but the live response went on past them);
+  page got the recorded bytes, but the live response went on past them); or an
+  answer from another task's snapshot (``shared``: a recorded response of the
+  same request, from the same site and time window, but not the episode's own
+  recording);
 * ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
   websocket whose response the page may render was missed, answered by the
   nearest capture, or forwarded to the live web.
@@ -79,6 +82,9 @@ def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
     degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
+        if outcome == "shared":
+            degraded = True
+            continue
         if outcome not in ("miss", "fuzzy", "live", "websocket"):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):

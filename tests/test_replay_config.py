@@ -17,7 +17,7 @@ def _options(name: str) -> dict[str, str]:
 def test_serve_and_run_take_the_same_replay_options():
     serve, run = _options("serve"), _options("run")
     assert set(serve) == {"--rules", "--sequence", "--no-freeze", "--miss", "--fuzzy", "--fuzzy-threshold",
-                          "--engine"}
+                          "--share-window", "--no-share", "--engine"}
     assert serve == run  # same names, same help
 
 
@@ -30,6 +30,9 @@ def test_config_validates_with_one_line_errors():
         ReplayConfig.make(fuzzy_threshold=2)
     with pytest.raises(ReplayError, match="sequence"):
         ReplayConfig.make(sequence="random")
+    assert ReplayConfig().share_window_s is None  # sharing is off unless asked for (the CLI asks: 24h)
+    with pytest.raises(ReplayError, match="share_window_s"):
+        ReplayConfig.make(share_window_s=0)
 
 
 def test_the_fast_engine_is_the_default_and_live_misses_pick_mitmproxy():

@@ -99,7 +99,7 @@ def test_runs_show_json(runs):
     assert data["run"]["episodes"] == {"answered": 1, "setup_error": 1}
     eps = {e["task"]: e for e in data["episodes"]}
     assert eps[MUG] == {"task": MUG, "mode": "frozen", "repeat": 0, "steps": 2, "end_reason": "answered", "answer": "Shop",
-                        "misses": 0, "missed_urls": [], "validity": "complete", "set_aside": {}, "error": None,
+                        "misses": 0, "missed_urls": [], "validity": "complete", "set_aside": {}, "shared_from": {}, "error": None,
                         "episode_error": False}
     assert eps[WIKI]["end_reason"] == "setup_error" and eps[WIKI]["misses"] is None and eps[WIKI]["episode_error"]
     assert data["episode_errors"] == 1

@@ -13,9 +13,27 @@ from typing import Any
 
 import click
 
+from ..errors import Ego2WebError
 from ._options import Finite
 
-__all__ = ["replay_options"]
+__all__ = ["replay_options", "parse_share_window", "DEFAULT_SHARE_WINDOW"]
+
+DEFAULT_SHARE_WINDOW = "24h"
+
+
+def parse_share_window(text: str) -> float:
+    """``--share-window`` in seconds (``90s``, ``30m``, ``24h``, ``2d``, or seconds); one clear line otherwise."""
+    from ..errors import ReplayError
+    from ..snapshots.extend import parse_window
+
+    try:
+        seconds = parse_window(str(text)).total_seconds()
+    except Ego2WebError:
+        seconds = -1.0
+    if seconds <= 0:
+        raise ReplayError(f"invalid --share-window {text!r}: give a positive length of time such as 30m, 24h or "
+                          "2d (--no-share turns sharing off)")
+    return seconds
 
 _OPTIONS = [
     click.option("--rules", "replay_rules", multiple=True,
@@ -35,6 +53,14 @@ _OPTIONS = [
                       "same path (another page's content), counted apart as 'fuzzy'. See docs/matching.md."),
     click.option("--fuzzy-threshold", "replay_fuzzy_threshold", type=Finite(0, 1), default=None,
                  help="Replay: least similarity for --fuzzy (default: the rules', 0.5)."),
+    click.option("--share-window", "replay_share_window", default=DEFAULT_SHARE_WINDOW, show_default=True,
+                 metavar="DURATION",
+                 help="Replay: answer a request the task's snapshot lacks from the latest snapshot of every other "
+                      "task under the same snapshots root recorded within this time of it (90s, 30m, 24h, 2d); "
+                      "such answers are logged and counted as 'shared' and make the episode degraded. "
+                      "See docs/matching.md."),
+    click.option("--no-share", "replay_no_share", is_flag=True,
+                 help="Replay: answer only from the task's own snapshot (no shared captures)."),
     click.option("--engine", "replay_engine", type=click.Choice(["fast", "mitmproxy"]), default=None,
                  help="Replay: what carries the requests: the fast asyncio front end (default), or mitmproxy "
                       "(chosen by --miss live). Both serve the same bytes and stats."),
@@ -49,10 +75,12 @@ def replay_options(command: Callable[..., Any]) -> Callable[..., Any]:
         from ..models import ReplayConfig
 
         engine = kwargs.pop("replay_engine")
+        window, no_share = kwargs.pop("replay_share_window"), kwargs.pop("replay_no_share")
         kwargs["replay"] = ReplayConfig.make(
             rules_files=kwargs.pop("replay_rules"), sequence=kwargs.pop("replay_sequence"),
             freeze=not kwargs.pop("replay_no_freeze"), miss=kwargs.pop("replay_miss"),
             fuzzy=kwargs.pop("replay_fuzzy"), fuzzy_threshold=kwargs.pop("replay_fuzzy_threshold"),
+            share_window_s=None if no_share else parse_share_window(window),
             **({"engine": engine} if engine else {}))
         return command(*args, **kwargs)
 

@@ -70,6 +70,7 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
                      "missed_urls": t.replay.missed_urls if t.replay else [],
                      "validity": None if t.episode_error else episode_validity(t),
                      "set_aside": set_aside(t.replay.log) if t.replay else {}, "error": t.error,
+                     "shared_from": dict(t.replay.shared_from) if t.replay else {},
                      "episode_error": t.episode_error})
     unrun = [r for r in rows if r["episode_error"]]
     if json_out:
@@ -101,6 +102,10 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
             listed = "; ".join(f"{k} ×{n}" for k, n in r["set_aside"].items())
             out.print(f"{r['task']} ({r['validity'] or r['mode']}): answers that set volatile values aside: {listed}",
                       highlight=False, markup=False)
+        if r["shared_from"]:
+            listed = "; ".join(f"{k} ×{n}" for k, n in r["shared_from"].items())
+            out.print(f"{r['task']} ({r['validity'] or r['mode']}): answers from other tasks' snapshots (shared): "
+                      f"{listed}", highlight=False, markup=False)
 
 
 @runs_group.command("coverage")

@@ -26,6 +26,9 @@ def _connect_help(replay) -> str:  # noqa: ANN001
     p, ca, pin = replay.proxy_url, replay.ca_file, replay.spki
     seal = " ".join(shlex.quote(a) for a in sealed_chromium_args(p))
     fuzzy = "; nearest capture ON (--fuzzy: such answers are counted as fuzzy)" if replay.config.fuzzy else ""
+    shared = (f"\nshared         {len(replay.shared.suite.sources)} other tasks' snapshots within "
+              f"{replay.config.share_window_s:g} s answer what these lack (counted as shared; --no-share: off)"
+              if replay.shared else "")
     return f"""\
 replay proxy   {p}
 CA file        {ca}
@@ -33,7 +36,7 @@ CA SPKI pin    {pin}
 captures       {replay.captures} from {len(replay.paths)} snapshot(s), indexed in {replay.load_seconds:.2f} s
 capture time   {replay.capture_time:%Y-%m-%d %H:%M:%S} UTC (page clocks are frozen here)
 misses         answered with {'the live web (NOT hermetic)' if replay.miss == 'live' else 'HTTP ' + replay.miss}{fuzzy}
-engine         {replay.config.engine}{f', {replay.processes} processes' if replay.processes > 1 else ''}
+engine         {replay.config.engine}{f', {replay.processes} processes' if replay.processes > 1 else ''}{shared}
 
 How to connect:
   curl        curl --proxy {p} --cacert {ca} https://example.org/

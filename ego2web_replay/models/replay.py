@@ -10,7 +10,7 @@ from .base import FileModel
 
 __all__ = ["MatchOutcome", "ReplayLogEntry", "ReplayStats"]
 
-MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live"]
+MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live", "shared"]
 
 
 class ReplayLogEntry(BaseModel):
@@ -30,6 +30,11 @@ class ReplayLogEntry(BaseModel):
                                  "(fresh random ids) or 'learned: tok' (learned volatile at record time).")
     range: str | None = Field(default=None, description="The request's Range header, if it had one: answered "
                               "only with recorded bytes of the URL, else a miss (docs/matching.md).")
+    shared_from: str | None = Field(default=None, description="For a `shared` answer: the snapshot it came from "
+                                    "('<task>/<snapshot id>'), another task's of the same snapshots root "
+                                    "(--share-window; docs/matching.md, 'Shared captures').")
+    shared_stage: str | None = Field(default=None, description="For a `shared` answer: the stage that matched it "
+                                     "in its source snapshot (exact or canonical).")
 
 
 class ReplayStats(FileModel):
@@ -46,6 +51,10 @@ class ReplayStats(FileModel):
     fresh_id: int = Field(default=0, description="Of the canonical matches: those that set aside fresh random ids "
                           "(each log entry's `volatile` names the parameters).")
     fuzzy: int = Field(default=0, description="Requests answered by a fuzzy match.")
+    shared: int = Field(default=0, description="Requests the episode's own snapshots missed, answered from another "
+                        "task's snapshot of the same root recorded within the share window (--share-window).")
+    shared_from: dict[str, int] = Field(default_factory=dict, description="The shared answers per source snapshot "
+                                        "('<task>/<snapshot id>').")
     miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy), and "
                       "websocket messages no recorded one answers.")
     blocked: int = Field(default=0, description="Browser background requests answered by the guard.")
@@ -63,13 +72,14 @@ class ReplayStats(FileModel):
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(
         default=None, description="complete: no miss, no substitution, no truncated capture; degraded: misses "
-        "on non-content subresources only, or an answer from a truncated capture; off-snapshot: a document or content fetch missed or substituted.")
+        "on non-content subresources only, an answer from a truncated capture, or from another task's snapshot "
+        "(shared); off-snapshot: a document or content fetch missed or substituted.")
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def total(self) -> int:
         """Requests answered by the replay (guard-blocked background requests not included)."""
-        return self.exact + self.canonical + self.fuzzy + self.miss + self.websocket + self.live
+        return self.exact + self.canonical + self.fuzzy + self.shared + self.miss + self.websocket + self.live
 
     @property
     def hermetic(self) -> bool:

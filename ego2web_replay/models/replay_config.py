@@ -40,6 +40,10 @@ class ReplayConfig(BaseModel):
     fuzzy_threshold: float | None = Field(default=None, ge=0.0, le=1.0,
                                           description="Least similarity for the nearest capture (default: rules').")
     seed: int | None = Field(default=None, description="Seed of the page's randomness (default: from the snapshot id).")
+    share_window_s: float | None = Field(default=None, gt=0, description="Frozen replay: answer a request the "
+                                         "snapshot lacks from the latest snapshot of every other task of the same "
+                                         "snapshots root recorded within this many seconds of it (None: off; "
+                                         "docs/matching.md, 'Shared captures').")
     engine: Engine = Field(default="fast", description="What carries requests: the fast asyncio front end, "
                            "or mitmproxy (needed for miss=live). Both answer the same bytes.")
 

@@ -173,8 +173,9 @@ class Responder:
 
     def __init__(self, index: IndexBase, resolve: Any, *, miss: str = "404", freeze_script: str | None = None,
                  policy: str = "sequence", snapshots: Sequence[str] = (), redactor: Any = None,
-                 conversation: Any = None) -> None:
+                 conversation: Any = None, shared: Any = None) -> None:
         self.index = index
+        self.shared = shared  # a SharedMatcher (.shared): other tasks' snapshots, asked on an own miss
         self.conversation = conversation  # ref -> a 101 capture's websocket messages, or None
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
         self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
@@ -188,15 +189,15 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
-        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(9))  # the replay log, by field (see _log)
+        self._columns: tuple[list[Any], ...] = tuple([] for _ in range(11))  # the replay log, by field (see _log)
         self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
         self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
              score: float | None = None, kind: str | None = None, volatile: str | None = None,
-             rng: str | None = None) -> None:
-        # The log is kept by field: nine lists of strings, numbers and None, so a request adds no
+             rng: str | None = None, shared: tuple[str, str] | None = None) -> None:
+        # The log is kept by field: eleven lists of strings, numbers and None, so a request adds no
         # object the collector tracks (a tuple per entry did: each young collection walked the last
         # few thousand, a third of a millisecond, and log entries as models made every full
         # collection walk the whole log, pauses of 100+ ms under load).
@@ -205,12 +206,15 @@ class Responder:
             setattr(s, outcome, getattr(s, outcome) + 1)
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}" if rng is None else f"{method} {url} (Range: {rng})")
-            if volatile is not None:
+            if shared is not None:
+                s.shared_from[shared[0]] = s.shared_from.get(shared[0], 0) + 1
+            elif volatile is not None:  # (learned and fresh_id count the own snapshots' canonical answers)
                 if volatile.startswith("fresh-id"):
                     s.fresh_id += 1
                 else:
                     s.learned += 1
-            methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles, ranges = self._columns
+            (methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles, ranges, sources,
+             stages) = self._columns
             if len(methods) < MAX_LOG:
                 methods.append(method)
                 urls.append(url)
@@ -221,6 +225,8 @@ class Responder:
                 kinds.append(kind)
                 volatiles.append(volatile)
                 ranges.append(rng)
+                sources.append(shared[0] if shared else None)
+                stages.append(shared[1] if shared else None)
 
     def count_blocked(self) -> None:
         """A background request the guard answered (not in the log; counted apart)."""
@@ -238,7 +244,8 @@ class Responder:
             stats = self._counts.model_copy(deep=True)
             rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
-                                    score=sc, kind=k, volatile=v, range=r) for m, u, o, st, mu, sc, k, v, r in rows]
+                                    score=sc, kind=k, volatile=v, range=r, shared_from=sf, shared_stage=ss)
+                     for m, u, o, st, mu, sc, k, v, r, sf, ss in rows]
         return stats
 
     # -- answers -------------------------------------------------------------
@@ -272,6 +279,11 @@ class Responder:
             if ranged is not None:
                 return ranged
         result = self.session.match(method, url, body or None, ctype)
+        source: str | None = None
+        if result.capture is None and self.shared is not None and rng is None and method != "OPTIONS":
+            found = self.shared.match(method, url, body or None, ctype)  # the own snapshots missed it
+            if found is not None:
+                result, source = found
         if result.capture is None and method == "OPTIONS":
             status, reason, headers, rbody = preflight_response(h)
             self._log(method, url, "canonical", status, matched=None, kind=kind)
@@ -294,19 +306,21 @@ class Responder:
             rbody, headers = self._injected(ref, rbody, headers)
         elif status == 200 and result.outcome != "exact" and result.capture.url != url:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
-        return self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref)
+        return self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source)
 
     def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
-                body: bytes, kind: str, rng: str | None, ref: Any = None) -> Reply:
+                body: bytes, kind: str, rng: str | None, ref: Any = None, source: str | None = None) -> Reply:
         """Log a hit and frame it (dates moved to now; a nearest-capture answer says so); the capture
-        ``ref`` of a recorded stream is served at its recorded pace."""
+        ``ref`` of a recorded stream is served at its recorded pace. ``source``: the snapshot of another
+        task that answered (logged as ``shared``)."""
         assert result.capture is not None
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
-        self._log(method, url, result.outcome, status, matched=result.capture.url, score=result.score, kind=kind,
-                  volatile=volatile, rng=rng)
+        self._log(method, url, "shared" if source else result.outcome, status, matched=result.capture.url,
+                  score=result.score, kind=kind, volatile=volatile, rng=rng,
+                  shared=(source, result.outcome) if source else None)
         reply = framed(status, reason, headers, body, method)
         meta = self._streams.get(_cache_key("r", ref)) if self._streams and ref is not None else None
         return reply if meta is None else self._streamed(reply, meta, method, url)
@@ -489,7 +503,7 @@ class Responder:
         return value
 
 
-_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "miss", "blocked", "websocket", "live",
+_COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "shared", "miss", "blocked", "websocket", "live",
            "truncated")
 
 
@@ -503,5 +517,7 @@ def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:
         merged.truncated_urls.extend(part.truncated_urls[: MAX_LOG - len(merged.truncated_urls)])
         for reason, n in part.refused.items():
             merged.refused[reason] = merged.refused.get(reason, 0) + n
+        for source, n in part.shared_from.items():
+            merged.shared_from[source] = merged.shared_from.get(source, 0) + n
         merged.log.extend(part.log[: MAX_LOG - len(merged.log)])
     return merged

@@ -49,6 +49,7 @@ from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
+from .shared import SharedMatcher, SuiteIndex, suite_sources
 from .stream import StreamMeta, stream_meta
 
 log = logging.getLogger(__name__)
@@ -144,14 +145,16 @@ class Replay:
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
                  check: bool = True, index: str | None = None, processes: int = 1, wire: WireLimits | None = None,
-                 **overrides: Any) -> None:
+                 share_root: Path | None = None, **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
         ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
         ``processes`` > 1 serves from that many worker processes on one port (:mod:`.workers`;
         fast engine only). ``wire``: the fast engine's bounds and timeouts (default: from the
         environment, docs/limits.md); they decide no answer of the snapshot's, so they are not in the
-        replay configuration."""
+        replay configuration. ``share_root``: where the sources of shared captures are looked for when the
+        configuration has a ``share_window_s`` (default: the first snapshot's grandparent, the snapshots
+        root of ``<root>/<task>/<id>``; :mod:`.shared`)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -172,6 +175,9 @@ class Replay:
             raise ReplayError("several processes need the fast engine (not --engine mitmproxy or --miss live)")
         self.processes = processes
         self.wire = wire
+        self.share_root = share_root
+        self.shared: SharedMatcher | None = None  # other tasks' snapshots (share_window_s), once open
+        self._sources: list[Any] = []  # what a capture's ref resolves in: the own snapshots, then the shared ones
         self._refused: dict[str, int] = {}  # what the fast engine's bounds refused, kept when it stops
         self._final: ReplayStats | None = None  # the workers' counts, kept when they stop
         self.ca = ca
@@ -297,7 +303,9 @@ class Replay:
             seed = cfg.seed if cfg.seed is not None else int(
                 hashlib.sha256(name_of(self.paths[0]).encode()).hexdigest()[:8], 16)
             self.init_script = freeze_script(self.capture_time, seed)
-        self.responder = Responder(index, self._resolve, miss=cfg.miss,
+        self.shared = self._shared(rules)
+        self._sources = self.snapshots + (self.shared.suite.snapshots if self.shared else [])
+        self.responder = Responder(index, self._resolve, miss=cfg.miss, shared=self.shared,
                                    freeze_script=self.init_script or None, policy=cfg.sequence,
                                    snapshots=[str(p) for p in self.paths],
                                    redactor=snapshots_redactor(self.snapshots),
@@ -308,12 +316,28 @@ class Replay:
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
 
+    def _shared(self, rules: Any) -> SharedMatcher | None:
+        """The other tasks' snapshots that answer what the own snapshots lack (None: sharing is off, or the
+        first snapshot is not a local ``<root>/<task>/<id>`` folder with other tasks beside it)."""
+        window = self.config.share_window_s
+        first = self.paths[0]
+        if window is None or not isinstance(first, Path):
+            return None
+        own = {Path(p).resolve() for p in self.paths if isinstance(p, Path)}
+        sources = [s for s in suite_sources(first, window, self.share_root) if s.path.resolve() not in own]
+        if not sources:
+            return None
+        suite = SuiteIndex(sources, rules, self.check)
+        log.info("shared captures: %d snapshots within %g s of %s: %s", len(suite.sources), window, name_of(first),
+                 ", ".join(suite.ids) or "none")
+        return SharedMatcher(suite, self.config.sequence, ref_base=len(self.snapshots)) if suite.sources else None
+
     def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
         from ..snapshots.cdxj import CdxjEntry
 
         n, line = ref
         entry = CdxjEntry.from_line(line)
-        record = self.snapshots[n].resolve(entry)
+        record = self._sources[n].resolve(entry)
         if record.http_status is None:
             if record.rec_type != "resource":  # e.g. an 'HTTPX/1.1' status line or an empty block
                 raise ArchiveError(f"the archived {record.rec_type} record of {entry.url} has no readable "
@@ -331,7 +355,7 @@ class Replay:
 
         n, line = ref
         entry = CdxjEntry.from_line(line)
-        return conversation_of(self.snapshots[n], entry) if entry.status == 101 else None
+        return conversation_of(self._sources[n], entry) if entry.status == 101 else None
 
     def start(self) -> Replay:
         self.ca = self.ca or project_ca()

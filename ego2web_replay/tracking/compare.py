@@ -93,6 +93,8 @@ class FrozenEpisode(BaseModel):
                            "at record time or fresh random ids (the recorded response of the same request).")
     set_aside_params: dict[str, int] = Field(default_factory=dict, description="Those answers per reason and "
                                              "parameters, e.g. {'fresh-id: cid, rid': 2}.")
+    shared: int = Field(default=0, description="Answers from another task's snapshot (--share-window).")
+    shared_from: dict[str, int] = Field(default_factory=dict, description="Those answers per source snapshot.")
 
 
 class Flip(BaseModel):
@@ -153,6 +155,8 @@ class GroupComparison(BaseModel):
     max_repeats: int = Field(default=1, description="Most judged samples of any task in any mode.")
     repeats: list[ModeRepeats] = Field(default_factory=list, description="Per mode: per-task success rates, "
                                        "pass@k and the variance the repeats show.")
+    shared_episodes: dict[str, int] = Field(default_factory=dict, description="Per mode: the selected episodes "
+                                            "that used shared captures (answers from another task's snapshot).")
 
 
 class Comparison(BaseModel):
@@ -172,12 +176,13 @@ WITH joined AS (
     SELECT e.agent, v.judge, e.task_id, e.mode, coalesce(e.category, 'unknown') AS category, e.run_id,
            v.success, v.score,
            coalesce(e.replay_exact, 0) + coalesce(e.replay_canonical, 0) + coalesce(e.replay_fuzzy, 0)
-               + coalesce(e.replay_miss, 0) AS requests,
+               + coalesce(e.replay_miss, 0) + coalesce(e.replay_shared, 0) AS requests,
            coalesce(e.replay_miss, 0) AS misses, coalesce(e.missed_urls, '[]') AS missed_urls,
            v.error AS judge_error, coalesce(e.input_modality, 'none') AS modality,
            coalesce(e.repeat_index, 0) AS repeat_index, e.end_reason,
            coalesce(e.replay_learned, 0) + coalesce(e.replay_fresh_id, 0) AS set_aside,
            coalesce(e.set_aside, '{}') AS set_aside_params,
+           coalesce(e.replay_shared, 0) AS shared, coalesce(e.shared_from, '{}') AS shared_from,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
@@ -186,7 +191,7 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
 SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
-       modality, repeat_index, end_reason, set_aside, set_aside_params
+       modality, repeat_index, end_reason, set_aside, set_aside_params, shared, shared_from
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode, repeat_index
 """
 
@@ -331,7 +336,7 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
                 task_id=t, run_id=r[5], category=r[4], repeat=int(r[13]), success=bool(r[6]),
                 score=float(r[7] or 0.0), requests=r[8], misses=r[9], miss_rate=r[9] / r[8] if r[8] else None,
                 missed_urls=json.loads(r[10]), flagged=r[9] > 0, set_aside=int(r[15]),
-                set_aside_params=json.loads(r[16])))
+                set_aside_params=json.loads(r[16]), shared=int(r[17]), shared_from=json.loads(r[18])))
     flips = []
     for t, lv, fz in zip(paired, live, frozen, strict=True):
         if lv == fz:
@@ -358,7 +363,14 @@ def _group(agent: str, judge: str, tasks: Samples, iterations: int,
         flagged_episodes=sum(e.flagged for e in frozen_eps), frozen_episodes=frozen_eps, flips=flips,
         max_repeats=max((len(rows) for ms in tasks.values() for rows in ms.values()), default=1),
         repeats=_repeats(tasks),
+        shared_episodes=_shared_episodes(tasks),
     )
+
+
+def _shared_episodes(tasks: Samples) -> dict[str, int]:
+    """Per mode (live first), how many selected episodes had answers from shared captures."""
+    modes = sorted({m for ms in tasks.values() for m in ms}, key=lambda m: (m != "live", m))
+    return {mode: sum(1 for ms in tasks.values() for r in ms.get(mode, ()) if r[17]) for mode in modes}
 
 
 def _rates(category: str, task_ids: list[str], tasks: Samples) -> CategoryRates:
@@ -374,7 +386,8 @@ def _rates(category: str, task_ids: list[str], tasks: Samples) -> CategoryRates:
 _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_successes", "live_rate", "frozen_rate",
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
                "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality",
-               "live_samples", "frozen_samples", "max_repeats", "episode_errors"]
+               "live_samples", "frozen_samples", "max_repeats", "episode_errors", "live_shared_episodes",
+               "frozen_shared_episodes"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -391,7 +404,9 @@ def csv_text(comparison: Comparison) -> str:
                 row.update(g.counts.model_dump(), mcnemar_p=g.mcnemar_p, ci_low=g.ci_low, ci_high=g.ci_high,
                            frozen_mean_score=g.frozen_mean_score, frozen_miss_rate=g.frozen_miss_rate,
                            flagged_episodes=g.flagged_episodes, judge_errors=g.judge_errors,
-                           max_repeats=g.max_repeats, episode_errors=g.episode_errors)
+                           max_repeats=g.max_repeats, episode_errors=g.episode_errors,
+                           live_shared_episodes=g.shared_episodes.get("live", 0),
+                           frozen_shared_episodes=g.shared_episodes.get("frozen", 0))
             w.writerow(row)
     return buf.getvalue()
 

@@ -207,14 +207,15 @@ def _write_episode(con: duckdb.DuckDBPyConnection, run_id: str, traj: Trajectory
         """INSERT INTO episodes (run_id, task_id, mode, repeat_index, category, agent, snapshot_id, steps,
                end_reason, answer, error, started_at, finished_at, replay_exact, replay_canonical, replay_fuzzy,
                replay_miss, path, ingested_at, replay_blocked, replay_live, missed_urls, validity, input_modality,
-               replay_learned, replay_fresh_id, set_aside)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+               replay_learned, replay_fresh_id, set_aside, replay_shared, shared_from)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [*key, category, agent_label(traj.agent), traj.snapshot_id, len(traj.steps), traj.end_reason,
          traj.answer, traj.error, db_time(traj.started_at), db_time(traj.finished_at),
          r.exact if r else None, r.canonical if r else None, r.fuzzy if r else None, r.miss if r else None,
          str(episode_dir.resolve()), _now(), r.blocked if r else None, r.live if r else None,
          json.dumps(r.missed_urls if r else []), episode_validity(traj), traj.agent.input_modality,
-         r.learned if r else None, r.fresh_id if r else None, json.dumps(set_aside(r.log) if r else {})],
+         r.learned if r else None, r.fresh_id if r else None, json.dumps(set_aside(r.log) if r else {}),
+         r.shared if r else None, json.dumps(r.shared_from if r else {})],
     )
     written = 0
     for vfile in sorted((episode_dir / "verdicts").glob("*.json")):

@@ -179,6 +179,11 @@ _V8 = (  # answers that set volatile values aside (learned at record time, fresh
     "ALTER TABLE episodes ADD COLUMN set_aside VARCHAR DEFAULT '{}'",
 )
 
+_V9 = (  # answers from other tasks' snapshots of the suite (--share-window), with their sources
+    "ALTER TABLE episodes ADD COLUMN replay_shared INTEGER DEFAULT 0",
+    "ALTER TABLE episodes ADD COLUMN shared_from VARCHAR DEFAULT '{}'",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
@@ -188,6 +193,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(6, "pair diffs of live archives against frozen snapshots", _V6),
     Migration(7, "episode and verdict repeat index (run --repeats)", _V7),
     Migration(8, "episode answers that set volatile values aside (learned, fresh ids)", _V8),
+    Migration(9, "episode answers from shared captures (other tasks' snapshots)", _V9),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 

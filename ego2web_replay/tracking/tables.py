@@ -7,7 +7,8 @@ from rich.table import Table
 from .compare import Comparison, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "p_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell"]
+__all__ = ["pct", "p_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell",
+           "shared_cell"]
 
 
 def pct(x: float | None) -> str:
@@ -29,7 +30,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     summary = Table(title=f"live vs frozen ({comp.selection})")
     for col in ("agent", "modality", "judge", "paired", "live", "frozen", "diff", f"{comp.level:.0%} CI", "McNemar p",
                 "both", "live only", "frozen only", "neither", "frozen score", "miss rate", "flagged", "judge errors",
-                "episode errors"):
+                "episode errors", "shared eps"):
         summary.add_column(col, justify="left" if col in ("agent", "judge") else "right",
                            no_wrap=col in ("agent", "judge") or col.endswith("CI"))
     tables = [summary, validity_table(comp)]
@@ -39,7 +40,8 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                         ci, p_cell(g), str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
-                        pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors), episode_errors_cell(g))
+                        pct(g.frozen_miss_rate), str(g.flagged_episodes), str(g.judge_errors), episode_errors_cell(g),
+                        shared_cell(g))
         cats = Table(title=f"{g.agent} · {g.judge}: by category")
         for col in ("category", "n", "live", "frozen"):
             cats.add_column(col, justify="left" if col == "category" else "right")
@@ -64,6 +66,15 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                 t.add_row(e.task_id, e.run_id, e.validity or "–", str(e.set_aside),
                           "; ".join(f"{k} ×{n}" for k, n in e.set_aside_params.items())[:120])
             tables.append(t)
+        shared = [e for e in g.frozen_episodes if e.shared]
+        if shared:
+            t = Table(title=f"{g.agent} · {g.judge}: frozen episodes answered from other tasks' snapshots (shared)")
+            for col in ("task", "run", "validity", "answers", "from"):
+                t.add_column(col)
+            for e in shared:
+                t.add_row(e.task_id, e.run_id, e.validity or "–", str(e.shared),
+                          "; ".join(f"{k} ×{n}" for k, n in e.shared_from.items())[:120])
+            tables.append(t)
         if g.max_repeats > 1:
             tables.append(repeats_table(g))
         if g.flips:
@@ -86,6 +97,11 @@ def episode_errors_cell(g: GroupComparison) -> str:
     if not g.episode_errors:
         return "0"
     return f"{g.episode_errors} (" + ", ".join(f"{k} {n}" for k, n in g.episode_error_reasons.items()) + ")"
+
+
+def shared_cell(g: GroupComparison) -> str:
+    """``live 0, frozen 2``: per mode, the episodes that used shared captures."""
+    return ", ".join(f"{mode} {n}" for mode, n in g.shared_episodes.items()) or "0"
 
 
 def repeats_table(g: GroupComparison) -> Table:
