@@ -5,7 +5,7 @@
 A real third-party app installed from PyPI, Datasette, serves a SQLite shop on 127.0.0.1 (products
 with full-text search, customers, orders with foreign keys, suppliers; 5 rows a page). The suite has
 one task per table (the first ``--tasks`` of them), each starting on its table page and recorded by its reference path (the base
-snapshots). ``record --explore``'s machinery (``ego2web_replay.recorder.explore``) then runs the
+snapshots). ``record --explore``'s machinery (``ego2web_replay.runner.explore``) then runs the
 seeded ``explorer`` agent (seeds 101..) live over the suite, and for each k of ``--recorded`` every
 task's base is extended with the archives of the first k explorers (window 1 h) into a snapshots
 root of its own. ``--agents`` fresh explorers (seeds 1.., never used to record) run the whole suite
@@ -86,8 +86,8 @@ def main() -> None:
     tables = TABLES[:args.tasks]
 
     from ego2web_replay.models import ReplayConfig
-    from ego2web_replay.recorder.explore import ExploreOptions, merge_explorers, run_explorers
     from ego2web_replay.recorder.session import RecordOptions, record_task
+    from ego2web_replay.runner.explore import ExploreOptions, merge_explorers, run_explorers
     from ego2web_replay.runner.run import RunSettings, run_suite
     from ego2web_replay.tasks import load_tasks
     from ego2web_replay.testing.thirdparty import DatasetteSite, available

@@ -25,7 +25,7 @@ from ._output import emit_json, is_stdout, progress, say, warn
 from .wire_options import wire_options
 
 if TYPE_CHECKING:
-    from ..recorder.explore import ExploreOptions
+    from ..runner.explore import ExploreOptions
     from ..wire.budget import WireLimits
 
 
@@ -161,7 +161,7 @@ def _explore_options(count: int, agent: str, seed: int, steps: int, window: str,
     if not count:
         return None
     from ..agents import make_agent
-    from ..recorder.explore import ExploreOptions, explorer_settings
+    from ..runner.explore import ExploreOptions, explorer_settings
     from ..snapshots.extend import parse_window
 
     if isinstance(root, str):
@@ -175,7 +175,7 @@ def _explore_options(count: int, agent: str, seed: int, steps: int, window: str,
 def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: list[dict[str, object]],
              bars: Any) -> None:
     """Run the explorers over the recorded tasks and merge their archives; one line per task."""
-    from ..recorder.explore import merge_explorers, run_explorers
+    from ..runner.explore import merge_explorers, run_explorers
 
     bar = bars.add_task(f"exploring ({opts.agent} ×{opts.count})", total=opts.count * len(bases))
 

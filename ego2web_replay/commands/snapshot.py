@@ -168,14 +168,15 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snap
 def extend_command(base: Path | str, sources: tuple[Path | str, ...], window: str | None) -> None:
     """Make a new snapshot of BASE's task: its captures plus those of SOURCES (other snapshots of the task,
     or run/episode folders holding live-run archives) for requests BASE does not hold, with provenance."""
-    from ..snapshots.extend import canonical_request_key, extend_snapshot, parse_window
+    from ..replay.canonical import entry_key
+    from ..snapshots.extend import extend_snapshot, parse_window
     from ..snapshots.location import require_local
 
     wire_index_hooks()
     base_dir = require_local(base, "snapshot extend")
     source_dirs = [require_local(s, "snapshot extend") for s in sources]
     result = extend_snapshot(base_dir, source_dirs, window=parse_window(window) if window else None,
-                             request_key=canonical_request_key())
+                             request_key=entry_key())
     click.echo(f"extended snapshot {result.path}: {result.base_captures} base captures + {result.merged} merged")
     for s in result.sources:
         click.echo(f"  {s.snapshot_id} ({s.label}): merged {s.merged}, already held {s.already_held}, "

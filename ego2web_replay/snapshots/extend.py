@@ -31,7 +31,7 @@ from .warc import Compression
 from .wsrecords import conversation_record
 
 __all__ = [
-    "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "live_origin", "canonical_request_key", "parse_window", "surt_request_key", "PROVENANCE",
+    "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "live_origin", "parse_window", "surt_request_key", "PROVENANCE",
 ]
 
 PROVENANCE = "provenance.json"
@@ -173,16 +173,6 @@ def _copy(writer: SnapshotWriter, snap: Snapshot, entry: CdxjEntry, requests: di
 def surt_request_key(entry: CdxjEntry) -> str:
     """The default "same request" test: method and SURT key (sorted query and POST form included)."""
     return f"{entry.method.upper()} {entry.surt}"
-
-
-def canonical_request_key() -> Callable[[CdxjEntry], str]:
-    """The "same request" test replay uses: its canonical match key under the default rules (a
-    capture differing from a held one only by a cache-buster or a tracking parameter is not merged)."""
-    from ..replay.canonical import canonicalize
-    from ..replay.rules import default_rules
-
-    rules = default_rules()
-    return lambda entry: canonicalize(entry.method, entry.url, entry.request_body_query, rules).key
 
 
 def extend_snapshot(base_path: Path, sources: Sequence[Path], *, window: timedelta | None = None,

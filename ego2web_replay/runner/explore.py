@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..models import TaskSuite, parse_episode_folder
-from ..snapshots.extend import ExtendResult, canonical_request_key, extend_snapshot
+from ..replay.canonical import entry_key
+from ..snapshots.extend import ExtendResult, extend_snapshot
 
 __all__ = ["ExploreOptions", "TaskExploration", "explorer_settings", "run_explorers", "merge_explorers",
            "explorer_archives"]
@@ -60,7 +61,7 @@ def run_explorers(suite: TaskSuite, task_ids: Sequence[str], opts: ExploreOption
                   on_episode: Callable[[Any], None] | None = None) -> list[Path]:
     """Run ``opts.count`` exploring agents live over ``task_ids``, one run folder each; returns the run folders."""
     from ..models import RunSettings
-    from ..runner.run import run_suite
+    from .run import run_suite
 
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     short = "".join(c if c.isalnum() else "-" for c in opts.agent.split(":")[0])[:16] or "agent"
@@ -95,5 +96,5 @@ def merge_explorers(base: Path, run_dirs: Sequence[Path], task_id: str, window: 
     result = TaskExploration(task_id=task_id, base=Path(base), archives=explorer_archives(run_dirs, task_id))
     if result.archives:
         result.extended = extend_snapshot(base, result.archives, window=window, root=root,
-                                          request_key=canonical_request_key())
+                                          request_key=entry_key())
     return result
