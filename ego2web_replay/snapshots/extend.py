@@ -208,9 +208,9 @@ def extend_snapshot(base_path: Path, sources: Sequence[Path], *, window: timedel
         writer.extra_files.append(PROVENANCE)
         writer.add_note(f"extended from {base.manifest.snapshot_id} with {result.merged} captures of "
                         f"{sum(1 for s in result.sources if s.merged)} source(s)")
-        for s in result.sources:
-            writer.add_note(f"source {s.snapshot_id} ({s.label}): merged {s.merged}, already held "
-                            f"{s.already_held}, outside the window {s.outside_window}")
+        for src in result.sources:
+            writer.add_note(f"source {src.snapshot_id} ({src.label}): merged {src.merged}, already held "
+                            f"{src.already_held}, outside the window {src.outside_window}")
         writer.finalize()
     except BaseException:
         writer.writer.close()
