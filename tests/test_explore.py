@@ -101,7 +101,7 @@ def test_record_explore_merges_explorers_with_provenance_and_coverage_measures_a
     traj = load_trajectory(runs / "fresh" / "episodes" / MUG / "frozen")
     assert traj.snapshot_id == grown.path.name and traj.agent.settings["seed"] == 77
     capsys.readouterr()
-    assert main(["snapshot", "coverage", str(runs / "fresh"), "--json"]) == 0
+    assert main(["snapshot", "coverage", str(runs / "fresh"), str(runs / "fresh" / "."), "--json"]) == 0
     (task,) = json.loads(capsys.readouterr().out)["tasks"]
     validity = traj.replay.validity
     assert task["episodes"] == 1 and task[validity.replace("-", "_")] == 1

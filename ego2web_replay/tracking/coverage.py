@@ -127,7 +127,7 @@ def coverage_shares(run_dirs: list[Path]) -> list[TaskShares]:
     content requests that missed. :class:`Ego2WebError` for a folder that is not a run, or no frozen episode."""
     tasks: dict[str, TaskShares] = {}
     found = 0
-    for run_dir in map(Path, run_dirs):
+    for run_dir in {Path(r).resolve(): Path(r) for r in run_dirs}.values():  # a run named twice counts once
         for traj_file in _frozen_trajectories(run_dir):
             found += 1
             traj = load_trajectory(traj_file)
