@@ -148,3 +148,32 @@ def test_explore_agent_may_be_any_agent_the_runner_runs(tmp_path, ca):
         by_url = {c["url"]: c for c in prov["captures"]}
         for path in ("/shop/item/5", "/videos"):
             assert by_url[f"{site.url}{path}"]["by"].startswith(f"{agent}, run explore-")
+
+
+@pytest.mark.slow
+def test_explore_agent_may_be_an_llm_agent_over_a_local_endpoint(tmp_path, ca, monkeypatch):
+    from ego2web_replay.demo.run import write_demo_suite
+    from ego2web_replay.demo.site import DemoSite
+    from ego2web_replay.testing.openai_server import FakeOpenAIServer
+
+    snaps, runs = tmp_path / "snaps", tmp_path / "runs"
+    with DemoSite() as site:
+        calls = []
+
+        def reply(body):  # the model opens a page the reference path never opens, then stops
+            calls.append(body)
+            step = {"kind": "goto", "url": f"{site.url}/shop/item/5"} if len(calls) == 1 else {"kind": "stop"}
+            return json.dumps({"thought": "look around", "action": step})
+
+        with FakeOpenAIServer(reply) as srv:
+            monkeypatch.setenv("OPENAI_BASE_URL", srv.base_url)
+            monkeypatch.setenv("EGO2WEB_AGENT_MODEL", "fake-model")
+            suite = write_demo_suite(tmp_path / "suite", site.url, [MUG])
+            assert main(["record", str(suite), "--snapshots", str(snaps), "--guard", "loopback", "--no-second-load",
+                         "--explore", "1", "--explore-agent", "openai", "--explore-runs", str(runs)]) == 0
+        assert calls and calls[0]["model"] == "fake-model"
+        prov = json.loads((latest_snapshot(snaps, MUG) / "provenance.json").read_text("utf-8"))
+        (source,) = prov["sources"]
+        assert source["origin"]["agent"] == "openai" and source["origin"]["run_id"].startswith("explore-")
+        assert any(c["url"] == f"{site.url}/shop/item/5" and c["by"].startswith("openai, run explore-")
+                   for c in prov["captures"])

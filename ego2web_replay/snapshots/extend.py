@@ -59,7 +59,7 @@ class SourceReport:
         if not o:
             return f"{self.source} snapshot {self.snapshot_id}"
         settings = o.get("agent_settings") or {}
-        seed = f" seed={settings['seed']}" if isinstance(settings, dict) and "seed" in settings else ""
+        seed = f" seed={settings['seed']}" if isinstance(settings, dict) and settings.get("seed") is not None else ""
         return f"{o.get('agent')}{seed}, run {o.get('run_id')} episode {o.get('episode')}"
 
 
