@@ -209,7 +209,7 @@ def _verdict(best: dict[str, Any], sharing: bool) -> str:
             "click or one typed word away that no recorded explorer happened to choose (the shapes above): "
             "a Datasette table page links every row, every column's sort, the next page, the JSON and SQL "
             "views, and every field takes every word of the vocabulary; random recorded explorers sample that "
-            "fan-out, they do not cover it, so the held share grows with more of them (the table) while a "
+            "fan-out, they do not cover it, so the held share grows only slowly with more of them (the table) while a "
             "complete episode needs all of its requests held. What would reach the target: record the fan-out instead of "
             "samples of it (an explorer that, from every page the reference path and the earlier explorers "
             "reached, opens each same-site link and submits each vocabulary word in each field, to the depth "
