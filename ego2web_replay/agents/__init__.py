@@ -1,6 +1,7 @@
 """Agents: built by :func:`make_agent` from a name.
 
 * ``scripted``: the task's reference actions (the oracle path);
+* ``explorer``: seeded random clicks and searches (recording coverage, ``record --explore``);
 * ``command:<program>``: any program, handed the proxy, CA and task;
 * ``openai``: a multimodal browsing agent over an OpenAI-compatible endpoint;
 * ``browser-use``: the browser-use framework (the ``browser-use`` extra), its model over an
@@ -23,13 +24,17 @@ from .scripted import ScriptedAgent
 __all__ = ["make_agent", "KNOWN_AGENTS", "Observation", "EpisodeEnv", "StepAgent", "ProgramAgent",
            "ScriptedAgent", "CommandAgent", "OpenAIAgent"]
 
-KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "browser-use", "<entry point>", "<module>:<factory>")
+KNOWN_AGENTS = ("scripted", "command:<program>", "openai", "browser-use", "explorer", "<entry point>", "<module>:<factory>")
 
 
 def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
     """Build an agent from its name; unknown names raise :class:`AgentError` listing the known ones."""
     if name == "scripted":
         return ScriptedAgent()
+    if name == "explorer":
+        from .explorer import make_explorer
+
+        return make_explorer(**{k: v for k, v in settings.items() if v is not None})
     if name.startswith("command:"):
         return CommandAgent(name[len("command:"):], base_url=settings.get("base_url"),
                             services=settings.get("services") or (), browser=bool(settings.get("browser")))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import click
 
+from ..config import DEFAULT_RUNS
 from ..errors import RecordingError
 from ._checks import check_display
 from ._hooks import wire_index_hooks
@@ -24,6 +25,7 @@ from ._output import emit_json, is_stdout, progress, say, warn
 from .wire_options import wire_options
 
 if TYPE_CHECKING:
+    from ..runner.explore import ExploreOptions
     from ..wire.budget import WireLimits
 
 
@@ -59,14 +61,31 @@ if TYPE_CHECKING:
               help="After the actions, load each recorded page once more in a throw-away browser context, "
                    "not archived: what its requests send differently while getting the same response (request "
                    "ids, client ids) is learned volatile (volatile.json). Not after --interactive.")
+@click.option("--explore", "explore", type=click.IntRange(min=0), default=0, show_default=True,
+              help="After the reference paths, run this many exploring agents over the recorded tasks, live, "
+                   "through the recorder, and merge their archives into each task's snapshot (a new, newest "
+                   "snapshot; provenance.json names the explorer of every merged capture).")
+@click.option("--explore-agent", default="explorer", show_default=True,
+              help="The exploring agent: explorer (seeded random clicks and searches) or any agent `run` "
+                   "takes (command:<program>, openai over a local endpoint, <module>:<factory> ...).")
+@click.option("--explore-seed", type=int, default=1, show_default=True,
+              help="explorer: the first explorer's seed; explorer i gets seed + i.")
+@click.option("--explore-steps", type=click.IntRange(min=1), default=8, show_default=True,
+              help="explorer: actions per exploring episode.")
+@click.option("--explore-window", default="1h", show_default=True,
+              help="Merge only explorer captures made within this time of the reference recording (90s, 30m, 2h).")
+@click.option("--explore-runs", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
+              help="Where the explorers' run folders (their live archives, kept for provenance) go.")
 @json_option("each task's snapshot (or error)")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
-               wire: WireLimits, second_load: bool, json_out: str | None) -> None:
+               wire: WireLimits, second_load: bool, explore: int, explore_agent: str, explore_seed: int,
+               explore_steps: int, explore_window: str, explore_runs: Path, json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
-    Chromium through the recording proxy. Exits non-zero if any task failed.
+    Chromium through the recording proxy; with --explore, exploring agents then run the recorded
+    tasks live and their captures are merged in. Exits non-zero if any task failed.
 
     One line per task and the progress bar go to stderr; the summary to stdout.
     """
@@ -80,6 +99,9 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     suite = load_tasks(tasks_file)
     tasks = suite.select(list(task_ids))
     _check_writable(root)
+    exploring = _explore_options(explore, explore_agent, explore_seed, explore_steps, explore_window, explore_runs,
+                                 root, guard=guard, upstream_ca=upstream_ca, keep_credentials=keep_credentials,
+                                 action_timeout_s=action_timeout)
     from ..proxy import project_ca
 
     ca = project_ca()
@@ -92,6 +114,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             from ..tracking.sink import TrackingSink
 
             sink = TrackingSink(db, warn=lambda msg: warn(bars, msg))
+        bases: dict[str, Path] = {}
         for task in tasks:
             bars.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
@@ -107,6 +130,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
 
             r = record_task_to(task, root, opts, ca=ca, on_recorded=recorded, on_upload=uploading)
             ok = r.ok and r.manifest is not None and r.snapshot is not None
+            if ok and r.snapshot is not None:
+                bases[task.id] = r.snapshot
             results.append({"task_id": task.id, "ok": ok, "snapshot": str(r.location or r.snapshot) if ok else None,
                             "exchanges": r.manifest.exchanges if ok and r.manifest else None,
                             "archive_bytes": r.manifest.archive_bytes if ok and r.manifest else None,
@@ -121,11 +146,62 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                 failures += 1
                 say(bars, f"{task.id}: {r.error}", status="FAIL", style="red")
             bars.advance(bar)
+        if exploring is not None and bases:
+            _explore(suite, bases, exploring, results, bars)
     emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")
     if not is_stdout(json_out):
         click.echo(f"recorded {len(tasks)} task(s) into {root}")
+
+
+def _explore_options(count: int, agent: str, seed: int, steps: int, window: str, runs: Path, root: Path | str,
+                     **run: Any) -> ExploreOptions | None:
+    """The exploring agents' options, checked before anything is recorded (None without --explore)."""
+    if not count:
+        return None
+    from ..agents import make_agent
+    from ..runner.explore import ExploreOptions, explorer_settings
+    from ..snapshots.extend import parse_window
+
+    if isinstance(root, str):
+        raise RecordingError("--explore needs a local --snapshots folder (explorer archives are merged on disk)")
+    opts = ExploreOptions(count=count, agent=agent, seed=seed, steps=steps, window=parse_window(window),
+                          runs=runs, **run)
+    make_agent(agent, **explorer_settings(opts, 0))  # an unknown agent or bad settings: one line, nothing recorded
+    return opts
+
+
+def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: list[dict[str, object]],
+             bars: Any) -> None:
+    """Run the explorers over the recorded tasks and merge their archives; one line per task."""
+    from ..runner.explore import merge_explorers, run_explorers
+
+    bar = bars.add_task(f"exploring ({opts.agent} ×{opts.count})", total=opts.count * len(bases))
+
+    def episode(s: Any) -> None:
+        bars.advance(bar)
+        if not s.ok:
+            say(bars, f"{s.task_id}: explorer {s.path.parents[2].name}: {s.end_reason}"
+                      + (f" ({s.error})" if s.error else ""), status="note")
+
+    runs = run_explorers(suite, list(bases), opts, on_episode=episode)
+    for row in results:
+        task_id = str(row["task_id"])
+        if task_id not in bases:
+            continue
+        got = merge_explorers(bases[task_id], runs, task_id, opts.window)
+        ext = got.extended
+        row["explored"] = {"agent": opts.agent, "explorers": opts.count, "archives": [str(a) for a in got.archives],
+                           "snapshot": str(ext.path) if ext else None, "merged": ext.merged if ext else 0,
+                           "sources": [{"label": s.label, "merged": s.merged, "already_held": s.already_held,
+                                        "outside_window": s.outside_window} for s in ext.sources] if ext else []}
+        if ext is None:
+            say(bars, f"{task_id}: no explorer archived a live run; the snapshot stays {bases[task_id]}", status="note")
+            continue
+        row["snapshot"] = str(ext.path)
+        say(bars, f"{task_id}: {ext.path} (+{ext.merged} captures from {len(got.archives)} of {opts.count} "
+                  f"explorer(s))", status="ok  ", style="green")
 
 
 def _check_writable(root: Path | str) -> None:

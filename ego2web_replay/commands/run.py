@@ -83,7 +83,8 @@ if TYPE_CHECKING:
 @click.option("--frame-size", type=click.IntRange(16), default=512, show_default=True,
               help="Longest side of video frames sent to the agent, in pixels.")
 @click.option("--temperature", type=float, default=None, help="openai and browser-use agents: sampling temperature (default 0).")
-@click.option("--seed", type=int, default=None, help="openai and browser-use agents: sampling seed sent to the endpoint.")
+@click.option("--seed", type=int, default=None, help="openai and browser-use agents: sampling seed sent to the endpoint; "
+                                                    "explorer: its seed.")
 @click.option("--max-output-tokens", type=click.IntRange(1), default=None,
               help="openai and browser-use agents: reply limit (sent as max_completion_tokens, as reasoning models require).")
 @click.option("--agent-timeout", type=Finite(0, min_open=True), default=None,
@@ -127,7 +128,9 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
         agent_settings = {"model": model, "base_url": base_url, "temperature": temperature, "seed": seed,
                           "max_output_tokens": max_output_tokens, "timeout_s": agent_timeout,
                           "image_max_side": image_size}
-    elif image_size is not None:
+    elif agent_name == "explorer" and seed is not None:
+        agent_settings = {"seed": seed}
+    if image_size is not None and agent_name not in ("openai", "browser-use"):
         raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
     if agent_name.startswith("command:"):
         agent_settings = {"base_url": base_url, "services": list(agent_services), "browser": agent_browser}

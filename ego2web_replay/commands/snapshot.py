@@ -168,24 +168,18 @@ def import_command(files: tuple[Path, ...], task_id: str, root: Path | str, snap
 def extend_command(base: Path | str, sources: tuple[Path | str, ...], window: str | None) -> None:
     """Make a new snapshot of BASE's task: its captures plus those of SOURCES (other snapshots of the task,
     or run/episode folders holding live-run archives) for requests BASE does not hold, with provenance."""
-    from ..replay.canonical import canonicalize
-    from ..replay.rules import default_rules
+    from ..replay.canonical import entry_key
     from ..snapshots.extend import extend_snapshot, parse_window
     from ..snapshots.location import require_local
 
     wire_index_hooks()
     base_dir = require_local(base, "snapshot extend")
     source_dirs = [require_local(s, "snapshot extend") for s in sources]
-    rules = default_rules()
-
-    def same_request(entry) -> str:  # noqa: ANN001 - an index entry
-        return canonicalize(entry.method, entry.url, entry.request_body_query, rules).key
-
     result = extend_snapshot(base_dir, source_dirs, window=parse_window(window) if window else None,
-                             request_key=same_request)
+                             request_key=entry_key())
     click.echo(f"extended snapshot {result.path}: {result.base_captures} base captures + {result.merged} merged")
     for s in result.sources:
-        click.echo(f"  {s.snapshot_id} ({s.source}): merged {s.merged}, already held {s.already_held}, "
+        click.echo(f"  {s.snapshot_id} ({s.label}): merged {s.merged}, already held {s.already_held}, "
                    f"outside the window {s.outside_window}" + (f", unresolved revisits {s.unresolved_revisits}"
                                                               if s.unresolved_revisits else ""))
 

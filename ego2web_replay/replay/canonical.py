@@ -19,7 +19,8 @@ same" for replay. It writes a request as ``METHOD scheme://(surt,host,)/path?que
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 from urllib.parse import quote, unquote_plus
 
 from ..snapshots.postform import request_body_query
@@ -38,6 +39,7 @@ __all__ = [
     "body_form",
     "canonical_url",
     "canonicalize",
+    "entry_key",
     "match_key",
     "surt_host",
     "url_host",
@@ -253,3 +255,14 @@ def match_key(method: str, url: str, body: bytes | None, content_type: str | Non
     ``body`` is the raw request body; it is put in the index's form first.
     """
     return canonicalize(method, url, body_form(method, content_type, body), rules).key
+
+
+def entry_key(rules: MatchRules | None = None) -> Callable[[Any], str]:
+    """"The same request" for index entries (``method``, ``url``, ``request_body_query``), as replay
+    matches: their canonical key under ``rules`` (default: the default rules). ``snapshot extend`` and
+    ``record --explore`` merge with it, so a capture differing from a held one only by a cache-buster
+    or a tracking parameter is not merged beside it."""
+    from .rules import default_rules
+
+    chosen = rules if rules is not None else default_rules()
+    return lambda entry: canonicalize(entry.method, entry.url, entry.request_body_query, chosen).key

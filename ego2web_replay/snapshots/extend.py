@@ -7,7 +7,9 @@ source, each capture whose request the merged snapshot does not hold yet
 match key), so replay always prefers the base's capture of a request. A capture
 recorded more than ``window`` before or after the base's capture time is not
 merged, so that the replay still shows one consistent moment of the site.
-``provenance.json`` says where every capture came from.
+``provenance.json`` says where every capture came from: each source's snapshot and, for
+a live-run archive, its origin (the run, the episode, the agent and its settings, e.g. an
+explorer's seed); the manifest's notes name each source's origin and what it gave.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from .warc import Compression
 from .wsrecords import conversation_record
 
 __all__ = [
-    "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "parse_window", "surt_request_key", "PROVENANCE",
+    "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "live_origin", "parse_window", "surt_request_key", "PROVENANCE",
 ]
 
 PROVENANCE = "provenance.json"
@@ -47,6 +49,18 @@ class SourceReport:
     already_held: int = 0
     outside_window: int = 0
     unresolved_revisits: int = 0
+    origin: dict[str, object] | None = None
+    """For a live-run archive: ``run_id``, ``episode``, ``repeat``, ``agent`` and ``agent_settings``."""
+
+    @property
+    def label(self) -> str:
+        """Who recorded it, in a few words: ``explorer seed=3, run r1 episode live`` or the snapshot id."""
+        o = self.origin
+        if not o:
+            return f"{self.source} snapshot {self.snapshot_id}"
+        settings = o.get("agent_settings") or {}
+        seed = f" seed={settings['seed']}" if isinstance(settings, dict) and settings.get("seed") is not None else ""
+        return f"{o.get('agent')}{seed}, run {o.get('run_id')} episode {o.get('episode')}"
 
 
 @dataclass
@@ -96,6 +110,27 @@ def find_sources(paths: Sequence[Path], task_id: str) -> list[Path]:
                                 "episodes/<task>/live/snapshots/)")
         found.extend(inner)
     return found
+
+
+def live_origin(snapshot_path: Path) -> dict[str, object] | None:
+    """The run, episode and agent of a live-run archive (``<run>/episodes/<task>/<episode>/snapshots/<task>/<id>``);
+    None for a snapshot that is not inside an episode folder."""
+    from ..models import load_run, load_trajectory, parse_episode_folder
+
+    path = Path(snapshot_path).resolve()
+    if len(path.parents) < 6 or path.parents[4].name != "episodes":
+        return None
+    episode, run_dir = path.parents[2], path.parents[5]
+    parsed = parse_episode_folder(episode.name)
+    if parsed is None or not (episode / "trajectory.json").is_file():
+        return None
+    try:
+        traj = load_trajectory(episode)
+        agent = load_run(run_dir).agent_name if (run_dir / "run.json").is_file() else None
+    except Exception:  # noqa: BLE001 - provenance is what can be known; an unreadable episode gives none
+        return None
+    return {"run_id": run_dir.name, "run_dir": str(run_dir), "episode": episode.name, "repeat": parsed[1],
+            "agent": agent or traj.agent.plugin or traj.agent.name, "agent_settings": dict(traj.agent.settings or {})}
 
 
 def _stamp(ts: str) -> datetime | None:
@@ -173,6 +208,9 @@ def extend_snapshot(base_path: Path, sources: Sequence[Path], *, window: timedel
         writer.extra_files.append(PROVENANCE)
         writer.add_note(f"extended from {base.manifest.snapshot_id} with {result.merged} captures of "
                         f"{sum(1 for s in result.sources if s.merged)} source(s)")
+        for src in result.sources:
+            writer.add_note(f"source {src.snapshot_id} ({src.label}): merged {src.merged}, already held "
+                            f"{src.already_held}, outside the window {src.outside_window}")
         writer.finalize()
     except BaseException:
         writer.writer.close()
@@ -200,7 +238,8 @@ def _merge(writer: SnapshotWriter, base: Snapshot, snaps: list[Snapshot], window
         captures.append({"url": entry.url, "method": entry.method, "timestamp": entry.timestamp, "from": "base"})
     result = ExtendResult(Path(), "", len(base_entries))
     for snap in snaps:
-        report = SourceReport(str(snap.path), snap.manifest.snapshot_id, snap.manifest.source)
+        report = SourceReport(str(snap.path), snap.manifest.snapshot_id, snap.manifest.source,
+                              origin=live_origin(snap.path))
         requests = _requests_by_target(snap)
         for entry in sorted((e for e in snap.entries() if e.record_type in _SERVABLE),
                             key=lambda e: (e.timestamp, e.offset)):
@@ -219,11 +258,11 @@ def _merge(writer: SnapshotWriter, base: Snapshot, snaps: list[Snapshot], window
             digests.add(entry.digest)
             report.merged += 1
             captures.append({"url": entry.url, "method": entry.method, "timestamp": entry.timestamp,
-                             "from": snap.manifest.snapshot_id, "source_path": str(snap.path)})
+                             "from": snap.manifest.snapshot_id, "source_path": str(snap.path), "by": report.label})
         result.sources.append(report)
     provenance: dict[str, object] = {
         "version": 1, "base": {"path": str(base.path), "snapshot_id": base.manifest.snapshot_id,
                                "captured_at": moment.isoformat()},
         "window_s": window.total_seconds() if window is not None else None,
-        "sources": [vars(s) for s in result.sources], "captures": captures}
+        "sources": [{**vars(s), "label": s.label} for s in result.sources], "captures": captures}
     return result, provenance

@@ -35,7 +35,7 @@ import threading
 import time
 import urllib.request
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -136,11 +136,13 @@ class AppProcess(ABC):
 class DatasetteSite(AppProcess):
     """Datasette on ``http://127.0.0.1:<port>/shop/products`` over a product table (page size 5)."""
 
-    def __init__(self, folder: Path, page_size: int = 5, static: Path | None = None) -> None:
+    def __init__(self, folder: Path, page_size: int = 5, static: Path | None = None,
+                 setup: Callable[[sqlite3.Connection], None] | None = None) -> None:
         self.folder = Path(folder)
         self.db = self.folder / "shop.db"
         self.page_size = page_size
         self.static = static
+        self.setup = setup  # more tables, when the database is first built (a multi-table suite)
         self.port = 0
 
     @property
@@ -156,6 +158,8 @@ class DatasetteSite(AppProcess):
         con.executemany("insert into products (name, category, price) values (?, ?, ?)", PRODUCTS)
         con.execute('create virtual table products_fts using fts5(name, content="products", content_rowid="id")')
         con.execute("insert into products_fts (rowid, name) select id, name from products")
+        if self.setup is not None:
+            self.setup(con)
         con.commit()
         con.close()
 
