@@ -211,8 +211,8 @@ class Responder:
         # collection walk the whole log, pauses of 100+ ms under load).
         with self._lock:
             s = self._counts
-            outcomes = self._outcomes  # added to the counts' model when read (a model's setattr is slow)
-            outcomes[outcome] = outcomes.get(outcome, 0) + 1
+            counted = self._outcomes  # added to the counts' model when read (a model's setattr is slow)
+            counted[outcome] = counted.get(outcome, 0) + 1
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}" if rng is None else f"{method} {url} (Range: {rng})")
             if volatile is not None:
