@@ -165,11 +165,12 @@ class Peer:
     proc: Any = None
     version: str = ""
     log: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)  # set in the process's environment, over ours
 
     def start(self) -> Peer:
         assert self.log is not None
         fh = open(self.log, "wb")  # noqa: SIM115 - closed with the process
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env = dict(os.environ, PYTHONUNBUFFERED="1", **self.env)
         self.proc = subprocess.Popen(self.argv, cwd=self.cwd, stdout=fh, stderr=subprocess.STDOUT, env=env)
         wait_port(self.port, timeout=90)
         return self

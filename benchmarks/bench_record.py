@@ -2,6 +2,7 @@
 recorder throughput (exchanges/s) and archive bytes per exchange, zst vs gz.
 
     /work/main/.venv/bin/python benchmarks/bench_record.py [--reps 7] [--duration 4]
+    /work/main/.venv/bin/python benchmarks/bench_record.py --stream   # TTFB and memory by response size
 
 Everything runs on 127.0.0.1: a local multi-page site (in its own process) with ~50
 subresources per page, the recording proxy (guard in loopback mode, writing a real snapshot; each
@@ -60,8 +61,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="throughput runs per mode (median reported)")
     ap.add_argument("--concurrency", type=int, default=8, help="client threads in the throughput test")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--stream", action="store_true",
+                    help="only time to first byte and recorder memory for large responses, beside direct and "
+                         "warcprox (~1 min); rewrites the record-stream section")
+    ap.add_argument("--stream-sizes", default="1,100", help="--stream: response sizes in MiB, comma-separated")
+    ap.add_argument("--stream-reps", type=int, default=3, help="--stream: fetches per size and mode (median)")
     args = ap.parse_args()
     info = machine_info()
+    if args.stream:
+        stream_report(args, info)
+        return
     t_start = time.monotonic()
 
     site = RealisticSite(pages=1)
@@ -202,6 +211,43 @@ Machine and versions:
     if not args.no_write:
         update_section("record", body)
         print("BENCHMARKS.md: section 'record' updated")
+
+
+def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
+    """The ``--stream`` run (``_recordstream.py``): TTFB and memory by response size."""
+    import _recordstream
+
+    sizes = [int(float(x) * 2**20) for x in args.stream_sizes.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-record-stream-") as tmp:
+        res = _recordstream.measure(Path(tmp), sizes, args.stream_reps)
+    header, rows = _recordstream.rows(res, sizes)
+    print(text_table(header, rows))
+    big = sizes[-1]
+    t = res[big]["ttfb"]
+    targets = [[f"TTFB through the recorder <= 1.2x direct ({big / 2**20:.0f} MiB)", f"{t['ours'] / t['direct']:.2f}x",
+                "met" if t["ours"] <= 1.2 * t["direct"] else "NOT met"],
+               [f"TTFB ours vs warcprox ({big / 2**20:.0f} MiB)", f"{t['ours'] / t['warcprox']:.2f}x", "-"],
+               [f"recorder memory bounded by the stream: peak RSS growth {sizes[0] / 2**20:.0f} MiB vs "
+                f"{big / 2**20:.0f} MiB response", f"{res[sizes[0]]['rss']['ours']:.1f} vs {res[big]['rss']['ours']:.1f} MiB",
+                "met" if res[big]["rss"]["ours"] < 0.1 * big / 2**20 else "NOT met"]]
+    print(text_table(["target", "measured", ""], targets))
+    body = f"""## Recorder streaming: first byte and memory by response size (`benchmarks/bench_record.py --stream`)
+
+{(_recordstream.__doc__ or "").strip()}
+
+{args.stream_reps} fetches per size and mode after one warm-up round, medians; peak RSS growth: the largest
+of the fetches. warcprox {res.get("warcprox_version", "?")}.
+
+{markdown_table(header, rows)}
+
+{markdown_table(["target", "measured", ""], targets)}
+
+Machine and versions:
+{machine_lines(info)}
+"""
+    if not args.no_write:
+        update_section("record-stream", body)
+        print("BENCHMARKS.md: section 'record-stream' updated")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ page-load time through each; index load time of a 100k-record snapshot.
     /work/main/.venv/bin/python benchmarks/bench_replay.py [--rounds 3] [--duration 5] [--reps 5]
     /work/main/.venv/bin/python benchmarks/bench_replay.py --parsers   # HTTP/1.1 parsers only (~30 s)
     /work/main/.venv/bin/python benchmarks/bench_replay.py --cpu   # CPU/request vs a baseline commit (~1-2 min)
+    /work/main/.venv/bin/python benchmarks/bench_replay.py --wire  # CPU/request on the wire vs static (~2 min)
 
 Everything runs on 127.0.0.1. The local site is recorded once (gzip WARC, so pywb can read it)
 and then stopped: every replay serves the snapshot. pywb and mitmproxy are installed from PyPI
@@ -178,6 +179,10 @@ def main() -> None:
     ap.add_argument("--parsers", action="store_true", help="only compare HTTP/1.1 request parsers (~30 s)")
     ap.add_argument("--cpu", action="store_true",
                     help="only CPU per request of Responder.answer, this tree against --cpu-baseline (~1-2 min)")
+    ap.add_argument("--wire", action="store_true",
+                    help="only CPU per request through the whole fast engine (wrk, and in process) against the "
+                         "static server, uvloop and asyncio's loop, --processes 2 (~2 min)")
+    ap.add_argument("--wire-requests", type=int, default=20_000, help="--wire: requests per in-process round")
     ap.add_argument("--cpu-baseline", default="17f86f9", help="the commit --cpu compares with")
     ap.add_argument("--cpu-rounds", type=int, default=7, help="--cpu: child processes per version, interleaved")
     ap.add_argument("--cpu-requests", type=int, default=20_000, help="--cpu: requests per workload and child")
@@ -190,6 +195,13 @@ def main() -> None:
         return
     if args.parsers:
         parsers(args, info)
+        return
+    if args.wire:
+        if shutil.which("wrk") is None:
+            sys.exit("wrk is not installed: apt-get install -y wrk")
+        import _replaywire
+
+        _replaywire.report(args, info)
         return
     if shutil.which("wrk") is None:
         sys.exit("wrk is not installed: apt-get install -y wrk")

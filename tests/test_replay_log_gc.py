@@ -89,13 +89,17 @@ def test_the_cache_and_the_log_leave_the_collector_nothing_to_walk(tmp_path, mon
             for url in urls:
                 responder.answer("GET", url, HEADERS, b"")
 
+        # one round first: the full collection of _tracked() empties the allocator's free lists, and
+        # the replies built right after it count as new even though each is freed with its request
+        serve()
         left = _young(serve)
         assert left < N // 20, f"{left} new objects for the collector after {N} cached answers"
         # 399 responses cached, 1,199 more log entries: none tracked (as lists and models: 4,000+ objects)
         assert grown < 100, f"{grown} more objects tracked by the collector after caching {N} responses"
         again = responder.answer("GET", urls[0], HEADERS, b"")
         def undated(reply):  # noqa: ANN001, ANN202
-            return reply._replace(headers=[(k, v) for k, v in reply.headers if k not in ("Date", "Expires")])
+            return reply._replace(headers=[(k, v) for k, v in reply.headers if k not in ("Date", "Expires")],
+                                  head=None)  # the HTTP/1.1 head a kept reply carries, serialised once
 
         assert undated(again) == undated(first)
         assert isinstance(again.headers, list) and ("ETag", '"e0"') in again.headers
@@ -107,7 +111,7 @@ def test_the_cache_and_the_log_leave_the_collector_nothing_to_walk(tmp_path, mon
         stats = replay.stats()
     finally:
         replay.stop()
-    served = 4 * N + 5
+    served = 5 * N + 5
     assert (stats.exact, stats.canonical, stats.miss, stats.total) == (served - 2, 1, 1, served)
     assert stats.missed_urls == ["POST http://api.example/nowhere"]
     assert len(stats.log) == served and all(isinstance(e, ReplayLogEntry) for e in stats.log)

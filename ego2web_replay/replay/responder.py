@@ -35,6 +35,7 @@ from typing import Any
 from ..guard import blocked_response
 from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
+from ..wire.h1 import head_bytes
 from ..wire.reply import Reply
 from .httputil import (
     clean_response_headers,
@@ -154,6 +155,11 @@ def _cache_key(kind: str, ref: Any) -> tuple[Any, ...]:
     return (kind, *ref) if isinstance(ref, tuple) else (kind, ref)
 
 
+def _second() -> int:
+    """The current second, as :meth:`Responder._dated` counts it."""
+    return int(datetime.now(UTC).timestamp())
+
+
 def _plain(status: int, text: str, marker: str, method: str) -> Reply:
     body = text.encode()
     headers = [("Content-Type", "text/plain"), (REPLAY_HEADER, marker), ("Cache-Control", "no-store"),
@@ -189,9 +195,12 @@ class Responder:
         self._shifted: dict[int, tuple[Head, int, Frozen, Offsets]] = {}  # head -> (it, second, shifted, offsets)
         self._stamps: tuple[int, dict[timedelta, str]] = (0, {})  # HTTP dates of one second, by offset
         self._counts = ReplayStats(snapshots=list(snapshots))  # counts and missed URLs; the log is kept apart
+        self._outcomes: dict[str, int] = {}  # requests logged, by outcome (see _log)
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(11))  # the replay log, by field (see _log)
         self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
         self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
+        self._replies: dict[Any, tuple[Any, ...]] = {}  # plain GETs' framed replies, by capture (see _plain_hit)
+        self._kinds: dict[tuple[Any, ...], str] = {}  # request_kind of recent requests (see _kind)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
@@ -203,7 +212,8 @@ class Responder:
         # collection walk the whole log, pauses of 100+ ms under load).
         with self._lock:
             s = self._counts
-            setattr(s, outcome, getattr(s, outcome) + 1)
+            counted = self._outcomes  # added to the counts' model when read (a model's setattr is slow)
+            counted[outcome] = counted.get(outcome, 0) + 1
             if outcome in ("miss", "live") and len(s.missed_urls) < MAX_LOG:
                 s.missed_urls.append(f"{method} {url}" if rng is None else f"{method} {url} (Range: {rng})")
             if shared is not None:
@@ -242,6 +252,8 @@ class Responder:
         """The counts and the log so far, as a new :class:`ReplayStats`."""
         with self._lock:
             stats = self._counts.model_copy(deep=True)
+            for outcome, n in self._outcomes.items():
+                setattr(stats, outcome, getattr(stats, outcome) + n)
             rows = list(zip(*self._columns, strict=True))
         stats.log = [ReplayLogEntry(method=m, url=u, outcome=o, status=st, matched_url=mu,  # type: ignore[arg-type]
                                     score=sc, kind=k, volatile=v, range=r, shared_from=sf, shared_stage=ss)
@@ -260,8 +272,7 @@ class Responder:
         method = method.upper()
         h = _first_values(req_headers)  # looked up a dozen times below
         headers: Head  # a cached head is a tuple (see _remember); framed() hands on a list
-        kind = request_kind(h.get("sec-fetch-dest"), h.get("accept"), url,
-                            h.get("sec-fetch-mode"))
+        kind = self._kind(url, h)
         if (h.get("upgrade") or "").lower() == "websocket":
             reply = answer_websocket(self, method, url, h, kind) if self.conversation is not None else None
             if reply is None:
@@ -291,6 +302,13 @@ class Responder:
         if result.capture is None:
             return self._missed(method, url, kind, rng)
         ref = result.capture.ref
+        plain = source is None and method == "GET" and result.outcome == "exact" and rng is None \
+            and "if-none-match" not in h and "if-modified-since" not in h
+        second = _second()
+        if plain:
+            hit = self._plain_hit(method, url, result, kind, second)
+            if hit is not None:
+                return hit
         try:
             status, reason, headers, rbody = self._prepared(ref)
             if status == 206:  # a part of the body, for a request of the whole: only a recorded whole answers
@@ -306,7 +324,52 @@ class Responder:
             rbody, headers = self._injected(ref, rbody, headers)
         elif status == 200 and result.outcome != "exact" and result.capture.url != url:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
-        return self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source)
+        reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source)
+        if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
+            self._keep_plain(ref, second, reply)
+        return reply
+
+    # -- plain GETs: the framed reply of a capture, kept for the second its dates say ------------
+    # A GET matched exactly, with no Range and no validators, gets the same reply from one capture
+    # for the whole second (its dates are moved to the second's): the reply is framed once a second
+    # and its HTTP/1.1 head serialised once (``Reply.head``); each request after that is a match, a
+    # lookup and a log entry. Captures of streamed bodies (a stream per request), recorded 206s (the
+    # whole is looked for each time) and chunked replies are never kept.
+    def _plain_hit(self, method: str, url: str, result: MatchResult, kind: str, second: int) -> Reply | None:
+        assert result.capture is not None
+        hit = self._replies.get(_cache_key("w", result.capture.ref))
+        if hit is None or hit[0] != second:
+            return None
+        _second_, status, reason, headers, body, tag, head = hit
+        reply = Reply(status, reason, list(headers), body, False, tag, None, None, head)
+        volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
+        self._log(method, url, result.outcome, reply.status, matched=result.capture.url, score=result.score,
+                  kind=kind, volatile=volatile)
+        return reply
+
+    def _keep_plain(self, ref: Any, second: int, reply: Reply) -> None:
+        """Keep ``reply`` for the rest of ``second``, if its dates were moved to that second (not the next)."""
+        key = _cache_key("r", ref)
+        if second != _second() or key not in self._cache or (self._streams and key in self._streams) \
+                or reply.status == 206:
+            return
+        if len(self._replies) >= MAX_MAPS:
+            self._replies.clear()
+        # kept as a flat tuple of strings, bytes and numbers, like the cache: untracked by the collector
+        # (a Reply is a tuple subclass, which the collector never stops tracking)
+        self._replies[_cache_key("w", ref)] = (second, reply.status, reply.reason, tuple(reply.headers), reply.body,
+                                               reply.tag, head_bytes(reply))
+
+    def _kind(self, url: str, h: dict[str, str]) -> str:
+        """:func:`~ego2web_replay.validity.request_kind` of the request, remembered for the same URL and
+        headers (a page load asks for the same few hundred URLs again and again)."""
+        key = (url, h.get("sec-fetch-dest"), h.get("accept"), h.get("sec-fetch-mode"))
+        kind = self._kinds.get(key)
+        if kind is None:
+            if len(self._kinds) >= MAX_MAPS:
+                self._kinds.clear()
+            kind = self._kinds[key] = request_kind(key[1], key[2], url, key[3])
+        return kind
 
     def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
                 body: bytes, kind: str, rng: str | None, ref: Any = None, source: str | None = None) -> Reply:
@@ -461,6 +524,7 @@ class Responder:
                 self._cache.clear()
                 self._stable.clear()
                 self._shifted.clear()
+                self._replies.clear()  # their bodies are the cache's: let them go with it
                 self._cached_bytes = 0
             self._stable[id(value[2] if key[0] == "r" else value[1])] = value
             self._cache[key] = value

