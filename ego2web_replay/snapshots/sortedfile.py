@@ -17,7 +17,8 @@ Layout (little-endian)::
 by whatever the content depends on (the cache of an index is keyed by the index's size and mtime).
 :func:`write_sorted_stream` writes tables that come sorted without holding them, and
 :class:`ExternalSorter` sorts more than memory should hold (sorted runs in temporary files, merged),
-so a million-line index is mapped in bounded memory.
+and :func:`write_sorted_columns` writes tables put in order by numpy (:mod:`.keysort`) from arrays,
+so a million-line index is mapped in bounded memory without a Python object per key.
 :func:`key_bytes` is the one way keys of several parts are written, so that a prefix of parts is a
 prefix of bytes and no two part lists share a key.
 """
