@@ -139,6 +139,7 @@ def build_index_map(index: Path, rows: Iterable[IndexRow] | None = None) -> Path
             exact_values = rank
             exact_order = exact.argsort(exact_values)
             digest_values = rank[np.frombuffer(digest_of, dtype=np.uint64).astype(np.int64)]
+            del digest_of
             digest_order = digests.argsort(digest_values)
             del rank
             meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,

@@ -45,7 +45,7 @@ class KeyColumn:
         self._folder = folder
         self._spill: tempfile._TemporaryFileWrapper[bytes] | None = None
         self._words = 0  # 8-byte words written to the spill file
-        self._starts = array("Q")  # first word of each key
+        self._starts = array("I")  # first 8-byte word of each key (32 GiB of keys at most)
         self._lengths = array("I")
         self._data: np.ndarray | None = None
 
@@ -91,7 +91,7 @@ class KeyColumn:
 
     def starts(self) -> np.ndarray:
         """The byte offset of each key in :meth:`data`."""
-        return np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64) * 8
+        return np.frombuffer(self._starts, dtype=np.uint32).astype(np.int64) * 8
 
     def lengths(self) -> np.ndarray:
         return np.frombuffer(self._lengths, dtype=np.uint32)
@@ -145,7 +145,7 @@ class KeyColumn:
             self._spill = None
         self._buf = bytearray()
         self._data = None
-        self._starts, self._lengths = array("Q"), array("I")
+        self._starts, self._lengths = array("I"), array("I")
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:

@@ -47,6 +47,7 @@ __all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", 
 MAGIC = b"E2RSORT1"
 _RECORD = struct.Struct("<QII")
 _RECORDS = np.dtype([("at", "<u8"), ("length", "<u4"), ("value", "<u4")])
+_RECORDS_AT_ONCE = 1 << 16
 _LENGTH = struct.Struct("<Q")
 _ITEM = struct.Struct("<IQI")  # a sorted run's item: key length, value, payload length
 _COPY = 1 << 20
@@ -132,23 +133,23 @@ def write_sorted_columns(path: Path, meta: Mapping[str, Any],
     of each key and its value (in table order), and the keys' bytes concatenated in that order, in
     pieces (:func:`~.keysort.sorted_chunks`); same file, written without a record per Python object."""
     counts = {name: len(lengths) for name, (lengths, _values, _chunks) in tables.items()}
-    blob_at = 0
-    parts = []
-    for name, (lengths, values, _chunks) in tables.items():
-        if len(values) != counts[name]:
-            raise ValueError(f"table {name!r}: {counts[name]} keys, {len(values)} values")
-        records = np.empty(counts[name], dtype=_RECORDS)
-        ends = np.cumsum(lengths, dtype=np.uint64)
-        records["at"] = ends - lengths.astype(np.uint64) + np.uint64(blob_at)
-        records["length"] = lengths
-        records["value"] = values
-        blob_at += int(ends[-1]) if len(ends) else 0
-        parts.append(records)
+    sizes = {name: int(lengths.sum(dtype=np.uint64)) for name, (lengths, _values, _chunks) in tables.items()}
+    blob_at = sum(sizes.values())
     with atomic_writer(path) as fh:
         fh.write(_head(meta, counts, blob_at))
-        for records in parts:
-            fh.write(records.tobytes())
-        del parts
+        at = 0
+        for name, (lengths, values, _chunks) in tables.items():
+            if len(values) != counts[name]:
+                raise ValueError(f"table {name!r}: {counts[name]} keys, {len(values)} values")
+            for start in range(0, counts[name], _RECORDS_AT_ONCE):  # a few MiB of records at a time
+                part = lengths[start:start + _RECORDS_AT_ONCE].astype(np.uint64)
+                records = np.empty(len(part), dtype=_RECORDS)
+                ends = np.cumsum(part, dtype=np.uint64)
+                records["at"] = ends - part + np.uint64(at)
+                records["length"] = part
+                records["value"] = values[start:start + _RECORDS_AT_ONCE]
+                fh.write(records.tobytes())
+                at += int(ends[-1])
         written = 0
         for _lengths, _values, chunks in tables.values():
             for chunk in chunks:
