@@ -126,6 +126,7 @@ target = phase("mapped index (parse, recorded order, exact keys, digests, write)
 imap = IndexMap(SortedFile(target), index)
 rules = default_rules()
 phase("canonical keys (parse, canonicalise, sort, write)", lambda: _build_canonical(imap, rules, canonical_file(imap, rules)))
+out["code"] = __import__("ego2web_replay").__file__
 print(json.dumps(out))
 """
 
@@ -141,7 +142,9 @@ def _run(args: list[str], home: Path | None, code: Path | None, what: str) -> di
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(code or Path(__file__).resolve().parent.parent))
     if home is not None:
         env["EGO2WEB_REPLAY_HOME"] = str(home)
-    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, timeout=3600)
+    # run from the code's own folder: ``python -c`` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, timeout=3600,
+                         cwd=str(code or Path(__file__).resolve().parent.parent))
     if out.returncode:
         raise SystemExit(f"{what} failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -171,7 +174,8 @@ def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
         if baseline:
             rev = subprocess.run(["git", "rev-parse", "--short", baseline], capture_output=True, text=True,
                                  check=True).stdout.strip()
-            codes.append((f"before ({baseline}, {rev})", baseline_tree(baseline, Path(base_dir))))
+            name = rev if rev.startswith(baseline) else f"{baseline}, {rev}"
+            codes.append((f"before ({name})", baseline_tree(baseline, Path(base_dir))))
         for n in sizes:
             snap, _built = big_snapshot(n)
             bare = without_side_files(snap)
@@ -186,6 +190,7 @@ def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
                         print("  " + " | ".join(rows[-1]), flush=True)
                     with fresh_home() as home:
                         split = _run([_PHASES, str(bare)], Path(home), code, f"phases of {bare}")
+                    print(f"  {label}: {split.pop('code')}")
                     for name, r in split.items():
                         phases.append([f"{n:,}", label, name, f"{r['s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_mib']:.0f}"])
                         print("  " + " | ".join(phases[-1]), flush=True)

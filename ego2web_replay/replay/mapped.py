@@ -35,7 +35,6 @@ from ..config import data_dir
 from ..errors import ArchiveError
 from ..snapshots.index_cache import mark_used
 from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
-from ..snapshots.keysort import KeyColumn, sorted_chunks
 from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_columns
 from . import canonical as _canonical_module
 from . import rules as _rules_module
@@ -76,6 +75,8 @@ def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
 
 
 def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
+    from ..snapshots.keysort import KeyColumn, sorted_chunks  # numpy: only when keys are built
+
     BUILDS[0] += 1
     keys = KeyColumn(target.parent)  # bounded memory: the keys in one buffer, spilled to a temporary file
     try:

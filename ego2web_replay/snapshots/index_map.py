@@ -33,15 +33,16 @@ import tempfile
 from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexEntry, IndexRow, index_row
 from .index_cache import mark_used, stream_rows
-from .keysort import KeyColumn, ranks, sorted_chunks
 from .sortedfile import SortedFile, key_bytes, write_sorted_columns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
            "run_map_hooks", "MapHook", "original_digest"]
@@ -104,6 +105,10 @@ def build_index_map(index: Path, rows: Iterable[IndexRow] | None = None) -> Path
     that spill to temporary files; numpy then puts each table in order and
     :func:`~.sortedfile.write_sorted_columns` writes them. No Python object per capture outlives
     its row, so memory stays far below the index's size."""
+    import numpy as np  # here, not at import: opening a map that exists needs none of it
+
+    from .keysort import KeyColumn, ranks, sorted_chunks
+
     index = Path(index)
     target = map_file(index)
     if target is None:
@@ -184,6 +189,8 @@ class _LineSpool:
             self._buf.clear()
 
     def lengths(self) -> np.ndarray:
+        import numpy as np
+
         return np.frombuffer(self._lengths, dtype=np.uint32)
 
     def in_order(self, order: np.ndarray) -> Iterator[bytes]:
@@ -193,6 +200,8 @@ class _LineSpool:
         self._file.write(self._buf)
         self._buf = bytearray()
         self._file.flush()
+        import numpy as np
+
         if not len(order):
             return
         starts = np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64)

@@ -23,8 +23,6 @@ from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
-import numpy as np
-
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
 from ..models.index import learn_row
@@ -100,6 +98,8 @@ def learn_index_file(index: Path) -> dict[str, list[str]]:
     (most of them) cannot teach anything, so a second read keeps only the captures of groups whose
     hash came more than once, sorts them by group through sorted runs in temporary files
     (:class:`~.sortedfile.ExternalSorter`), and learns one group at a time."""
+    import numpy as np  # here, not at import: a snapshot with its learned cache needs none of it
+
     index = Path(index)
     numbers, hashes = array("q"), array("q")
     for number, group, _url, _body, _digest in _teachers(index):

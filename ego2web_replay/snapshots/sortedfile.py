@@ -34,19 +34,19 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
-
-import numpy as np
+from typing import IO, TYPE_CHECKING, Any
 
 from ..atomic import atomic_writer
 from ..errors import ArchiveError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", "write_sorted_stream", "write_sorted_columns",
            "ExternalSorter"]
 
 MAGIC = b"E2RSORT1"
 _RECORD = struct.Struct("<QII")
-_RECORDS = np.dtype([("at", "<u8"), ("length", "<u4"), ("value", "<u4")])
 _RECORDS_AT_ONCE = 1 << 16
 _LENGTH = struct.Struct("<Q")
 _ITEM = struct.Struct("<IQI")  # a sorted run's item: key length, value, payload length
@@ -132,6 +132,9 @@ def write_sorted_columns(path: Path, meta: Mapping[str, Any],
     """:func:`write_sorted_stream` of tables already in order given as arrays: per table the length
     of each key and its value (in table order), and the keys' bytes concatenated in that order, in
     pieces (:func:`~.keysort.sorted_chunks`); same file, written without a record per Python object."""
+    import numpy as np  # here, not at import: replay opens a mapped index without it
+
+    record = np.dtype([("at", "<u8"), ("length", "<u4"), ("value", "<u4")])
     counts = {name: len(lengths) for name, (lengths, _values, _chunks) in tables.items()}
     sizes = {name: int(lengths.sum(dtype=np.uint64)) for name, (lengths, _values, _chunks) in tables.items()}
     blob_at = sum(sizes.values())
@@ -143,7 +146,7 @@ def write_sorted_columns(path: Path, meta: Mapping[str, Any],
                 raise ValueError(f"table {name!r}: {counts[name]} keys, {len(values)} values")
             for start in range(0, counts[name], _RECORDS_AT_ONCE):  # a few MiB of records at a time
                 part = lengths[start:start + _RECORDS_AT_ONCE].astype(np.uint64)
-                records = np.empty(len(part), dtype=_RECORDS)
+                records = np.empty(len(part), dtype=record)
                 ends = np.cumsum(part, dtype=np.uint64)
                 records["at"] = ends - part + np.uint64(at)
                 records["length"] = part
