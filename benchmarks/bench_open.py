@@ -4,6 +4,7 @@ way: every line parsed into Python objects, from the compact pickle cache), and 
 lookup once open.
 
     .venv/bin/python benchmarks/bench_open.py [--sizes 10000 100000 1000000] [--lookups 20000]
+    .venv/bin/python benchmarks/bench_open.py --cold --sizes 100000 1000000 [--baseline main]
 
 Snapshots come from ``_bigsnap.big_snapshot`` (built once under ``benchmarks/out/``). Every
 measurement runs in a fresh Python process that imports the package, notes its resident memory,
@@ -20,6 +21,12 @@ wall time, the resident memory after opening (VmRSS) and the peak (VmHWM). Confi
 * ``no volatile.json``: a copy of the snapshot without its side files, opened with an empty data
   folder (map, canonical keys and learned volatility all built on that open, sha256s hashed), then
   once more (everything from the data folder's ``index-cache/``).
+
+``--cold`` measures only the cold open (a copy without ``volatile.json``, empty data folder), then
+the second open, then the same build phase by phase in one more process (sha256 check, learning the
+volatility, the mapped index, the canonical keys: seconds, CPU seconds and the peak so far), with
+this tree and, with ``--baseline REV``, with the package as it was at ``REV`` (``git archive`` into a
+temporary folder) in the same run, and rewrites the ``open-cold`` section instead.
 
 Then, in the same process, ``--lookups`` exact matches of random URLs of the snapshot (one
 ``ReplaySession.match`` and the capture it returns each): p50 and p99 in microseconds. Prints a table
@@ -62,11 +69,11 @@ from _synthetic import synthetic_url
 if rehash:
     hashmemo.SETTLE_SECONDS = float("inf")  # never trust a memo: hash on every open, as before
 base = status("VmRSS")
-t0 = time.perf_counter()
+t0, c0 = time.perf_counter(), time.process_time()
 replay = Replay([snap], index=mode, check=True)
 replay.open()
 opened = time.perf_counter() - t0
-out = {"open_s": opened, "base_mib": base, "rss_mib": status("VmRSS"), "peak_mib": status("VmHWM"),
+out = {"open_s": opened, "cpu_s": time.process_time() - c0, "base_mib": base, "rss_mib": status("VmRSS"), "peak_mib": status("VmHWM"),
        "captures": replay.captures, "kind": type(replay.replayer.index).__name__}
 if lookups:
     session = replay.replayer.index.session()
@@ -86,16 +93,134 @@ print(json.dumps(out))
 """
 
 
-def child(snap: Path, mode: str, rehash: bool, n: int, lookups: int, home: Path | None = None) -> dict[str, float]:
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+_PHASES = r"""
+import json, sys, time
+from pathlib import Path
+
+def status(name):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+from ego2web_replay.replay.mapped import _build_canonical, canonical_file
+from ego2web_replay.replay.rules import default_rules
+from ego2web_replay.snapshots.index_map import IndexMap, build_index_map
+from ego2web_replay.snapshots.learned_cache import learn_index_file
+from ego2web_replay.snapshots.location import open_snapshot
+from ego2web_replay.snapshots.sortedfile import SortedFile
+from ego2web_replay.snapshots.verify import integrity_problems
+
+snap = Path(sys.argv[1])
+index = snap / "index.cdxj"
+out = {}
+def phase(name, work):
+    t, c = time.perf_counter(), time.process_time()
+    result = work()
+    out[name] = {"s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "peak_mib": status("VmHWM")}
+    return result
+snapshot = open_snapshot(snap)
+phase("sha256 check of archive and index", lambda: integrity_problems(snapshot))
+phase("learn volatility (parse, group by path)", lambda: learn_index_file(index))
+target = phase("mapped index (parse, recorded order, exact keys, digests, write)", lambda: build_index_map(index))
+imap = IndexMap(SortedFile(target), index)
+rules = default_rules()
+phase("canonical keys (parse, canonicalise, sort, write)", lambda: _build_canonical(imap, rules, canonical_file(imap, rules)))
+out["code"] = __import__("ego2web_replay").__file__
+print(json.dumps(out))
+"""
+
+
+def child(snap: Path, mode: str, rehash: bool, n: int, lookups: int, home: Path | None = None,
+          code: Path | None = None) -> dict[str, float]:
+    """One open in a fresh process, with the package at ``code`` (default: this tree)."""
+    return _run([_CHILD, str(snap), mode, "1" if rehash else "0", str(n), str(lookups),
+                 str(Path(__file__).resolve().parent)], home, code, f"open of {snap} ({mode})")
+
+
+def _run(args: list[str], home: Path | None, code: Path | None, what: str) -> dict:
+    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(code or Path(__file__).resolve().parent.parent))
     if home is not None:
         env["EGO2WEB_REPLAY_HOME"] = str(home)
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(snap), mode, "1" if rehash else "0", str(n),
-                          str(lookups), str(Path(__file__).resolve().parent)],
-                         capture_output=True, text=True, env=env, timeout=3600)
+    # run from the code's own folder: ``python -c`` puts the working directory first on sys.path
+    out = subprocess.run([sys.executable, "-c", *args], capture_output=True, text=True, env=env, timeout=3600,
+                         cwd=str(code or Path(__file__).resolve().parent.parent))
     if out.returncode:
-        raise SystemExit(f"open of {snap} ({mode}) failed: {out.stderr.strip()[-2000:]}")
+        raise SystemExit(f"{what} failed: {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def fresh_home() -> tempfile.TemporaryDirectory[str]:
+    """An empty data folder (no index cache, no hash memo), private as the package wants it."""
+    home = tempfile.TemporaryDirectory()
+    os.chmod(home.name, 0o700)
+    return home
+
+
+def baseline_tree(rev: str, into: Path) -> Path:
+    """The package as it was at ``rev``, extracted into ``into`` (for PYTHONPATH)."""
+    root = Path(__file__).resolve().parent.parent
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "ego2web_replay"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
+
+
+def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
+    """The cold open rows, before and after, and the phases of the build (see the module docstring)."""
+    info = machine_info()
+    rows, phases = [], []
+    with tempfile.TemporaryDirectory() as base_dir:
+        codes: list[tuple[str, Path | None]] = [("this tree", None)]
+        if baseline:
+            rev = subprocess.run(["git", "rev-parse", "--short", baseline], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+            name = rev if rev.startswith(baseline) else f"{baseline}, {rev}"
+            codes.append((f"before ({name})", baseline_tree(baseline, Path(base_dir))))
+        for n in sizes:
+            snap, _built = big_snapshot(n)
+            bare = without_side_files(snap)
+            try:
+                for label, code in codes:
+                    with fresh_home() as home:
+                        first = child(bare, "mapped", False, n, 0, Path(home), code)
+                        second = child(bare, "mapped", False, n, 0, Path(home), code)
+                    for what, r in (("cold open", first), ("second open", second)):
+                        rows.append([f"{n:,}", label, what, f"{r['open_s']:.2f}", f"{r['cpu_s']:.2f}",
+                                     f"{r['peak_mib']:.0f}", f"{r['rss_mib']:.0f}", loadavg()])
+                        print("  " + " | ".join(rows[-1]), flush=True)
+                    with fresh_home() as home:
+                        split = _run([_PHASES, str(bare)], Path(home), code, f"phases of {bare}")
+                    print(f"  {label}: {split.pop('code')}")
+                    for name, r in split.items():
+                        phases.append([f"{n:,}", label, name, f"{r['s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_mib']:.0f}"])
+                        print("  " + " | ".join(phases[-1]), flush=True)
+            finally:
+                shutil.rmtree(bare)
+    header = ["captures", "code", "open", "Replay.open() s", "CPU s", "peak RSS MiB", "RSS after open MiB",
+              "load average after (1/5/15 min)"]
+    phase_header = ["captures", "code", "phase (one process, in this order)", "s", "CPU s", "peak RSS so far MiB"]
+    print(text_table(header, rows))
+    print(text_table(phase_header, phases))
+    body = f"""## Cold opens of large snapshots (`benchmarks/bench_open.py --cold`)
+
+`Replay.open()` (sha256 check included) of a synthetic snapshot copied without `volatile.json`,
+with an empty data folder: everything is built on that open (sha256s, learned volatility, the
+mapped index, the canonical keys of the built-in rules), kept in `index-cache/` for the second
+open. Each open in a fresh process; "CPU s" is the process's CPU time (user + system), the figure
+to read when the machine is shared: wall time then includes waiting for a core. The second table
+runs the same build phase by phase in one more fresh process. Target (issue 27): a first open of
+1,000,000 captures in under 10 s and under 300 MiB.
+
+{markdown_table(header, rows)}
+
+{markdown_table(phase_header, phases)}
+
+Machine and versions:
+{machine_lines(info)}
+"""
+    if write:
+        update_section("open-cold", body)
+        print("BENCHMARKS.md: section 'open-cold' updated")
 
 
 def forget_canonical(snap: Path) -> None:
@@ -148,7 +273,14 @@ def main() -> None:
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--lookups", type=int, default=20_000, help="exact matches timed after each open")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
+    ap.add_argument("--cold", action="store_true",
+                    help="only the cold open (no side files, empty data folder), its second open and its phases; "
+                         "rewrites the open-cold section")
+    ap.add_argument("--baseline", metavar="REV", help="with --cold: also measure the package as it was at this git revision")
     args = ap.parse_args()
+    if args.cold:
+        cold(args.sizes, args.baseline, not args.no_write)
+        return
     info = machine_info()
     rows = []
     builds = []

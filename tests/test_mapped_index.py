@@ -335,11 +335,12 @@ def _map_as_before(index: Path, target: Path) -> None:
 
 
 def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkeypatch):
-    """Built line by line through many sorted runs (tiny runs forced), the map is byte for byte the one
-    the in-memory build wrote: recorded order with ties kept in file order, keys, digests, header."""
+    """Built line by line with its keys spilled to temporary files (tiny buffers forced), the map is
+    byte for byte the one the in-memory build wrote: recorded order with ties kept in file order,
+    keys, digests, header."""
     from ego2web_replay.snapshots.index_cache import parse_rows
     from ego2web_replay.snapshots.index_map import build_index_map
-    from ego2web_replay.snapshots.sortedfile import ExternalSorter
+    from ego2web_replay.snapshots.keysort import KeyColumn
 
     rng = random.Random(11)
     lines = []
@@ -360,7 +361,7 @@ def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkey
     index.write_text("\n".join(sorted(lines)) + "\n\n")
     before = tmp_path / "before.sorted"
     _map_as_before(index, before)
-    monkeypatch.setattr(ExternalSorter, "RUN_BYTES", 4096)  # dozens of runs to merge
+    monkeypatch.setattr(KeyColumn, "SPILL_BYTES", 256)  # keys spilled many times over
     streamed = build_index_map(index)
     assert streamed.read_bytes() == before.read_bytes()
     from_rows = build_index_map(index, parse_rows(index))  # what finalize passes: the parsed rows

@@ -13,11 +13,12 @@ replay needs of a line, for the same reason.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["IndexEntry", "IndexRow", "index_row"]
+__all__ = ["IndexEntry", "IndexRow", "index_row", "learn_row"]
 
 IndexRow = tuple[str, int, str, str, "str | None", str]
 """What replay keeps of a line: timestamp, offset, url, method, body query, the line itself."""
@@ -118,10 +119,45 @@ def _record_type(data: dict) -> str:
     return data.get("recordType") or ("revisit" if data.get("mime") == "warc/revisit" else "response")
 
 
+_VALUE = r'[^"\\\x00-\x1f]*'  # a JSON string's text when it has no escape and no control character
+_PLAIN_LINE = re.compile(
+    rf'[^ ]* ([^ ]*) \{{"url": "({_VALUE})", "mime": "({_VALUE})"(?:, "status": "({_VALUE})")?, "digest": "({_VALUE})", '
+    rf'"length": "({_VALUE})", "offset": "(-?[0-9]+)", "filename": "{_VALUE}"(?:, "method": "({_VALUE})")?'
+    rf'(?:, "requestBody": "({_VALUE})")?(?:, "recordType": "({_VALUE})")?(?:, "refersToUri": "{_VALUE}")?'
+    rf'(?:, "refersToDate": "{_VALUE}")?\}}')
+"""A line exactly as :meth:`IndexEntry.to_line` writes it when no value needs a JSON escape: its
+fields are read by one match (the JSON parser is for every other line)."""
+
+
 def index_row(line: str) -> tuple[str, IndexRow]:
     """The record type of a line and what replay keeps of it (:data:`IndexRow`), without
-    building an :class:`IndexEntry`; same errors as :meth:`IndexEntry.from_line`."""
+    building an :class:`IndexEntry`; same errors as :meth:`IndexEntry.from_line`.
+
+    A line in the form :meth:`IndexEntry.to_line` writes without escapes (nearly every line) is
+    read by :data:`_PLAIN_LINE`, with the very result the JSON parse gives (twice as fast)."""
+    m = _PLAIN_LINE.fullmatch(line)
+    if m is not None:
+        ts, url, mime, _status, _digest, _length, offset, method, body, rtype = m.groups()
+        return (rtype or ("revisit" if mime == "warc/revisit" else "response"),
+                (ts, int(offset), url, (method or "GET").upper(), body, line))
     _key, ts, blob = line.split(" ", 2)
     d = _blob(blob)
     row = (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
     return _record_type(d), row
+
+
+def learn_row(line: str) -> tuple[str, str, str, str | None, str]:
+    """``(record type, method, url, body query, digest)`` of a line, each as :meth:`IndexEntry.from_line`
+    reads it (the method as written), with its errors; the plain form read by one match."""
+    m = _PLAIN_LINE.fullmatch(line)
+    if m is None:
+        e = IndexEntry.from_line(line)
+        return e.record_type, e.method, e.url, e.request_body_query, e.digest
+    ts, url, mime, status, digest, length, _offset, method, body, rtype = m.groups()
+    if not ts.isdigit():
+        raise ValueError("not a CDXJ line")
+    int(length)
+    if status not in (None, "", "-"):
+        int(status)
+    return (rtype or ("revisit" if mime == "warc/revisit" else "response"), "GET" if method is None else method,
+            url, body, digest)

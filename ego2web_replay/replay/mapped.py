@@ -35,7 +35,7 @@ from ..config import data_dir
 from ..errors import ArchiveError
 from ..snapshots.index_cache import mark_used
 from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
-from ..snapshots.sortedfile import ExternalSorter, SortedFile, key_bytes, write_sorted_stream
+from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_columns
 from . import canonical as _canonical_module
 from . import rules as _rules_module
 from .canonical import canonicalize, url_host
@@ -75,14 +75,20 @@ def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
 
 
 def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
+    from ..snapshots.keysort import KeyColumn, sorted_chunks  # numpy: only when keys are built
+
     BUILDS[0] += 1
-    keys = ExternalSorter(target.parent)  # bounded memory: sorted runs in temporary files, merged
+    keys = KeyColumn(target.parent)  # bounded memory: the keys in one buffer, spilled to a temporary file
     try:
+        row = imap.row
         for position in range(imap.count):
-            _ts, _offset, url, method, body, _line = imap.row(position)
-            keys.add(key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), position)
-        pairs = ((key, position) for key, position, _ in keys)
-        write_sorted_stream(target, {"version": _VERSION, "count": imap.count}, {"canonical": pairs})
+            _ts, _offset, url, method, body, _line = row(position)
+            keys.add(key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key))
+            if position & 0xFFFF == 0xFFFF:
+                imap.file.drop_pages()  # the lines read so far: not resident for the rest of the build
+        order = keys.argsort()  # by key, then position
+        write_sorted_columns(target, {"version": _VERSION, "count": imap.count},
+                             {"canonical": (keys.lengths()[order], order, sorted_chunks(keys, order))})
     except OSError as e:
         raise ArchiveError(f"{target}: cannot write the canonical index ({e.strerror})") from None
     finally:

@@ -27,15 +27,22 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import mmap
 import struct
+import tempfile
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..models.index import IndexEntry, IndexRow, index_row
 from .index_cache import mark_used, stream_rows
-from .sortedfile import ExternalSorter, SortedFile, key_bytes, write_sorted_stream
+from .sortedfile import SortedFile, key_bytes, write_sorted_columns
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
            "run_map_hooks", "MapHook", "original_digest"]
@@ -46,7 +53,7 @@ _VERSION = 2
 _DIGEST = '"digest": "'
 _REVISIT = '"mime": "warc/revisit"'
 _POSITION = struct.Struct(">I")
-_PAYLOAD = struct.Struct("<II")  # a capture while it is put in order: exact key and digest lengths, then the line
+_LINES_CHUNK = 1024  # lines copied at a time into the table
 
 MapHook = Callable[["IndexMap"], None]
 _HOOKS: dict[str, MapHook] = {}
@@ -91,54 +98,131 @@ def map_file(index: Path) -> Path | None:
 
 def build_index_map(index: Path, rows: Iterable[IndexRow] | None = None) -> Path:
     """Write the mapped form of ``index`` (from ``rows`` when the caller has parsed them, else read
-    from the file line by line) and return its path. Memory stays bounded: the captures are put in
-    recorded order and the keys sorted by :class:`~.sortedfile.ExternalSorter`, and the tables are
-    written as they come (:func:`~.sortedfile.write_sorted_stream`)."""
+    from the file line by line) and return its path.
+
+    One pass over the rows, each parsed once and kept as bytes only: the lines go to a temporary
+    file, the keys (recorded order, exact key, digest) to :class:`~.keysort.KeyColumn` buffers
+    that spill to temporary files; numpy then puts each table in order and
+    :func:`~.sortedfile.write_sorted_columns` writes them. No Python object per capture outlives
+    its row, so memory stays far below the index's size."""
+    import numpy as np  # here, not at import: opening a map that exists needs none of it
+
+    from .keysort import KeyColumn, ranks, sorted_chunks
+
     index = Path(index)
     target = map_file(index)
     if target is None:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
-    order, exact, digests = (ExternalSorter(target.parent) for _ in range(3))
+    folder = target.parent
+    folder.mkdir(parents=True, exist_ok=True)
+    times, exact, digests = KeyColumn(folder), KeyColumn(folder), KeyColumn(folder)
+    offsets, digest_of = array("q"), array("Q")
     methods: set[str] = set()
-    first: list[str] = []
     try:
-        for seq, row in enumerate(stream_rows(index) if rows is None else rows):
-            ts, offset, url, method, body, line = row
-            methods.add(method)
-            if not first or ts < first[0]:
-                first[:] = [ts]
-            key = exact_key_bytes(method, url, body)
-            digest = (original_digest(line) or "").encode("utf-8", "surrogatepass")
-            payload = _PAYLOAD.pack(len(key), len(digest)) + key + digest + line.encode("utf-8", "surrogatepass")
-            order.add(ts.encode("utf-8", "surrogatepass") + b"\x00" + _offset_bytes(index, offset), seq, payload)
-        if order.count >= 2**32:
-            raise ArchiveError(f"{index}: {order.count} captures are more than one mapped index holds (2**32)")
-
-        def lines() -> Iterator[tuple[bytes, int]]:
-            for position, (_key, _seq, payload) in enumerate(order):
-                klen, dlen = _PAYLOAD.unpack_from(payload)
-                at = _PAYLOAD.size
-                exact.add(payload[at:at + klen], position)
-                if dlen:
-                    digests.add(key_bytes(payload[at + klen:at + klen + dlen].decode("utf-8", "surrogatepass")),
-                                position)
-                yield _POSITION.pack(position) + payload[at + klen + dlen:], position
-
-        meta = {"version": _VERSION, "index": str(index.resolve()), "count": order.count,
-                "methods": sorted(methods), "first_timestamp": first[0] if first else None}
-        write_sorted_stream(target, meta, {"lines": lines(), "exact": _pairs(exact), "digests": _pairs(digests)})
+        with _LineSpool(folder) as spool:
+            for seq, row in enumerate(stream_rows(index) if rows is None else rows):
+                ts, offset, url, method, body, line = row
+                methods.add(method)
+                times.add(ts.encode("utf-8", "surrogatepass"))
+                if not -2**63 <= offset < 2**63:
+                    _offset_bytes(index, offset)  # raises the error an out-of-range offset gets
+                offsets.append(offset)
+                exact.add(exact_key_bytes(method, url, body))
+                digest = original_digest(line)
+                if digest:
+                    digest_of.append(seq)
+                    digests.add(key_bytes(digest))
+                spool.add(line.encode("utf-8", "surrogatepass"))
+            count = len(times)
+            if count >= 2**32:
+                raise ArchiveError(f"{index}: {count} captures are more than one mapped index holds (2**32)")
+            order = times.argsort(np.frombuffer(offsets, dtype=np.int64))
+            first = times.key(int(order[0])).decode("utf-8", "surrogatepass") if count else None
+            times.close()
+            del offsets
+            rank = ranks(order)
+            exact_values = rank
+            exact_order = exact.argsort(exact_values)
+            digest_values = rank[np.frombuffer(digest_of, dtype=np.uint64).astype(np.int64)]
+            del digest_of
+            digest_order = digests.argsort(digest_values)
+            del rank
+            meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,
+                    "methods": sorted(methods), "first_timestamp": first}
+            write_sorted_columns(target, meta, {
+                "lines": (spool.lengths()[order] + _POSITION.size, np.arange(count, dtype=np.uint32),
+                          spool.in_order(order)),
+                "exact": (exact.lengths()[exact_order], exact_values[exact_order], sorted_chunks(exact, exact_order)),
+                "digests": (digests.lengths()[digest_order], digest_values[digest_order],
+                            sorted_chunks(digests, digest_order)),
+            })
     except OSError as e:
         raise ArchiveError(f"{target}: cannot write the mapped index ({e.strerror})") from None
     finally:
-        for sorter in (order, exact, digests):
-            sorter.close()
+        for column in (times, exact, digests):
+            column.close()
     return target
 
 
-def _pairs(sorter: ExternalSorter) -> Iterator[tuple[bytes, int]]:
-    """A sorter's items as (key, value) pairs, read only when the first is asked for."""
-    for key, value, _payload in sorter:
-        yield key, value
+class _LineSpool:
+    """The lines of an index being mapped, in a temporary file, read back in recorded order."""
+
+    def __init__(self, folder: Path) -> None:
+        self._file = tempfile.TemporaryFile(dir=folder, prefix="lines-")
+        self._buf = bytearray()
+        self._at = 0
+        self._starts, self._lengths = array("Q"), array("I")
+
+    def __enter__(self) -> _LineSpool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._file.close()
+
+    def add(self, line: bytes) -> None:
+        self._starts.append(self._at + len(self._buf))
+        self._lengths.append(len(line))
+        self._buf += line
+        if len(self._buf) >= 1 << 20:
+            self._file.write(self._buf)
+            self._at += len(self._buf)
+            self._buf.clear()
+
+    def lengths(self) -> np.ndarray:
+        import numpy as np
+
+        return np.frombuffer(self._lengths, dtype=np.uint32)
+
+    def in_order(self, order: np.ndarray) -> Iterator[bytes]:
+        """The ``lines`` table's keys: position (4 bytes, big-endian) and line, in ``order``,
+        a few thousand at a time; the pages read are dropped from this process as it goes (a
+        million lines would otherwise stay mapped, counted in its resident memory)."""
+        self._file.write(self._buf)
+        self._buf = bytearray()
+        self._file.flush()
+        import numpy as np
+
+        if not len(order):
+            return
+        starts = np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64)
+        lengths = self.lengths().astype(np.int64)
+        with mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            data = np.frombuffer(view, dtype=np.uint8)
+            for at in range(0, len(order), _LINES_CHUNK):
+                part = order[at:at + _LINES_CHUNK]
+                heads = (np.arange(at, at + len(part), dtype=">u4")).view(np.uint8).reshape(-1, 4)
+                sizes = lengths[part] + _POSITION.size
+                ends = np.cumsum(sizes)
+                out = np.empty(int(ends[-1]), dtype=np.uint8)
+                index = np.repeat(starts[part] - _POSITION.size - (ends - sizes), sizes)
+                index += np.arange(len(out), dtype=np.int64)
+                np.maximum(index, 0, out=index)
+                out[:] = data[index]
+                for b in range(_POSITION.size):
+                    out[ends - sizes + b] = heads[:, b]
+                yield out.tobytes()
+                view.madvise(mmap.MADV_DONTNEED)
+            del data
 
 
 def _offset_bytes(index: Path, offset: int) -> bytes:

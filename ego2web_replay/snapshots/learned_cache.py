@@ -9,21 +9,25 @@ nobody else can change it (:func:`~.index_cache.trusted`), is never the source o
 stale or unreadable one is learned again) and is listed and pruned by ``ego2web-replay cache``.
 A snapshot that has a ``volatile.json`` reads that instead; this cache is never consulted.
 
-Learning streams the index: its lines are read one at a time, never held as a list of entries, and
-the captures are grouped by path through sorted runs on disk, so memory holds one path's captures.
+Learning streams the index: its lines are read one at a time, never held as a list of entries; a
+first read finds the path groups met more than once (a group of one capture teaches nothing), and
+only their captures are grouped by path through sorted runs on disk, so memory holds a hash per
+capture and one path's captures.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from ..atomic import atomic_write_text
 from ..errors import ArchiveError
+from ..models.index import learn_row
 from . import volatility as _volatility_module
-from .cdxj import CdxjEntry, IndexEntry
+from .cdxj import CdxjEntry
 from .index_cache import cache_dir, mark_used, trusted
 from .sortedfile import ExternalSorter
 from .volatility import learn_from_index, learn_grouped, path_group
@@ -58,37 +62,61 @@ def learned_file(index: Path) -> Path | None:
     return cache_dir() / f"{hashlib.sha256(identity.encode()).hexdigest()[:32]}.volatile.json"
 
 
-def _captures(index: Path) -> Iterator[tuple[str, str, str | None, str]]:
+def _lines(index: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of the index lines that are not blank or a header (as parse_index)."""
     try:
         with index.open("r", encoding="utf-8", newline="") as fh:
             for number, raw in enumerate(fh, 1):
                 line = raw.rstrip("\r\n")
-                if not line.strip() or line.startswith("!"):  # as parse_index: blank, or a header line
-                    continue
-                try:
-                    e = IndexEntry.from_line(line)
-                except (ValueError, KeyError, TypeError):
-                    raise ArchiveError(f"{index}: line {number} is not a valid CDXJ line; rebuild with "
-                                       "`ego2web-replay snapshot index`") from None
-                if e.record_type in ("response", "revisit"):
-                    yield (e.method, e.url, e.request_body_query, e.digest)
+                if line.strip() and not line.startswith("!"):
+                    yield number, line
     except FileNotFoundError:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ArchiveError(f"{index}: cannot read the index ({e})") from None
 
 
+def _teachers(index: Path, wanted: Callable[[int], bool] = lambda _n: True) -> Iterator[tuple[int, str, str, str | None, str]]:
+    """``(line number, path group, url, body query, digest)`` of the captures that can teach (a
+    response or revisit with a query or a body), of the lines ``wanted`` says to read."""
+    for number, line in _lines(index):
+        if not wanted(number):
+            continue
+        try:
+            rtype, method, url, body, digest = learn_row(line)
+        except (ValueError, KeyError, TypeError):
+            raise ArchiveError(f"{index}: line {number} is not a valid CDXJ line; rebuild with "
+                               "`ego2web-replay snapshot index`") from None
+        if rtype in ("response", "revisit") and ("?" in url or body):
+            yield number, path_group(method, url), url, body, digest
+
+
 def learn_index_file(index: Path) -> dict[str, list[str]]:
-    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory: read line
-    by line, the captures that can teach (a query or a body) sorted by path group through sorted runs
-    in temporary files (:class:`~.sortedfile.ExternalSorter`), then learned one group at a time."""
+    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory.
+
+    A first read notes a hash of the path group of each capture that can teach; a group met once
+    (most of them) cannot teach anything, so a second read keeps only the captures of groups whose
+    hash came more than once, sorts them by group through sorted runs in temporary files
+    (:class:`~.sortedfile.ExternalSorter`), and learns one group at a time."""
+    import numpy as np  # here, not at import: a snapshot with its learned cache needs none of it
+
     index = Path(index)
+    numbers, hashes = array("q"), array("q")
+    for number, group, _url, _body, _digest in _teachers(index):
+        numbers.append(number)
+        hashes.append(hash(group))
+    keys, counts = np.unique(np.frombuffer(hashes, dtype=np.int64), return_counts=True)
+    repeated = np.isin(np.frombuffer(hashes, dtype=np.int64), keys[counts > 1])
+    lines = np.frombuffer(numbers, dtype=np.int64)[repeated]
+    flags = np.zeros(int(lines.max()) + 1 if len(lines) else 0, dtype=np.uint8)
+    flags[lines] = 1
+    wanted = bytearray(flags.tobytes())  # wanted[number]: the line is read again
+    del numbers, hashes, keys, counts, repeated, lines, flags
     by_group = ExternalSorter(cache_dir())
     try:
-        for seq, (method, url, body, digest) in enumerate(_captures(index)):
-            if "?" in url or body:
-                by_group.add(path_group(method, url).encode("utf-8", "surrogatepass"), seq,
-                             json.dumps([url, body, digest]).encode())
+        if wanted:
+            for number, group, url, body, digest in _teachers(index, lambda n: n < len(wanted) and wanted[n] == 1):
+                by_group.add(group.encode("utf-8", "surrogatepass"), number, json.dumps([url, body, digest]).encode())
         return learn_grouped((group.decode("utf-8", "surrogatepass"), *json.loads(payload))
                              for group, _seq, payload in by_group)
     except OSError as e:

@@ -17,7 +17,8 @@ Layout (little-endian)::
 by whatever the content depends on (the cache of an index is keyed by the index's size and mtime).
 :func:`write_sorted_stream` writes tables that come sorted without holding them, and
 :class:`ExternalSorter` sorts more than memory should hold (sorted runs in temporary files, merged),
-so a million-line index is mapped in bounded memory.
+and :func:`write_sorted_columns` writes tables put in order by numpy (:mod:`.keysort`) from arrays,
+so a million-line index is mapped in bounded memory without a Python object per key.
 :func:`key_bytes` is the one way keys of several parts are written, so that a prefix of parts is a
 prefix of bytes and no two part lists share a key.
 """
@@ -33,15 +34,20 @@ import struct
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..atomic import atomic_writer
 from ..errors import ArchiveError
 
-__all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", "write_sorted_stream", "ExternalSorter"]
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", "write_sorted_stream", "write_sorted_columns",
+           "ExternalSorter"]
 
 MAGIC = b"E2RSORT1"
 _RECORD = struct.Struct("<QII")
+_RECORDS_AT_ONCE = 1 << 16
 _LENGTH = struct.Struct("<Q")
 _ITEM = struct.Struct("<IQI")  # a sorted run's item: key length, value, payload length
 _COPY = 1 << 20
@@ -94,25 +100,66 @@ def write_sorted_stream(path: Path, meta: Mapping[str, Any] | Callable[[], Mappi
                         buf.clear()
                 out.write(buf)
                 layout[name] = [0, count]
-            header: dict[str, Any] = {"meta": dict(meta() if callable(meta) else meta), "tables": layout,
-                                      "blob": 0, "size": 0}
-            # the header's length depends on the offsets it lists: reserve room for the widest numbers
-            probe = dict(header, tables={n: [2**63, 2**32] for n in layout}, blob=2**63, size=2**63)
-            room = len(json.dumps(probe).encode()) + 16
-            offset = len(MAGIC) + _LENGTH.size + room
-            for name in layout:
-                layout[name][0] = offset
-                offset += _RECORD.size * layout[name][1]
-            header["blob"] = offset
-            header["size"] = offset + blob_at
+            counts = {name: count for name, (_at, count) in layout.items()}
+            head = _head(meta() if callable(meta) else meta, counts, blob_at)
             with atomic_writer(path) as fh:
-                fh.write(MAGIC + _LENGTH.pack(room) + json.dumps(header).encode().ljust(room))
+                fh.write(head)
                 for part in (*records, blob):
                     part.seek(0)
                     shutil.copyfileobj(part, fh, _COPY)
         finally:
             for part in records:
                 part.close()
+
+
+def _head(meta: Mapping[str, Any], counts: Mapping[str, int], blob_bytes: int) -> bytes:
+    """The magic, length and JSON header of a file of tables of ``counts`` records (in this order)
+    and ``blob_bytes`` of keys; the records follow it directly."""
+    # the header's length depends on the offsets it lists: reserve room for the widest numbers
+    probe = {"meta": dict(meta), "tables": {n: [2**63, 2**32] for n in counts}, "blob": 2**63, "size": 2**63}
+    room = len(json.dumps(probe).encode()) + 16
+    offset = len(MAGIC) + _LENGTH.size + room
+    layout = {}
+    for name, count in counts.items():
+        layout[name] = [offset, count]
+        offset += _RECORD.size * count
+    header = {"meta": dict(meta), "tables": layout, "blob": offset, "size": offset + blob_bytes}
+    return MAGIC + _LENGTH.pack(room) + json.dumps(header).encode().ljust(room)
+
+
+def write_sorted_columns(path: Path, meta: Mapping[str, Any],
+                         tables: Mapping[str, tuple[np.ndarray, np.ndarray, Iterable[bytes]]]) -> None:
+    """:func:`write_sorted_stream` of tables already in order given as arrays: per table the length
+    of each key and its value (in table order), and the keys' bytes concatenated in that order, in
+    pieces (:func:`~.keysort.sorted_chunks`); same file, written without a record per Python object."""
+    import numpy as np  # here, not at import: replay opens a mapped index without it
+
+    record = np.dtype([("at", "<u8"), ("length", "<u4"), ("value", "<u4")])
+    counts = {name: len(lengths) for name, (lengths, _values, _chunks) in tables.items()}
+    sizes = {name: int(lengths.sum(dtype=np.uint64)) for name, (lengths, _values, _chunks) in tables.items()}
+    blob_at = sum(sizes.values())
+    with atomic_writer(path) as fh:
+        fh.write(_head(meta, counts, blob_at))
+        at = 0
+        for name, (lengths, values, _chunks) in tables.items():
+            if len(values) != counts[name]:
+                raise ValueError(f"table {name!r}: {counts[name]} keys, {len(values)} values")
+            for start in range(0, counts[name], _RECORDS_AT_ONCE):  # a few MiB of records at a time
+                part = lengths[start:start + _RECORDS_AT_ONCE].astype(np.uint64)
+                records = np.empty(len(part), dtype=record)
+                ends = np.cumsum(part, dtype=np.uint64)
+                records["at"] = ends - part + np.uint64(at)
+                records["length"] = part
+                records["value"] = values[start:start + _RECORDS_AT_ONCE]
+                fh.write(records.tobytes())
+                at += int(ends[-1])
+        written = 0
+        for _lengths, _values, chunks in tables.values():
+            for chunk in chunks:
+                fh.write(chunk)
+                written += len(chunk)
+        if written != blob_at:
+            raise ValueError(f"{written} bytes of keys written, the lengths say {blob_at}")
 
 
 class ExternalSorter:
@@ -272,6 +319,12 @@ class SortedFile:
     def table(self, name: str) -> KeyTable:
         offset, count = self._tables[name]
         return KeyTable(self._data, offset, count, self._blob)
+
+    def drop_pages(self) -> None:
+        """Unmap the pages read so far from this process (they stay in the page cache and come
+        back when read again): a pass over a whole large file need not count it all as resident."""
+        if hasattr(mmap, "MADV_DONTNEED"):
+            self._data.madvise(mmap.MADV_DONTNEED)
 
     def close(self) -> None:
         self._data.close()

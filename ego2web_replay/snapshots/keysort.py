@@ -1,0 +1,185 @@
+"""Sorting a million byte keys without a million Python objects: keys in one buffer, ordered by numpy.
+
+The tables of a :mod:`~.sortedfile` are sorted by key bytes, then by value. Sorting a list of
+``(key, value)`` tuples costs two objects per key and, beyond memory, sorted runs merged in Python;
+a :class:`KeyColumn` instead appends each key to one buffer (a temporary file once it grows past
+:data:`KeyColumn.SPILL_BYTES`), every key padded with zeros to a multiple of 8 bytes, and
+:meth:`KeyColumn.argsort` orders them with numpy: a stable least-significant-first sort over the
+keys' first :data:`WIDTH` bytes read as big-endian 64-bit words (a word that is the same for every
+key is skipped), after a stable sort by length and by value. A zero-padded word cannot tell ``ab``
+from ``ab\\0``; the length sort puts the shorter first, as byte order does. Keys longer than
+:data:`WIDTH` bytes that share their first :data:`WIDTH` bytes with another such key are put in
+order by comparing their bytes in Python (rare: most keys are URLs shorter than that).
+
+:func:`sorted_chunks` gives the keys' bytes (unpadded) in a given order, a few thousand at a time,
+for :func:`~.sortedfile.write_sorted_columns`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["KeyColumn", "WIDTH", "sorted_chunks", "ranks"]
+
+WIDTH = 128  # bytes compared by numpy; longer keys with an equal start are compared in Python
+_ZEROS = bytes(8)
+_CHUNK = 2048  # keys gathered at a time when their bytes are written out
+
+
+class KeyColumn:
+    """Byte keys appended one at a time (the ``i``-th added is key ``i``), then sorted at once.
+
+    ``folder``: where the keys go once they pass :data:`SPILL_BYTES` (a temporary file, removed
+    by :meth:`close`); without one they stay in memory.
+    """
+
+    SPILL_BYTES = 4 << 20
+
+    def __init__(self, folder: Path | None = None) -> None:
+        self._buf = bytearray()
+        self._folder = folder
+        self._spill: tempfile._TemporaryFileWrapper[bytes] | None = None
+        self._words = 0  # 8-byte words written to the spill file
+        self._starts = array("I")  # first 8-byte word of each key (32 GiB of keys at most)
+        self._lengths = array("I")
+        self._data: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self._lengths)
+
+    def add(self, key: bytes) -> None:
+        n = len(key)
+        self._starts.append(self._words + (len(self._buf) >> 3))
+        self._lengths.append(n)
+        self._buf += key
+        if n & 7:
+            self._buf += _ZEROS[n & 7:]
+        if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._spill is None:
+            assert self._folder is not None
+            self._folder.mkdir(parents=True, exist_ok=True)
+            self._spill = tempfile.NamedTemporaryFile(dir=self._folder, prefix="keys-", suffix=".tmp")
+        self._spill.write(self._buf)
+        self._words += len(self._buf) >> 3
+        self._buf = bytearray()
+
+    def data(self) -> np.ndarray:
+        """Every key's padded bytes, as one array of bytes (read back from the spill file, until
+        :meth:`release`)."""
+        if self._data is None:
+            if self._spill is None:
+                self._data = np.frombuffer(self._buf, dtype=np.uint8)
+            else:
+                if self._buf:
+                    self._flush()
+                self._spill.flush()
+                self._data = np.fromfile(self._spill.name, dtype=np.uint8)
+        return self._data
+
+    def release(self) -> None:
+        """Let go of the keys read back from the spill file (read again when next needed)."""
+        if self._spill is not None:
+            self._data = None
+
+    def starts(self) -> np.ndarray:
+        """The byte offset of each key in :meth:`data`."""
+        return np.frombuffer(self._starts, dtype=np.uint32).astype(np.int64) * 8
+
+    def lengths(self) -> np.ndarray:
+        return np.frombuffer(self._lengths, dtype=np.uint32)
+
+    def key(self, i: int) -> bytes:
+        start = int(self._starts[i]) * 8
+        return self.data()[start:start + self._lengths[i]].tobytes()
+
+    def argsort(self, values: np.ndarray | None = None) -> np.ndarray:
+        """The keys' indexes ordered by (key bytes, ``values[i]``, ``i``); ``values`` default to ``i``."""
+        n = len(self)
+        lengths = self.lengths()
+        if values is None:
+            order = np.arange(n, dtype=np.int64)
+        else:
+            order = np.argsort(values, kind="stable").astype(np.int64)
+        if not n:
+            return order
+        words = self.data().view(">u8")
+        first = self.starts() >> 3
+        longest = int(lengths.max())
+        order = order[np.argsort(lengths[order], kind="stable")]
+        for c in range((min(longest, WIDTH) + 7) // 8 - 1, -1, -1):
+            col = _column(words, first, lengths, order, c)
+            if (col == col[0]).all():
+                continue
+            order = order[np.argsort(col, kind="stable")]
+        if longest > WIDTH:
+            self._order_long(order, words, first, lengths)
+        del words
+        self.release()
+        return order
+
+    def _order_long(self, order: np.ndarray, words: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> None:
+        """Put in byte order, in place, each run of ``order`` whose keys share their first
+        :data:`WIDTH` bytes and two or more of which are longer."""
+        same = np.ones(len(order) - 1, dtype=bool)
+        for c in range(WIDTH // 8):
+            col = _column(words, first, lengths, order, c)
+            same &= col[1:] == col[:-1]
+        long = lengths[order] > WIDTH
+        same &= long[1:] & long[:-1]
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
+        for begin, end in zip(edges[::2], edges[1::2], strict=True):
+            run = order[begin:end + 1]
+            order[begin:end + 1] = sorted(run.tolist(), key=lambda i: self.key(i))  # stable: value order kept
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+            self._spill = None
+        self._buf = bytearray()
+        self._data = None
+        self._starts, self._lengths = array("I"), array("I")
+
+
+def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
+    """The ``c``-th 8-byte word of each key in ``order`` (0 past a key's end), as native integers."""
+    at = first[order] + c
+    np.minimum(at, len(words) - 1, out=at)
+    col = words[at].astype(np.uint64)
+    col[lengths[order] <= 8 * c] = 0
+    return col
+
+
+def ranks(order: np.ndarray) -> np.ndarray:
+    """``rank[i]``: where item ``i`` stands in ``order`` (the inverse permutation)."""
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank
+
+
+def sorted_chunks(column: KeyColumn, order: np.ndarray) -> Iterator[bytes]:
+    """The unpadded bytes of ``column``'s keys in ``order``, concatenated, a few thousand keys a piece."""
+    data = column.data()
+    starts, lengths = column.starts(), column.lengths().astype(np.int64)
+    for at in range(0, len(order), _CHUNK):
+        part = order[at:at + _CHUNK]
+        yield gather(data, starts[part], lengths[part])
+    del data
+    column.release()
+
+
+def gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
+    """``data[starts[0]:starts[0]+lengths[0]] + data[starts[1]:...] + ...`` as bytes."""
+    total = int(lengths.sum())
+    if not total:
+        return b""
+    ends = np.cumsum(lengths)
+    index = np.repeat(starts - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)
+    return data[index].tobytes()

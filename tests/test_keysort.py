@@ -1,0 +1,113 @@
+"""Keys sorted by numpy (snapshots/keysort.py), the column writer, and the fast read of plain index lines:
+each gives exactly what the Python sort, the pair writer and the JSON parse give."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+
+from ego2web_replay.models.index import IndexEntry, index_row, learn_row
+from ego2web_replay.snapshots.keysort import WIDTH, KeyColumn, ranks, sorted_chunks
+from ego2web_replay.snapshots.sortedfile import write_sorted_columns, write_sorted_file
+
+
+def _keys(rng: random.Random, n: int) -> list[bytes]:
+    """Short keys over a tiny alphabet (NULs included: ``ab`` against ``ab\\0``), empty ones, and long
+    ones sharing their first WIDTH bytes or more."""
+    long_head = bytes(rng.randrange(3) for _ in range(WIDTH))
+    out = []
+    for _ in range(n):
+        kind = rng.randrange(4)
+        if kind == 0:
+            out.append(b"")
+        elif kind == 1:
+            out.append(long_head + bytes(rng.randrange(3) for _ in range(rng.randrange(0, 20))))
+        else:
+            out.append(bytes(rng.randrange(3) for _ in range(rng.randrange(0, 12))))
+    return out
+
+
+@pytest.mark.parametrize("spill", [None, 64])
+def test_key_column_orders_by_bytes_then_value(tmp_path, monkeypatch, spill):
+    rng = random.Random(spill or 1)
+    keys = _keys(rng, 3000)
+    values = np.array([rng.randrange(5) for _ in keys], dtype=np.int64)
+    if spill:
+        monkeypatch.setattr(KeyColumn, "SPILL_BYTES", spill)
+    column = KeyColumn(tmp_path if spill else None)
+    for key in keys:
+        column.add(key)
+    assert [column.key(i) for i in range(len(keys))] == keys
+    want = sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))
+    assert column.argsort(values).tolist() == want
+    assert column.argsort().tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    order = np.array(want)
+    assert b"".join(sorted_chunks(column, order)) == b"".join(keys[i] for i in want)
+    assert ranks(order)[order].tolist() == list(range(len(keys)))
+    column.close()
+    assert not list(tmp_path.iterdir())  # the spill file was temporary
+
+
+def test_column_writer_writes_the_pair_writers_file(tmp_path):
+    rng = random.Random(4)
+    tables = {"a": [(k, rng.randrange(2**32)) for k in _keys(rng, 500)], "b": [], "c": [(b"x", 1), (b"", 0)]}
+    write_sorted_file(tmp_path / "pairs.sorted", {"m": 1}, tables)
+    columns = {}
+    for name, pairs in tables.items():
+        column = KeyColumn()
+        for key, _value in pairs:
+            column.add(key)
+        values = np.array([v for _k, v in pairs], dtype=np.int64)
+        order = column.argsort(values)
+        columns[name] = (column.lengths()[order], values[order], sorted_chunks(column, order))
+    write_sorted_columns(tmp_path / "columns.sorted", {"m": 1}, columns)
+    assert (tmp_path / "columns.sorted").read_bytes() == (tmp_path / "pairs.sorted").read_bytes()
+
+
+def _json_row(line: str):
+    _key, ts, blob = line.split(" ", 2)
+    d = json.loads(blob)
+    rtype = d.get("recordType") or ("revisit" if d.get("mime") == "warc/revisit" else "response")
+    return rtype, (ts, int(d["offset"]), d["url"], (d.get("method") or "GET").upper(), d.get("requestBody"), line)
+
+
+def _outcome(read, line):
+    try:
+        return read(line)
+    except (ValueError, KeyError, TypeError) as e:
+        return type(e)
+
+
+def _entry_fields(line: str):
+    e = IndexEntry.from_line(line)
+    return e.record_type, e.method, e.url, e.request_body_query, e.digest
+
+
+LINES = [
+    IndexEntry("k", "20260101000000", "http://a/x?q=1", "text/html", "sha1:X", 1, 2, "f", 200).to_line(),
+    IndexEntry("k", "20260101000000", 'http://a/"q"', "text/html", "sha1:X", 1, 2, "f", 200).to_line(),
+    IndexEntry("k", "20260101000000", "http://a/é", "warc/revisit", "sha1:X", 1, 2, "f", None, "POST", "a=b&c",
+               "revisit", "http://a/", "20250101000000").to_line(),
+    IndexEntry("k", "20260101000000", "http://a/", "text/html", "sha1:X", -5, 2, "f", None, "post", "", "resource").to_line(),
+    IndexEntry("k", "20260101000000", "http://a/", "text/html", "", 5, 2, "f").to_line(),
+    'k 2026 {"url": "http://a/\tb", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f"}',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f", "recordType": ""}',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f", "method": ""}',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f", "method": "patch"}',
+    'k 2026 {"url": "u", "mime": "x", "status": "abc", "digest": "d", "length": "1", "offset": "3", "filename": "f"}',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "x", "offset": "3", "filename": "f"}',
+    'k 20x6 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f"}',
+    'k 2026 {"url": "u", "mime": "x", "status": 200, "digest": "d", "length": "1", "offset": "3", "filename": "f"}',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "3", "filename": "f"} ',
+    'k 2026 {"url": "u", "mime": "x", "digest": "d", "length": "1", "offset": "", "filename": "f"}',
+    'k 2026 {"url": "u", "mime": "x"}',
+]
+
+
+@pytest.mark.parametrize("line", LINES)
+def test_plain_lines_read_as_the_json_parse_reads_them(line):
+    assert _outcome(index_row, line) == _outcome(_json_row, line)
+    assert _outcome(learn_row, line) == _outcome(_entry_fields, line)
