@@ -355,7 +355,7 @@ class ProxyFront(ABC):
         free = [c for c in self.connections if c.current_phase() in ("idle", "head")]
         if not free:
             return False
-        min(free, key=lambda c: max(c.last_read, c.last_write)).expire("evicted")
+        min(free, key=lambda c: (max(c.last_read, c.last_write), c.opened)).expire("evicted")
         return True
 
     async def closing(self) -> None:  # noqa: B027 - an optional hook: most proxies hold nothing to close

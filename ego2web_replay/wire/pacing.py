@@ -18,6 +18,7 @@ and ``close``.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -30,6 +31,9 @@ __all__ = ["Bounded", "READ_AHEAD"]
 #: Bytes an HTTP/1.1 connection may send past a request whose answer is still to come before it is
 #: no longer read (pipelined requests wait in the kernel's buffers then).
 READ_AHEAD = 64 * 1024
+
+
+_OPENED = itertools.count()  # connections in the order they were accepted
 
 
 class Bounded(asyncio.Protocol):
@@ -47,6 +51,8 @@ class Bounded(asyncio.Protocol):
     def init_bounds(self) -> None:
         now = self.loop.time()
         self.phase, self.phase_since, self.last_read, self.last_write = "head", now, now, now
+        # ties in the loop's clock (uvloop's is cached per loop turn, to the millisecond) go to the older
+        self.opened = next(_OPENED)
         self.requests = 0  # requests handed to the front
         self.charged = 0  # bytes the app holds of bodies still coming, charged to the budget
         self.held: dict[asyncio.Future[Reply], int] = {}  # answers to come, with the body bytes each holds
