@@ -16,10 +16,17 @@ def test_page_links_resolve_links_frames_and_get_forms_default_submission():
     <iframe src="frame.html"></iframe><a href="items?page=2">again</a>
     <form action="/search"><input name="q" value="mug"><input type="checkbox" name="new" checked>
     <input type="checkbox" name="old"><input type="submit" name="go" value="Go"></form>
-    <form method="post" action="/cart"><input name="qty" value="1"></form>"""
+    <form method="post" action="/cart"><input name="qty" value="1"></form>
+    <form action="/f"><select name="col"><option value="">-</option><option>name</option></select>
+    <select name="op"><option value="eq">=</option><option selected>like</option></select>
+    <input type="search" name="v"><input type="hidden" name="_sort" value="id"></form>"""
     assert page_links(html, "https://shop.example/start") == [
         "https://shop.example/shop/items?page=2", "https://shop.example/about", "https://shop.example/shop/",
-        "https://shop.example/shop/frame.html", "https://shop.example/search?q=mug&new=on"]  # no POST form
+        "https://shop.example/shop/frame.html", "https://shop.example/search?q=mug&new=on",  # no POST form
+        "https://shop.example/f?col=&op=like&v=&_sort=id"]  # a select: its selected option, else its first
+    words = page_links(html, "https://shop.example/", words=["tea"])
+    assert words[-3:] == ["https://shop.example/search?q=tea&new=on", "https://shop.example/f?col=&op=like&v=&_sort=id",
+                          "https://shop.example/f?col=&op=like&v=tea&_sort=id"]
 
 
 @pytest.mark.slow

@@ -84,6 +84,9 @@ if TYPE_CHECKING:
                    "'fanout from <page>'); 0: off; 200 is a sane bound. See docs/agents.md.")
 @click.option("--fanout-depth", type=click.IntRange(min=1, max=3), default=1, show_default=True,
               help="--fanout: clicks deep (2: the fetched pages' links too, within the same N).")
+@click.option("--fanout-word", "fanout_words", multiple=True, metavar="WORD",
+              help="--fanout: also submit each GET form with this word typed into each of its text fields, as an "
+                   "agent searching for it would (repeatable; e.g. the words the task's agents search for).")
 @json_option("each task's snapshot (or error)")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
@@ -91,7 +94,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
                wire: WireLimits, second_load: bool, explore: int, explore_agent: str, explore_seed: int,
                explore_steps: int, explore_window: str, explore_runs: Path, fanout: int, fanout_depth: int,
-               json_out: str | None) -> None:
+               fanout_words: tuple[str, ...], json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy; with --explore, exploring agents then run the recorded
     tasks live and their captures are merged in; with --fanout, the links of the recorded pages
@@ -165,7 +168,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
         if fanout and bases:
             from ..snapshots.extend import parse_window
 
-            _fanout(tasks, record_opts, results, bars, ca=ca, limit=fanout, depth=fanout_depth,
+            _fanout(tasks, record_opts, results, bars, ca=ca, limit=fanout, depth=fanout_depth, words=fanout_words,
                     runs=explore_runs, window=parse_window(explore_window))
     emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
@@ -224,7 +227,7 @@ def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: 
 
 
 def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[str, object]], bars: Any, *,
-            ca: Any, limit: int, depth: int, runs: Path, window: Any) -> None:
+            ca: Any, limit: int, depth: int, words: tuple[str, ...], runs: Path, window: Any) -> None:
     """Fetch and merge each recorded task's uncaptured same-site links; one line per task."""
     from datetime import UTC, datetime
 
@@ -237,7 +240,7 @@ def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[st
         if row is None or task.id not in record_opts:
             continue
         got = fan_out(task, Path(str(row["snapshot"])), out, record_opts[task.id], ca=ca, limit=limit, depth=depth,
-                      window=window)
+                      window=window, words=words)
         bars.advance(bar)
         ext = got.extended
         row["fanout"] = {"candidates": got.candidates, "fetched": len(got.fetched), "failed": len(got.failed),

@@ -61,15 +61,21 @@ class FanoutResult:
     error: str | None = None
 
 
-class _Links(HTMLParser):
-    """Links and GET forms' default submissions of one HTML page, in page order."""
+_TEXT_INPUTS = ("text", "search", "")
 
-    def __init__(self, base: str) -> None:
+
+class _Links(HTMLParser):
+    """Links and GET forms' submissions of one HTML page, in page order: each form's default submission,
+    then, per word of ``words``, one with that word typed into each of its text fields."""
+
+    def __init__(self, base: str, words: Sequence[str] = ()) -> None:
         super().__init__(convert_charrefs=True)
-        self.base = base
+        self.base, self.words = base, tuple(words)
         self.links: list[str] = []
-        self._form: tuple[str, list[tuple[str, str]]] | None = None
-        self._select: str | None = None
+        self._form: tuple[str, list[list[str]]] | None = None  # action, [name, value, "text" or ""]
+        self._select: list[str] | None = None  # name, chosen value, first value, option text so far
+        self._option: str | None = None  # an open <option>'s value attribute ("\0": none, its text is)
+        self._option_selected = False
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = {k: v or "" for k, v in attrs}
@@ -82,6 +88,10 @@ class _Links(HTMLParser):
         elif tag == "form":
             get = (a.get("method") or "get").lower() == "get"
             self._form = (urljoin(self.base, a.get("action") or self.base), []) if get else None
+        elif tag == "option" and self._select is not None:
+            self._close_option()
+            self._option, self._option_selected = a.get("value", "\0"), "selected" in a
+            self._select[3] = ""
         elif self._form is not None and a.get("name") and "disabled" not in a:
             self._field(tag, a)
 
@@ -90,26 +100,52 @@ class _Links(HTMLParser):
         kind = a.get("type", "text").lower()
         if tag == "input" and kind not in ("submit", "button", "image", "reset", "file") and (
                 kind not in ("checkbox", "radio") or "checked" in a):
-            self._form[1].append((a["name"], a.get("value", "on" if kind in ("checkbox", "radio") else "")))
+            self._form[1].append([a["name"], a.get("value", "on" if kind in ("checkbox", "radio") else ""),
+                                  "text" if kind in _TEXT_INPUTS else ""])
         elif tag == "select":
-            self._select = a["name"]
+            self._select = [a["name"], "\0", "\0", ""]
         elif tag == "textarea":
-            self._form[1].append((a["name"], ""))
+            self._form[1].append([a["name"], "", "text"])
+
+    def handle_data(self, data: str) -> None:
+        if self._select is not None and self._option is not None:
+            self._select[3] += data
+
+    def _close_option(self) -> None:
+        if self._select is None or self._option is None:
+            return
+        value = self._select[3].strip() if self._option == "\0" else self._option
+        if self._select[2] == "\0":
+            self._select[2] = value
+        if self._option_selected and self._select[1] == "\0":
+            self._select[1] = value
+        self._option = None
 
     def handle_endtag(self, tag: str) -> None:
-        if tag == "form" and self._form is not None:
+        if tag == "option":
+            self._close_option()
+        elif tag == "select" and self._select is not None:
+            self._close_option()
+            name, chosen, first, _ = self._select
+            value = chosen if chosen != "\0" else first
+            if self._form is not None and value != "\0":  # a select with no option submits nothing
+                self._form[1].append([name, value, ""])
+            self._select = None
+        elif tag == "form" and self._form is not None:
             action, fields = self._form
             parts = urlsplit(action)
-            self.links.append(urlunsplit((*parts[:3], urlencode(fields), "")))
+            texts = [i for i, f in enumerate(fields) if f[2]]
+            for typed in [None, *((i, w) for w in self.words for i in texts)]:
+                pairs = [(f[0], typed[1] if typed is not None and typed[0] == i else f[1]) for i, f in enumerate(fields)]
+                self.links.append(urlunsplit((*parts[:3], urlencode(pairs), "")))
             self._form = None
-        elif tag == "select":
-            self._select = None
 
 
-def page_links(html: str, url: str) -> list[str]:
+def page_links(html: str, url: str, words: Sequence[str] = ()) -> list[str]:
     """The links of an HTML page (absolute, fragments dropped, each once, in page order), GET forms'
-    default submissions included (a ``<select>`` submits nothing here: its default is not parsed)."""
-    parser = _Links(url)
+    default submissions included (a ``<select>`` with its selected option, else its first), and, per
+    word of ``words``, each form submitted with that word in each of its text fields."""
+    parser = _Links(url, words)
     try:
         parser.feed(html)
         parser.close()
@@ -151,7 +187,7 @@ def _documents(snap: Snapshot) -> list[tuple[str, str]]:
 
 
 def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str]] | None = None,
-                      held: set[str] | None = None) -> list[tuple[str, str]]:
+                      held: set[str] | None = None, words: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(link, page it is on) of the same-site links of ``pages`` (default: the snapshot's documents) that
     the snapshot does not hold: new paths first, then new query strings of held paths."""
     key = entry_key()
@@ -160,7 +196,7 @@ def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str
     site = _site(task)
     found: dict[str, str] = {}
     for page, html in (pages if pages is not None else _documents(snap)):
-        for link in page_links(html, page):
+        for link in page_links(html, page, words):
             if link in found or not _on_site(link, site):
                 continue
             if key(SimpleNamespace(method="GET", url=link, request_body_query=None)) not in held:
@@ -200,14 +236,16 @@ class _Fetcher:
 
 
 def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: ProjectCA, limit: int = DEFAULT_LIMIT,
-            depth: int = 1, window: timedelta | None = timedelta(hours=1), timeout_s: float = 20.0) -> FanoutResult:
+            depth: int = 1, window: timedelta | None = timedelta(hours=1), timeout_s: float = 20.0,
+            root: Path | None = None, words: Sequence[str] = ()) -> FanoutResult:
     """Fetch up to ``limit`` same-site links of ``snapshot``'s documents it does not hold (``depth`` clicks
-    deep) through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot``."""
+    deep) through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot``
+    (or under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
     result = FanoutResult(task.id)
     snap = Snapshot.open(Path(snapshot))
     key = entry_key()
     held = {key(e) for e in snap.entries()}
-    queue = fanout_candidates(snap, task, held=held)
+    queue = fanout_candidates(snap, task, held=held, words=words)
     result.candidates = len(queue)
     origins: dict[str, str] = {}
     live = LiveRecording(task, out, RecordOptions(**{**vars(opts), "source": "record", "screenshots": False}), ca=ca)
@@ -231,7 +269,7 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
                 if status == 200 and "html" in ctype.lower():
                     next_pages.append((link, body.decode("utf-8", errors="replace")))
             if level + 1 < depth:
-                queue = fanout_candidates(snap, task, next_pages, held)
+                queue = fanout_candidates(snap, task, next_pages, held, words)
                 result.candidates += len(queue)
         assert live.writer is not None
         (live.writer.path / FANOUT).write_text(json.dumps(
@@ -244,5 +282,5 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
         return result
     if result.fetched:
         result.extended = extend_snapshot(snap.path, [live.snapshot_path] if live.snapshot_path else [],
-                                          window=window, request_key=key)
+                                          window=window, root=root, request_key=key)
     return result
