@@ -227,23 +227,24 @@ def _verdict(best: dict[str, Any], sharing: bool) -> str:
     needed = 0.8 ** (1 / per_episode)
     row = (f"{best['k']} explorers recorded, sharing {'on' if best['share'] else 'off (not available)'}"
            + (f", fan-out {_FANOUT_NAMES[best['fan']]}" if best.get("fan") else ""))
+    sample = f"{best['complete']} of {best['eps']} fresh episodes"
     if complete >= 0.8:
         return (f"**Target (80% of fresh explorer episodes complete with sharing and 4 recorded explorers): met** "
-                f"({100 * complete:.0f}% with {row}).")
+                f"({100 * complete:.0f}%, {sample}, with {row}; {100 * hit:.0f}% of their {best['content']} "
+                "documents and content fetches held). A small sample (one episode is "
+                f"{100 / eps:.0f} points), and the '+ words' fan-out submitted the forms with the very vocabulary "
+                "the fresh explorers type; for agents that type other words, `--fanout-word` must name those "
+                "(a task's own keywords, say). Without fan-out the explorers alone left every episode off the "
+                "snapshot (the rows above): random recorded explorers sample the pages one click or one word "
+                "away, the fan-out records them.")
     return (f"**Target (80% of fresh explorer episodes complete with sharing and 4 recorded explorers): not met** "
-            f"({100 * complete:.0f}% complete, {100 * (complete + best['degraded'] / eps):.0f}% complete or degraded, "
-            f"with {row}). A fresh episode sent {per_episode:.1f} documents and content fetches on average and "
-            f"{100 * hit:.0f}% of them were held; an episode is complete only when all of them are, so 80% "
-            f"complete needs about {100 * needed:.0f}% of them held. What is left are the pages one random "
-            "click or one typed word away that no recorded explorer happened to choose (the shapes above): "
-            "a Datasette table page links every row, every column's sort, the next page, the JSON and SQL "
-            "views, and every field takes every word of the vocabulary; random recorded explorers sample that "
-            "fan-out, they do not cover it, so the held share grows only slowly with more of them (the table) while a "
-            "complete episode needs all of its requests held. What would reach the target: record the fan-out instead of "
-            "samples of it (an explorer that, from every page the reference path and the earlier explorers "
-            "reached, opens each same-site link and submits each vocabulary word in each field, to the depth "
-            "fresh agents go), or measure with agents whose choices are as narrow as the recorded ones "
-            "(task-directed agents rather than random walkers).")
+            f"({100 * complete:.0f}% complete ({sample}), {100 * (complete + best['degraded'] / eps):.0f}% complete "
+            f"or degraded, with {row}). A fresh episode sent {per_episode:.1f} documents and content fetches on "
+            f"average and {100 * hit:.0f}% of them were held; an episode is complete only when all of them are, so "
+            f"80% complete needs about {100 * needed:.0f}% of them held. What is left are the shapes above: pages "
+            "past the fan-out's depth or limit (candidates past the limit are counted above), or form submissions "
+            "with words no `--fanout-word` named. What would reach it: a larger `--fanout` limit or depth for the "
+            "shapes that are links, and the agents' search words as `--fanout-word` for those that are searches.")
 
 
 _FANOUT_NAMES = {"links": "links", "words": "+ words, deeper"}
