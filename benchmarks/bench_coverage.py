@@ -81,14 +81,20 @@ def main() -> None:
     ap.add_argument("--agents", type=int, default=1, help="Fresh explorers; each runs the whole suite frozen.")
     ap.add_argument("--steps", type=int, default=3, help="Actions per explorer episode (recorded and fresh).")
     ap.add_argument("--recorded", default="0,1,2,4", help="Explorers merged into the snapshots, comma-separated.")
+    ap.add_argument("--fanout", type=int, default=200,
+                    help="A last row: the most explorers, sharing on, plus `record --fanout N`'s fetches (0: none).")
+    ap.add_argument("--fanout-depth", type=int, default=2, help="The '+ words' fan-out row's depth.")
     ap.add_argument("--no-write", action="store_true", help="Print only; do not touch BENCHMARKS.md.")
     args = ap.parse_args()
     merges = sorted({int(k) for k in args.recorded.split(",")})
     tables = TABLES[:args.tasks]
 
+    from ego2web_replay.agents.explorer import WORDS
     from ego2web_replay.models import ReplayConfig
+    from ego2web_replay.proxy import project_ca
     from ego2web_replay.recorder.session import RecordOptions, record_task
     from ego2web_replay.runner.explore import ExploreOptions, merge_explorers, run_explorers
+    from ego2web_replay.runner.fanout import fan_out
     from ego2web_replay.runner.run import RunSettings, run_suite
     from ego2web_replay.tasks import load_tasks
     from ego2web_replay.testing.thirdparty import DatasetteSite, available
@@ -103,6 +109,7 @@ def main() -> None:
     base_root, runs = work / "snapshots", work / "runs"
     common = {"timeout_s": 120, "action_timeout_s": 10, "guard": "loopback", "max_steps": 2 * args.steps + 2}
     rows, shapes, versions, best = [], Counter[str](), "", {}
+    fanned: dict[str, dict[str, Any]] = {}  # fan-out row -> task -> FanoutResult
     with DatasetteSite(work / "app", setup=_more_tables) as app:
         suite = load_tasks(_suite(work / "suite", app.url, tables))
         bases = {}
@@ -114,22 +121,35 @@ def main() -> None:
                                  action_timeout_s=10, timeout_s=120)
         recorded = run_explorers(suite, list(bases), explore) if explore.count else []
         print(f"recorded: {len(bases)} tasks, {explore.count} explorers ({time.perf_counter() - t0:.0f} s)", flush=True)
-        for k in merges:
-            root = base_root if k == 0 else work / f"snapshots-k{k}"
+        plans = [(k, "") for k in merges] + ([(merges[-1], "links"), (merges[-1], "words")] if args.fanout else [])
+        grown: dict[str, Path] = {}
+        for k, fan in plans:
+            root = base_root if k == 0 and not fan else work / f"snapshots-k{k}{'-fanout-' + fan if fan else ''}"
             captures = 0
             for task_id, base in bases.items():
-                if k:
+                snap = base
+                if fan:
+                    task = next(t for t in suite if t.id == task_id)
+                    f = fan_out(task, grown.get(task_id, base), work / "fanout", RecordOptions(guard="loopback"),
+                                ca=project_ca(), limit=args.fanout, window=timedelta(hours=1), root=root,
+                                depth=1 if fan == "links" else args.fanout_depth,
+                                words=WORDS if fan == "words" else ())
+                    assert f.error is None, f.error
+                    fanned.setdefault(fan, {})[task_id] = f
+                    snap = f.extended.path if f.extended else grown.get(task_id, base)
+                elif k:
                     got = merge_explorers(base, recorded[:k], task_id, timedelta(hours=1), root=root)
                     assert got.extended is not None, f"no explorer archive of {task_id}"
-                    captures += len(got.extended.path.joinpath("index.cdxj").read_text("utf-8").splitlines())
-                else:
-                    captures += len(base.joinpath("index.cdxj").read_text("utf-8").splitlines())
-            for share in ([False, True] if sharing else [False]):
+                    snap = grown[task_id] = got.extended.path
+                captures += len(snap.joinpath("index.cdxj").read_text("utf-8").splitlines())
+            if fan:
+                print(f"fan-out {fan}: {_fanout_line(fanned[fan])}", flush=True)
+            for share in ([True] if fan else [False, True] if sharing else [False]):
                 replay = ReplayConfig(share_window_s=SHARE_WINDOW_S) if share else ReplayConfig()
                 fresh = []
                 for n in range(args.agents):
                     run_dir, _ = run_suite(suite, agent_name="explorer", agent_settings={"seed": n + 1, "steps": args.steps},
-                                           out=runs, run_id=f"fresh-k{k}-{'share' if share else 'own'}-{n}",
+                                           out=runs, run_id=f"fresh-k{k}{'-' + fan if fan else ''}-{'share' if share else 'own'}-{n}",
                                            settings=RunSettings(mode="frozen", snapshots_root=str(root), replay=replay,
                                                                 **common))
                     fresh.append(run_dir)
@@ -137,18 +157,19 @@ def main() -> None:
                 eps = sum(t.episodes for t in report)
                 count = {c: sum(getattr(t, c) for t in report) for c in ("complete", "degraded", "off_snapshot", "shared")}
                 missed, content = sum(t.content_misses for t in report), sum(t.content_requests for t in report)
-                if k == merges[-1] and share == sharing:
-                    best = {"k": k, "share": share, "eps": eps, "complete": count["complete"],
+                if (k, fan) == plans[-1] and share == sharing:
+                    best = {"k": k, "share": share, "fan": fan, "eps": eps, "complete": count["complete"],
                             "degraded": count["degraded"], "missed": missed, "content": content}
                     for t in report:
                         for request, times in t.missed.items():
                             shapes[_shape(request)] += times
                 pct = {c: f"{100 * count[c] / max(1, eps):.0f}%" for c in ("complete", "degraded", "off_snapshot")}
-                rows.append([k, "on" if share else "off", captures, eps, pct["complete"], pct["degraded"],
+                fetched = sum(len(x.fetched) for x in fanned.get(fan, {}).values())
+                rows.append([k, "on" if share else "off", f"{_FANOUT_NAMES[fan]}: {fetched} fetched" if fan else "off", captures, eps, pct["complete"], pct["degraded"],
                              pct["off_snapshot"], count["shared"], f"{missed}/{content} ({100 * missed / max(1, content):.0f}%)"])
                 print(f"k={k} share={share}: {rows[-1]}", flush=True)
         versions = _datasette_version(app.url)
-    header = ["explorers recorded", "suite sharing", "captures (suite)", "fresh episodes", "complete", "degraded",
+    header = ["explorers recorded", "suite sharing", "fan-out", "captures (suite)", "fresh episodes", "complete", "degraded",
               "off-snapshot", "shared answers", "content requests missed"]
     elapsed = time.perf_counter() - t0
     top = shapes.most_common(6)
@@ -169,14 +190,21 @@ then ran the suite live {max(merges)} times (seeds {RECORD_SEED}..), as `record 
 row's snapshots hold the first k explorers' captures (window 1 h). {args.agents} fresh explorers (seeds
 1..{args.agents}, never used to record) ran the whole suite frozen per row
 ({"with and without suite sharing, `--share-window 1h`" if sharing else "suite sharing not available in this build: own snapshots only"}).
-Complete: every document and content fetch came from the task's own snapshot; degraded: only
-subresources missed, or an answer was shared from another task's snapshot; off-snapshot: a document
-or content fetch missed. Run as `bench_coverage.py {" ".join(sys.argv[1:])}`; the machine was shared
+{f'''The fan-out rows add, to the {max(merges)}-explorer snapshots, what `record --fanout {args.fanout}` fetches
+through the recorder (documents only): "links", the same-site links and GET forms' default submissions of
+the snapshot's documents it did not hold, one level deep ({_fanout_line(fanned["links"])}); "+ words,
+depth {args.fanout_depth}", the same {args.fanout_depth} levels deep, each GET form also submitted with each
+of the explorer's {len(WORDS)} vocabulary words in each text field (`--fanout-depth {args.fanout_depth}`
+and `--fanout-word` for each: {_fanout_line(fanned["words"])}).''' if fanned else ""}
+Complete: every document and content fetch came from the task's own snapshot or, with sharing, from
+another task's recording of the same root within the window (a recorded response: counted as shared
+answers, never silently); degraded: only subresources missed; off-snapshot: a document or content
+fetch missed. Run as `bench_coverage.py {" ".join(sys.argv[1:])}`; the machine was shared
 with other work while it ran (load averages below).
 
 {markdown_table(header, rows)}
 
-Most missed documents and content fetches with the most explorers recorded (shape: digits as N,
+Most missed documents and content fetches in the target row (the last; shape: digits as N,
 query values as *; count over all fresh episodes):
 
 {missed_lines}
@@ -197,24 +225,34 @@ def _verdict(best: dict[str, Any], sharing: bool) -> str:
     complete, hit = best["complete"] / eps, 1 - best["missed"] / content
     per_episode = content / eps
     needed = 0.8 ** (1 / per_episode)
-    row = f"{best['k']} explorers recorded, sharing {'on' if best['share'] else 'off (not available)'}"
+    row = (f"{best['k']} explorers recorded, sharing {'on' if best['share'] else 'off (not available)'}"
+           + (f", fan-out {_FANOUT_NAMES[best['fan']]}" if best.get("fan") else ""))
+    sample = f"{best['complete']} of {best['eps']} fresh episodes"
     if complete >= 0.8:
         return (f"**Target (80% of fresh explorer episodes complete with sharing and 4 recorded explorers): met** "
-                f"({100 * complete:.0f}% with {row}).")
+                f"({100 * complete:.0f}%, {sample}, with {row}; {100 * hit:.0f}% of their {best['content']} "
+                "documents and content fetches held). A small sample (one episode is "
+                f"{100 / eps:.0f} points), and the '+ words' fan-out submitted the forms with the very vocabulary "
+                "the fresh explorers type; for agents that type other words, `--fanout-word` must name those "
+                "(a task's own keywords, say). Without fan-out the explorers alone left every episode off the "
+                "snapshot (the rows above): random recorded explorers sample the pages one click or one word "
+                "away, the fan-out records them.")
     return (f"**Target (80% of fresh explorer episodes complete with sharing and 4 recorded explorers): not met** "
-            f"({100 * complete:.0f}% complete, {100 * (complete + best['degraded'] / eps):.0f}% complete or degraded, "
-            f"with {row}). A fresh episode sent {per_episode:.1f} documents and content fetches on average and "
-            f"{100 * hit:.0f}% of them were held; an episode is complete only when all of them are, so 80% "
-            f"complete needs about {100 * needed:.0f}% of them held. What is left are the pages one random "
-            "click or one typed word away that no recorded explorer happened to choose (the shapes above): "
-            "a Datasette table page links every row, every column's sort, the next page, the JSON and SQL "
-            "views, and every field takes every word of the vocabulary; random recorded explorers sample that "
-            "fan-out, they do not cover it, so the held share grows only slowly with more of them (the table) while a "
-            "complete episode needs all of its requests held. What would reach the target: record the fan-out instead of "
-            "samples of it (an explorer that, from every page the reference path and the earlier explorers "
-            "reached, opens each same-site link and submits each vocabulary word in each field, to the depth "
-            "fresh agents go), or measure with agents whose choices are as narrow as the recorded ones "
-            "(task-directed agents rather than random walkers).")
+            f"({100 * complete:.0f}% complete ({sample}), {100 * (complete + best['degraded'] / eps):.0f}% complete "
+            f"or degraded, with {row}). A fresh episode sent {per_episode:.1f} documents and content fetches on "
+            f"average and {100 * hit:.0f}% of them were held; an episode is complete only when all of them are, so "
+            f"80% complete needs about {100 * needed:.0f}% of them held. What is left are the shapes above: pages "
+            "past the fan-out's depth or limit (candidates past the limit are counted above), or form submissions "
+            "with words no `--fanout-word` named. What would reach it: a larger `--fanout` limit or depth for the "
+            "shapes that are links, and the agents' search words as `--fanout-word` for those that are searches.")
+
+
+_FANOUT_NAMES = {"links": "links", "words": "+ words, deeper"}
+
+
+def _fanout_line(per_task: dict[str, Any]) -> str:
+    return ", ".join(f"{t}: {len(x.fetched)} of {x.candidates} candidates fetched, {len(x.failed)} failed, "
+                     f"{x.left_out} past the limit" for t, x in per_task.items())
 
 
 def _datasette_version(url: str) -> str:

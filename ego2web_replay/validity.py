@@ -2,14 +2,14 @@
 
 Every frozen episode is classified from its replay log:
 
-* ``complete``: no miss, no nearest-capture (``fuzzy``) and no ``shared`` answer;
+* ``complete``: no miss and no nearest-capture (``fuzzy``); answers from another task's snapshot
+  of the same root (``shared``: a recorded response of the same request, from the same suite's
+  recording within the share window) keep it complete, and are counted and shown apart
+  (``ReplayStats.shared``, ``shared_from``, log outcome ``shared``);
 * ``degraded``: misses only on subresources that do not carry the page's
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
   or an answer from a capture cut short while recording (``WARC-Truncated``: the
-  page got the recorded bytes, but the live response went on past them); or an
-  answer from another task's snapshot (``shared``: a recorded response of the
-  same request, from the same site and time window, but not the episode's own
-  recording);
+  page got the recorded bytes, but the live response went on past them);
 * ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
   websocket whose response the page may render was missed, answered by the
   nearest capture, or forwarded to the live web.
@@ -82,9 +82,6 @@ def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
     degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
-        if outcome == "shared":
-            degraded = True
-            continue
         if outcome not in ("miss", "fuzzy", "live", "websocket"):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):

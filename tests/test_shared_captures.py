@@ -98,7 +98,7 @@ def test_a_page_only_another_task_recorded_is_served_and_marked_shared(suite, ca
     assert (by_url["b"].outcome, by_url["b"].shared_from, by_url["b"].shared_stage) == ("shared", _id(suite["B"]),
                                                                                         "exact")
     assert by_url[""].outcome == "exact" and by_url[""].shared_from is None
-    assert stats.validity == "off-snapshot"  # the miss of /d (content) decides; shared alone is degraded
+    assert stats.validity == "off-snapshot"  # the miss of /d (content) decides
     assert stats.total == 5
 
 
@@ -111,7 +111,9 @@ def test_no_share_and_a_window_that_excludes_the_others_miss(suite, ca):
     with Replay([suite["A"]], ReplayConfig(share_window_s=7 * DAY), ca=ca) as replay:
         assert _get(replay, "http://shop.example/d") == (200, b"page d")  # inside a week's window
         assert _get(replay, "http://shop.example/a") == (200, b"page a")
-    assert replay.stats().validity == "degraded"  # served, but not the episode's own recording
+    stats = replay.stats()
+    # recorded responses of the same requests, from the suite's recording: complete, counted apart
+    assert (stats.validity, stats.shared, stats.exact, stats.miss) == ("complete", 1, 1, 0)
 
 
 def test_sequencing_and_learned_names_apply_per_source(suite, ca):
@@ -177,7 +179,7 @@ def test_compare_counts_the_episodes_that_used_shared_captures(tmp_path, capsys)
     shared = [ReplayLogEntry(method="GET", url="https://t1.example/b", outcome="shared", status=200,
                              shared_from="t2/s9", shared_stage="exact")] * 2
     episodes = [EpisodeSpec(t, m, {"rule": True}) for t in ("t1", "t2") for m in ("live", "frozen")]
-    episodes[1] = EpisodeSpec("t1", "frozen", {"rule": True}, validity="degraded", replay_log=shared)
+    episodes[1] = EpisodeSpec("t1", "frozen", {"rule": True}, validity="complete", replay_log=shared)
     make_run(tmp_path / "runs", "r", AgentSpec(name="scripted"), episodes, suite=suite_file)
     db = tmp_path / "c.duckdb"
     ingest(db, [tmp_path / "runs"])
@@ -190,7 +192,7 @@ def test_compare_counts_the_episodes_that_used_shared_captures(tmp_path, capsys)
     group = json.loads(out_json.read_text())["groups"][0]
     assert group["shared_episodes"] == {"live": 0, "frozen": 1}
     t1 = next(e for e in group["frozen_episodes"] if e["task_id"] == "t1")
-    assert (t1["shared"], t1["shared_from"], t1["validity"]) == (2, {"t2/s9": 2}, "degraded")
+    assert (t1["shared"], t1["shared_from"], t1["validity"]) == (2, {"t2/s9": 2}, "complete")
     overall = list(csv.DictReader(io.StringIO(out_csv.read_text())))[-1]
     assert (overall["live_shared_episodes"], overall["frozen_shared_episodes"]) == ("0", "1")
 
@@ -226,7 +228,7 @@ def test_frozen_run_uses_another_tasks_recording(site, ca, tmp_path, capsys):
     clock_id = f"clock/{next((snapshots / 'clock').iterdir()).name}"
     entry = next(e for e in shared.log if e.url == clock)
     assert (entry.outcome, entry.shared_from, entry.status) == ("shared", clock_id, 200)
-    assert shared.shared >= 1 and set(shared.shared_from) == {clock_id} and shared.validity == "degraded"
+    assert shared.shared >= 1 and set(shared.shared_from) == {clock_id} and shared.validity == "complete"
     assert shared.config["share_window_s"] == 86400
     assert next(e for e in shared.log if e.url == home).outcome == "exact"  # the own capture of the home page
     assert own.shared == 0 and f"GET {clock}" in own.missed_urls and own.validity == "off-snapshot"

@@ -42,6 +42,11 @@ def test_request_kinds_and_classes():
     assert classify(log(("miss", "https://e.com/api/x", "content")), truncated=1) == "off-snapshot"
     assert classify(log(("websocket", "https://e.com/stream", "content"))) == "off-snapshot"  # refused
     assert classify(log(("websocket", "https://e.com/telemetry", "subresource"))) == "degraded"
+    # an answer from another task's snapshot is a recorded response: complete (counted apart as shared)
+    assert classify(log(("exact", "https://e.com/", "document"), ("shared", "https://e.com/b", "document"))) \
+        == "complete"
+    assert classify(log(("shared", "https://e.com/b", "document"), ("miss", "https://e.com/c.png", "subresource"))) \
+        == "degraded"
 
 
 def test_an_episode_served_from_a_truncated_capture_is_degraded_in_compare(tmp_path):

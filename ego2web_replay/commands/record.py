@@ -73,19 +73,32 @@ if TYPE_CHECKING:
 @click.option("--explore-steps", type=click.IntRange(min=1), default=8, show_default=True,
               help="explorer: actions per exploring episode.")
 @click.option("--explore-window", default="1h", show_default=True,
-              help="Merge only explorer captures made within this time of the reference recording (90s, 30m, 2h).")
+              help="Merge only explorer (and --fanout) captures made within this time of the reference recording "
+                   "(90s, 30m, 2h).")
 @click.option("--explore-runs", type=click.Path(path_type=Path), default=DEFAULT_RUNS, show_default=True,
               help="Where the explorers' run folders (their live archives, kept for provenance) go.")
+@click.option("--fanout", "fanout", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="After the reference paths (and explorers), fetch through the recording proxy up to N "
+                   "same-site links (and GET forms' default submissions) that the snapshot's pages show but it "
+                   "never captured, documents only, and merge them into each task's snapshot (provenance: "
+                   "'fanout from <page>'); 0: off; 200 is a sane bound. See docs/agents.md.")
+@click.option("--fanout-depth", type=click.IntRange(min=1, max=3), default=1, show_default=True,
+              help="--fanout: clicks deep (2: the fetched pages' links too, within the same N).")
+@click.option("--fanout-word", "fanout_words", multiple=True, metavar="WORD",
+              help="--fanout: also submit each GET form with this word typed into each of its text fields, as an "
+                   "agent searching for it would (repeatable; e.g. the words the task's agents search for).")
 @json_option("each task's snapshot (or error)")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
                redact_headers: tuple[str, ...], redact_params: tuple[str, ...], interactive: bool,
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
                wire: WireLimits, second_load: bool, explore: int, explore_agent: str, explore_seed: int,
-               explore_steps: int, explore_window: str, explore_runs: Path, json_out: str | None) -> None:
+               explore_steps: int, explore_window: str, explore_runs: Path, fanout: int, fanout_depth: int,
+               fanout_words: tuple[str, ...], json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy; with --explore, exploring agents then run the recorded
-    tasks live and their captures are merged in. Exits non-zero if any task failed.
+    tasks live and their captures are merged in; with --fanout, the links of the recorded pages
+    not yet captured are fetched and merged in. Exits non-zero if any task failed.
 
     One line per task and the progress bar go to stderr; the summary to stdout.
     """
@@ -102,6 +115,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     exploring = _explore_options(explore, explore_agent, explore_seed, explore_steps, explore_window, explore_runs,
                                  root, guard=guard, upstream_ca=upstream_ca, keep_credentials=keep_credentials,
                                  action_timeout_s=action_timeout)
+    if fanout and isinstance(root, str):
+        raise RecordingError("--fanout needs a local --snapshots folder (the fetched pages are merged on disk)")
     from ..proxy import project_ca
 
     ca = project_ca()
@@ -115,6 +130,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
 
             sink = TrackingSink(db, warn=lambda msg: warn(bars, msg))
         bases: dict[str, Path] = {}
+        record_opts: dict[str, RecordOptions] = {}
         for task in tasks:
             bars.update(bar, description=task.id)
             allowed = list(allow) + (task.allowed_domains if guard == "allowlist" else [])
@@ -132,6 +148,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             ok = r.ok and r.manifest is not None and r.snapshot is not None
             if ok and r.snapshot is not None:
                 bases[task.id] = r.snapshot
+                record_opts[task.id] = opts
             results.append({"task_id": task.id, "ok": ok, "snapshot": str(r.location or r.snapshot) if ok else None,
                             "exchanges": r.manifest.exchanges if ok and r.manifest else None,
                             "archive_bytes": r.manifest.archive_bytes if ok and r.manifest else None,
@@ -148,6 +165,11 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             bars.advance(bar)
         if exploring is not None and bases:
             _explore(suite, bases, exploring, results, bars)
+        if fanout and bases:
+            from ..snapshots.extend import parse_window
+
+            _fanout(tasks, record_opts, results, bars, ca=ca, limit=fanout, depth=fanout_depth, words=fanout_words,
+                    runs=explore_runs, window=parse_window(explore_window))
     emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")
@@ -202,6 +224,37 @@ def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: 
         row["snapshot"] = str(ext.path)
         say(bars, f"{task_id}: {ext.path} (+{ext.merged} captures from {len(got.archives)} of {opts.count} "
                   f"explorer(s))", status="ok  ", style="green")
+
+
+def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[str, object]], bars: Any, *,
+            ca: Any, limit: int, depth: int, words: tuple[str, ...], runs: Path, window: Any) -> None:
+    """Fetch and merge each recorded task's uncaptured same-site links; one line per task."""
+    from datetime import UTC, datetime
+
+    from ..runner.fanout import fan_out
+
+    out = runs / f"fanout-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}"
+    bar = bars.add_task(f"fan-out (≤{limit} links a task)", total=len(record_opts))
+    for task in tasks:
+        row = next((r for r in results if r["task_id"] == task.id and r["ok"]), None)
+        if row is None or task.id not in record_opts:
+            continue
+        got = fan_out(task, Path(str(row["snapshot"])), out, record_opts[task.id], ca=ca, limit=limit, depth=depth,
+                      window=window, words=words)
+        bars.advance(bar)
+        ext = got.extended
+        row["fanout"] = {"candidates": got.candidates, "fetched": len(got.fetched), "failed": len(got.failed),
+                         "left_out": got.left_out, "archive": str(got.archive) if got.archive else None,
+                         "snapshot": str(ext.path) if ext else None, "merged": ext.merged if ext else 0,
+                         "error": got.error}
+        if ext is not None:
+            row["snapshot"] = str(ext.path)
+        ok = sum(1 for s in got.fetched.values() if s < 400)
+        say(bars, f"{task.id}: fan-out fetched {len(got.fetched)} of {got.candidates} uncaptured link(s) "
+                  f"({ok} ok, {len(got.fetched) - ok} error status, {len(got.failed)} failed, {got.left_out} past "
+                  f"the limit); " + (f"{ext.path} (+{ext.merged} captures)" if ext else
+                                    f"the snapshot stays {row['snapshot']}" + (f" ({got.error})" if got.error else "")),
+            status="ok  " if got.error is None else "FAIL", style="green" if got.error is None else "red")
 
 
 def _check_writable(root: Path | str) -> None:

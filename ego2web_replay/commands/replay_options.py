@@ -57,7 +57,7 @@ _OPTIONS = [
                  metavar="DURATION",
                  help="Replay: answer a request the task's snapshot lacks from the latest snapshot of every other "
                       "task under the same snapshots root recorded within this time of it (90s, 30m, 24h, 2d); "
-                      "such answers are logged and counted as 'shared' and make the episode degraded. "
+                      "such answers are logged and counted as 'shared' (recorded responses: they keep the episode complete). "
                       "See docs/matching.md."),
     click.option("--no-share", "replay_no_share", is_flag=True,
                  help="Replay: answer only from the task's own snapshot (no shared captures)."),

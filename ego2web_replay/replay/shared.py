@@ -22,7 +22,8 @@ started within the window of the episode's snapshot (:func:`suite_sources`).
   unchanged), so a second episode of the suite builds and reopens nothing.
 * **Never silent.** Such an answer is logged with outcome ``shared``, ``shared_from`` (the source,
   ``<task>/<snapshot id>``) and ``shared_stage``, counted in ``ReplayStats.shared`` and per source in
-  ``shared_from``, and makes the episode ``degraded`` (:func:`~ego2web_replay.validity.classify`).
+  ``shared_from``; it is recorded truth (the same request, recorded by the same suite within the window),
+  so it keeps the episode ``complete`` (:func:`~ego2web_replay.validity.classify`).
 """
 
 from __future__ import annotations

@@ -32,9 +32,12 @@ from .wsrecords import conversation_record
 
 __all__ = [
     "ExtendResult", "SourceReport", "extend_snapshot", "find_sources", "live_origin", "parse_window", "surt_request_key", "PROVENANCE",
+    "FANOUT", "fanout_origin",
 ]
 
 PROVENANCE = "provenance.json"
+FANOUT = "fanout.json"
+"""In a fan-out archive (``record --fanout``): the page each fetched link was found on."""
 _SERVABLE = ("response", "revisit", "resource")
 
 
@@ -52,12 +55,20 @@ class SourceReport:
     origin: dict[str, object] | None = None
     """For a live-run archive: ``run_id``, ``episode``, ``repeat``, ``agent`` and ``agent_settings``."""
 
+    def capture_label(self, url: str) -> str:
+        """Who recorded this capture: ``fanout from <page>`` for a fan-out link, else :attr:`label`."""
+        pages = (self.origin or {}).get("from")
+        page = pages.get(url) if isinstance(pages, dict) else None
+        return f"fanout from {page}" if page else self.label
+
     @property
     def label(self) -> str:
         """Who recorded it, in a few words: ``explorer seed=3, run r1 episode live`` or the snapshot id."""
         o = self.origin
         if not o:
             return f"{self.source} snapshot {self.snapshot_id}"
+        if o.get("fanout"):
+            return f"fanout snapshot {self.snapshot_id}"
         settings = o.get("agent_settings") or {}
         seed = f" seed={settings['seed']}" if isinstance(settings, dict) and settings.get("seed") is not None else ""
         return f"{o.get('agent')}{seed}, run {o.get('run_id')} episode {o.get('episode')}"
@@ -131,6 +142,16 @@ def live_origin(snapshot_path: Path) -> dict[str, object] | None:
         return None
     return {"run_id": run_dir.name, "run_dir": str(run_dir), "episode": episode.name, "repeat": parsed[1],
             "agent": agent or traj.agent.plugin or traj.agent.name, "agent_settings": dict(traj.agent.settings or {})}
+
+
+def fanout_origin(snapshot_path: Path) -> dict[str, object] | None:
+    """A fan-out archive's origin (``fanout``, and ``from``: the page of each fetched link); None otherwise."""
+    try:
+        data = json.loads((Path(snapshot_path) / FANOUT).read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    pages = data.get("from") if isinstance(data, dict) else None
+    return {"fanout": True, "from": dict(pages)} if isinstance(pages, dict) else None
 
 
 def _stamp(ts: str) -> datetime | None:
@@ -239,7 +260,7 @@ def _merge(writer: SnapshotWriter, base: Snapshot, snaps: list[Snapshot], window
     result = ExtendResult(Path(), "", len(base_entries))
     for snap in snaps:
         report = SourceReport(str(snap.path), snap.manifest.snapshot_id, snap.manifest.source,
-                              origin=live_origin(snap.path))
+                              origin=live_origin(snap.path) or fanout_origin(snap.path))
         requests = _requests_by_target(snap)
         for entry in sorted((e for e in snap.entries() if e.record_type in _SERVABLE),
                             key=lambda e: (e.timestamp, e.offset)):
@@ -258,7 +279,8 @@ def _merge(writer: SnapshotWriter, base: Snapshot, snaps: list[Snapshot], window
             digests.add(entry.digest)
             report.merged += 1
             captures.append({"url": entry.url, "method": entry.method, "timestamp": entry.timestamp,
-                             "from": snap.manifest.snapshot_id, "source_path": str(snap.path), "by": report.label})
+                             "from": snap.manifest.snapshot_id, "source_path": str(snap.path),
+                             "by": report.capture_label(entry.url)})
         result.sources.append(report)
     provenance: dict[str, object] = {
         "version": 1, "base": {"path": str(base.path), "snapshot_id": base.manifest.snapshot_id,

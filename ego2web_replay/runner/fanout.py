@@ -1,0 +1,286 @@
+"""Fan-out at record time: fetch the same-site links the snapshot's documents show but it never captured.
+
+A recorded path (the reference actions, then any explorers) captures the pages it opened; every page
+it opened links pages it did not. ``record --fanout N`` closes that gap one click deep: for each
+recorded task, the HTML documents the snapshot holds (status 200) are read for ``<a href>``,
+``<area href>`` and ``<iframe src>`` links and for each GET form's default submission (its fields with
+their default values), resolved against the page; a link is a **candidate** when it is http(s), on
+the task's site (the task's ``allowed_domains``, else its start URL's host) and not yet held by the
+snapshot (replay's canonical "same request"). Up to ``limit`` candidates (new paths first, then new
+query strings of held paths, each in page order) are fetched through a fresh recording proxy of the
+task (:class:`~ego2web_replay.recorder.session.LiveRecording`: the recording's guard, redaction and
+upstream CA apply) as top-level document requests by a plain HTTP client: documents only, their
+subresources are not fetched (a site's pages share most of theirs, which the recorded path holds).
+With ``depth`` > 1 the fetched documents' links are candidates in turn. The fan-out archive is then
+merged into the task's snapshot (:func:`~ego2web_replay.snapshots.extend.extend_snapshot`, a new,
+newest snapshot); its ``fanout.json`` names the page each fetched link came from, so the merged
+snapshot's ``provenance.json`` says ``fanout from <page>`` for each of those captures.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from html.parser import HTMLParser
+from pathlib import Path
+from types import SimpleNamespace
+from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
+
+from ..models import Task
+from ..proxy import ProjectCA
+from ..recorder.session import LiveRecording, RecordOptions
+from ..replay.canonical import entry_key
+from ..snapshots.extend import FANOUT, ExtendResult, extend_snapshot
+from ..snapshots.snapshot import Snapshot
+from ..web import decode_body
+
+__all__ = ["FanoutResult", "page_links", "fanout_candidates", "fan_out"]
+
+DEFAULT_LIMIT = 200
+_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
+
+
+@dataclass
+class FanoutResult:
+    """What the fan-out of one task fetched, and the snapshot it was merged into."""
+
+    task_id: str
+    candidates: int = 0
+    fetched: dict[str, int] = field(default_factory=dict)
+    """Fetched URL -> HTTP status."""
+    failed: dict[str, str] = field(default_factory=dict)
+    """URL -> why no response came (refused by the guard, unreachable, timed out)."""
+    left_out: int = 0
+    """Candidates past the limit, not fetched."""
+    archive: Path | None = None
+    extended: ExtendResult | None = None
+    error: str | None = None
+
+
+_TEXT_INPUTS = ("text", "search", "")
+
+
+class _Links(HTMLParser):
+    """Links and GET forms' submissions of one HTML page, in page order: each form's default submission,
+    then, per word of ``words``, one with that word typed into each of its text fields."""
+
+    def __init__(self, base: str, words: Sequence[str] = ()) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base, self.words = base, tuple(words)
+        self.links: list[str] = []
+        self._form: tuple[str, list[list[str]]] | None = None  # action, [name, value, "text" or ""]
+        self._select: list[str] | None = None  # name, chosen value, first value, option text so far
+        self._option: str | None = None  # an open <option>'s value attribute ("\0": none, its text is)
+        self._option_selected = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        if tag == "base" and a.get("href"):
+            self.base = urljoin(self.base, a["href"])
+        elif tag in ("a", "area") and a.get("href"):
+            self.links.append(urljoin(self.base, a["href"]))
+        elif tag == "iframe" and a.get("src"):
+            self.links.append(urljoin(self.base, a["src"]))
+        elif tag == "form":
+            get = (a.get("method") or "get").lower() == "get"
+            self._form = (urljoin(self.base, a.get("action") or self.base), []) if get else None
+        elif tag == "option" and self._select is not None:
+            self._close_option()
+            self._option, self._option_selected = a.get("value", "\0"), "selected" in a
+            self._select[3] = ""
+        elif self._form is not None and a.get("name") and "disabled" not in a:
+            self._field(tag, a)
+
+    def _field(self, tag: str, a: dict[str, str]) -> None:
+        assert self._form is not None
+        kind = a.get("type", "text").lower()
+        if tag == "input" and kind not in ("submit", "button", "image", "reset", "file") and (
+                kind not in ("checkbox", "radio") or "checked" in a):
+            self._form[1].append([a["name"], a.get("value", "on" if kind in ("checkbox", "radio") else ""),
+                                  "text" if kind in _TEXT_INPUTS else ""])
+        elif tag == "select":
+            self._select = [a["name"], "\0", "\0", ""]
+        elif tag == "textarea":
+            self._form[1].append([a["name"], "", "text"])
+
+    def handle_data(self, data: str) -> None:
+        if self._select is not None and self._option is not None:
+            self._select[3] += data
+
+    def _close_option(self) -> None:
+        if self._select is None or self._option is None:
+            return
+        value = self._select[3].strip() if self._option == "\0" else self._option
+        if self._select[2] == "\0":
+            self._select[2] = value
+        if self._option_selected and self._select[1] == "\0":
+            self._select[1] = value
+        self._option = None
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "option":
+            self._close_option()
+        elif tag == "select" and self._select is not None:
+            self._close_option()
+            name, chosen, first, _ = self._select
+            value = chosen if chosen != "\0" else first
+            if self._form is not None and value != "\0":  # a select with no option submits nothing
+                self._form[1].append([name, value, ""])
+            self._select = None
+        elif tag == "form" and self._form is not None:
+            action, fields = self._form
+            parts = urlsplit(action)
+            texts = [i for i, f in enumerate(fields) if f[2]]
+            for typed in [None, *((i, w) for w in self.words for i in texts)]:
+                pairs = [(f[0], typed[1] if typed is not None and typed[0] == i else f[1]) for i, f in enumerate(fields)]
+                self.links.append(urlunsplit((*parts[:3], urlencode(pairs), "")))
+            self._form = None
+
+
+def page_links(html: str, url: str, words: Sequence[str] = ()) -> list[str]:
+    """The links of an HTML page (absolute, fragments dropped, each once, in page order), GET forms'
+    default submissions included (a ``<select>`` with its selected option, else its first), and, per
+    word of ``words``, each form submitted with that word in each of its text fields."""
+    parser = _Links(url, words)
+    try:
+        parser.feed(html)
+        parser.close()
+    except (AssertionError, ValueError):  # markup the parser gives up on: the links found so far
+        pass
+    return list(dict.fromkeys(link.partition("#")[0] for link in parser.links if link.partition("#")[0]))
+
+
+def _site(task: Task) -> tuple[str, ...]:
+    hosts = tuple(d.lower().lstrip(".") for d in task.allowed_domains if d)
+    return hosts or ((urlsplit(task.start_url).hostname or "").lower(),)
+
+
+def _on_site(url: str, site: Sequence[str]) -> bool:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    return parts.scheme in ("http", "https") and any(host == d or host.endswith("." + d) for d in site)
+
+
+def _documents(snap: Snapshot) -> list[tuple[str, str]]:
+    """(URL, HTML text) of the snapshot's 200 HTML documents, revisits resolved, each URL once."""
+    out: dict[str, str] = {}
+    for entry in snap.entries():
+        if entry.method.upper() != "GET" or entry.url in out or entry.record_type not in ("response", "revisit"):
+            continue
+        if entry.record_type == "response" and ("html" not in (entry.mime or "") or entry.status != 200):
+            continue
+        try:
+            record = snap.resolve(entry)
+        except Exception:  # noqa: BLE001 - an unresolvable revisit gives no links
+            continue
+        headers = {k.lower(): v for k, v in (record.http_headers or [])}
+        if record.http_status != 200 or "html" not in headers.get("content-type", ""):
+            continue
+        body = decode_body(record.payload, headers.get("content-encoding"))
+        if body is not None:
+            out[entry.url] = body.decode("utf-8", errors="replace")
+    return list(out.items())
+
+
+def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str]] | None = None,
+                      held: set[str] | None = None, words: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """(link, page it is on) of the same-site links of ``pages`` (default: the snapshot's documents) that
+    the snapshot does not hold: new paths first, then new query strings of held paths."""
+    key = entry_key()
+    held = held if held is not None else {key(e) for e in snap.entries()}
+    held_paths = {urlsplit(e.url)._replace(query="", fragment="").geturl() for e in snap.entries()}
+    site = _site(task)
+    found: dict[str, str] = {}
+    for page, html in (pages if pages is not None else _documents(snap)):
+        for link in page_links(html, page, words):
+            if link in found or not _on_site(link, site):
+                continue
+            if key(SimpleNamespace(method="GET", url=link, request_body_query=None)) not in held:
+                found[link] = page
+    return sorted(found.items(), key=lambda lp: urlsplit(lp[0])._replace(query="").geturl() in held_paths)
+
+
+class _Fetcher:
+    """Top-level GET requests through the recording proxy (absolute-form for http, CONNECT for https)."""
+
+    def __init__(self, proxy_url: str, ca: ProjectCA, timeout_s: float) -> None:
+        p = urlsplit(proxy_url)
+        self.host, self.port, self.timeout = p.hostname or "127.0.0.1", p.port or 80, timeout_s
+        self.tls = ssl.create_default_context(cafile=str(ca.cert_path))
+
+    def get(self, url: str) -> tuple[int, str, bytes]:
+        """Status, content type and body (as sent) of ``url``."""
+        parts = urlsplit(url)
+        headers = {"Accept": _ACCEPT, "Sec-Fetch-Dest": "document", "Sec-Fetch-Mode": "navigate",
+                   "Accept-Encoding": "gzip, deflate", "User-Agent": "ego2web-replay fanout"}
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.tls)
+            conn.set_tunnel(parts.hostname or "", parts.port or 443)
+            target = urlunsplit(("", "", parts.path or "/", parts.query, ""))
+        else:
+            conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            target = urlunsplit((*parts[:3], parts.query, ""))
+        try:
+            conn.request("GET", target, headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+            return response.status, response.getheader("Content-Type") or "", decode_body(
+                body, response.getheader("Content-Encoding")) or b""
+        finally:
+            conn.close()
+
+
+def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: ProjectCA, limit: int = DEFAULT_LIMIT,
+            depth: int = 1, window: timedelta | None = timedelta(hours=1), timeout_s: float = 20.0,
+            root: Path | None = None, words: Sequence[str] = ()) -> FanoutResult:
+    """Fetch up to ``limit`` same-site links of ``snapshot``'s documents it does not hold (``depth`` clicks
+    deep) through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot``
+    (or under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
+    result = FanoutResult(task.id)
+    snap = Snapshot.open(Path(snapshot))
+    key = entry_key()
+    held = {key(e) for e in snap.entries()}
+    queue = fanout_candidates(snap, task, held=held, words=words)
+    result.candidates = len(queue)
+    origins: dict[str, str] = {}
+    live = LiveRecording(task, out, RecordOptions(**{**vars(opts), "source": "record", "screenshots": False}), ca=ca)
+    with live:
+        fetcher = _Fetcher(live.proxy_url, ca, timeout_s)
+        for level in range(max(1, depth)):
+            next_pages: list[tuple[str, str]] = []
+            for link, page in queue:
+                if len(origins) >= limit:
+                    result.left_out += 1
+                    continue
+                origins[link] = page
+                held.add(key(SimpleNamespace(method="GET", url=link, request_body_query=None)))
+                try:
+                    status, ctype, body = fetcher.get(link)
+                except (OSError, http.client.HTTPException) as e:
+                    result.failed[link] = str(e) or type(e).__name__
+                    continue
+                result.fetched[link] = status
+                live.writer.add_page(link)
+                if status == 200 and "html" in ctype.lower():
+                    next_pages.append((link, body.decode("utf-8", errors="replace")))
+            if level + 1 < depth:
+                queue = fanout_candidates(snap, task, next_pages, held, words)
+                result.candidates += len(queue)
+        assert live.writer is not None
+        (live.writer.path / FANOUT).write_text(json.dumps(
+            {"version": 1, "from": origins, "fetched": result.fetched, "failed": result.failed,
+             "at": datetime.now(UTC).isoformat()}, indent=2) + "\n", "utf-8")
+        live.writer.extra_files.append(FANOUT)
+    result.archive = live.snapshot_path
+    if not live.ok:
+        result.error = live.error
+        return result
+    if result.fetched:
+        result.extended = extend_snapshot(snap.path, [live.snapshot_path] if live.snapshot_path else [],
+                                          window=window, root=root, request_key=key)
+    return result
