@@ -304,8 +304,9 @@ class ArchiveWriter:
         dedup_min = self.dedup_min_size
         if isinstance(payload, Payload):
             http.compute_headers_buffer()
-            payload_digest, block_digest, key = digests(payload, http.headers_buff)
             size = payload.length
+            payload_digest, block_digest, key = digests(payload, http.headers_buff,
+                                                        dedup_min is not None and size >= dedup_min)
         else:
             size = len(payload)
             key = hashlib.sha256(payload).digest() if dedup_min is not None and size >= dedup_min else b""

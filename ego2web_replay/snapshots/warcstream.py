@@ -1,12 +1,12 @@
 """Writing one large WARC record in pieces: memory bounded by a piece, not by the payload.
 
-A payload held in a file (the recorder's spool of a streamed body) is read three times,
-a piece at a time, and never whole: once for its digests (the WARC-Payload-Digest and
+A payload held in a file (the recorder's spool of a streamed body) is read twice, a
+piece at a time, and never whole: once for its digests (the WARC-Payload-Digest and
 WARC-Block-Digest warcio would write, sha1 in base32, and the sha256 deduplication
-compares), once to count the serialised record (the zstd frame declares its content
-size before its data), and once to write it through a streaming compressor straight
-into the archive. The record is serialised by warcio's own writer in both of the last
-two passes, so its bytes are those :meth:`~.warc.ArchiveWriter.write_record` makes from
+compares, when it does), and once to write it through a streaming compressor straight
+into the archive. The serialised record is counted first (the zstd frame declares its
+content size before its data). The record is serialised by warcio's own writer in both of the last
+two passes (the counting one with blank bytes of the payload's length), so its bytes are those :meth:`~.warc.ArchiveWriter.write_record` makes from
 the same payload held in memory: the same headers in the same order, the same digests,
 one zstd frame (content size and checksum) or gzip member per record.
 """
@@ -17,7 +17,7 @@ import hashlib
 import io
 import os
 import zlib
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import zstandard
 from warcio.utils import Digester
@@ -88,18 +88,35 @@ class Payload(io.RawIOBase):
         return len(data)
 
 
-def digests(payload: Payload, http_head: bytes) -> tuple[str, str, bytes]:
+def digests(payload: Payload, http_head: bytes, dedup: bool) -> tuple[str, str, bytes]:
     """One pass over ``payload``: its WARC-Payload-Digest, the block's (``http_head`` then the payload),
-    both as warcio writes them, and the payload's sha256 (what deduplication compares)."""
-    sha1, block, sha256 = Digester("sha1"), Digester("sha1"), hashlib.sha256()
+    both as warcio writes them, and with ``dedup`` the payload's sha256 (what deduplication compares;
+    else ``b""``)."""
+    sha1, block, sha256 = Digester("sha1"), Digester("sha1"), hashlib.sha256() if dedup else None
     block.update(http_head)
     payload.seek(0)
     while piece := payload.read(PIECE):
         sha1.update(piece)
         block.update(piece)
-        sha256.update(piece)
+        if sha256 is not None:
+            sha256.update(piece)
     payload.seek(0)
-    return str(sha1), str(block), sha256.digest()
+    return str(sha1), str(block), sha256.digest() if sha256 is not None else b""
+
+
+class _Blank(io.RawIOBase):
+    """``length`` bytes of nothing in particular, for the counting pass (the payload is not read for it)."""
+
+    _ZEROS = bytes(PIECE)
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self._left = length
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        self._left -= n
+        return self._ZEROS[:n] if n <= PIECE else bytes(n)
 
 
 class _Count:
@@ -133,11 +150,13 @@ class _Gzip:
         self._fh.write(self._z.flush())
 
 
-def write_streamed(fh: BinaryIO, record: object, payload: Payload, compression: str,
+def write_streamed(fh: BinaryIO, record: Any, payload: Payload, compression: str,
                    zstd: zstandard.ZstdCompressor | None) -> None:
     """Append ``record`` (its digests set, its raw stream ``payload``) to ``fh`` as one compression unit."""
     count = _Count()
+    record.raw_stream = _Blank(payload.length)
     WARCWriter(count, gzip=False, warc_version=_VERSION).write_record(record)
+    record.raw_stream = payload
     payload.seek(0)
     if compression == "zst" and zstd is not None:
         with zstd.stream_writer(fh, size=count.n, closefd=False) as out:
