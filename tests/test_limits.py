@@ -70,6 +70,14 @@ def wacz_bomb(tmp: Path) -> Path:
     return p
 
 
+def lying_zst_bomb(tmp: Path) -> Path:
+    """One zstd frame whose WARC header declares a 4-byte block but which inflates to 64 MiB of zeros."""
+    p = tmp / "lying.warc.zst"
+    c = zstandard.ZstdCompressor(level=3).compressobj()
+    p.write_bytes(b"".join([c.compress(_head(4))] + [c.compress(ZEROS) for _ in range(16)] + [c.flush()]))
+    return p
+
+
 def declared_bomb(tmp: Path) -> Path:
     """A plain WARC record that declares a 10^15-byte block."""
     p = tmp / "declared.warc"
@@ -77,7 +85,8 @@ def declared_bomb(tmp: Path) -> Path:
     return p
 
 
-@pytest.mark.parametrize("build", [gz_bomb, zst_bomb, wacz_bomb, declared_bomb], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("build", [gz_bomb, zst_bomb, lying_zst_bomb, wacz_bomb, declared_bomb],
+                         ids=lambda f: f.__name__)
 def test_bombs_end_in_one_line_within_the_memory_bound(build, tmp_path):
     src = build(tmp_path)
     tracemalloc.start()
@@ -98,6 +107,19 @@ def test_import_command_prints_one_line(tmp_path, capsys):
     assert main(["snapshot", "import", str(src), "--task", "bomb", "--snapshots", str(tmp_path / "s")]) == 1
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and "\n" not in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("kind", ["zst", "gz"])
+def test_a_genuine_record_of_one_repeated_byte_is_no_bomb(tmp_path, kind):
+    """40 MiB of zeros compress far past the 1000:1 ratio, but inflate to no more than the record declares."""
+    size = 10 * len(ZEROS)
+    c = zstandard.ZstdCompressor(level=3).compressobj() if kind == "zst" else zlib.compressobj(6, zlib.DEFLATED, 31)
+    src = tmp_path / f"zeros.warc.{kind}"
+    src.write_bytes(b"".join([c.compress(_head(size))] + [c.compress(ZEROS) for _ in range(10)]
+                             + [c.compress(b"\r\n\r\n"), c.flush()]))
+    assert src.stat().st_size * 1000 < size
+    snap = import_warc(src, "zeros", tmp_path / "snaps")
+    assert verify_snapshot(snap.path).ok
 
 
 def test_verify_of_a_zstd_bomb_snapshot_reports_it_within_the_bound(tmp_path):

@@ -320,3 +320,49 @@ def test_plain_stream_reader_handles_io_bytes():
     with open(CORPUS / "pywb/example-extra.warc", "rb") as fh:
         units = list(iter_units(io.BufferedReader(fh), CORPUS / "pywb/example-extra.warc"))
     assert [u.offset for u in units][:2] == [0, 1991]
+
+
+# -- a payload from a file: written in pieces --------------------------------------------------------
+def _write_one(path: Path, compression: str, body, chunked: bool, dedup: int | None = None) -> list:
+    head = [("Content-Type", "application/octet-stream")] + ([("Transfer-Encoding", "chunked")] if chunked else [])
+    locations = []
+    with ArchiveWriter(path, compression=compression, clock=_clock(), id_factory=_ids(), dedup_min_size=dedup) as w:
+        for url in ("http://127.0.0.1:8000/a.bin", "http://127.0.0.1:8000/b.bin"):
+            payload = body() if callable(body) else body
+            locations += w.write_exchange(url=url, method="GET", request_headers=[("Host", "127.0.0.1:8000")],
+                                          request_body=b"", status=200, reason="OK", response_headers=head,
+                                          response_body=payload)
+    return locations
+
+
+def _spool(data: bytes):
+    import tempfile
+
+    spool = tempfile.SpooledTemporaryFile(max_size=1 << 20)  # noqa: SIM115 - closed with the test
+    spool.write(data)
+    return spool
+
+
+@pytest.mark.parametrize("compression", ["zst", "gz", "none"])
+@pytest.mark.parametrize("chunked", [False, True], ids=["length", "chunked"])
+@pytest.mark.parametrize("dedup", [None, 1024], ids=["all", "dedup"])
+def test_a_payload_from_a_file_is_written_in_pieces_into_the_same_records(tmp_path, compression, chunked, dedup):
+    body = BIG + b"x" * (2 << 20)
+    name = f"a.warc.{compression}"  # the same name (in the warcinfo record) for both
+    whole = _write_one(tmp_path / "whole" / name, compression, body, chunked, dedup)
+    pieces = _write_one(tmp_path / "pieces" / name, compression, lambda: _spool(body), chunked, dedup)
+    assert [(x.record_type, x.payload_digest) for x in whole] == [(x.record_type, x.payload_digest) for x in pieces]
+    a, b = ([(r.headers.items(), r.block) for r in iter_records(tmp_path / way / name)] for way in ("whole", "pieces"))
+    assert a == b  # the same headers (digests and lengths included) and blocks
+    assert [x.record_type for x in pieces].count("revisit") == (1 if dedup else 0)
+    path = tmp_path / "pieces" / name
+    assert all(not digest_problems(r) for r in iter_records(path))
+    if compression == "zst":  # one frame per record, each with its content size and checksum
+        data = path.read_bytes()
+        with path.open("rb") as fh:
+            for unit in iter_units(fh, path):
+                params = zstandard.get_frame_parameters(data[unit.offset:unit.offset + 18])
+                assert params.content_size == len(unit.data) and params.has_checksum
+    else:
+        check = subprocess.run([WARCIO, "check", path], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr

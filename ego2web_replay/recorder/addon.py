@@ -22,7 +22,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
@@ -71,8 +71,8 @@ class ExchangeArchive:
         self._lock = threading.Lock()
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
-                status: int, reason: str, response_headers: list[tuple[str, str]], response_body: bytes,
-                http_version: str, ip: str | None, started: float, authority: str | None = None,
+                status: int, reason: str, response_headers: list[tuple[str, str]],
+                response_body: bytes | BinaryIO, http_version: str, ip: str | None, started: float, authority: str | None = None,
                 websocket: tuple[list[Any], bool] | None = None,
                 warc_headers: list[tuple[str, str]] | None = None) -> bool:
         """Write one exchange (``started``: epoch seconds); False if the write failed (recording stopped).
@@ -83,6 +83,7 @@ class ExchangeArchive:
         A request with no Host header (HTTP/2 and /3 carry the host as ``:authority``) is
         archived with ``Host: authority`` first, when ``authority`` is given. ``warc_headers``
         go on the response record (a streamed body's truncation and timing: :mod:`.stream`).
+        ``response_body`` may be a seekable file (a streamed body's spool), written in pieces.
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
         if not all(v.isascii() for _, v in req_headers) or not url.isascii():
@@ -98,6 +99,9 @@ class ExchangeArchive:
         if authority is not None and get_header(req_headers, "host") is None:
             req_headers.insert(0, ("Host", authority))
         if self.divert is not None:  # a record-time second load (see snapshots/volatility.py)
+            if not isinstance(response_body, bytes):
+                response_body.seek(0)
+                response_body = response_body.read()
             noted = reload_of(method, url, get_header(req_headers, "content-type"), req_body, response_body)
             with self._lock:
                 self.divert.append(noted)
@@ -122,7 +126,8 @@ class ExchangeArchive:
                     if cut is not None and len(self.truncated) < 1000:
                         self.truncated.append(f"{url}: {cut}")
                 self.exchanges += 1
-                self.payload_bytes += len(response_body)
+                self.payload_bytes += (len(response_body) if isinstance(response_body, bytes)
+                                       else response_body.seek(0, 2))
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording
             self.failed = f"cannot write the archive: {e}"
             self.errors.append(self.failed)

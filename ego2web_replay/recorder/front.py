@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
@@ -180,7 +180,7 @@ class RecordFront(ProxyFront):
                   resp: UpstreamResponse, started: float, authority: str) -> Reply:
         """An open-ended body: its head now, its pieces as they come, the record when it ends."""
 
-        def archive(payload: bytes, warc_headers: list[tuple[str, str]]) -> bool:
+        def archive(payload: BinaryIO, warc_headers: list[tuple[str, str]]) -> bool:
             return self.archive.archive(
                 url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
                 reason=resp.reason, response_headers=resp.headers, response_body=payload,

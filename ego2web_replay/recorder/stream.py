@@ -40,7 +40,7 @@ import contextlib
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
@@ -89,12 +89,13 @@ class _Cut(Exception):
 class RecordedStream:
     """One upstream body, yielded piece by piece and archived when it ends (see the module docstring).
 
-    ``archive(body, warc_headers)`` writes the exchange and says whether it was written.
+    ``archive(body, warc_headers)`` writes the exchange and says whether it was written; ``body`` is the
+    spool (a seekable file at its start, the payload to its end), read in pieces by the WARC writer.
     ``ended`` is set once the record is written (or could not be).
     """
 
     def __init__(self, pool: UpstreamPool, resp: UpstreamResponse,
-                 archive: Callable[[bytes, list[tuple[str, str]]], bool], *,
+                 archive: Callable[[BinaryIO, list[tuple[str, str]]], bool], *,
                  failed: Callable[[str], None] | None = None, open_ended: bool = True,
                  max_bytes: int | None = None, max_seconds: float | None = None) -> None:
         self.pool, self.resp, self.archive, self.failed = pool, resp, archive, failed
@@ -205,8 +206,8 @@ class RecordedStream:
                 headers.insert(0, ("WARC-Truncated", reason))
             if reason == "disconnect" and self._left is not None:
                 headers.append((LEFT_HEADER, self._left))
-            self._body.seek(0)
-            written = self.archive(self._body.read(), headers)
+            self._body.seek(0)  # the spool itself: the archive reads it in pieces, never whole
+            written = self.archive(self._body, headers)
             self._body.seek(0, 2)
             self.complete = reason is None and written
         finally:

@@ -16,7 +16,11 @@ Reading is bounded (:mod:`ego2web_replay.limits`): a unit is inflated in
 streaming steps and refused, with one line naming the file, the byte offset
 and the limit, as soon as it passes the record size cap or the inflation
 ratio; a declared length is checked against the cap and the file's size
-before anything is read.
+before anything is read. The ratio applies only to what a unit inflates to beyond
+the record its own WARC header declares (header, ``Content-Length`` bytes of block,
+CRLF CRLF): a genuine record of very compressible bytes (100 MiB of one byte
+compresses some 10000:1) is read, up to the record cap; a unit that inflates past
+its declared record is corrupt, and past the ratio refused as a decompression bomb.
 """
 
 from __future__ import annotations
@@ -190,10 +194,45 @@ def _zstd_units(
         offset += len(frame)
 
 
+class _Declared:
+    """The size of the record a unit declares (its WARC header and Content-Length), from its first bytes."""
+
+    def __init__(self) -> None:
+        self.size: int | None = None
+        self._head = b""
+        self._looking = True
+
+    def feed(self, chunk: bytes) -> None:
+        if not self._looking:
+            return
+        self._head += chunk[:_MAX_HEAD]
+        end = self._head.find(b"\r\n\r\n")
+        if end < 0:
+            self._looking = len(self._head) < _MAX_HEAD
+            return
+        self._looking = False
+        for line in self._head[:end].split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length" and value.strip().isdigit():
+                self.size = end + 4 + int(value.strip()) + 4
+        self._head = b""
+
+    def check(self, where: str, inflated: int, compressed: int) -> None:
+        """The record cap always; the ratio only past the declared record (see the module docstring)."""
+        if self.size is not None and inflated <= self.size:
+            check_inflation(where, inflated, inflated)
+        else:
+            check_inflation(where, inflated, compressed)
+
+
+_MAX_HEAD = 1 << 20
+
+
 def _inflate_zstd(dctx: zstandard.ZstdDecompressor, frame: bytes, path: Path, offset: int) -> bytes:
     """One frame inflated in steps, stopped at the record cap or the inflation ratio."""
     parts: list[bytes] = []
     total = 0
+    declared = _Declared()
     try:
         with dctx.stream_reader(frame, read_across_frames=False) as reader:
             while True:
@@ -202,7 +241,8 @@ def _inflate_zstd(dctx: zstandard.ZstdDecompressor, frame: bytes, path: Path, of
                     break
                 parts.append(chunk)
                 total += len(chunk)
-                check_inflation(f"{path}: the zstd frame at byte {offset}", total, len(frame))
+                declared.feed(chunk)
+                declared.check(f"{path}: the zstd frame at byte {offset}", total, len(frame))
     except zstandard.ZstdError as e:
         raise ArchiveError(f"{path}: corrupt zstd frame at byte {offset} ({e})") from None
     return b"".join(parts)
@@ -249,6 +289,7 @@ def _gzip_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
             if not buf:
                 return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        declared = _Declared()
         parts: list[bytes] = []
         total = 0
         fed = len(buf)  # compressed bytes handed to this member so far
@@ -260,7 +301,8 @@ def _gzip_units(fh: BinaryIO, path: Path, start: int = 0) -> Iterator[Unit]:
                 raise ArchiveError(f"{path}: corrupt gzip member at byte {offset} ({e})") from None
             parts.append(out)
             total += len(out)
-            check_inflation(f"{path}: the gzip member at byte {offset}", total, fed)
+            declared.feed(out)
+            declared.check(f"{path}: the gzip member at byte {offset}", total, fed)
             if d.eof:
                 buf = d.unused_data
                 consumed = fed - len(buf)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import BinaryIO, Literal, NoReturn
 from urllib.parse import urlsplit
 
 import zstandard
@@ -31,6 +31,7 @@ from warcio.warcwriter import WARCWriter
 
 from ..errors import ArchiveError
 from ..web import reason_phrase
+from .warcstream import STREAM_MIN, Payload, digests, write_streamed
 
 __all__ = ["ArchiveWriter", "RecordLocation", "Compression", "naive_utc", "chunk_body", "TIMING_HEADER",
            "LEFT_HEADER"]
@@ -83,7 +84,7 @@ def chunk_body(body: bytes) -> bytes:
     return (f"{len(body):x}\r\n".encode("ascii") + body + b"\r\n" if body else b"") + b"0\r\n\r\n"
 
 
-def _fix_length(headers: list[tuple[str, str]], body: bytes, keep_length: bool) -> list[tuple[str, str]]:
+def _fix_length(headers: list[tuple[str, str]], size: int, keep_length: bool) -> list[tuple[str, str]]:
     """Drop Transfer-Encoding (the body is stored de-chunked) and make Content-Length true."""
     out: list[tuple[str, str]] = []
     seen_length = False
@@ -96,10 +97,10 @@ def _fix_length(headers: list[tuple[str, str]], body: bytes, keep_length: bool) 
                 continue
             seen_length = True
             if not keep_length:
-                value = str(len(body))
+                value = str(size)
         out.append((name, value))
-    if not seen_length and (body or not keep_length):
-        out.append(("Content-Length", str(len(body))))
+    if not seen_length and (size or not keep_length):
+        out.append(("Content-Length", str(size)))
     return out
 
 
@@ -184,7 +185,7 @@ class ArchiveWriter:
         status: int,
         reason: str,
         response_headers: list[tuple[str, str]],
-        response_body: bytes,
+        response_body: bytes | BinaryIO,
         http_version: str = "HTTP/1.1",
         ip: str | None = None,
         date: datetime | None = None,
@@ -202,6 +203,10 @@ class ArchiveWriter:
         response gets a true Content-Length. HTTP/2 and HTTP/3 exchanges are
         written as HTTP/1.1 with the standard reason phrase and a Host header.
         ``warc_headers`` go on the response record (e.g. ``WARC-Truncated``).
+
+        ``response_body`` may be a seekable binary file holding the payload (from its start to its
+        end): one of :data:`~.warcstream.STREAM_MIN` bytes or more is written in pieces, never held
+        whole in memory (:mod:`.warcstream`), into the same record bytes.
         """
         when = naive_utc(date) if date is not None else self._clock()
         if not http_version.upper().startswith("HTTP/1") or not reason:
@@ -209,10 +214,20 @@ class ArchiveWriter:
         statusline = f"{status} {reason}" if reason else str(status)
         keep_length = method.upper() == "HEAD" or status in (204, 304) or 100 <= status < 200
         resp_headers = _drop_pseudo(response_headers)
-        if not keep_length and _sent_chunked(resp_headers):
-            response_body = chunk_body(response_body)
+        payload: bytes | Payload
+        if isinstance(response_body, bytes | bytearray):
+            payload, size = bytes(response_body), len(response_body)
         else:
-            resp_headers = _fix_length(resp_headers, response_body, keep_length)
+            size = response_body.seek(0, os.SEEK_END)
+            response_body.seek(0)
+            payload = response_body.read() if size < STREAM_MIN else Payload(response_body, size)
+        chunked = not keep_length and _sent_chunked(resp_headers)
+        if not chunked:
+            resp_headers = _fix_length(resp_headers, size, keep_length)
+        elif isinstance(payload, bytes):
+            payload = chunk_body(payload)
+        else:
+            payload = Payload.chunked(payload.file, size)
         response_http = StatusAndHeaders(statusline, resp_headers, protocol="HTTP/1.1")
 
         parts = urlsplit(url)
@@ -221,13 +236,13 @@ class ArchiveWriter:
         req_headers = _drop_pseudo(request_headers)
         if not any(k.lower() == "host" for k, _ in req_headers):
             req_headers.insert(0, ("Host", authority or parts.netloc))
-        req_headers = _fix_length(req_headers, request_body, keep_length=not request_body)
+        req_headers = _fix_length(req_headers, len(request_body), keep_length=not request_body)
         request_http = StatusAndHeaders(f"{target} HTTP/1.1", req_headers, protocol=method.upper())
 
         extra = ([("WARC-IP-Address", ip)] if ip else []) + list(warc_headers or [])
         with self._lock:
             resp_id = self._new_id()
-            response = self._write_response(url, response_body, response_http, extra, resp_id, when)
+            response = self._write_response(url, payload, response_http, extra, resp_id, when)
             request = self.write_record(
                 "request", url, payload=request_body, http_headers=request_http,
                 warc_headers=[("WARC-Concurrent-To", resp_id)], date=when,
@@ -255,14 +270,7 @@ class ArchiveWriter:
         with self._lock:
             record_id = record_id or self._new_id()
             when = naive_utc(date) if date is not None else self._clock()
-            fields: dict[str, str] = {"WARC-Type": record_type, "WARC-Record-ID": record_id}
-            fields["WARC-Date"] = datetime_to_iso_date(when, use_micros=True)
-            if url:
-                fields["WARC-Target-URI"] = url
-            for name, value in warc_headers or []:
-                fields[name] = value
-            if record_type == "revisit" and "WARC-Profile" not in fields:
-                fields["WARC-Profile"] = RecordBuilder.REVISIT_PROFILE_1_1
+            fields = self._fields(record_type, url, warc_headers or [], record_id, when)
             record = self._builder.create_warc_record(
                 url,
                 record_type,
@@ -277,12 +285,33 @@ class ArchiveWriter:
             digest = record.rec_headers.get_header("WARC-Payload-Digest")
             return self._append(buf.getvalue(), record_type, record_id, url, digest)
 
-    def _write_response(self, url: str, payload: bytes, http: StatusAndHeaders, extra: list[tuple[str, str]],
-                        record_id: str, when: datetime) -> RecordLocation:
+    @staticmethod
+    def _fields(record_type: str, url: str, warc_headers: list[tuple[str, str]], record_id: str,
+                when: datetime) -> dict[str, str]:
+        fields: dict[str, str] = {"WARC-Type": record_type, "WARC-Record-ID": record_id}
+        fields["WARC-Date"] = datetime_to_iso_date(when, use_micros=True)
+        if url:
+            fields["WARC-Target-URI"] = url
+        for name, value in warc_headers:
+            fields[name] = value
+        if record_type == "revisit" and "WARC-Profile" not in fields:
+            fields["WARC-Profile"] = RecordBuilder.REVISIT_PROFILE_1_1
+        return fields
+
+    def _write_response(self, url: str, payload: bytes | Payload, http: StatusAndHeaders,
+                        extra: list[tuple[str, str]], record_id: str, when: datetime) -> RecordLocation:
         """The response record, or a revisit of the first capture of the same payload (see the class)."""
-        key = None
-        if self.dedup_min_size is not None and payload and len(payload) >= self.dedup_min_size:
-            key = hashlib.sha256(payload).digest()
+        dedup_min = self.dedup_min_size
+        if isinstance(payload, Payload):
+            http.compute_headers_buffer()
+            size = payload.length
+            payload_digest, block_digest, key = digests(payload, http.headers_buff,
+                                                        dedup_min is not None and size >= dedup_min)
+        else:
+            size = len(payload)
+            key = hashlib.sha256(payload).digest() if dedup_min is not None and size >= dedup_min else b""
+        dedup = dedup_min is not None and size > 0 and size >= dedup_min
+        if dedup:
             original = self._payloads.get(key)
             if original is not None:
                 refers = [("WARC-Refers-To", original[0]), ("WARC-Refers-To-Target-URI", original[1]),
@@ -290,11 +319,34 @@ class ArchiveWriter:
                 self.revisits_written += 1
                 return self.write_record("revisit", url, http_headers=http, warc_headers=extra + refers,
                                          record_id=record_id, date=when)
-        location = self.write_record("response", url, payload=payload, http_headers=http, warc_headers=extra,
-                                     record_id=record_id, date=when)
-        if key is not None and location.payload_digest:
+        if isinstance(payload, Payload):
+            location = self._write_streamed(url, payload, http, extra, (payload_digest, block_digest),
+                                            record_id, when)
+        else:
+            location = self.write_record("response", url, payload=payload, http_headers=http,
+                                         warc_headers=extra, record_id=record_id, date=when)
+        if dedup and location.payload_digest:
             self._payloads[key] = (record_id, url, datetime_to_iso_date(when, use_micros=True), location.payload_digest)
         return location
+
+    def _write_streamed(self, url: str, payload: Payload, http: StatusAndHeaders, extra: list[tuple[str, str]],
+                        digest: tuple[str, str], record_id: str, when: datetime) -> RecordLocation:
+        """A response record written in pieces (:mod:`.warcstream`), with the digests already taken."""
+        fields = self._fields("response", url, extra + [("WARC-Payload-Digest", digest[0]),
+                                                        ("WARC-Block-Digest", digest[1])], record_id, when)
+        record = self._builder.create_warc_record(url, "response", payload=payload, length=payload.length,
+                                                  warc_content_type="", warc_headers_dict=fields,
+                                                  http_headers=http)
+        if self._fh.closed:
+            raise ArchiveError(f"{self.path}: the archive writer is closed; open a new one to append")
+        offset = self._fh.tell()
+        try:
+            write_streamed(self._fh, record, payload, self.compression, getattr(self, "_zstd", None))
+            self._sync()
+        except OSError as e:
+            self._undo(offset, e)
+        self.records_written += 1
+        return RecordLocation(record_id, "response", url, offset, self._fh.tell() - offset, digest[0])
 
     def write_raw(
         self, data: bytes, *, record_type: str, record_id: str, url: str, payload_digest: str | None
@@ -343,6 +395,15 @@ class ArchiveWriter:
         if durable or self.fsync_each:
             os.fsync(self._fh.fileno())
 
+    def _undo(self, offset: int, e: OSError) -> NoReturn:
+        try:  # leave no partial record behind
+            self._fh.truncate(offset)
+        except OSError:
+            pass
+        raise ArchiveError(
+            f"{self.path}: cannot write to the archive ({e.strerror}); the recording stops here"
+        ) from None
+
     def _append(
         self, data: bytes, record_type: str, record_id: str, url: str, digest: str | None
     ) -> RecordLocation:
@@ -354,12 +415,6 @@ class ArchiveWriter:
             self._fh.write(blob)
             self._sync()
         except OSError as e:
-            try:  # leave no partial record behind
-                self._fh.truncate(offset)
-            except OSError:
-                pass
-            raise ArchiveError(
-                f"{self.path}: cannot write to the archive ({e.strerror}); the recording stops here"
-            ) from None
+            self._undo(offset, e)
         self.records_written += 1
         return RecordLocation(record_id, record_type, url, offset, len(blob), digest)

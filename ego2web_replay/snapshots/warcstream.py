@@ -1,0 +1,169 @@
+"""Writing one large WARC record in pieces: memory bounded by a piece, not by the payload.
+
+A payload held in a file (the recorder's spool of a streamed body) is read twice, a
+piece at a time, and never whole: once for its digests (the WARC-Payload-Digest and
+WARC-Block-Digest warcio would write, sha1 in base32, and the sha256 deduplication
+compares, when it does), and once to write it through a streaming compressor straight
+into the archive. The serialised record is counted first (the zstd frame declares its
+content size before its data). The record is serialised by warcio's own writer in both of the last
+two passes (the counting one with blank bytes of the payload's length), so its bytes are those :meth:`~.warc.ArchiveWriter.write_record` makes from
+the same payload held in memory: the same headers in the same order, the same digests,
+one zstd frame (content size and checksum) or gzip member per record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import zlib
+from typing import Any, BinaryIO
+
+import zstandard
+from warcio.utils import Digester
+from warcio.warcwriter import WARCWriter
+
+__all__ = ["Payload", "STREAM_MIN", "PIECE", "digests", "write_streamed"]
+
+#: A payload from a file at least this long is written in pieces; a shorter one is read into memory.
+STREAM_MIN = 1 << 20
+#: The piece read, hashed and compressed at a time.
+PIECE = 1 << 20
+_VERSION = "WARC/1.1"
+
+
+class Payload(io.RawIOBase):
+    """A stored payload read from ``fh`` (``size`` bytes from its start) between ``prefix`` and ``suffix``
+    (a chunked body's framing: :func:`~.warc.chunk_body` in pieces); seekable, so warcio can re-read it."""
+
+    def __init__(self, fh: BinaryIO, size: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
+        super().__init__()
+        self.file, self._fh, self._size, self._prefix, self._suffix = fh, fh, size, prefix, suffix
+        self.length = len(prefix) + size + len(suffix)
+        self._pos = 0
+
+    @classmethod
+    def chunked(cls, fh: BinaryIO, size: int) -> Payload:
+        """The body of ``fh`` framed as one data chunk (none when empty) and the last chunk."""
+        if size == 0:
+            return cls(fh, 0, b"0\r\n\r\n")
+        return cls(fh, size, f"{size:x}\r\n".encode("ascii"), b"\r\n0\r\n\r\n")
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.length}[whence]
+        self._pos = min(max(base + pos, 0), self.length)
+        return self._pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        want = self.length - self._pos if n is None or n < 0 else min(n, self.length - self._pos)
+        out = bytearray()
+        while len(out) < want:
+            pos, need = self._pos, want - len(out)
+            head, body_end = len(self._prefix), len(self._prefix) + self._size
+            if pos < head:
+                piece = self._prefix[pos:pos + need]
+            elif pos < body_end:
+                self._fh.seek(pos - head)
+                piece = self._fh.read(min(need, body_end - pos))
+                if not piece:
+                    raise OSError(f"the payload file ended at byte {pos - head} of {self._size}")
+            else:
+                piece = self._suffix[pos - body_end:pos - body_end + need]
+            out += piece
+            self._pos += len(piece)
+        return bytes(out)
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+def digests(payload: Payload, http_head: bytes, dedup: bool) -> tuple[str, str, bytes]:
+    """One pass over ``payload``: its WARC-Payload-Digest, the block's (``http_head`` then the payload),
+    both as warcio writes them, and with ``dedup`` the payload's sha256 (what deduplication compares;
+    else ``b""``)."""
+    sha1, block, sha256 = Digester("sha1"), Digester("sha1"), hashlib.sha256() if dedup else None
+    block.update(http_head)
+    payload.seek(0)
+    while piece := payload.read(PIECE):
+        sha1.update(piece)
+        block.update(piece)
+        if sha256 is not None:
+            sha256.update(piece)
+    payload.seek(0)
+    return str(sha1), str(block), sha256.digest() if sha256 is not None else b""
+
+
+class _Blank(io.RawIOBase):
+    """``length`` bytes of nothing in particular, for the counting pass (the payload is not read for it)."""
+
+    _ZEROS = bytes(PIECE)
+
+    def __init__(self, length: int) -> None:
+        super().__init__()
+        self._left = length
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self._left if n is None or n < 0 else min(n, self._left)
+        self._left -= n
+        return self._ZEROS[:n] if n <= PIECE else bytes(n)
+
+
+class _Count:
+    """A sink that only counts what is written to it."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def write(self, data: bytes) -> int:
+        self.n += len(data)
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+
+class _Gzip:
+    """Writes one gzip member to ``fh`` as the pieces come."""
+
+    def __init__(self, fh: BinaryIO) -> None:
+        self._fh, self._z = fh, zlib.compressobj(6, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+
+    def write(self, data: bytes) -> int:
+        self._fh.write(self._z.compress(data))
+        return len(data)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self._fh.write(self._z.flush())
+
+
+def write_streamed(fh: BinaryIO, record: Any, payload: Payload, compression: str,
+                   zstd: zstandard.ZstdCompressor | None) -> None:
+    """Append ``record`` (its digests set, its raw stream ``payload``) to ``fh`` as one compression unit."""
+    count = _Count()
+    record.raw_stream = _Blank(payload.length)
+    WARCWriter(count, gzip=False, warc_version=_VERSION).write_record(record)
+    record.raw_stream = payload
+    payload.seek(0)
+    if compression == "zst" and zstd is not None:
+        with zstd.stream_writer(fh, size=count.n, closefd=False) as out:
+            WARCWriter(out, gzip=False, warc_version=_VERSION).write_record(record)
+    elif compression == "gz":
+        gz = _Gzip(fh)
+        WARCWriter(gz, gzip=False, warc_version=_VERSION).write_record(record)
+        gz.close()
+    else:
+        WARCWriter(fh, gzip=False, warc_version=_VERSION).write_record(record)
