@@ -77,6 +77,11 @@ class WarmReplay:
     def init_script(self) -> str:
         return self.replay.init_script
 
+    @property
+    def snapshots(self) -> list[Any]:
+        """The opened snapshots (what a cold ``Replay`` offers under the same name)."""
+        return self.replay.snapshots
+
     def stats(self) -> ReplayStats:
         """This episode's counts: its responder's, and what the front's bounds refused meanwhile."""
         stats = self.replay.stats(responder=self.responder)
