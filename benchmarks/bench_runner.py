@@ -246,8 +246,10 @@ tree) is this benchmark's process and its children, over wall time × {CORES} co
 
 Warm, one worker, against the baseline: **{ratio:.2f}×** the wall time per episode (target ≤ 1.2×:
 {"met" if ratio <= 1.2 else "not met"}). The
-runner does per step what the baseline does not: a screenshot, the page's text and DOM kept, the
-elements listed for the agent, and per episode the trajectory and replay stats written.
+runner does per step what the baseline does not: a screenshot and the page's title, text and DOM
+kept (one round trip), and per episode the determinism script in the context and the trajectory and
+replay stats written ([scale.md](docs/scale.md#what-a-step-costs)); the scripted agent reads no
+element list, so none is built for it.
 {suite_text}
 On a {CORES}-core machine shared with other engineers' builds and tests (load average below): read
 the ratios within the run, not the absolute figures.

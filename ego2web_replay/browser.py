@@ -45,6 +45,8 @@ __all__ = [
     "perform_action",
     "take_screenshot",
     "capture_page",
+    "keep_page",
+    "read_page",
 ]
 
 CHROMIUM_FLAGS: tuple[str, ...] = (
@@ -334,30 +336,77 @@ def take_screenshot(page: Any, path: Path) -> Path:
     return path
 
 
+#: The page as rendered, read in one round trip: title, visible text (``innerText`` of the body, cut at
+#: ``textMax``) and the serialised DOM (what ``page.content()`` returns: the doctype and the root's
+#: ``outerHTML``), left out past ``domMax`` characters, with its length.
+READ_PAGE_JS = r"""([textMax, domMax]) => {
+  if (!document.body) throw new Error("the page has no body yet");
+  const text = document.body.innerText;
+  const out = {title: document.title, text: text.slice(0, textMax), truncated: text.length > textMax,
+               dom: null, domLength: 0, domError: null};
+  try {
+    let dom = document.doctype ? new XMLSerializer().serializeToString(document.doctype) : "";
+    if (document.documentElement) dom += document.documentElement.outerHTML;
+    out.domLength = dom.length;
+    if (dom.length <= domMax) out.dom = dom;
+  } catch (e) {
+    out.domError = String(e && e.message || e);
+  }
+  return out;
+}"""
+
+
+def read_page(page: Any) -> dict[str, Any]:
+    """The page's title, visible text and DOM, in one ``page.evaluate``: ``{title, text, truncated, dom,
+    domLength, domError}`` (``dom`` None past ``DOM_MAX_CHARS``). A page that cannot be read in one go
+    (mid-navigation, no body yet) is read as before, by Playwright's waiting calls one at a time; raises
+    what those raise."""
+    try:
+        got = page.evaluate(READ_PAGE_JS, [PAGE_TEXT_MAX_CHARS, DOM_MAX_CHARS])
+        if isinstance(got, dict):
+            return got
+    except Exception:  # noqa: BLE001 - the waiting path below reads it, or raises the page's error
+        pass
+    text = str(page.inner_text("body", timeout=5000))
+    out: dict[str, Any] = {"title": str(page.title()), "text": text[:PAGE_TEXT_MAX_CHARS],
+                           "truncated": len(text) > PAGE_TEXT_MAX_CHARS, "dom": None, "domLength": 0,
+                           "domError": None}
+    try:
+        dom = str(page.content())
+    except Exception as e:  # noqa: BLE001 - the text is what judges read; the DOM is kept where it can be
+        out["domError"] = str(e).splitlines()[0] if str(e) else type(e).__name__
+    else:
+        out["domLength"], out["dom"] = len(dom), (dom if len(dom) <= DOM_MAX_CHARS else None)
+    return out
+
+
 def capture_page(page: Any, folder: Path, step: int, *, redact_url: Callable[[str], str] = str) -> str:
+    """Keep the page as rendered now (:func:`keep_page`); returns the capture's JSON file relative to ``folder``."""
+    keep_page(page, folder, step, redact_url=redact_url)
+    return f"pages/step-{step:03d}.json"
+
+
+def keep_page(page: Any, folder: Path, step: int, *, redact_url: Callable[[str], str] = str) -> PageCapture:
     """Keep the page as rendered now: ``<folder>/pages/step-NNN.json`` (URL, title, visible text after
     scripts ran; :class:`~ego2web_replay.models.PageCapture`) and the DOM beside it as ``step-NNN.html``
-    when it is at most ``DOM_MAX_CHARS``. ``redact_url`` turns the page's URL into the one written
-    (the trajectory's redaction, so the capture names its page as the step does). Returns the JSON file's path relative to ``folder``; raises
-    what Playwright raises when the page cannot be read (mid-navigation, crashed)."""
+    when it is at most ``DOM_MAX_CHARS``, all read in one round trip (:func:`read_page`). ``redact_url``
+    turns the page's URL into the one written (the trajectory's redaction, so the capture names its page
+    as the step does). Returns the capture as written; raises what Playwright raises when the page
+    cannot be read (mid-navigation, crashed)."""
     from datetime import UTC, datetime
 
     from .models import save_model
 
-    rel = f"pages/step-{step:03d}.json"
     (folder / "pages").mkdir(parents=True, exist_ok=True)
-    text = str(page.inner_text("body", timeout=5000))
-    capture = PageCapture(step=step, url=redact_url(page.url), title=str(page.title()), text=text[:PAGE_TEXT_MAX_CHARS],
-                          truncated=len(text) > PAGE_TEXT_MAX_CHARS, captured_at=datetime.now(UTC))
-    try:
-        dom = str(page.content())
-    except Exception as e:  # noqa: BLE001 - the text is what judges read; the DOM is kept where it can be
-        capture.dom_note = f"DOM not read: {str(e).splitlines()[0] if str(e) else type(e).__name__}"
+    got = read_page(page)
+    capture = PageCapture(step=step, url=redact_url(page.url), title=str(got["title"]), text=str(got["text"]),
+                          truncated=bool(got["truncated"]), captured_at=datetime.now(UTC))
+    if got["domError"] is not None:
+        capture.dom_note = f"DOM not read: {got['domError']}"
+    elif got["dom"] is not None:
+        capture.dom = f"pages/step-{step:03d}.html"
+        (folder / capture.dom).write_text(str(got["dom"]), "utf-8")
     else:
-        if len(dom) <= DOM_MAX_CHARS:
-            capture.dom = f"pages/step-{step:03d}.html"
-            (folder / capture.dom).write_text(dom, "utf-8")
-        else:
-            capture.dom_note = f"DOM of {len(dom):,} characters not kept (limit {DOM_MAX_CHARS:,})"
-    save_model(folder / rel, capture)
-    return rel
+        capture.dom_note = f"DOM of {int(got['domLength']):,} characters not kept (limit {DOM_MAX_CHARS:,})"
+    save_model(folder / f"pages/step-{step:03d}.json", capture)
+    return capture

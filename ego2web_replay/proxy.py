@@ -53,11 +53,28 @@ def spki_pin(cert_pem: bytes) -> str:
     return base64.b64encode(hashlib.sha256(der).digest()).decode("ascii")
 
 
+#: the CA last loaded per folder, with the files' identities then: an episode after the first skips
+#: reloading the private key (about 0.2 s) while the files are the same ones
+_loaded: dict[Path, tuple[tuple[Any, ...], ProjectCA]] = {}
+_CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem")
+
+
+def _identity(conf: Path) -> tuple[Any, ...] | None:
+    try:
+        stats = [(conf / n).stat() for n in _CA_FILES]
+    except OSError:
+        return None
+    return tuple((st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode) for st in stats)
+
+
 def project_ca(confdir: Path | None = None) -> ProjectCA:
     """Create (once) and return the project CA in ``<data-dir>/ca``; private files are 0600."""
     from mitmproxy.certs import CertStore
 
     conf = Path(confdir) if confdir else data_dir() / "ca"
+    seen = _loaded.get(conf)
+    if seen is not None and seen[0] == _identity(conf):
+        return seen[1]
     conf.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(conf, 0o700)
     try:
@@ -69,7 +86,11 @@ def project_ca(confdir: Path | None = None) -> ProjectCA:
         if p.exists():
             os.chmod(p, 0o600)
     cert = conf / "mitmproxy-ca-cert.pem"
-    return ProjectCA(confdir=conf, cert_path=cert, spki=spki_pin(cert.read_bytes()))
+    ca = ProjectCA(confdir=conf, cert_path=cert, spki=spki_pin(cert.read_bytes()))
+    ident = _identity(conf)
+    if ident is not None and ident[0][3] & 0o077 == 0:  # kept only while the key is private
+        _loaded[conf] = (ident, ca)
+    return ca
 
 
 def _port_free(host: str, port: int) -> bool:

@@ -63,3 +63,17 @@ def test_one_proxy_per_process(ca):
 def test_bad_option_is_a_clear_error(ca):
     with pytest.raises(ProxyError, match="bad proxy option"):
         ProxyServer([], ca=ca, options={"no_such_option": 1}).start()
+
+
+def test_the_project_ca_is_loaded_once_while_its_files_stay_the_same(tmp_path):
+    """Each episode asks for the CA: the second ask reuses the first load; a CA made anew is loaded anew."""
+    import shutil
+
+    from ego2web_replay.proxy import project_ca
+
+    first = project_ca(tmp_path / "ca")
+    assert project_ca(tmp_path / "ca") is first
+    shutil.rmtree(tmp_path / "ca")
+    second = project_ca(tmp_path / "ca")
+    assert second is not first and second.spki != first.spki
+    assert second.spki == project_ca(tmp_path / "ca").spki

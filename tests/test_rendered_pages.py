@@ -158,3 +158,43 @@ def test_capture_keeps_text_within_its_limit_and_leaves_out_a_large_dom(chromium
     assert capture.text.startswith("written word") and len(capture.text) == 3000 and capture.truncated
     assert capture.dom is None and "not kept (limit 5,000)" in capture.dom_note
     assert capture.url.endswith("#redacted") and not (tmp_path / "pages/step-004.html").exists()
+
+
+def test_one_round_trip_reads_what_playwrights_own_calls_read(chromium, tmp_path):
+    """``read_page``'s single evaluate gives the title, innerText and DOM that ``page.title()``,
+    ``inner_text("body")`` and ``page.content()`` give, on a page a script changed (doctype, marks)."""
+    import ego2web_replay.browser as browser
+    from ego2web_replay.agents.elements import list_elements
+
+    context = chromium.new_context()
+    try:
+        page = context.new_page()
+        page.set_content("<!DOCTYPE html><html lang=en><head><title>Shop &amp; more</title></head><body>"
+                         "<p id=x>served</p><a href='/a'>One</a> <button>Two</button><div hidden>gone</div>"
+                         "<script>document.getElementById('x').textContent = 'Price: 12.50 €'; "
+                         "document.title += ' (2)'</script></body></html>")
+        assert len(list_elements(page)) == 2  # the data-e2w-id marks are part of the DOM both read
+        got = browser.read_page(page)
+        assert got["title"] == page.title() == "Shop & more (2)"
+        assert got["text"] == page.inner_text("body") and "Price: 12.50 €" in got["text"] and not got["truncated"]
+        assert got["dom"] == page.content() and got["dom"].startswith("<!DOCTYPE html>")
+        assert 'data-e2w-id="2"' in got["dom"] and got["domLength"] == len(got["dom"]) and got["domError"] is None
+        capture = browser.keep_page(page, tmp_path, 0)
+        assert capture.title == got["title"] and capture.text == got["text"]
+        assert (tmp_path / "pages/step-000.html").read_text("utf-8") == got["dom"]
+    finally:
+        context.close()
+
+
+def test_the_scripted_agent_gets_no_element_list_and_its_pages_no_marks(episodes):
+    """The scripted agent never reads the element list, so the runner lists none for it: the captured DOM
+    carries no ``data-e2w-id`` marks, and every step still has its title, screenshot and page capture."""
+    from ego2web_replay.agents.scripted import ScriptedAgent
+
+    assert ScriptedAgent.wants_elements is False
+    for mode in ("live", "frozen"):
+        folder = episode_dir(episodes["run"], MUG, mode)
+        traj = load_trajectory(folder)
+        assert traj.steps and all(s.title and s.page for s in traj.steps)
+        doms = [folder / read_model(folder / s.page, PageCapture, "page capture").dom for s in traj.steps]
+        assert doms and all(p.is_file() and "data-e2w-id" not in p.read_text("utf-8") for p in doms)

@@ -69,6 +69,10 @@ class EpisodeEnv:
 
 @runtime_checkable
 class StepAgent(Protocol):
+    """A step agent; it may also set ``wants_elements = False`` (the scripted agent does) when it never
+    reads ``Observation.elements``: the runner then leaves them empty and skips listing them each step
+    (no ``data-e2w-id`` marks are set in its pages either)."""
+
     spec: AgentSpec
 
     def start(self, task: Task) -> None:

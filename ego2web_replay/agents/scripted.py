@@ -11,6 +11,9 @@ __all__ = ["ScriptedAgent"]
 class ScriptedAgent:
     """Replays ``task.reference_actions`` in order, then stops."""
 
+    #: it never reads the page, so the runner does not list the page's elements for it
+    wants_elements = False
+
     def __init__(self) -> None:
         self.spec = AgentSpec(name="scripted", settings={}, input_modality="none")
         self._actions: list[Action] = []

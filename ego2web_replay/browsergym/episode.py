@@ -33,7 +33,7 @@ from ..models import (
 )
 from ..proxy import project_ca
 from ..redaction import Redactor
-from ..runner.episode import _capture, _page_text, _title, find_snapshot, write_episode
+from ..runner.episode import _capture, _page_text, find_snapshot, write_episode
 from ..runner.inputs import AgentInputs, agent_task, apply_inputs, prepare_inputs
 from .actions import to_action
 from .run import BrowserGymRun
@@ -167,8 +167,7 @@ class BrowserGymEpisode:
                 step.screenshot = rel
             except Exception as e:  # noqa: BLE001 - noted on the step
                 step.error = (step.error or "") + f" (screenshot failed: {str(e).splitlines()[0]})"
-        step.url, step.title = page.url, _title(page)
-        _capture(page, self.out, step, self._redact)
+        _capture(page, self.out, step, self._redact)  # the step's URL and title too
         self.traj.steps.append(step)
         if action.kind == "answer":
             self.traj.answer, self.traj.end_reason, self.ended = action.answer, "answered", True

@@ -10,6 +10,7 @@ the host, most specific last).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import threading
 from dataclasses import dataclass, field
@@ -257,9 +258,19 @@ def _read_rules_text(text: str, source: str) -> MatchRules:
 
 
 def default_rules() -> MatchRules:
-    """The built-in rules (``ego2web_replay/replay/rules.yaml``)."""
+    """The built-in rules (``ego2web_replay/replay/rules.yaml``), a new object each call (parsed once)."""
+    return MatchRules.from_file_data(_builtin_rules_file().model_copy(deep=True))
+
+
+@functools.cache
+def _builtin_rules_file() -> RulesFile:
+    """The built-in rules file parsed and checked, once per process (each replay opened needs it)."""
     text = resources.files(__package__).joinpath("rules.yaml").read_text(encoding="utf-8")
-    return _read_rules_text(text, "rules.yaml (built-in)")
+    try:
+        return RulesFile.model_validate(yaml.safe_load(text) or {})
+    except (yaml.YAMLError, ValidationError):  # cannot happen for the shipped file; the usual message if it does
+        _read_rules_text(text, "rules.yaml (built-in)")
+        raise
 
 
 def load_rules(extra_files: list[Path] | None = None) -> MatchRules:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
 from ..agents.routing import live_archive_origins, note_own_services, proxied_destinations
-from ..browser import BrowserSession, capture_page, perform_action, take_screenshot
+from ..browser import BrowserSession, keep_page, perform_action, take_screenshot
 from ..errors import Ego2WebError, SnapshotError
 from ..models import (
     EPISODE_ERRORS,
@@ -130,7 +130,10 @@ def find_snapshot(root: Path | str | None, task_id: str, snapshot_id: str | None
     return latest(root, task_id)
 
 
-def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs) -> None:
+def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs,
+               seen: dict[str, str | None]) -> None:
+    """The episode's steps. ``seen["text"]``: the page's visible text as the last capture read it, while
+    nothing has been done to the page since (else None), so the episode's final text need not be read again."""
     t0 = time.monotonic()
     task = agent_task(req.task, scripted=agent.spec.name == "scripted", video=inputs.video)
     agent.start(task)
@@ -138,6 +141,8 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
     last_error: str | None = None
     history: list[Action] = []
     redact = Redactor.make(keep_credentials=req.keep_credentials).url  # the capture's URL as the step's
+    wants_elements = bool(getattr(agent, "wants_elements", True))  # the scripted agent never reads them
+    title: str | None = "" if page.url == "about:blank" else None  # the title as last read (a new page: blank)
     for i in range(req.max_steps):
         if _page_gone(page):  # the browser crashed or was killed: not the agent's failure
             traj.end_reason = "browser_error"
@@ -148,8 +153,8 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
             traj.end_reason = "timeout"
             traj.error = f"episode timeout ({req.timeout_s:g} s) reached after {i} steps"
             return
-        obs = Observation(task=task, step=i, url=page.url, title=_title(page), screenshot=last_shot,
-                          elements=list_elements(page), video=inputs.video, keyframes=inputs.frames,
+        obs = Observation(task=task, step=i, url=page.url, title=_title(page) if title is None else title,
+                          screenshot=last_shot, elements=list_elements(page) if wants_elements else [], video=inputs.video, keyframes=inputs.frames,
                           captions=inputs.captions, last_error=last_error, history=list(history))
         started = datetime.now(UTC)
         s0 = time.monotonic()
@@ -162,13 +167,13 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
         history.append(action)
         step = Step(index=i, action=action, started_at=started, thought=getattr(agent, "last_thought", None))
         if action.kind in ("answer", "stop"):
-            step.url, step.title = page.url, _title(page)
-            _capture(page, out, step, redact)  # the page the agent answered from, as rendered
+            _capture(page, out, step, redact, seen)  # the page the agent answered from, as rendered
             traj.steps.append(step)
             traj.answer = action.answer if action.kind == "answer" else None
             traj.end_reason = "answered" if action.kind == "answer" else "stopped"
             return
         last_error = None
+        seen["text"] = title = None
         try:
             perform_action(page, action, timeout_s=max(1.0, min(req.action_timeout_s, remaining)))
         except Exception as e:  # noqa: BLE001 - recorded on the step; the agent sees it next turn
@@ -180,21 +185,31 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
             step.screenshot = rel
         except Exception as e:  # noqa: BLE001
             step.error = (step.error or "") + f" (screenshot failed: {str(e).splitlines()[0]})"
-        step.url, step.title = page.url, _title(page)
-        _capture(page, out, step, redact)
+        title = _capture(page, out, step, redact, seen)
         step.duration_s = round(time.monotonic() - s0, 3)
         traj.steps.append(step)
     traj.end_reason = "step_budget"
     traj.error = f"step budget of {req.max_steps} exhausted without an answer"
 
 
-def _capture(page: Any, out: Path, step: Step, redact: Callable[[str], str]) -> None:
-    """The page as rendered after the step, beside its screenshot (what page-reading judges read)."""
+def _capture(page: Any, out: Path, step: Step, redact: Callable[[str], str],
+             seen: dict[str, str | None] | None = None) -> str | None:
+    """The page as rendered after the step, beside its screenshot (what page-reading judges read); sets the
+    step's URL and title (the capture's title: one round trip reads title, text and DOM) and ``seen["text"]``
+    (its whole text, else None). Returns the title read with the capture, None when the page could not be
+    captured (the title then read alone)."""
+    step.url = page.url
     try:
-        step.page = capture_page(page, out, step.index, redact_url=redact)
+        capture = keep_page(page, out, step.index, redact_url=redact)
     except Exception as e:  # noqa: BLE001 - a page that cannot be read now is noted on the step
+        step.title = _title(page)
         step.error = ((step.error + " ") if step.error else "") + \
             f"(page text not captured: {str(e).splitlines()[0] if str(e) else type(e).__name__})"
+        return None
+    step.page, step.title = f"pages/step-{step.index:03d}.json", capture.title
+    if seen is not None:
+        seen["text"] = None if capture.truncated else capture.text
+    return capture.title
 
 
 def _page_gone(page: Any) -> bool:
@@ -204,7 +219,10 @@ def _page_gone(page: Any) -> bool:
         return True
 
 
-def _page_text(page: Any, limit: int = 100_000) -> str | None:
+_FINAL_TEXT_MAX = 100_000  # characters of the final page's text kept in the trajectory
+
+
+def _page_text(page: Any, limit: int = _FINAL_TEXT_MAX) -> str | None:
     try:
         return str(page.inner_text("body", timeout=5000))[:limit]
     except Exception:  # noqa: BLE001 - no page, no text
@@ -288,10 +306,12 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                     browser = stack.enter_context(BrowserSession(proxy_url=proxy_url, spki=ca.spki))
                     context = browser.new_context(init_scripts=init_scripts)
                 page = context.new_page()
+                seen: dict[str, str | None] = {"text": None}
                 try:
-                    _step_loop(req, agent, page, out, traj, handed.inputs)
+                    _step_loop(req, agent, page, out, traj, handed.inputs, seen)
                 finally:
-                    traj.final_page_text = _page_text(page)
+                    text = seen["text"]  # the last capture's, when nothing was done to the page since
+                    traj.final_page_text = _page_text(page) if text is None else text[:_FINAL_TEXT_MAX]
                     usage = getattr(agent, "usage", None)
                     if isinstance(usage, dict) and usage:
                         traj.extra["usage"] = dict(usage)  # model calls and tokens (openai agent)
