@@ -105,10 +105,39 @@ ratios measured in one run rather than absolute figures across machines.
 """
 
 
+_MARKER = re.compile(r"<!-- bench:([A-Za-z0-9_.-]+):(start|end) -->")
+
+
+def check_markers(text: str, path: Path = BENCHMARKS_MD) -> None:
+    """Refuse (SystemExit) a file whose section markers nest, overlap, repeat or lack their pair:
+    rewriting one section there would swallow or split another."""
+    open_name: str | None = None
+    seen: set[str] = set()
+    for m in _MARKER.finditer(text):
+        name, kind = m.group(1), m.group(2)
+        line = text.count("\n", 0, m.start()) + 1
+        if kind == "start":
+            if open_name is not None:
+                raise SystemExit(f"{path}:{line}: section {name!r} starts inside {open_name!r}; "
+                                 "repair the markers by hand")
+            if name in seen:
+                raise SystemExit(f"{path}:{line}: section {name!r} appears twice; repair the markers by hand")
+            open_name = name
+            seen.add(name)
+        elif name != open_name:
+            raise SystemExit(f"{path}:{line}: end of section {name!r} where "
+                             f"{'none' if open_name is None else repr(open_name)} is open; repair the markers by hand")
+        else:
+            open_name = None
+    if open_name is not None:
+        raise SystemExit(f"{path}: section {open_name!r} has no end marker; repair the markers by hand")
+
+
 def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     """Replace (or append) the section between ``<!-- bench:NAME:start/end -->`` in BENCHMARKS.md."""
     start, end = f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
     text = path.read_text("utf-8") if path.exists() else _PREAMBLE
+    check_markers(text, path)
     block = f"{start}\n{body.strip()}\n{end}"
     pattern = re.compile(re.escape(start) + r".*?" + re.escape(end), re.S)
     if pattern.search(text):
