@@ -30,9 +30,20 @@ def _sha1(data: bytes) -> str:
     return "sha1:" + base64.b32encode(hashlib.sha1(data).digest()).decode()
 
 
-def _record(kind: str, url: str, date: str, rid: str, block: bytes, payload: bytes, extra: str = "") -> bytes:
+_EMPTY_SHA1 = _sha1(b"")
+_HOST = "127.0.0.1:9"
+_SURT_HOST = "1,0,0,127:9)"  # surt_key of every synthetic_url's scheme and host (checked below)
+
+
+def _surt(url: str) -> str:
+    """``surt_key(url)`` of a ``synthetic_url`` (a lower-case path and query, already in order): the
+    host part swapped, instead of the general canonicaliser (70 us a URL, a minute for a million)."""
+    return _SURT_HOST + url[len("http://" + _HOST):]
+
+
+def _record(kind: str, url: str, date: str, rid: str, block: bytes, payload_sha1: str, extra: str = "") -> bytes:
     head = (f"WARC/1.1\r\nWARC-Type: {kind}\r\nWARC-Record-ID: {rid}\r\nWARC-Date: {date}\r\n"
-            f"WARC-Target-URI: {url}\r\n{extra}WARC-Payload-Digest: {_sha1(payload)}\r\n"
+            f"WARC-Target-URI: {url}\r\n{extra}WARC-Payload-Digest: {payload_sha1}\r\n"
             f"WARC-Block-Digest: {_sha1(block)}\r\nContent-Type: application/http; msgtype={kind}\r\n"
             f"Content-Length: {len(block)}\r\n\r\n")
     return head.encode() + block + b"\r\n\r\n"
@@ -51,6 +62,7 @@ def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
     timing = root / "build.json"
     if (earlier := earlier_build(root)) is not None:
         return earlier
+    assert all(_surt(synthetic_url(i)) == surt_key(synthetic_url(i)) for i in (0, 7, 12_345, n - 1))
     t0 = time.perf_counter()
     sw = SnapshotWriter(root, "synthetic", compression="zst", source="record")
     writer = sw.writer
@@ -66,15 +78,16 @@ def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
         http = (f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
                 .encode() + body)
         rid = f"<urn:uuid:{uuid.UUID(int=2 * i + 1)}>"
-        loc = writer.write_raw(_record("response", url, date, rid, http, body), record_type="response",
-                               record_id=rid, url=url, payload_digest=_sha1(body))
-        target = url.split("127.0.0.1:9", 1)[1]
+        digest = _sha1(body)
+        loc = writer.write_raw(_record("response", url, date, rid, http, digest), record_type="response",
+                               record_id=rid, url=url, payload_digest=digest)
+        target = url[len("http://" + _HOST):]
         req = f"GET {target} HTTP/1.1\r\nHost: 127.0.0.1:9\r\n\r\n".encode()
         qid = f"<urn:uuid:{uuid.UUID(int=2 * i + 2)}>"
-        writer.write_raw(_record("request", url, date, qid, req, b"", f"WARC-Concurrent-To: {rid}\r\n"),
+        writer.write_raw(_record("request", url, date, qid, req, _EMPTY_SHA1, f"WARC-Concurrent-To: {rid}\r\n"),
                          record_type="request", record_id=qid, url=url, payload_digest=None)
-        lines.append(IndexEntry(surt=surt_key(url), timestamp=stamp, url=url, mime="application/json",
-                                digest=normalize_digest(_sha1(body)), offset=loc.offset, length=loc.length, filename=writer.path.name,
+        lines.append(IndexEntry(surt=_surt(url), timestamp=stamp, url=url, mime="application/json",
+                                digest=normalize_digest(digest), offset=loc.offset, length=loc.length, filename=writer.path.name,
                                 status=200).to_line())
     t_write = time.perf_counter() - t0
     t1 = time.perf_counter()
