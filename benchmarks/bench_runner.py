@@ -12,10 +12,11 @@ loopback mode); the site is then stopped. In one run, each on the same episodes:
   replay front per worker, a fresh context per episode), W = 1 and 2;
 * **cold**: the same with ``warm=False`` (a replay proxy and a Chromium started per episode), W = 1 and 2;
 * **demo suite ×N**: the 6 demo tasks with ``repeats=N`` (N = 50: 300 episodes), warm, 1 and 2 workers
-  (``--suite-repeats 0`` leaves it out).
+  (``--suite-repeats 0`` leaves it out); finished episodes and replay misses are read back from the
+  run folder's ``trajectory.json`` files.
 
 Per run: wall time per episode, episodes per minute, and CPU utilisation: the machine's
-(``/proc/stat``, all cores, so other programs on a shared machine count too) and this benchmark's
+(``/proc/stat``, all cores and each core, so other programs on a shared machine count too) and this benchmark's
 own process tree (user + system time of this process and its reaped children, over wall time × cores).
 Prints a table and rewrites the ``runner`` section of BENCHMARKS.md.
 """
@@ -83,11 +84,20 @@ class CpuMeter:
     """CPU time over a stretch of wall time: the machine's (``/proc/stat``) and this process tree's."""
 
     @staticmethod
-    def _machine() -> tuple[int, int]:
+    def _stat() -> list[tuple[int, int]]:
+        """(busy, total) jiffies: all cores first, then each core (``cpu0``, ``cpu1``, ...)."""
+        out = []
         with open("/proc/stat", encoding="ascii") as fh:
-            fields = [int(x) for x in fh.readline().split()[1:]]
-        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-        return sum(fields) - idle, sum(fields)
+            for line in fh:
+                if not line.startswith("cpu"):
+                    break
+                fields = [int(x) for x in line.split()[1:]]
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+                out.append((sum(fields) - idle, sum(fields)))
+        return out
+
+    def _machine(self) -> tuple[int, int]:
+        return self._stat()[0]
 
     @staticmethod
     def _own() -> float:
@@ -95,13 +105,14 @@ class CpuMeter:
         return t.user + t.system + t.children_user + t.children_system
 
     def __enter__(self) -> CpuMeter:
-        self.m0, self.o0, self.t0 = self._machine(), self._own(), time.monotonic()
+        self.s0, self.o0, self.t0 = self._stat(), self._own(), time.monotonic()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        (b1, a1), o1 = self._machine(), self._own()
+        s1, o1 = self._stat(), self._own()
         self.wall = time.monotonic() - self.t0
-        self.machine = (b1 - self.m0[0]) / max(1, a1 - self.m0[1])
+        shares = [(b1 - b0) / max(1, a1 - a0) for (b0, a0), (b1, a1) in zip(self.s0, s1, strict=True)]
+        self.machine, self.cores = shares[0], shares[1:]
         self.own = (o1 - self.o0) / (self.wall * CORES)
 
 
@@ -139,7 +150,24 @@ def baseline(suite_file: Path, snapshots: Path, repeats: int) -> dict[str, Any]:
         finally:
             serve.terminate()
             serve.wait(30)
-    return {"episodes": episodes, "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own}
+    return {"episodes": episodes, "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own,
+            "cores": cpu.cores}
+
+
+def read_run(run_dir: Path) -> dict[str, int]:
+    """What the run folder holds: finished episodes (a ``trajectory.json``), those that ended with an
+    answer and no error, and the replay misses summed over them (read from disk, not from the summaries)."""
+    done = answered = misses = missing_stats = 0
+    for f in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
+        t = json.loads(f.read_text("utf-8"))
+        done += 1
+        answered += bool(t.get("answer") is not None and not t.get("error"))
+        replay = t.get("replay")
+        if replay is None:
+            missing_stats += 1
+        else:
+            misses += int(replay.get("miss", 0))
+    return {"done": done, "answered": answered, "misses": misses, "no_stats": missing_stats}
 
 
 def runner(suite_file: Path, snapshots: Path, out: Path, run_id: str, workers: int, warm: bool,
@@ -151,9 +179,10 @@ def runner(suite_file: Path, snapshots: Path, out: Path, run_id: str, workers: i
     settings = RunSettings(mode="frozen", workers=workers, snapshots_root=str(snapshots), guard="loopback",
                            repeats=repeats, warm=warm)
     with CpuMeter() as cpu:
-        _d, summaries = run_suite(suite, agent_name="scripted", out=out, settings=settings, run_id=run_id)
+        run_dir, summaries = run_suite(suite, agent_name="scripted", out=out, settings=settings, run_id=run_id)
     ok = sum(1 for s in summaries if s.ok)
-    return {"episodes": len(summaries), "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own}
+    return {"episodes": len(summaries), "ok": ok, "s": cpu.wall, "machine": cpu.machine, "own": cpu.own,
+            "cores": cpu.cores, "expected": len(suite) * repeats, **read_run(run_dir)}
 
 
 def _row(label: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[Any]:
@@ -161,6 +190,31 @@ def _row(label: str, r: dict[str, Any], base: dict[str, Any] | None) -> list[Any
     ratio = f"{per / (base['s'] / base['episodes']):.2f}x" if base else "1.00x"
     return [label, r["episodes"], f"{r['ok']}/{r['episodes']}", f"{r['s']:.1f} s", f"{per:.2f} s", ratio,
             f"{r['episodes'] / r['s'] * 60:.1f}", f"{r['machine'] * 100:.0f}%", f"{r['own'] * 100:.0f}%"]
+
+
+def _suite_row(label: str, r: dict[str, Any]) -> list[Any]:
+    """A whole-suite row: finished episodes and misses as the run folder has them, CPU of each core."""
+    cores = " / ".join(f"{c * 100:.0f}%" for c in r["cores"])
+    misses = f"{r['misses']}" + (f" ({r['no_stats']} without replay counts)" if r["no_stats"] else "")
+    return [label, f"{r['done']}/{r['expected']}", f"{r['answered']}/{r['expected']}", misses, f"{r['s']:.1f} s",
+            f"{r['s'] / max(1, r['episodes']):.2f} s", f"{r['episodes'] / r['s'] * 60:.1f}",
+            f"{r['machine'] * 100:.0f}%", cores, f"{r['own'] * 100:.0f}%"]
+
+
+def _suite_verdict(suite_rows: list[tuple[str, dict[str, Any]]], repeats: int) -> str:
+    """The whole-suite rows in words, from what each run folder holds."""
+    clean = all(r["done"] == r["expected"] == r["answered"] and r["misses"] == 0 and not r["no_stats"]
+                for _label, r in suite_rows)
+    per_min = ", ".join(f"{r['episodes'] / r['s'] * 60:.1f} episodes/min with {w} worker{'s' if w > 1 else ''}"
+                        for w, (_label, r) in enumerate(suite_rows, 1))
+    head = (f"Every run finished all its episodes (a `trajectory.json` each in the run folder, an answer and "
+            f"no error) with 0 replay misses." if clean else
+            "**Not every episode finished cleanly**: see the finished / ok / misses columns (read from the run "
+            "folders' `trajectory.json` files).")
+    return (f"{head} Demo suite ×{repeats}: {per_min}. \"finished\" and \"misses\" are read back from the run "
+            "folder (each episode's `trajectory.json` and its replay counts), not taken from the summaries "
+            "`run_suite` returns; CPU per core is each core's busy share over the run from `/proc/stat` "
+            "(the whole machine's, other programs included).")
 
 
 def main() -> None:
@@ -202,7 +256,8 @@ def main() -> None:
                 label = f"demo suite ×{args.suite_repeats}, warm, {w} worker{'s' if w > 1 else ''}"
                 r = runner(demo, snapshots, runs, f"suite-w{w}", w, True, args.suite_repeats)
                 suite_rows.append((label, r))
-                print(f"  {label}: {r['episodes']} episodes ({r['ok']} ok) in {r['s']:.1f} s")
+                print(f"  {label}: {r['episodes']} episodes ({r['ok']} ok; run folder: {r['done']}/{r['expected']} "
+                      f"finished, {r['misses']} misses) in {r['s']:.1f} s")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -210,8 +265,9 @@ def main() -> None:
     header = ["run", "episodes", "ok", "wall time", "per episode", "vs baseline", "episodes/min",
               "CPU (machine)", "CPU (own tree)"]
     rows = [_row(label, r, base) for label, r in results]
-    srows = [[c for i, c in enumerate(_row(label, r, None)) if i != 5] for label, r in suite_rows]  # no ratio
-    sheader = ["run", "episodes", "ok", "wall time", "per episode", "episodes/min", "CPU (machine)", "CPU (own tree)"]
+    srows = [_suite_row(label, r) for label, r in suite_rows]
+    sheader = ["run", "finished", "ok", "misses", "wall time", "per episode", "episodes/min", "CPU (machine)",
+               "CPU per core", "CPU (own tree)"]
     print()
     print(text_table(header, rows))
     if srows:
@@ -221,7 +277,7 @@ def main() -> None:
     warm1 = dict(results)["runner, warm, 1 worker"]
     ratio = (warm1["s"] / warm1["episodes"]) / (base["s"] / base["episodes"])
     suite_text = (f"\nThe whole demo suite ×{args.suite_repeats} ({suite_rows[0][1]['episodes']} episodes), warm:\n\n"
-                  f"{markdown_table(sheader, srows)}\n") if srows else ""
+                  f"{markdown_table(sheader, srows)}\n\n{_suite_verdict(suite_rows, args.suite_repeats)}\n") if srows else ""
     if srows and args.suite_repeats < 50:
         suite_text += (f"\nScaled down from ×50 (300 episodes) with `--suite-repeats {args.suite_repeats}`; "
                        "the default runs the full suite.\n")
