@@ -207,8 +207,8 @@ def _suite_verdict(suite_rows: list[tuple[str, dict[str, Any]]], repeats: int) -
                 for _label, r in suite_rows)
     per_min = ", ".join(f"{r['episodes'] / r['s'] * 60:.1f} episodes/min with {w} worker{'s' if w > 1 else ''}"
                         for w, (_label, r) in enumerate(suite_rows, 1))
-    head = (f"Every run finished all its episodes (a `trajectory.json` each in the run folder, an answer and "
-            f"no error) with 0 replay misses." if clean else
+    head = ("Every run finished all its episodes (a `trajectory.json` each in the run folder, an answer and "
+            "no error) with 0 replay misses." if clean else
             "**Not every episode finished cleanly**: see the finished / ok / misses columns (read from the run "
             "folders' `trajectory.json` files).")
     return (f"{head} Demo suite ×{repeats}: {per_min}. \"finished\" and \"misses\" are read back from the run "
