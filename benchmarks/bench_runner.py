@@ -96,9 +96,6 @@ class CpuMeter:
                 out.append((sum(fields) - idle, sum(fields)))
         return out
 
-    def _machine(self) -> tuple[int, int]:
-        return self._stat()[0]
-
     @staticmethod
     def _own() -> float:
         t = os.times()
@@ -157,16 +154,18 @@ def baseline(suite_file: Path, snapshots: Path, repeats: int) -> dict[str, Any]:
 def read_run(run_dir: Path) -> dict[str, int]:
     """What the run folder holds: finished episodes (a ``trajectory.json``), those that ended with an
     answer and no error, and the replay misses summed over them (read from disk, not from the summaries)."""
+    from ego2web_replay.models.base import read_model
+    from ego2web_replay.models.trajectory import Trajectory
+
     done = answered = misses = missing_stats = 0
     for f in sorted((run_dir / "episodes").glob("*/*/trajectory.json")):
-        t = json.loads(f.read_text("utf-8"))
+        t = read_model(f, Trajectory, "trajectory")
         done += 1
-        answered += bool(t.get("answer") is not None and not t.get("error"))
-        replay = t.get("replay")
-        if replay is None:
+        answered += t.answer is not None and not t.error
+        if t.replay is None:
             missing_stats += 1
         else:
-            misses += int(replay.get("miss", 0))
+            misses += t.replay.miss
     return {"done": done, "answered": answered, "misses": misses, "no_stats": missing_stats}
 
 
