@@ -31,6 +31,8 @@ def test_unreachable_site_is_unreachable_not_unknown(outcomes):
     (cause,) = a.resources
     assert cause.url.endswith("/matching/") and cause.status == "unreachable" and cause.final_page
     assert cause.status_then == 200 and cause.status_now is None and "could not be reached" in cause.detail
+    # the drift probe, made after the site went down, says the same
+    assert outcomes["mkdocs-unreachable"].probe_status == "unreachable"
 
 
 def test_sign_in_wall_is_blocked_not_changed(outcomes):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import socket
-from datetime import datetime
+from datetime import datetime, timedelta
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -11,7 +11,9 @@ import pytest
 from ego2web_replay.demo.site import DemoSite
 from ego2web_replay.errors import SnapshotError
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
-from ego2web_replay.tracking.drift import drift_timeseries
+from ego2web_replay.tracking.attribution import _from_probe
+from ego2web_replay.tracking.db import read_connection
+from ego2web_replay.tracking.drift import drift_timeseries, latest_task_status
 from ego2web_replay.tracking.probe import (
     probe_snapshots,
     snapshots_to_probe,
@@ -84,8 +86,13 @@ def test_task_status_is_the_worst_main_document():
     assert task_status_of([mk("unchanged"), mk("changed")]) == "changed"
     assert task_status_of([mk("changed"), mk("gone", main=False)]) == "changed"
     assert task_status_of([mk("gone"), mk("blocked")]) == "blocked"
-    # a task none of whose pages could be fetched is unknown, never unchanged
+    # a task none of whose pages could be fetched is unknown, never unchanged ...
     assert task_status_of([mk("error"), mk("error", main=False)]) == "unknown"
+    # ... or unreachable, when every fetch failed to reach the site
+    down = lambda main=True: UrlProbe("u", 200, None, None, None, "error", main, "unreachable: refused")  # noqa: E731
+    refused = UrlProbe("u", 200, None, None, None, "error", True, "not probed: the upstream guard refused this host")
+    assert task_status_of([down(), down(main=False)]) == "unreachable"
+    assert task_status_of([down(), refused]) == "unknown"
     assert task_status_of([mk("error"), mk("changed", main=False)]) == "changed"
     # a change seen only in a JSON response: the page stands, its data moved
     assert task_status_of([mk("unchanged"), mk("changed", main=False)]) == "changed"
@@ -93,15 +100,41 @@ def test_task_status_is_the_worst_main_document():
     assert task_status_of([mk("unchanged"), mk("unchanged", main=False), mk("error", main=False)]) == "unchanged"
 
 
-def test_probe_of_unreachable_pages_is_unknown(tmp_path, data_home):
+def test_probe_of_a_site_that_is_down_is_unreachable(tmp_path, data_home):
     with DemoSite() as site:
         snap = _snapshot(tmp_path / "snaps", site, [])
     # the site is gone now: nothing can be fetched
     seen = {}
     _, rows = probe_snapshots([snap], archive_root=tmp_path / "probes", guard="loopback", timeout=3,
                               on_task=lambda t, s, p: seen.update({t: s}))
-    assert seen == {"drifty": "unknown"} and {r.url_status for r in rows} == {"error"}
-    assert all(r.task_status == "unknown" for r in rows)
+    assert seen == {"drifty": "unreachable"} and {r.url_status for r in rows} == {"error"}
+    assert all(r.task_status == "unreachable" and r.error.startswith("unreachable") for r in rows)
+    # stored, the latest status and the drift report say so too, and no URL counts as changed
+    db = tmp_path / "t.duckdb"
+    TrackingSink(db).probed(rows)
+    with read_connection(db) as con:
+        assert latest_task_status(con)["drifty"].status == "unreachable"
+        # a flip explained by this probe is attributed to the site being down, not left unknown
+        at = rows[0].probed_at
+        a = _from_probe(con, "drifty", at, at, timedelta(hours=1))
+    assert a is not None and (a.source, a.status) == ("probe", "unreachable") and "could not be reached" in a.note
+    (point,) = drift_timeseries(db).series("task")["drifty"]
+    assert point.task_status == "unreachable" and point.errors == point.urls and point.fraction_changed is None
+
+
+def test_probe_that_the_guard_refused_everywhere_is_unknown(tmp_path, data_home):
+    # every page is off loopback and the guard lets the probe ask none: no evidence the site is down
+    sw = SnapshotWriter(tmp_path / "snaps", "offsite")
+    for url in ("http://offsite.example/a", "http://offsite.example/b"):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=200,
+                                 reason="OK", response_headers=[("Content-Type", "text/html")],
+                                 response_body=b"<html><body>page</body></html>", date=datetime(2026, 1, 1))
+        sw.add_page(url)
+    sw.finalize()
+    seen = {}
+    _, rows = probe_snapshots([sw.path], archive_root=tmp_path / "probes", guard="loopback", timeout=3,
+                              on_task=lambda t, s, p: seen.update({t: s}))
+    assert seen == {"offsite": "unknown"} and len(rows) == 2 and all("guard" in r.error for r in rows)
 
 
 def test_snapshots_to_probe_errors(tmp_path):

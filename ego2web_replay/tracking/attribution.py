@@ -10,7 +10,8 @@ this order:
 2. ``probe``: only when there is no live archive to diff, the drift probe of
    the task taken nearest to the live run, and only if it was taken within
    ``window`` of it (before or after). A probe that could fetch nothing gives
-   ``unknown``, never ``unchanged``.
+   ``unreachable`` when the site could not be reached, else ``unknown``; never
+   ``unchanged``.
 3. ``none``: no evidence; the status is ``unknown``.
 
 Because a probe counts only within the window of a run, and the live archive
@@ -31,6 +32,7 @@ from pydantic import BaseModel, Field
 
 from ..errors import Ego2WebError
 from .changes import FieldChange
+from .drift import unfetched_status
 from .pairdiff import PairDiff, ResourceDiff, diff_pair
 
 __all__ = ["DEFAULT_PROBE_WINDOW", "AttributionSource", "ChangedResource", "Attribution", "attribute",
@@ -132,11 +134,13 @@ def _from_probe(con: duckdb.DuckDBPyConnection, task_id: str, start: datetime, e
     items = by_probe[best[1]]
     probed = [r for r in items if r[3] != "error"]
     changed = sorted((r for r in probed if r[3] != "unchanged"), key=lambda r: -_PROBE_SEVERITY.get(r[3], 1))
-    status = max((r[3] for r in probed), key=lambda s: _PROBE_SEVERITY.get(s, 1)) if probed else "unknown"
+    status = (max((r[3] for r in probed), key=lambda s: _PROBE_SEVERITY.get(s, 1)) if probed
+              else unfetched_status(r[6] for r in items))
     resources = [ChangedResource(url=r[2], status=r[3], status_then=r[4], status_now=r[5],
                                  detail=r[6] or (f"text similarity {r[7]:.2f}" if r[7] is not None else ""))
                  for r in changed]
-    note = None if probed else f"the probe could fetch none of the task's {len(items)} URL(s)"
+    note = None if probed else (f"the probe could fetch none of the task's {len(items)} URL(s)"
+                                + (": the site could not be reached" if status == "unreachable" else ""))
     return Attribution(source="probe", status=status, at=_aware(items[0][1]), probe_id=best[1], resources=resources,
                        note=note)
 

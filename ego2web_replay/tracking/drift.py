@@ -29,6 +29,7 @@ __all__ = [
     "record_probe",
     "latest_task_status",
     "drift_timeseries",
+    "unfetched_status",
 ]
 
 UrlStatus = Literal["unchanged", "changed", "gone", "blocked", "error"]
@@ -99,6 +100,14 @@ class DriftSeries(BaseModel):
             if p.scope == scope:
                 out.setdefault(p.key, []).append(p)
         return out
+
+
+def unfetched_status(errors: Iterable[str | None]) -> str:
+    """The status of a task none of whose URLs could be fetched: ``unreachable`` when every failure
+    says the site could not be reached (connection refused, DNS, timeout), else ``unknown`` (a URL
+    the guard did not let the probe ask, or an unreadable capture, is no evidence either way)."""
+    errs = list(errors)
+    return "unreachable" if errs and all((e or "").startswith("unreachable") for e in errs) else "unknown"
 
 
 def _task_status(statuses: Iterable[str]) -> str:

@@ -13,6 +13,7 @@ it could not be fetched (unreachable, refused by the guard). A task is as bad
 as its worst main document: blocked > gone > changed > unchanged, and is
 ``changed`` at least when one of its JSON resources is not unchanged (a change
 seen only in a JSON response); a task none of whose pages could be fetched is
+``unreachable`` when every fetch failed to reach the site (it is down), else
 ``unknown``, never ``unchanged``.
 """
 
@@ -71,11 +72,14 @@ class UrlProbe:
 def task_status_of(probes: Sequence[UrlProbe]) -> str:
     """Worst status among the fetched main documents (all fetched URLs when there are none), and at
     least ``changed`` when a JSON resource the pages used is not unchanged (the page still stands,
-    its data moved); ``unknown`` when nothing could be fetched."""
+    its data moved); when nothing could be fetched, ``unreachable`` if the site could not be reached
+    at all, else ``unknown``."""
     fetched = [p for p in probes if p.url_status in _SEVERITY]
     mains = [p for p in fetched if p.main_document] or fetched
     if not mains:
-        return "unknown"
+        from .drift import unfetched_status
+
+        return unfetched_status(p.error for p in probes)
     worst = max((p.url_status for p in mains), key=lambda s: _SEVERITY[s])
     if _SEVERITY[worst] < _SEVERITY["changed"] and any(p.url_status != "unchanged" for p in fetched):
         return "changed"

@@ -146,7 +146,7 @@ _V6 = (
         frozen_snapshot_id VARCHAR NOT NULL,
         live_at TIMESTAMP,                -- when the live archive was recorded
         diffed_at TIMESTAMP NOT NULL,
-        status VARCHAR NOT NULL,          -- unchanged / changed / gone / blocked / unknown
+        status VARCHAR NOT NULL,          -- unchanged / changed / gone / blocked / unreachable / unknown
         resources INTEGER,
         changed INTEGER,                  -- resources not unchanged
         data VARCHAR                      -- the whole PairDiff as JSON
