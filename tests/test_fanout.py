@@ -8,6 +8,7 @@ import pytest
 
 from ego2web_replay.cli import main
 from ego2web_replay.runner.fanout import page_links
+from ego2web_replay.runner.fanout_assets import css_assets, page_assets
 from ego2web_replay.snapshots.snapshot import Snapshot, latest_snapshot
 
 
@@ -27,6 +28,27 @@ def test_page_links_resolve_links_frames_and_get_forms_default_submission():
     words = page_links(html, "https://shop.example/", words=["tea"])
     assert words[-3:] == ["https://shop.example/search?q=tea&new=on", "https://shop.example/f?col=&op=like&v=&_sort=id",
                           "https://shop.example/f?col=&op=like&v=tea&_sort=id"]
+
+
+def test_page_assets_are_what_the_markup_loads_with_the_dest_a_browser_sends():
+    html = """<base href="/shop/"><link rel="stylesheet" href="a.css"><link rel="icon" href="/fav.ico">
+    <link rel="preload" as="font" href="/f.woff2"><link rel="preload" as="fetch" href="/api/x">
+    <link rel="alternate" href="/feed"><script src="app.js#v"></script><script>inline()</script>
+    <img src="p.png"><img srcset="s1.png 1x, s2.png 2x"><img src="data:image/png;base64,AA">
+    <picture><source srcset="w.webp 1x"><img src="p.png"></picture><source srcset="stray.png">
+    <video poster="/poster.jpg" src="/movie.mp4"></video><input type="image" src="/go.png">
+    <a href="/page">not an asset</a>"""
+    assert page_assets(html, "https://shop.example/start") == [
+        ("https://shop.example/shop/a.css", "style"), ("https://shop.example/fav.ico", "image"),
+        ("https://shop.example/f.woff2", "font"), ("https://shop.example/shop/app.js", "script"),
+        ("https://shop.example/shop/p.png", "image"), ("https://shop.example/shop/s1.png", "image"),
+        ("https://shop.example/shop/w.webp", "image"), ("https://shop.example/poster.jpg", "image"),
+        ("https://shop.example/go.png", "image")]  # no media, no data: URL, a stray <source> ignored
+    css = """@import "base.css"; @import url(print.css) print; body { background: url('img/bg.png') }
+    @font-face { src: url(/fonts/x.woff2?v=2) format("woff2"), url(data:font/woff2;base64,AA) }"""
+    assert css_assets(css, "https://cdn.example/css/site.css") == [
+        ("https://cdn.example/css/base.css", "style"), ("https://cdn.example/css/print.css", "style"),
+        ("https://cdn.example/css/img/bg.png", "image"), ("https://cdn.example/fonts/x.woff2?v=2", "font")]
 
 
 @pytest.mark.slow
@@ -51,17 +73,24 @@ def test_a_link_no_recorded_path_took_is_served_frozen_after_fanout(site, ca, tm
     fan = row["fanout"]
     grown = Snapshot.open(latest_snapshot(tmp_path / "fanned", "home"))
     assert row["snapshot"] == fan["snapshot"] == str(grown.path) and fan["error"] is None
-    assert fan["fetched"] >= 2 and fan["failed"] == 0 and fan["merged"] >= 2  # /old-product, /clock
-    assert clock in {e.url for e in grown.entries()}
+    assert fan["fetched"] >= 3 and fan["failed"] == 0 and fan["merged"] >= 4  # /old-product, /product/42, /clock
+    # the redirect was followed on the site, and the product page's own image fetched (its stylesheet is held)
+    product, snack = site.https_url + "/product/42", site.https_url + "/static/snack.png"
+    assert fan["assets"] == 1 and fan["assets_failed"] == 0 and fan["assets_left_out"] == 0
+    assert {clock, product, snack} <= {e.url for e in grown.entries()}
     assert clock not in {e.url for e in Snapshot.open(latest_snapshot(tmp_path / "plain", "home")).entries()}
     prov = json.loads((grown.path / "provenance.json").read_text("utf-8"))
-    assert {"url": clock, "by": f"fanout from {home}"}.items() <= next(
-        c for c in prov["captures"] if c["url"] == clock).items()
+    for url, page in ((clock, home), (product, home), (snack, product)):
+        assert {"url": url, "by": f"fanout from {page}"}.items() <= next(
+            c for c in prov["captures"] if c["url"] == url).items()
     assert "fanout snapshot" in " ".join(grown.manifest.notes)
     # a frozen episode that clicks one link further than the recorded path, own snapshot only
     agent = tmp_path / "agent.jsonl"
     agent.write_text(json.dumps({"id": "home", "instruction": "x", "start_url": home, "expected_answer": "ok",
                                  "reference_actions": [{"kind": "goto", "url": home}, {"kind": "goto", "url": clock},
+                                                       {"kind": "goto", "url": home},
+                                                       {"kind": "click", "selector": "#product-link"},
+                                                       {"kind": "wait", "selector": "#calories"},
                                                        {"kind": "answer", "answer": "ok"}]}) + "\n", "utf-8")
     for root in ("plain", "fanned"):
         assert main(["run", str(agent), "--agent", "scripted", "--mode", "frozen", "--snapshots", str(tmp_path / root),
@@ -69,6 +98,9 @@ def test_a_link_no_recorded_path_took_is_served_frozen_after_fanout(site, ca, tm
                      "--no-progress"]) == 0
     fanned = load_trajectory(tmp_path / "runs" / "fanned" / "episodes" / "home" / "frozen").replay
     plain = load_trajectory(tmp_path / "runs" / "plain" / "episodes" / "home" / "frozen").replay
-    assert next(e for e in fanned.log if e.url == clock).outcome == "exact"
-    assert f"GET {clock}" not in fanned.missed_urls and fanned.validity != "off-snapshot"
-    assert f"GET {clock}" in plain.missed_urls and plain.validity == "off-snapshot"
+    for url in (clock, site.https_url + "/old-product", product, snack):
+        assert next(e for e in fanned.log if e.url == url).outcome == "exact", url
+    # the fanned snapshot served the whole path; without it the clock page and the product link missed
+    assert fanned.missed_urls == [] and fanned.validity == "complete"
+    assert plain.missed_urls == [f"GET {clock}", f"GET {site.https_url}/old-product"]
+    assert plain.validity == "off-snapshot"

@@ -80,10 +80,15 @@ if TYPE_CHECKING:
 @click.option("--fanout", "fanout", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
               help="After the reference paths (and explorers), fetch through the recording proxy up to N "
                    "same-site links (and GET forms' default submissions) that the snapshot's pages show but it "
-                   "never captured, documents only, and merge them into each task's snapshot (provenance: "
-                   "'fanout from <page>'); 0: off; 200 is a sane bound. See docs/agents.md.")
+                   "never captured (on-site redirects followed), then their pages' uncaptured subresources "
+                   "(--fanout-assets), and merge them into each task's snapshot (provenance: 'fanout from "
+                   "<page>'); 0: off; 200 is a sane bound. See docs/agents.md.")
 @click.option("--fanout-depth", type=click.IntRange(min=1, max=3), default=1, show_default=True,
               help="--fanout: clicks deep (2: the fetched pages' links too, within the same N).")
+@click.option("--fanout-assets", type=click.IntRange(min=0), default=1000, show_default=True, metavar="M",
+              help="--fanout: also fetch up to M uncaptured subresources the fetched pages' markup names "
+                   "(stylesheets and their fonts and images, scripts, images, icons) from the task's site and "
+                   "hosts the snapshot already holds; 0: documents only.")
 @click.option("--fanout-word", "fanout_words", multiple=True, metavar="WORD",
               help="--fanout: also submit each GET form with this word typed into each of its text fields, as an "
                    "agent searching for it would (repeatable; e.g. the words the task's agents search for).")
@@ -94,7 +99,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
                wire: WireLimits, second_load: bool, explore: int, explore_agent: str, explore_seed: int,
                explore_steps: int, explore_window: str, explore_runs: Path, fanout: int, fanout_depth: int,
-               fanout_words: tuple[str, ...], json_out: str | None) -> None:
+               fanout_assets: int, fanout_words: tuple[str, ...], json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy; with --explore, exploring agents then run the recorded
     tasks live and their captures are merged in; with --fanout, the links of the recorded pages
@@ -169,7 +174,7 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             from ..snapshots.extend import parse_window
 
             _fanout(tasks, record_opts, results, bars, ca=ca, limit=fanout, depth=fanout_depth, words=fanout_words,
-                    runs=explore_runs, window=parse_window(explore_window))
+                    assets=fanout_assets, runs=explore_runs, window=parse_window(explore_window))
     emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")
@@ -227,7 +232,7 @@ def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: 
 
 
 def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[str, object]], bars: Any, *,
-            ca: Any, limit: int, depth: int, words: tuple[str, ...], runs: Path, window: Any) -> None:
+            ca: Any, limit: int, depth: int, words: tuple[str, ...], assets: int, runs: Path, window: Any) -> None:
     """Fetch and merge each recorded task's uncaptured same-site links; one line per task."""
     from datetime import UTC, datetime
 
@@ -240,11 +245,12 @@ def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[st
         if row is None or task.id not in record_opts:
             continue
         got = fan_out(task, Path(str(row["snapshot"])), out, record_opts[task.id], ca=ca, limit=limit, depth=depth,
-                      window=window, words=words)
+                      window=window, words=words, assets=assets)
         bars.advance(bar)
         ext = got.extended
         row["fanout"] = {"candidates": got.candidates, "fetched": len(got.fetched), "failed": len(got.failed),
-                         "left_out": got.left_out, "archive": str(got.archive) if got.archive else None,
+                         "left_out": got.left_out, "assets": len(got.assets), "assets_failed": len(got.assets_failed),
+                         "assets_left_out": got.assets_left_out, "archive": str(got.archive) if got.archive else None,
                          "snapshot": str(ext.path) if ext else None, "merged": ext.merged if ext else 0,
                          "error": got.error}
         if ext is not None:
@@ -252,7 +258,8 @@ def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[st
         ok = sum(1 for s in got.fetched.values() if s < 400)
         say(bars, f"{task.id}: fan-out fetched {len(got.fetched)} of {got.candidates} uncaptured link(s) "
                   f"({ok} ok, {len(got.fetched) - ok} error status, {len(got.failed)} failed, {got.left_out} past "
-                  f"the limit); " + (f"{ext.path} (+{ext.merged} captures)" if ext else
+                  f"the limit; {len(got.assets)} subresource(s), {len(got.assets_failed)} failed, "
+                  f"{got.assets_left_out} past the limit); " + (f"{ext.path} (+{ext.merged} captures)" if ext else
                                     f"the snapshot stays {row['snapshot']}" + (f" ({got.error})" if got.error else "")),
             status="ok  " if got.error is None else "FAIL", style="green" if got.error is None else "red")
 

@@ -9,25 +9,34 @@ the task's site (the task's ``allowed_domains``, else its start URL's host) and 
 snapshot (replay's canonical "same request"). Up to ``limit`` candidates (new paths first, then new
 query strings of held paths, each in page order) are fetched through a fresh recording proxy of the
 task (:class:`~ego2web_replay.recorder.session.LiveRecording`: the recording's guard, redaction and
-upstream CA apply) as top-level document requests by a plain HTTP client: documents only, their
-subresources are not fetched (a site's pages share most of theirs, which the recorded path holds).
-With ``depth`` > 1 the fetched documents' links are candidates in turn. The fan-out archive is then
-merged into the task's snapshot (:func:`~ego2web_replay.snapshots.extend.extend_snapshot`, a new,
-newest snapshot); its ``fanout.json`` names the page each fetched link came from, so the merged
-snapshot's ``provenance.json`` says ``fanout from <page>`` for each of those captures.
+upstream CA apply) as top-level document requests by a plain HTTP client. A redirect is captured as
+it is and its on-site target is fetched next, within the same ``limit``, as the browser would follow
+it. Then, up to ``assets`` of them, the subresources each fetched page's markup names and the
+snapshot does not hold (:mod:`~ego2web_replay.runner.fanout_assets`: stylesheets and what they
+import, scripts, images, icons) are fetched with the ``Sec-Fetch-Dest`` a browser sends, from the
+task's site and from hosts the snapshot already holds captures of (a CDN the recorded path used),
+never another host. What scripts fetch when they run is not known without running them: a miss there
+is counted at replay as usual. With ``depth`` > 1 the fetched documents' links are candidates in
+turn. The fan-out archive is then merged into the task's snapshot
+(:func:`~ego2web_replay.snapshots.extend.extend_snapshot`, a new, newest snapshot); its ``fanout.json``
+names the page each fetched link and subresource came from, so the merged snapshot's
+``provenance.json`` says ``fanout from <page>`` for each of those captures.
 """
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import ssl
-from collections.abc import Sequence
+from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 from urllib.parse import urlencode, urljoin, urlsplit, urlunsplit
 
 from ..models import Task
@@ -37,10 +46,12 @@ from ..replay.canonical import entry_key
 from ..snapshots.extend import FANOUT, ExtendResult, extend_snapshot
 from ..snapshots.snapshot import Snapshot
 from ..web import decode_body
+from .fanout_assets import ACCEPT, css_assets, page_assets
 
 __all__ = ["FanoutResult", "page_links", "fanout_candidates", "fan_out"]
 
 DEFAULT_LIMIT = 200
+DEFAULT_ASSETS = 1000
 _ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 
 
@@ -56,6 +67,12 @@ class FanoutResult:
     """URL -> why no response came (refused by the guard, unreachable, timed out)."""
     left_out: int = 0
     """Candidates past the limit, not fetched."""
+    assets: dict[str, int] = field(default_factory=dict)
+    """Fetched subresource URL -> HTTP status."""
+    assets_failed: dict[str, str] = field(default_factory=dict)
+    """Subresource URL -> why no response came."""
+    assets_left_out: int = 0
+    """Uncaptured subresources past the ``assets`` limit, not fetched."""
     archive: Path | None = None
     extended: ExtendResult | None = None
     error: str | None = None
@@ -205,18 +222,22 @@ def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str
 
 
 class _Fetcher:
-    """Top-level GET requests through the recording proxy (absolute-form for http, CONNECT for https)."""
+    """GET requests through the recording proxy (absolute-form for http, CONNECT for https), each as a
+    browser would send it for its ``Sec-Fetch-Dest``."""
 
     def __init__(self, proxy_url: str, ca: ProjectCA, timeout_s: float) -> None:
         p = urlsplit(proxy_url)
         self.host, self.port, self.timeout = p.hostname or "127.0.0.1", p.port or 80, timeout_s
         self.tls = ssl.create_default_context(cafile=str(ca.cert_path))
 
-    def get(self, url: str) -> tuple[int, str, bytes]:
-        """Status, content type and body (as sent) of ``url``."""
+    def get(self, url: str, dest: str = "document", referer: str | None = None) -> tuple[int, str, bytes, str]:
+        """Status, content type, body (decoded) and ``Location`` of ``url``."""
         parts = urlsplit(url)
-        headers = {"Accept": _ACCEPT, "Sec-Fetch-Dest": "document", "Sec-Fetch-Mode": "navigate",
+        headers = {"Accept": _ACCEPT if dest == "document" else ACCEPT.get(dest, "*/*"), "Sec-Fetch-Dest": dest,
+                   "Sec-Fetch-Mode": "navigate" if dest == "document" else "no-cors",
                    "Accept-Encoding": "gzip, deflate", "User-Agent": "ego2web-replay fanout"}
+        if referer:
+            headers["Referer"] = referer
         conn: http.client.HTTPConnection
         if parts.scheme == "https":
             conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self.tls)
@@ -229,18 +250,34 @@ class _Fetcher:
             conn.request("GET", target, headers=headers)
             response = conn.getresponse()
             body = response.read()
-            return response.status, response.getheader("Content-Type") or "", decode_body(
-                body, response.getheader("Content-Encoding")) or b""
+            return (response.status, response.getheader("Content-Type") or "",
+                    decode_body(body, response.getheader("Content-Encoding")) or b"",
+                    response.getheader("Location") or "")
         finally:
             conn.close()
 
 
+@functools.cache
+def _default_key() -> Callable[[Any], str]:
+    return entry_key()
+
+
+def _key_of(url: str) -> str:
+    """Replay's canonical key of a GET of ``url`` (the default rules, as ``fan_out`` merges with)."""
+    return _default_key()(SimpleNamespace(method="GET", url=url, request_body_query=None))
+
+
+def _held_hosts(snap: Snapshot) -> set[str]:
+    return {(urlsplit(e.url).hostname or "").lower() for e in snap.entries()}
+
+
 def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: ProjectCA, limit: int = DEFAULT_LIMIT,
             depth: int = 1, window: timedelta | None = timedelta(hours=1), timeout_s: float = 20.0,
-            root: Path | None = None, words: Sequence[str] = ()) -> FanoutResult:
+            root: Path | None = None, words: Sequence[str] = (), assets: int = DEFAULT_ASSETS) -> FanoutResult:
     """Fetch up to ``limit`` same-site links of ``snapshot``'s documents it does not hold (``depth`` clicks
-    deep) through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot``
-    (or under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
+    deep, redirects followed on the site) and up to ``assets`` of the subresources the fetched pages name,
+    through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot`` (or
+    under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
     result = FanoutResult(task.id)
     snap = Snapshot.open(Path(snapshot))
     key = entry_key()
@@ -248,39 +285,77 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
     queue = fanout_candidates(snap, task, held=held, words=words)
     result.candidates = len(queue)
     origins: dict[str, str] = {}
+    site = _site(task)
     live = LiveRecording(task, out, RecordOptions(**{**vars(opts), "source": "record", "screenshots": False}), ca=ca)
     with live:
         fetcher = _Fetcher(live.proxy_url, ca, timeout_s)
+        pages: list[tuple[str, str]] = []
         for level in range(max(1, depth)):
             next_pages: list[tuple[str, str]] = []
-            for link, page in queue:
+            pending = deque(queue)
+            while pending:
+                link, page = pending.popleft()
+                if link in origins:  # a redirect's target that was a candidate too
+                    continue
                 if len(origins) >= limit:
                     result.left_out += 1
                     continue
                 origins[link] = page
-                held.add(key(SimpleNamespace(method="GET", url=link, request_body_query=None)))
+                held.add(_key_of(link))
                 try:
-                    status, ctype, body = fetcher.get(link)
+                    status, ctype, body, location = fetcher.get(link)
                 except (OSError, http.client.HTTPException) as e:
                     result.failed[link] = str(e) or type(e).__name__
                     continue
                 result.fetched[link] = status
                 live.writer.add_page(link)
+                target = urljoin(link, location).partition("#")[0] if 300 <= status < 400 and location else ""
+                if target and _on_site(target, site) and _key_of(target) not in held:
+                    result.candidates += 1
+                    pending.appendleft((target, page))  # the browser follows it at once
                 if status == 200 and "html" in ctype.lower():
                     next_pages.append((link, body.decode("utf-8", errors="replace")))
+            pages += next_pages
             if level + 1 < depth:
                 queue = fanout_candidates(snap, task, next_pages, held, words)
                 result.candidates += len(queue)
+        if assets > 0:
+            _fetch_assets(fetcher, pages, held, site, _held_hosts(snap), assets, origins, result)
         assert live.writer is not None
         (live.writer.path / FANOUT).write_text(json.dumps(
-            {"version": 1, "from": origins, "fetched": result.fetched, "failed": result.failed,
+            {"version": 2, "from": origins, "fetched": result.fetched, "failed": result.failed,
+             "assets": result.assets, "assets_failed": result.assets_failed,
              "at": datetime.now(UTC).isoformat()}, indent=2) + "\n", "utf-8")
         live.writer.extra_files.append(FANOUT)
     result.archive = live.snapshot_path
     if not live.ok:
         result.error = live.error
         return result
-    if result.fetched:
+    if result.fetched or result.assets:
         result.extended = extend_snapshot(snap.path, [live.snapshot_path] if live.snapshot_path else [],
                                           window=window, root=root, request_key=key)
     return result
+
+
+def _fetch_assets(fetcher: _Fetcher, pages: list[tuple[str, str]], held: set[str], site: Sequence[str],
+                  hosts: set[str], limit: int, origins: dict[str, str], result: FanoutResult) -> None:
+    """Fetch the uncaptured subresources of ``pages`` (stylesheets' own references after them) from the
+    task's site or the hosts the snapshot holds, up to ``limit``."""
+    pending = deque((url, dest, page) for page, html in pages for url, dest in page_assets(html, page))
+    while pending:
+        url, dest, page = pending.popleft()
+        if not (_on_site(url, site) or (urlsplit(url).hostname or "").lower() in hosts) or _key_of(url) in held:
+            continue
+        if len(result.assets) + len(result.assets_failed) >= limit:
+            result.assets_left_out += 1
+            continue
+        held.add(_key_of(url))
+        origins[url] = page
+        try:
+            status, ctype, body, _ = fetcher.get(url, dest, referer=page)
+        except (OSError, http.client.HTTPException) as e:
+            result.assets_failed[url] = str(e) or type(e).__name__
+            continue
+        result.assets[url] = status
+        if dest == "style" and status == 200:
+            pending.extend((ref, d, page) for ref, d in css_assets(body.decode("utf-8", errors="replace"), url))
