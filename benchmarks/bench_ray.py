@@ -99,6 +99,16 @@ def _noise_note(overhead: float) -> str:
             "  worker process is spawned and imports the package for every run too.")
 
 
+def kept_note(fetch: dict[str, dict[str, Any]]) -> str:
+    """Whether a Ray worker kept its snapshots open as a local one does: a reopen asks for the ETag again."""
+    ray, local = fetch["ray"]["warm_lookups"], fetch["local"]["warm_lookups"]
+    if ray == local:
+        return (f"Ray's later episodes ask exactly what local ones do ({ray:.0f} lookups): the worker process also "
+                "kept the snapshot open (no second open, no second ETag check).")
+    return (f"Ray's later episodes make {ray:.0f} lookups against local ones' {local:.0f}: "
+            "the worker opened the snapshot again.")
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -230,10 +240,10 @@ the episode ran), over all rounds:
   {bound} per Ray run (each worker process has its own cache), 6 (or a few more, when two workers open the
   same snapshot at once) per local run, whose workers share the data folder. Ray runs fetched in
   {" + ".join(map(str, ray_cold))} episodes of {n_tasks * args.repeats}.
-- {"Every later episode fetched nothing: **the cache stays warm across episodes** on both executors;" if warm_ok
-   else "**Some later episodes fetched again, or lack store counts**: see the table;"} what a later episode
-  still asks is finding the newest snapshot of its task (a bucket lookup, a listing, the manifest's ETag) and,
-  where its worker had not kept the snapshot open, the manifest's ETag again.
+- {"Every later episode fetched nothing: **the cache stays warm across episodes** on both executors." if warm_ok
+   else "**Some later episodes fetched again, or lack store counts**: see the table."} What a later episode
+  still asks is finding the newest snapshot of its task (a bucket lookup, a listing, the manifest's ETag);
+  {kept_note(fetch)}
 
 On a {CORES}-core machine shared with other work (load average below): read the ratios within the
 run, not the absolute figures.
