@@ -92,11 +92,13 @@ def one_run(label: str, suite: Any, url: str, out: Path, workers: int, repeats: 
     return r
 
 
-def _noise_note(overhead: float) -> str:
-    if overhead >= 0:
+def _noise_note(per_round: list[float]) -> str:
+    """A word on the overhead when the rounds do not agree on its sign: it is then within the noise."""
+    if min(per_round) >= 0:
         return ""
-    return ("\n  Negative: below what this loaded, shared machine lets one run resolve (load average below); a local\n"
-            "  worker process is spawned and imports the package for every run too.")
+    return ("\n  The rounds do not all agree that Ray costs more: the overhead is within what this loaded, shared machine\n"
+            "  lets one run resolve (load average below); a local run also spawns its worker processes, which import\n"
+            "  the package and launch their Chromium.")
 
 
 def kept_note(fetch: dict[str, dict[str, Any]]) -> str:
@@ -225,10 +227,10 @@ each core's busy share over the run (`/proc/stat`, the whole machine's: other pr
 {markdown_table(header, rows)}
 
 - Ray's overhead against local workers, within each round: **{overhead * 1000:+.0f} ms per episode** (median
-  of the rounds: {", ".join(f"{x * 1000:+.0f} ms" for x in per_round)}), Ray's wall time **{_med(ratios):.2f}×** the
+  over the rounds, which gave {", ".join(f"{x * 1000:+.0f} ms" for x in per_round)}), Ray's wall time **{_med(ratios):.2f}×** the
   local run's. It holds a Ray job's start (worker processes importing the package, each launching its
   Chromium), task dispatch, the CA through the object store, and packing each episode folder on the worker
-  and unpacking it on the driver.{_noise_note(overhead)}
+  and unpacking it on the driver.{_noise_note(per_round)}
 
 What each episode asked of the object store (`replay_stats.json`'s `store`: this process's requests while
 the episode ran), over all rounds:
