@@ -30,6 +30,7 @@ from ego2web_replay.httpd import LoopbackHTTPServer
 ROOT = Path(__file__).resolve().parent.parent
 BENCHMARKS_MD = ROOT / "BENCHMARKS.md"
 OUT = ROOT / "benchmarks" / "out"
+CORES = os.cpu_count() or 1
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--no-first-run", "--disable-sync"]
 
@@ -147,6 +148,41 @@ def update_section(name: str, body: str, path: Path = BENCHMARKS_MD) -> None:
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, "utf-8")
     os.replace(tmp, path)
+
+
+# -- CPU utilisation ------------------------------------------------------------------------------
+
+class CpuMeter:
+    """CPU time over a stretch of wall time: the machine's (``/proc/stat``) and this process tree's."""
+
+    @staticmethod
+    def _stat() -> list[tuple[int, int]]:
+        """(busy, total) jiffies: all cores first, then each core (``cpu0``, ``cpu1``, ...)."""
+        out = []
+        with open("/proc/stat", encoding="ascii") as fh:
+            for line in fh:
+                if not line.startswith("cpu"):
+                    break
+                fields = [int(x) for x in line.split()[1:]]
+                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+                out.append((sum(fields) - idle, sum(fields)))
+        return out
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+    def __enter__(self) -> CpuMeter:
+        self.s0, self.o0, self.t0 = self._stat(), self._own(), time.monotonic()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        s1, o1 = self._stat(), self._own()
+        self.wall = time.monotonic() - self.t0
+        shares = [(b1 - b0) / max(1, a1 - a0) for (b0, a0), (b1, a1) in zip(self.s0, s1, strict=True)]
+        self.machine, self.cores = shares[0], shares[1:]
+        self.own = (o1 - self.o0) / (self.wall * CORES)
 
 
 # -- statistics -----------------------------------------------------------------------------------

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -38,6 +37,8 @@ from typing import Any
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
 from _common import (  # noqa: E402
+    CORES,
+    CpuMeter,
     free_port,
     machine_info,
     machine_lines,
@@ -48,7 +49,6 @@ from _common import (  # noqa: E402
 )
 
 DEMO_TASKS = Path(__file__).resolve().parent.parent / "ego2web_replay" / "demo" / "tasks.jsonl"
-CORES = os.cpu_count() or 1
 
 
 def prepare(tmp: Path, copies: int) -> tuple[Path, Path, int]:
@@ -78,39 +78,6 @@ def prepare(tmp: Path, copies: int) -> tuple[Path, Path, int]:
             out.append(json.dumps(t))
     suite_file.write_text("\n".join(out) + "\n", "utf-8")
     return suite_file, snapshots, len(out)
-
-
-class CpuMeter:
-    """CPU time over a stretch of wall time: the machine's (``/proc/stat``) and this process tree's."""
-
-    @staticmethod
-    def _stat() -> list[tuple[int, int]]:
-        """(busy, total) jiffies: all cores first, then each core (``cpu0``, ``cpu1``, ...)."""
-        out = []
-        with open("/proc/stat", encoding="ascii") as fh:
-            for line in fh:
-                if not line.startswith("cpu"):
-                    break
-                fields = [int(x) for x in line.split()[1:]]
-                idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-                out.append((sum(fields) - idle, sum(fields)))
-        return out
-
-    @staticmethod
-    def _own() -> float:
-        t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
-
-    def __enter__(self) -> CpuMeter:
-        self.s0, self.o0, self.t0 = self._stat(), self._own(), time.monotonic()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        s1, o1 = self._stat(), self._own()
-        self.wall = time.monotonic() - self.t0
-        shares = [(b1 - b0) / max(1, a1 - a0) for (b0, a0), (b1, a1) in zip(self.s0, s1, strict=True)]
-        self.machine, self.cores = shares[0], shares[1:]
-        self.own = (o1 - self.o0) / (self.wall * CORES)
 
 
 def baseline(suite_file: Path, snapshots: Path, repeats: int) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 One demo site, two recorded tasks and one cluster serve the module. A Ray run
 must equal a local run (episodes, rule-judge verdicts, database rows); a
 worker node killed mid-episode is retried elsewhere; a node without Chromium
-gives an ``infra_error`` naming the node, which a local ``--resume`` redoes.
+gives an ``infra_error`` naming the node, which a local ``--resume`` redoes; a worker process keeps its
+object cache and the snapshot it opened across episodes (the episodes' store counts, and the S3 server's).
 """
 
 from __future__ import annotations
@@ -119,29 +120,29 @@ def test_worker_keeps_the_ca_private(tmp_path, ca):
     assert stat.S_IMODE((home / "ca").stat().st_mode) == 0o700
     assert stat.S_IMODE((home / "ca" / "mitmproxy-ca.pem").stat().st_mode) == 0o600
     assert (home / "ca" / "mitmproxy-ca.pem").read_bytes() == files["mitmproxy-ca.pem"]
-    shutil.rmtree(home)
+    shutil.rmtree(home / "ca")
 
 
-def test_episode_homes_of_one_worker_share_its_caches(ca):
-    """Each episode's private home is new (the CA's key leaves with it), but its object, index and
-    remote-snapshot caches are the worker process's: what one episode downloaded the next finds."""
-    from ego2web_replay.runner.ray_executor import worker_cache
+def test_episodes_of_one_worker_share_its_data_folder_but_not_the_key(ca):
+    """Each episode's CA is written into the worker process's data folder and taken out when it ends;
+    the object, index and remote-snapshot caches there stay for the next episode."""
+    from ego2web_replay.runner.ray_executor import _clear_episode, worker_home
 
     files = {"mitmproxy-ca.pem": (ca.confdir / "mitmproxy-ca.pem").read_bytes()}
     first = _private_home(files)
+    (first / "object-cache").mkdir(exist_ok=True)
     (first / "object-cache" / "block").write_bytes(b"downloaded once")
-    (first / "index-cache" / "index.pickle").write_bytes(b"parsed once")
-    shutil.rmtree(first)
-    assert not first.exists()
+    (first / "episode").mkdir()
+    _clear_episode(first)
+    assert not (first / "ca").exists() and not (first / "episode").exists()  # no key between episodes
     second = _private_home(files)
     try:
+        assert second == first == worker_home()
         assert (second / "object-cache" / "block").read_bytes() == b"downloaded once"
-        assert (second / "index-cache" / "index.pickle").read_bytes() == b"parsed once"
-        assert (second / "remote-snapshots").resolve() == (worker_cache() / "remote-snapshots").resolve()
-        assert stat.S_IMODE(worker_cache().stat().st_mode) == 0o700
-        assert not (worker_cache() / "ca").exists()  # no key in what outlives the episode
+        assert stat.S_IMODE(worker_home().stat().st_mode) == 0o700
+        assert (second / "ca" / "mitmproxy-ca.pem").read_bytes() == files["mitmproxy-ca.pem"]
     finally:
-        shutil.rmtree(second)
+        _clear_episode(second)
 
 
 def test_a_node_that_does_not_start_is_stopped_and_started_again_then_named(tmp_path):
@@ -208,6 +209,32 @@ def test_ray_workers_read_snapshots_from_object_storage(demo, cluster, s3, tmp_p
     assert sorted((r.task_id, r.end_reason, r.misses) for r in results) == [(t, "answered", 0) for t in sorted(TASKS)]
     for t in map(load_trajectory, run_dir.glob("episodes/*/*")):
         assert t.snapshot_path and t.snapshot_path.startswith(f"{s3}/snaps/{t.task_id}/")
+
+
+def test_a_ray_worker_keeps_its_object_cache_and_opened_snapshot_across_episodes(demo, cluster, s3, s3_server,
+                                                                                  tmp_path):
+    """One task, 4 repeats, on 2 one-CPU nodes: an episode fetches its snapshot (GETs) only when its worker
+    process has not had it yet; every later episode on a worker fetches nothing and asks the store only
+    to find the task's newest snapshot (a bucket lookup, a listing, the manifest's ETag), not to open it
+    again. The episodes' own counts agree with the GETs the S3 server saw."""
+    from ego2web_replay.snapshots.location import upload_snapshot
+
+    task = demo["suite"].get(TASKS[0])
+    for folder in (demo["snapshots"] / task.id).glob("*"):
+        upload_snapshot(folder, f"{s3}/snaps/{task.id}/{folder.name}")
+    s3_server.record_requests()
+    settings = _settings(demo, snapshots_root=f"{s3}/snaps", repeats=4)
+    run_dir, results = run_suite(demo["suite"], agent_name="scripted", out=tmp_path / "ray", settings=settings,
+                                 task_ids=[task.id], executor=RayExecutor(RaySettings(address=cluster.address)))
+    assert sorted((r.repeat, r.end_reason, r.misses) for r in results) == [(k, "answered", 0) for k in range(4)]
+    stores = [load_trajectory(f).replay.store for f in run_dir.glob("episodes/*/*/trajectory.json")]
+    assert len(stores) == 4 and all(s is not None for s in stores)
+    fetched = [s for s in stores if s.gets]
+    later = [s for s in stores if not s.gets]
+    assert 1 <= len(fetched) <= 2, stores  # the first episode on each of the (at most 2) worker processes
+    assert all(s.bytes > 0 for s in fetched)
+    assert len(later) >= 2 and all(s.bytes == 0 and s.lookups <= 2 and s.listings == 1 for s in later), stores
+    assert sum(s.gets for s in stores) == len(s3_server.object_gets())
 
 
 def _verdicts(run_dir: Path, judge: str) -> dict:

@@ -209,10 +209,11 @@ def test_a_warm_run_with_two_workers_and_resume(recorded):
 
 
 def test_a_ray_worker_process_keeps_its_browser_and_caches_across_episodes(recorded, ca, monkeypatch):
-    """What a Ray task runs on its worker (``remote_episode``), twice in one process: each episode in a
-    private home of its own, both through the process's one warm Chromium, both with their own stats."""
+    """What a Ray task runs on its worker (``remote_episode``), twice in one process: both in the process's
+    data folder, through its one warm Chromium and the snapshot it opened once, each with its own stats;
+    the CA and the scratch run folder leave with each episode."""
     from ego2web_replay.runner import warm
-    from ego2web_replay.runner.ray_executor import _CA_FILES, _unpack, remote_episode, worker_cache
+    from ego2web_replay.runner.ray_executor import _CA_FILES, _unpack, remote_episode, worker_home
 
     suite, root = recorded
     monkeypatch.setattr(warm, "_current", None)
@@ -222,13 +223,14 @@ def test_a_ray_worker_process_keeps_its_browser_and_caches_across_episodes(recor
         results = [remote_episode(job, files, None) for job in jobs]
         worker = warm.current_worker()
         assert worker is not None and worker.launches == 1
+        assert worker.opens == 1  # the second episode replayed the snapshot the first opened
     finally:
         if warm.current_worker() is not None:
             warm.current_worker().close()
-    assert not Path(results[0][2]).exists()  # each episode's private home went with it
+    assert not Path(results[0][2]).exists()  # each episode's scratch run folder went with it
+    assert not (worker_home() / "ca").exists()  # and its CA's key
     for job, (got, packed, remote) in zip(jobs, results, strict=True):
         summary = _unpack(job, got, packed, remote)  # as the driver writes it into the run folder
         assert summary.ok and summary.misses == 0, summary.error
         assert "cookie=none storage=none sw=0" in _page_text(summary.path, 1)
         assert _log_urls(summary.path)["cached.js"] == 1
-    assert (worker_cache() / "index-cache").is_dir()

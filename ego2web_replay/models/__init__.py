@@ -33,7 +33,7 @@ from .base import (
     save_model,
 )
 from .index import IndexEntry, IndexRow, index_row
-from .replay import MatchOutcome, ReplayLogEntry, ReplayStats
+from .replay import MatchOutcome, ReplayLogEntry, ReplayStats, StoreRequests
 from .replay_config import ReplayConfig
 from .run import RUN_MANIFEST, InputSettings, RunManifest, RunSettings, end_reason_counts, load_run
 from .snapshot import FileDigest, SnapshotManifest, SnapshotSource, UpstreamFailure
@@ -86,6 +86,7 @@ __all__ = [
     "UpstreamFailure",
     "SnapshotSource",
     "Step",
+    "StoreRequests",
     "TASK_VERSION",
     "Task",
     "TaskSuite",

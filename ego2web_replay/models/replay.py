@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field, computed_field
 
 from .base import FileModel
 
-__all__ = ["MatchOutcome", "ReplayLogEntry", "ReplayStats"]
+__all__ = ["MatchOutcome", "ReplayLogEntry", "ReplayStats", "StoreRequests"]
 
 MatchOutcome = Literal["exact", "canonical", "fuzzy", "miss", "blocked", "websocket", "live", "shared"]
 
@@ -35,6 +35,16 @@ class ReplayLogEntry(BaseModel):
                                     "(--share-window; docs/matching.md, 'Shared captures').")
     shared_stage: str | None = Field(default=None, description="For a `shared` answer: the stage that matched it "
                                      "in its source snapshot (exact or canonical).")
+
+
+class StoreRequests(BaseModel):
+    """What an episode asked of object storage (a snapshot on ``s3://``): finding, opening and reading it."""
+
+    gets: int = Field(default=0, description="Object bodies fetched, whole or by byte range (a warm cache: 0).")
+    bytes: int = Field(default=0, description="Bytes those GETs brought.")
+    lookups: int = Field(default=0, description="Metadata lookups of an object or bucket (HEAD), such as the "
+                         "manifest's ETag check of a warm open.")
+    listings: int = Field(default=0, description="Listings (finding the newest snapshot of a task).")
 
 
 class ReplayStats(FileModel):
@@ -68,6 +78,9 @@ class ReplayStats(FileModel):
     refused: dict[str, int] = Field(default_factory=dict, description="What the fast proxy's bounds refused or "
                                     "ended, by reason (connections, body-budget, timeout-head ...; docs/limits.md): "
                                     "answers that are not the snapshot's, not in the counts above.")
+    store: StoreRequests | None = Field(default=None, description="For a snapshot on object storage: what the "
+                                        "episode's process asked of the store while the episode ran (its "
+                                        "worker's cache already warm: no GETs).")
     log: list[ReplayLogEntry] = Field(default_factory=list, description="Every request, in order.")
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(

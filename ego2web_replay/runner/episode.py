@@ -28,6 +28,7 @@ from ..models import (
     ReplayConfig,
     ReplayStats,
     Step,
+    StoreRequests,
     Task,
     Trajectory,
     check_id,
@@ -37,6 +38,7 @@ from ..models import (
 from ..proxy import project_ca
 from ..redaction import Redactor
 from ..snapshots.index_cache import stream_rows
+from ..snapshots.objstore import is_remote, store_requests
 from ..wire.budget import WireLimits
 from .agent_folder import AgentFolder
 from .inputs import (
@@ -252,6 +254,7 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
     replay: Replay | WarmReplay | None = None
     live = None
     warm_here: WarmWorker | None = None
+    store_before = store_requests()  # one episode at a time per process: the difference is this episode's
     try:
         agent = make_agent(req.agent_name, **req.agent_settings)
         apply_inputs(agent.spec, req.inputs)
@@ -328,8 +331,12 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
         traj.error = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
     if warm_here is not None and traj.end_reason == "browser_error":
         warm_here.drop_browser()  # crashed or unusable: the next episode launches a new one
+    store = None
+    if traj.snapshot_path and is_remote(traj.snapshot_path):
+        now = store_requests()
+        store = StoreRequests(**{name: now[name] - store_before[name] for name in now})
     traj = write_episode(out, final, traj, mode=req.mode, replay=replay, live=live,
-                         keep_credentials=req.keep_credentials)
+                         keep_credentials=req.keep_credentials, store=store)
     ok = traj.end_reason in ("answered", "stopped") and not traj.error
     return EpisodeSummary(task_id=req.task.id, mode=req.mode, ok=ok, end_reason=traj.end_reason,
                           steps=len(traj.steps), answer=traj.answer,
@@ -338,14 +345,16 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
 
 
 def write_episode(out: Path, final: Path, traj: Trajectory, *, mode: str, replay: Any = None, live: Any = None,
-                  keep_credentials: bool = False) -> Trajectory:
+                  keep_credentials: bool = False, store: StoreRequests | None = None) -> Trajectory:
     """Finish an episode folder: the replay's stats (``replay_stats.json``, frozen) or the live archive's
     place (live), the trajectory with credentials redacted, then ``out`` (``<mode>.partial``) renamed to
-    ``final``. ``replay`` and ``live`` have stopped. Returns the trajectory as written. The runner and
+    ``final``. ``replay`` and ``live`` have stopped; ``store``: what the episode asked of object storage
+    (a snapshot on ``s3://``), kept in the replay's stats. Returns the trajectory as written. The runner and
     :mod:`ego2web_replay.browsergym` end their episodes here, so both write the same folder."""
     redactor = Redactor.make(keep_credentials=keep_credentials)
     if replay is not None:
         traj.replay = ReplayStats.model_validate(redactor.strings(replay.stats().model_dump(mode="json")))
+        traj.replay.store = store
         save_model(out / "replay_stats.json", traj.replay)
         note_own_services(traj.extra, traj.replay.missed_urls, "went to the replay")
     if live is not None and live.ok and live.snapshot_path is not None:

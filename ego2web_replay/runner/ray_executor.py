@@ -5,8 +5,8 @@ Each episode job becomes one Ray task that asks for ``num_cpus`` CPUs and
 folder with the driver:
 
 * the project CA travels with the job from the driver (through the object
-  store) and is written on the worker into a private folder (0700, its files
-  0600), used as that worker's data folder, and removed when the episode ends;
+  store) and is written on the worker into the ``ca/`` folder (0700, its files
+  0600) of that worker process's data folder, and removed when the episode ends;
 * the worker runs the episode into a private scratch folder, packs the
   finished episode folder into a tar and returns it with the summary; the
   driver unpacks it into the run folder (``<mode>.partial`` then renamed, as
@@ -18,11 +18,15 @@ folder with the driver:
 * Chromium is looked for on the worker first; a node without it fails the
   episode with an error naming the node;
 * a worker process keeps, across the episodes it runs, a warm worker
-  (:mod:`.warm`: one Chromium, one replay front, a fresh browser context per
-  episode) and one cache folder (0700, no key in it) that each episode's data
-  folder links its ``object-cache/``, ``index-cache/`` and ``remote-snapshots/``
-  to, so a snapshot on object storage is downloaded once per worker, not once
-  per episode. The cache folder is removed when the worker process ends.
+  (:mod:`.warm`: one Chromium, one replay front, the snapshots it opened, a
+  fresh browser context per episode) and one data folder (0700;
+  :func:`worker_home`) whose caches (``object-cache/``, content-addressed and
+  checked against each manifest's sha256, ``index-cache/``,
+  ``remote-snapshots/``) every episode it runs uses, so a snapshot on object
+  storage is downloaded once per worker and opened once per worker, not once
+  per episode; between episodes it holds no key (the episode's ``ca/``,
+  scratch run folder and upstream CA are removed when it ends). The data folder
+  is removed when the worker process ends.
 
 A worker that dies (its process killed, its node lost) is retried by Ray up to
 ``max_retries`` times; after that the episode is recorded as an
@@ -52,8 +56,8 @@ from .executor import infra_failure, log_start
 __all__ = ["RayExecutor", "RaySettings", "infra_failure", "ray_available"]
 
 _CA_FILES = ("mitmproxy-ca.pem", "mitmproxy-ca-cert.pem", "mitmproxy-dhparam.pem")
-_SHARED_CACHES = ("object-cache", "index-cache", "remote-snapshots")  # kept per worker process, linked per episode
-_worker_cache: Path | None = None
+_EPISODE_ONLY = ("ca", "episode", "upstream-ca.pem")  # what one episode puts in the worker's data folder
+_worker_home: Path | None = None
 
 
 def ray_available() -> bool:
@@ -80,24 +84,32 @@ class RaySettings:
 
 # ---------------------------------------------------------------- worker side
 
-def worker_cache() -> Path:
-    """This worker process's cache folder (0700), made on first use and removed when the process ends."""
-    global _worker_cache
-    if _worker_cache is None or not _worker_cache.is_dir():
-        _worker_cache = Path(tempfile.mkdtemp(prefix="ego2web-ray-cache-"))
-        for name in _SHARED_CACHES:
-            (_worker_cache / name).mkdir(mode=0o700)
-        atexit.register(shutil.rmtree, _worker_cache, ignore_errors=True)
-    return _worker_cache
+def worker_home() -> Path:
+    """This worker process's data folder (0700): the same for every episode it runs, so its caches and
+    the snapshots its warm worker opened stay valid; made on first use, removed when the process ends."""
+    global _worker_home
+    if _worker_home is None or not _worker_home.is_dir():
+        _worker_home = Path(tempfile.mkdtemp(prefix="ego2web-ray-home-"))
+        atexit.register(shutil.rmtree, _worker_home, ignore_errors=True)
+    return _worker_home
+
+
+def _clear_episode(home: Path) -> None:
+    """Remove what one episode put in the worker's data folder: the CA (its key), the scratch run folder,
+    the upstream CA. The caches stay."""
+    for name in _EPISODE_ONLY:
+        path = home / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def _private_home(ca_files: dict[str, bytes]) -> Path:
-    """A new private data folder (0700) for one episode, holding the driver's CA (files 0600); its caches
-    are links to the worker process's (:func:`worker_cache`), so they stay warm across episodes."""
-    home = Path(tempfile.mkdtemp(prefix="ego2web-ray-"))  # 0700
-    cache = worker_cache()
-    for name in _SHARED_CACHES:
-        (home / name).symlink_to(cache / name, target_is_directory=True)
+    """The worker's data folder (:func:`worker_home`) for one episode, holding the driver's CA in ``ca/``
+    (0700, files 0600); :func:`_clear_episode` takes it out again."""
+    home = worker_home()
+    _clear_episode(home)  # what an episode stopped half-way left
     ca_dir = home / "ca"
     ca_dir.mkdir(mode=0o700)
     for name, data in ca_files.items():
@@ -145,8 +157,7 @@ def remote_episode(job: EpisodeRequest, ca_files: dict[str, bytes], upstream_ca:
         with swap_env(env):
             return _run_remote(job, home, upstream_ca)
     finally:
-        shutil.rmtree(home, ignore_errors=True)  # the CA's key stays on the worker only while it works (the
-        # links to the worker's caches go with it; the caches stay)
+        _clear_episode(home)  # the CA's key stays on the worker only while it works; the caches stay
 
 
 def _run_remote(job: EpisodeRequest, home: Path, upstream_ca: bytes | None) -> tuple[EpisodeSummary, bytes, str]:

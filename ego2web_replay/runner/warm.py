@@ -107,7 +107,8 @@ class WarmWorker:
     def replay(self, snapshot: Path | str, config: ReplayConfig, ca: ProjectCA,
                wire: WireLimits | None = None) -> WarmReplay:
         """The replay of ``snapshot`` for one episode: opened once per worker, a new responder each time."""
-        # the data folder is in the key: a Ray worker's episodes each get their own, holding the index caches
+        # the data folder is in the key: an opened snapshot reads the caches of the one it was opened in (a Ray
+        # worker process's episodes all run in the same one, ray_executor.worker_home)
         key = (str(snapshot), config.model_dump_json(), os.environ.get("EGO2WEB_REPLAY_HOME", ""))
         replay = self._replays.pop(key, None)
         if replay is None:

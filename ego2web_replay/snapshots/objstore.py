@@ -22,11 +22,17 @@ backoff between them; s3fs adds no retry loop of its own). A store that refuses
 connections, stalls or drops them is a :class:`StoreUnreachable` naming its
 endpoint, after at most about attempts × (timeout + backoff) seconds, never a
 silent wait and never a "missing" object.
+
+Every request this process makes to a store is counted (:func:`store_requests`: object GETs and the
+bytes they brought, lookups of one object or bucket, listings), so an episode can say what opening and
+reading its snapshot asked of the store (``replay_stats.json``'s ``store``), a warm cache nothing but
+lookups.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
@@ -34,7 +40,7 @@ from typing import Any, BinaryIO, TypeVar
 from ..errors import SnapshotError
 
 __all__ = ["ObjectStorage", "StorageError", "StoreUnreachable", "AWS_VARIABLES", "STORE_VARIABLES", "is_remote",
-           "storage_options", "store_limits"]
+           "storage_options", "store_limits", "store_requests"]
 
 T = TypeVar("T")
 
@@ -43,6 +49,24 @@ AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID",
                  "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION")
 #: The variables that bound every store request (see :func:`store_limits`).
 STORE_VARIABLES = ("EGO2WEB_REPLAY_STORE_TIMEOUT", "EGO2WEB_REPLAY_STORE_ATTEMPTS")
+
+
+_counts = {"gets": 0, "bytes": 0, "lookups": 0, "listings": 0}
+_counts_lock = threading.Lock()
+
+
+def _count(**add: int) -> None:
+    with _counts_lock:
+        for name, n in add.items():
+            _counts[name] += n
+
+
+def store_requests() -> dict[str, int]:
+    """What this process has asked of object stores so far: ``gets`` (object bodies, whole or by range)
+    and the ``bytes`` they brought, ``lookups`` (one object's or bucket's metadata: a HEAD) and
+    ``listings``. An episode records the difference over its run."""
+    with _counts_lock:
+        return dict(_counts)
 
 
 class StorageError(SnapshotError):
@@ -199,6 +223,7 @@ class ObjectStorage:
     # -- the Storage protocol ------------------------------------------------------
     def open(self, name: str) -> BinaryIO:
         fh = self._call("open", name, lambda: self.fs.open(self._path(name), "rb"))
+        _count(gets=1)  # a file the manifest does not list, streamed: counted once, its bytes not
         return fh  # type: ignore[no-any-return]
 
     def read(self, name: str, offset: int = 0, length: int | None = None) -> bytes:
@@ -210,10 +235,12 @@ class ObjectStorage:
                                                                  **limit))
         self.gets += 1
         self.bytes_read += len(data)
+        _count(gets=1, bytes=len(data))
         return bytes(data)
 
     def exists(self, name: str) -> bool:
         self.fs.invalidate_cache(self._path(name))
+        _count(lookups=1)
         try:  # not fs.isfile: it answers False for a store that cannot be reached
             info = self._call("lookup", name, lambda: self.fs.info(self._path(name), **self._deadline()))
         except FileNotFoundError:
@@ -222,6 +249,7 @@ class ObjectStorage:
 
     def list(self, prefix: str = "") -> list[str]:
         base = prefix.strip("/")
+        _count(listings=1)
         try:
             found = self._call("listing", base, lambda: self.fs.ls(self._path(base), detail=True, refresh=True,
                                                                                **self._deadline()))
@@ -250,6 +278,7 @@ class ObjectStorage:
     def etag(self, name: str) -> str:
         """A token that changes when ``name`` is replaced (ETag, else size and time); no body is read."""
         self.fs.invalidate_cache(self._path(name))  # the connection is shared: never an ETag from an old listing
+        _count(lookups=1)
         info = self._call("lookup", name, lambda: self.fs.info(self._path(name), **self._deadline()))
         tag = info.get("ETag") or info.get("etag")
         return str(tag) if tag else f"{info.get('size')}-{info.get('LastModified') or info.get('mtime') or ''}"
@@ -259,6 +288,7 @@ class ObjectStorage:
         bucket = self.root.split("/", 1)[0]
         protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
         if "s3" in protocols:
+            _count(lookups=1)
             try:
                 self._call("lookup", "", lambda: self.fs.info(bucket, **self._deadline()))
             except FileNotFoundError:
