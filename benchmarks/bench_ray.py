@@ -35,6 +35,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import (  # noqa: E402
     CORES,
     CpuMeter,
+    exit_on_sigterm,
     machine_info,
     machine_lines,
     markdown_table,
@@ -131,6 +132,7 @@ def fetch_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2, help="workers of each executor (Ray: the cluster's CPUs)")
     ap.add_argument("--repeats", type=int, default=4, help="repeats of each of the 6 demo tasks per run")

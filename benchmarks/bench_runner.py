@@ -39,6 +39,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import (  # noqa: E402
     CORES,
     CpuMeter,
+    exit_on_sigterm,
     free_port,
     machine_info,
     machine_lines,
@@ -184,6 +185,7 @@ def _suite_verdict(suite_rows: list[tuple[str, dict[str, Any]]], repeats: int) -
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=2, help="copies of the 6 demo tasks in the compared suite")
     ap.add_argument("--repeats", type=int, default=2, help="repeats of each task in the compared runs")

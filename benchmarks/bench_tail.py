@@ -41,6 +41,7 @@ import _peers  # noqa: E402
 import _wrk  # noqa: E402
 from _bigsnap import big_snapshot  # noqa: E402
 from _common import (  # noqa: E402
+    exit_on_sigterm,
     free_port,
     loadavg,
     machine_info,
@@ -311,6 +312,7 @@ Machine and versions:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000], help="captures per snapshot")
     ap.add_argument("--configs", nargs="+", choices=["mapped", "memory", "memory-unfrozen"],

@@ -28,6 +28,7 @@ import _peers  # noqa: E402
 from _common import (  # noqa: E402
     RealisticSite,
     RecordingProxy,
+    exit_on_sigterm,
     free_port,
     launch_chromium,
     machine_info,
@@ -183,6 +184,7 @@ def _mb(n: float) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=12, help="tasks of the one-site suite")
     ap.add_argument("--pages", type=int, default=4, help="pages of the local site")

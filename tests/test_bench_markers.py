@@ -37,3 +37,21 @@ def test_nested_or_unpaired_markers_are_refused(tmp_path: Path, text: str) -> No
 
 def test_repository_benchmarks_md_markers_are_well_formed() -> None:
     _common.check_markers(_common.BENCHMARKS_MD.read_text("utf-8"), _common.BENCHMARKS_MD)
+
+
+def test_sigterm_runs_a_benchmarks_cleanup(tmp_path: Path) -> None:
+    """A benchmark killed with SIGTERM (``timeout``, ``kill``) still runs its ``finally`` blocks."""
+    import signal
+    import subprocess
+
+    work = tmp_path / "work"
+    script = (f"import sys, time; sys.path.insert(0, {str(Path(_common.__file__).parent)!r})\n"
+              "import _common\n_common.exit_on_sigterm()\n"
+              f"work = __import__('pathlib').Path({str(work)!r}); work.mkdir()\n"
+              "try:\n    print('ready', flush=True); time.sleep(60)\n"
+              "finally:\n    __import__('shutil').rmtree(work)\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready" and work.is_dir()
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert not work.exists()
