@@ -339,6 +339,10 @@ class H1Handler:
             return
         if self.done:
             return
+        if (self.quick is not None and not self.buf and self.pending is None and not self.waiting
+                and data.find(b"\r\n\r\n") == len(data) - 4 > 0 and not data.startswith(b"\r\n")
+                and self.quick(data[:-4])):
+            return  # one whole head, answered as before (what a kept-alive client mostly sends)
         self.buf += data
         if self.waiting:
             return
