@@ -8,7 +8,9 @@ Two measures on one recorded snapshot (``bench_replay.record_snapshot``):
   requests it answered, rounds interleaved across servers (each round starting with another),
   medians. Servers: our ``serve`` on uvloop (the default when uvloop is installed), the same on
   asyncio's loop (``EGO2WEB_REPLAY_UVLOOP=0``), ``serve --processes 2``, and the static asyncio server
-  of ``_peers.py`` (the same response bytes from a dict: the limit).
+  of ``_peers.py`` (the same response bytes from a dict: the limit). wrk's own CPU per request, and
+  the cores the server and wrk each kept busy over the run (CPU seconds over wall seconds), say who
+  had the machine's cores: wrk shares them with the server.
 * **In process, no sockets**: the same requests handed straight to a connection's
   ``data_received`` (ours: the fast engine's ``_Conn`` with the replay's ``FrontServer``; static:
   its protocol), the written bytes dropped; ``time.process_time`` per request. This is the Python
@@ -146,11 +148,16 @@ def report(args: Any, info: dict[str, str]) -> None:
     cpu = {n: median([x["cpu_us"] for x in v]) for n, v in res.items()}
     rps = {n: median([x["rps"] for x in v]) for n, v in res.items()}
     errors = {n: sum(x["non2xx"] + x["sock_errors"] for x in v) for n, v in res.items()}
-    header = ["server", "req/s", "CPU µs/request", "per-round CPU µs/request", "CPU / static's", "non-2xx + errors"]
+    wrk_cpu = {n: median([x["wrk_cpu_us"] for x in v]) for n, v in res.items()}
+    cores = {n: (median([x["server_cores"] for x in v]), median([x["wrk_cores"] for x in v])) for n, v in res.items()}
+    header = ["server", "req/s", "CPU µs/request", "per-round CPU µs/request", "CPU / static's", "wrk's CPU µs/request",
+              "cores used: server + wrk", "non-2xx + errors"]
     rows = [[n, f"{rps[n]:.0f}", f"{cpu[n]:.1f}", ", ".join(f"{x['cpu_us']:.0f}" for x in res[n]),
-             f"{cpu[n] / cpu[STATIC]:.2f}x", errors[n]] for n in res]
+             f"{cpu[n] / cpu[STATIC]:.2f}x", f"{wrk_cpu[n]:.1f}", f"{cores[n][0]:.2f} + {cores[n][1]:.2f}", errors[n]]
+            for n in res]
     ours_in, static_in = median(inproc["ours"]), median(inproc["static"])
-    in_rows = [["ours: `_Conn.data_received` (parse, match, answer, frame, write)", f"{ours_in:.1f}",
+    in_rows = [["ours: `_Conn.data_received` (a head seen before: answered again and logged; `Reply.again`)",
+                f"{ours_in:.1f}",
                 ", ".join(f"{x:.1f}" for x in inproc["ours"])],
                ["static: `_Static.data_received`", f"{static_in:.1f}", ", ".join(f"{x:.1f}" for x in inproc["static"])]]
     ratio = cpu[OURS] / cpu[STATIC]

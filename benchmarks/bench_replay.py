@@ -25,6 +25,7 @@ import json
 import multiprocessing
 import os
 import re
+import resource
 import shutil
 import subprocess
 import sys
@@ -109,12 +110,17 @@ end
 
 def run_wrk(port: int, script: Path, duration: float, threads: int, conns: int,
             pid: int | None = None) -> dict[str, float]:
-    """One wrk run against ``port``; with ``pid``, also the server's CPU seconds (its process tree)."""
+    """One wrk run against ``port``; with ``pid``, also the server's CPU seconds (its process tree).
+    ``wrk_cpu_us`` is wrk's own CPU per request, ``server_cores`` and ``wrk_cores`` the CPU each used
+    over the run's wall time (how much of the machine each had)."""
     cpu0 = _peers.cpu_seconds(pid) if pid else 0.0
+    kids0, t0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     out = subprocess.run(["wrk", f"-t{threads}", f"-c{conns}", f"-d{duration:.0f}s", "--latency", "--timeout", "5s",
                           "-s", str(script), f"http://127.0.0.1:{port}"],
                          capture_output=True, text=True, timeout=duration + 60).stdout
     cpu = _peers.cpu_seconds(pid) - cpu0 if pid else float("nan")
+    kids1, wall = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic() - t0
+    wrk_cpu = kids1.ru_utime + kids1.ru_stime - kids0.ru_utime - kids0.ru_stime
 
     def lat(q: str) -> float:
         m = re.search(rf"^\s+{q}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M)
@@ -127,6 +133,8 @@ def run_wrk(port: int, script: Path, duration: float, threads: int, conns: int,
     requests = int(total.group(1)) if total else 0
     return {"rps": float(rps.group(1)) if rps else 0.0, "p50": lat("50"), "p99": lat("99"),
             "cpu_us": cpu / requests * 1e6 if requests else float("nan"), "requests": requests, "non2xx": int(bad.group(1)) if bad else 0,
+            "wrk_cpu_us": wrk_cpu / requests * 1e6 if requests else float("nan"), "server_cores": cpu / wall,
+            "wrk_cores": wrk_cpu / wall,
             "sock_errors": sum(map(int, sock.groups())) if sock else 0, "raw": out}
 
 

@@ -99,7 +99,8 @@ def test_the_cache_and_the_log_leave_the_collector_nothing_to_walk(tmp_path, mon
         again = responder.answer("GET", urls[0], HEADERS, b"")
         def undated(reply):  # noqa: ANN001, ANN202
             return reply._replace(headers=[(k, v) for k, v in reply.headers if k not in ("Date", "Expires")],
-                                  head=None)  # the HTTP/1.1 head a kept reply carries, serialised once
+                                  head=None, again=None)  # what a kept reply carries: its HTTP/1.1 head,
+                                                          # serialised once, and its way to be given again
 
         assert undated(again) == undated(first)
         assert isinstance(again.headers, list) and ("ETag", '"e0"') in again.headers

@@ -10,6 +10,8 @@ stats, log, misses, freeze, redaction, bytes.
 
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import ReplayError
 from ..guard import GuardPolicy
 from ..proxy import ProjectCA
@@ -31,6 +33,20 @@ class FrontServer(ProxyFront):
         super().__init__(ca=ca, guard=guard or GuardPolicy(mode="open"), host=host, port=port, http2=http2,
                          limits=limits)
         self.responder = responder
+
+    @property
+    def responder(self) -> Responder:
+        """What answers requests; set another (a new episode's) and the answers kept to repeat are dropped."""
+        return self._responder
+
+    @responder.setter
+    def responder(self, responder: Responder) -> None:
+        self._responder = responder
+        self.repeats.clear()
+
+    def repeat(self, again: Any) -> bytes | None:
+        """Only the responder that made ``again`` answers through it (another episode's never logs here)."""
+        return again() if getattr(again, "responder", None) is self._responder else None
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         """The guard's answer for a host the proxy never contacts, else the responder's."""

@@ -115,7 +115,8 @@ class MatchResult:
 
     ``via`` says why a canonical match differs from its capture beyond the rules: ``learned``
     (names learned volatile for the path) or ``fresh-id`` (:mod:`.freshids`); ``ignored`` names the
-    parameters whose values differed (``body:`` for body fields).
+    parameters whose values differed (``body:`` for body fields). ``position`` is the capture's
+    position (recorded order) for an exact match, else None (what :meth:`ReplaySession.again` is given).
     """
 
     outcome: Outcome
@@ -124,6 +125,7 @@ class MatchResult:
     key: str
     via: str | None = None
     ignored: tuple[str, ...] = ()
+    position: int | None = None
 
 
 def _exact_key(method: str, url: str, body: str | None) -> tuple[str, str, str]:
@@ -430,27 +432,43 @@ class ReplaySession:
             self._used.clear()
             self._last_position = 0
 
-    def _pick(self, stage: str, key: Any, positions: Sequence[int]) -> int:
+    def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1) -> int:
         """The capture to serve among ``positions`` (recorded order); call with the lock held.
 
         ``sequence`` serves the first capture of the key this session has not
         served yet (whichever stage served it), and the last once all were.
+        With ``want`` (a position), only that one: -1, and nothing changed, when another would be served.
         """
+        cursor = -1
         if self.policy == "first":
             position = positions[0]
         elif self.policy == "last":
             position = positions[-1]
         else:
-            slot = (stage, key)
-            cursor = self._cursor.get(slot, 0)
+            cursor = self._cursor.get((stage, key), 0)
             last = len(positions) - 1
             while cursor < last and positions[cursor] in self._used:
                 cursor += 1
-            self._cursor[slot] = cursor
             position = positions[cursor]
+        if want >= 0 and position != want:
+            return -1
+        if cursor >= 0:
+            self._cursor[(stage, key)] = cursor
         self._used.add(position)
         self._last_position = position
         return position
+
+    def again(self, method: str, url: str, position: int) -> bool:
+        """Serve the capture at ``position`` again to a request of ``method`` and ``url`` with no body that
+        it matched exactly, if that capture is the one :meth:`match` would pick for it now, with the same
+        effect on what this session has served; else change nothing and say False (the request is then
+        matched as any other)."""
+        key = _exact_key(method, url, None)
+        positions = self.index.exact_positions(key)
+        if not positions:
+            return False
+        with self._lock:
+            return self._pick("exact", key, positions, position) >= 0
 
     def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
         """Match one request: exact, then canonical (rules, then learned names), then, only when
@@ -514,7 +532,7 @@ class ReplaySession:
                 position = self._pick(stage, key, positions)
             capture = index.capture(position)
             if stage == "exact":
-                return MatchResult("exact", capture, 1.0, _exact_key_text(text))
+                return MatchResult("exact", capture, 1.0, _exact_key_text(text), position=position)
             if stage == "learned":
                 canon, names = aside
                 return MatchResult("canonical", capture, 1.0, text, "learned",

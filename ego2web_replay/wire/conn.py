@@ -53,6 +53,8 @@ _CONNECTED = b"HTTP/1.1 200 Connection established\r\n\r\n"
 _DEFAULT_PORT = {"http": "80", "https": "443"}
 _MEMO_URL = 2048  # absolute targets remembered (ProxyFront.urls) up to this length, this many of them
 _MEMO_URLS = 8192
+_MEMO_HEAD = 4096  # heads answered again (ProxyFront.repeats) up to this length, this many of them
+_MEMO_REPEATS = 8192
 
 
 def bind_socket(host: str, port: int, *, reuse_port: bool = False, listen: bool = True) -> socket.socket:
@@ -148,6 +150,14 @@ class _Tls:
         return self.outgoing.read()
 
 
+def _repeatable(req: Request, reply: Reply) -> bool:
+    """Whether the same head again can have ``reply.again``'s answer: a kept-alive GET with no body
+    (no framing fields at all) and a whole answer of one piece (:func:`~.h1.write_reply`'s first case)."""
+    return (req.method == "GET" and not req.body and 0 < len(req.raw) <= _MEMO_HEAD and req.keep_alive
+            and "\ncontent-length:" not in req.lowered and "\ntransfer-encoding:" not in req.lowered
+            and reply.head is not None and not reply.chunked and reply.stream is None and reply.tunnel is None)
+
+
 class _Conn(Bounded):
     """One client connection: HTTP/1.1 (and CONNECT), then perhaps TLS, then HTTP/1.1 or HTTP/2;
     held to the proxy's bounds and timeouts by :class:`~.pacing.Bounded`."""
@@ -173,6 +183,8 @@ class _Conn(Bounded):
         """Speak ``app`` from now on; a body it streams waits while this client is behind."""
         self.app = app
         app.writable = self._can_write
+        if isinstance(app, H1Handler):
+            app.quick = self._quick
 
     async def _can_write(self) -> None:
         await self._writable.wait()
@@ -259,7 +271,22 @@ class _Conn(Bounded):
 
     def _answer_h1(self, req: Request) -> tuple[Reply | Awaitable[Reply] | None, bool]:
         reply = self.front.reply(req.method, self._url_h1(req), req.headers, req.body)
+        if type(reply) is Reply and reply.again is not None and _repeatable(req, reply):
+            self.front.keep_repeat((self.scheme, self.tunnel, req.raw), reply.again)
         return self.paced_h1(reply, len(req.body)), True
+
+    def _quick(self, head: bytes) -> bool:
+        """Answer an HTTP/1.1 request head this front answered before as then (:meth:`ProxyFront.repeat`),
+        when it can go out now; whether it was answered (if not, nothing was done)."""
+        again = self.front.repeats.get((self.scheme, self.tunnel, head))
+        if again is None or not self.may_answer():
+            return False
+        data = self.front.repeat(again)
+        if data is None:
+            return False
+        self.answered()
+        self.write(data)
+        return True
 
     def _url_h1(self, req: Request) -> str:
         """The absolute URL an HTTP/1.1 request means (an absolute target's, the same again, is remembered)."""
@@ -307,6 +334,7 @@ class ProxyFront(ABC):
         self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
         self._hosts: dict[str, str] = {}  # host_of() of URLs asked for (the same few again and again)
         self.urls: dict[tuple[str, str | None], str] = {}  # HTTP/1.1: (absolute target, Host) -> the URL meant
+        self.repeats: dict[tuple[str, str, bytes], Any] = {}  # HTTP/1.1: (scheme, tunnel, head) -> Reply.again
         self.limits = limits or WireLimits.from_env()
         self.certs = LeafCerts(ca, http2=http2, cache=self.limits.cert_cache)
         self.budget = BodyBudget(self.limits.body_budget)
@@ -348,6 +376,18 @@ class ProxyFront(ABC):
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
         """The answer to one request (absolute ``url``): a :class:`Reply`, or an awaitable of one."""
+
+    def keep_repeat(self, key: tuple[str, str, bytes], again: Callable[[], bytes | None]) -> None:
+        """Remember ``again`` (:attr:`Reply.again`) for an HTTP/1.1 head (``key``: the connection's scheme
+        and tunnel, the head's bytes), so that the same head is answered by :meth:`repeat`."""
+        repeats = self.repeats
+        if len(repeats) >= _MEMO_REPEATS and key not in repeats:
+            repeats.clear()
+        repeats[key] = again
+
+    def repeat(self, again: Callable[[], bytes | None]) -> bytes | None:
+        """The bytes answering again a request whose reply carried ``again``, or None (answer it anew)."""
+        return again()
 
     def make_room(self) -> bool:
         """At the cap: close the connection silent the longest among those with no request in

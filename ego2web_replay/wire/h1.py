@@ -127,15 +127,17 @@ class Request:
 
     ``lowered`` is the head's field lines in lower case, each after a ``\n`` (values hold none): what
     :meth:`header` looks in first, so asking for a field the request lacks costs one substring search.
+    ``raw`` is the head's bytes as read (up to, not with, its blank line), when it was read from the wire.
     """
 
-    __slots__ = ("method", "target", "version", "headers", "lowered", "body")
+    __slots__ = ("method", "target", "version", "headers", "lowered", "body", "raw")
 
     def __init__(self, method: str, target: str, version: str, headers: list[tuple[str, str]],
-                 lowered: str | None = None) -> None:
+                 lowered: str | None = None, raw: bytes = b"") -> None:
         self.method, self.target, self.version, self.headers = method, target, version, headers
         self.lowered = lowered if lowered is not None else "".join(f"\n{k.lower()}:" for k, _ in headers)
         self.body = b""
+        self.raw = raw
 
     def header(self, name: str) -> str | None:
         """The first value of the field ``name`` (lower case), or None."""
@@ -180,8 +182,9 @@ def _parse_head(head: bytes) -> Request:
     known = _HEADS.get(head)
     if known is not None:
         method, target, version, fields, lowered = known
-        return Request(method, target, version, list(fields), lowered)
+        return Request(method, target, version, list(fields), lowered, head)
     req = _read_head(head)
+    req.raw = head
     if len(head) <= _MEMO_HEAD:
         if len(_HEADS) >= _MEMO_HEADS:
             _HEADS.clear()
@@ -291,6 +294,9 @@ class H1Handler:
 
     ``write`` sends bytes; ``close`` ends the connection once written; ``on_connect``
     takes over the connection after a CONNECT (with any bytes already read past it).
+    ``quick``, when set, is offered each head's bytes before they are parsed: it answers the request
+    itself (an answer given before to the very same head, ``Reply.again``) and says True, or says
+    False having done nothing, and the head is read and answered as usual.
     """
 
     def __init__(self, answer: Answer, write: Callable[[bytes], None],
@@ -306,6 +312,7 @@ class H1Handler:
         self.tunnel: Any = None  # after a 101 with a tunnel: every byte goes to it
         self.streaming: Any = None  # a reply's body stream being sent (closed if the client goes)
         self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the client is behind
+        self.quick: Callable[[bytes], bool] | None = None  # answers a head seen before, or says False
 
     # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
@@ -332,6 +339,10 @@ class H1Handler:
             return
         if self.done:
             return
+        if (self.quick is not None and not self.buf and self.pending is None and not self.waiting
+                and data.find(b"\r\n\r\n") == len(data) - 4 > 0 and not data.startswith(b"\r\n")
+                and self.quick(data[:-4])):
+            return  # one whole head, answered as before (what a kept-alive client mostly sends)
         self.buf += data
         if self.waiting:
             return
@@ -371,6 +382,8 @@ class H1Handler:
             head = bytes(self.buf[:end])
             del self.buf[: end + 4]
             if not head:
+                return True
+            if self.quick is not None and self.quick(head):
                 return True
             req = _parse_head(head)
             self.pending, self.continued = req, False

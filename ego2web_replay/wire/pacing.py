@@ -102,18 +102,28 @@ class Bounded(asyncio.Protocol):
     def paced_h1(self, reply: Reply | Awaitable[Reply], body: int) -> Reply | Awaitable[Reply]:
         """An HTTP/1.1 answer as the connection gives it: held while to come; held back past the
         turn's pipelining cap, or while the client leaves answers unread."""
-        self.requests += 1
         if not isinstance(reply, Reply):
+            self.requests += 1
             return self._hold(reply, body)
-        if self.write_paused or self.burst >= self.front.limits.max_pipelined:
+        if not self.may_answer():
+            self.requests += 1
             later: asyncio.Future[Reply] = self.loop.create_future()  # given when the client reads, or next turn
             self.deferred.append((later, reply))
             self._reading()
             return later
+        self.answered()
+        return reply
+
+    def may_answer(self) -> bool:
+        """Whether an HTTP/1.1 answer given now goes out now (the client reads, the turn's cap not reached)."""
+        return not self.write_paused and self.burst < self.front.limits.max_pipelined
+
+    def answered(self) -> None:
+        """Count an HTTP/1.1 answer that goes out now (:meth:`may_answer`) in the requests and the turn's burst."""
+        self.requests += 1
         if not self.burst:
             self.loop.call_soon(self._end_burst)
         self.burst += 1
-        return reply
 
     def paced_h2(self, reply: Reply | Awaitable[Reply], body: int) -> Reply | Awaitable[Reply]:
         self.requests += 1

@@ -23,7 +23,12 @@ class Reply(NamedTuple):
     that cannot stream sends ``body``. ``head``, when set, is the HTTP/1.1 status line and header
     block of exactly these ``status``, ``reason`` and ``headers``, serialised once (the replay's
     reply cache, :mod:`ego2web_replay.replay.responder`); a reply made from another by ``_replace``
-    of any of those must leave it None (``_replace(..., head=None)``).
+    of any of those must leave it None (``_replace(..., head=None)``). ``again``, when set (only with
+    ``head``), answers the very same request again without reading it anew: called with no arguments,
+    it counts and logs the request as answering it would and returns the bytes to send, or returns None
+    having done nothing (the request is then answered as any other); a reply made by ``_replace`` must
+    leave it None too. The HTTP/1.1 wire keeps it by the request head's bytes
+    (:meth:`ego2web_replay.wire.conn.ProxyFront.repeat`).
     """
 
     status: int
@@ -35,3 +40,4 @@ class Reply(NamedTuple):
     tunnel: Any = None
     stream: Any = None
     head: bytes | None = None
+    again: Any = None
