@@ -31,7 +31,7 @@ from ego2web_replay.recorder.addon import ExchangeArchive
 from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.recorder.spool import SpoolFile
-from ego2web_replay.recorder.writes import WriteQueue
+from ego2web_replay.recorder.writes import INLINE_BYTES, WriteQueue
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.warc import ArchiveWriter
 from ego2web_replay.tasks import Task
@@ -106,7 +106,7 @@ class _Capturing(ExchangeArchive):
     def __init__(self, writer: Any) -> None:
         super().__init__(writer)
         self.calls: list[dict[str, Any]] = []
-        self.threads: set[str] = set()
+        self.threads: dict[str, str] = {}  # URL: the thread that wrote it
 
     def archive(self, **fields: Any) -> bool:
         kept = dict(fields)
@@ -116,13 +116,13 @@ class _Capturing(ExchangeArchive):
             kept["response_body"] = body.read()
             body.seek(0)
         self.calls.append(kept)
-        self.threads.add(threading.current_thread().name)
+        self.threads[fields["url"]] = threading.current_thread().name
         return super().archive(**fields)
 
 
 def test_records_from_the_writer_thread_are_the_bytes_of_direct_writes(origin, ca, tmp_path):
     """Concurrent large bodies (spooled to disk, and in memory), chunked and small ones, and repeated
-    payloads (revisits): the archive the writer thread wrote is, byte for byte, the archive written
+    payloads (revisits): the archive the recorder wrote is, byte for byte, the archive written
     directly, in the same order, from the same exchanges (as the recorder wrote them on its loop)."""
     paths = [f"/bytes/{6 << 20}?{i}" for i in range(3)] + [f"/bytes/{2 << 20}?{i}" for i in range(2)] + \
         [f"/chunked/{5 << 20}", f"/chunked/{3000}"] + [f"/bytes/{n}" for n in (0, 1, 200, 5000, 70000)] + \
@@ -140,7 +140,9 @@ def test_records_from_the_writer_thread_are_the_bytes_of_direct_writes(origin, c
     for path in paths:
         assert got[path] == body_of(path), path
     assert archive.errors == [] and archive.exchanges == len(paths)
-    assert archive.threads == {"ego2web-warc-writer"}  # every write on the one writer thread
+    for path in paths:  # the large ones on the one writer thread (small ones may go inline)
+        if len(body_of(path)) >= INLINE_BYTES:
+            assert archive.threads[origin + path] == "ego2web-warc-writer", path
 
     direct = _writer(tmp_path / "direct" / "a.warc.zst")
     on_loop = ExchangeArchive(direct)  # what the recorder did before: archive() itself, the spool a file at its start
@@ -242,7 +244,7 @@ def test_finishing_a_recording_waits_for_the_writes_still_queued(origin, ca, tmp
     live.start()
     port = urlsplit(live.proxy_url).port
     with ThreadPoolExecutor(1) as pool:
-        pool.submit(fetch, port, origin + "/bytes/5000?slow")  # cut when the proxy stops: not looked at
+        pool.submit(fetch, port, origin + f"/bytes/{2 << 20}?slow")  # cut when the proxy stops: not looked at
         assert writer.entered.wait(30)
         threading.Timer(3.0, writer.gate.set).start()
         live.finish()
@@ -251,8 +253,8 @@ def test_finishing_a_recording_waits_for_the_writes_still_queued(origin, ca, tmp
     assert live.snapshot_path is not None and (live.snapshot_path / "manifest.json").exists()
     (warc,) = live.snapshot_path.glob("*.warc.zst")
     responses = [r for r in iter_records(warc) if r.rec_type == "response"]
-    assert [r.url for r in responses] == [origin + "/bytes/5000?slow"]
-    assert responses[0].payload == body_of("/bytes/5000?slow")
+    assert [r.url for r in responses] == [origin + f"/bytes/{2 << 20}?slow"]
+    assert responses[0].payload == body_of(f"/bytes/{2 << 20}?slow")
 
 
 def test_the_queue_bounds_what_it_holds_and_surfaces_errors(caplog):
@@ -290,6 +292,28 @@ def test_the_queue_bounds_what_it_holds_and_surfaces_errors(caplog):
     assert "disk on fire" in caplog.text
     queue.drain()  # the thread stops; a later write starts another
     assert asyncio.run(queue.run(lambda: job("again"))) == "again"
+    queue.drain()
+
+
+def test_a_small_write_goes_inline_only_when_nothing_is_queued():
+    queue, gate = WriteQueue(), threading.Event()
+
+    def where() -> str:
+        return threading.current_thread().name
+
+    async def main() -> tuple[str, str, str]:
+        alone = await queue.run(where, inline=True)
+        held = asyncio.ensure_future(queue.run(lambda: gate.wait(10) and where()))
+        await asyncio.sleep(0.05)
+        behind = asyncio.ensure_future(queue.run(where, inline=True))  # queued: after the one before it
+        await asyncio.sleep(0.05)
+        assert not behind.done()
+        gate.set()
+        return alone, await held, await behind
+
+    alone, held, behind = asyncio.run(main())
+    assert alone == threading.current_thread().name
+    assert held == behind == "ego2web-warc-writer"
     queue.drain()
 
 

@@ -33,7 +33,7 @@ from ..snapshots.volatility import Reload, reload_of
 from ..snapshots.wsrecords import WsMessage, redact_message, write_conversation
 from ..web import get_header
 from .spool import SpoolFile
-from .writes import WriteQueue
+from .writes import INLINE_BYTES, WriteQueue
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
 
@@ -78,11 +78,14 @@ class ExchangeArchive:
 
     async def archive_async(self, **fields: Any) -> bool:
         """:meth:`archive` on the writer thread, after the writes handed over before it (:mod:`.writes`);
-        the event loop forwards other exchanges meanwhile. A ``response_body`` file is the writer's from
+        the event loop forwards other exchanges meanwhile (an exchange under ``INLINE_BYTES``, with no
+        write queued, is written at once instead). A ``response_body`` file is the writer's from
         then on: closed once written. A write that could not be done stops the recording, as a failed
         one does."""
+        size, held = _sizes(fields)
         try:
-            return await self.writes.run(functools.partial(self._archive_then_close, fields), _held_bytes(fields))
+            return await self.writes.run(functools.partial(self._archive_then_close, fields), held,
+                                         inline=size < INLINE_BYTES)
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording
             self._fail(f"cannot write the archive: {type(e).__name__}: {e}")
             return False
@@ -186,18 +189,18 @@ class ExchangeArchive:
                 self.untrusted.append(f"{host}: {why}")
 
 
-def _held_bytes(fields: dict[str, Any]) -> int:
-    """What an exchange handed to the writer holds in memory (its bodies, a websocket's messages)."""
-    held = len(fields.get("request_body") or b"")
-    body = fields.get("response_body")
-    if isinstance(body, bytes):
-        held += len(body)
-    elif isinstance(body, SpoolFile) and body.in_memory:
-        held += body.seek(0, 2)
+def _sizes(fields: dict[str, Any]) -> tuple[int, int]:
+    """The bytes of an exchange handed to the writer (its bodies, a websocket's messages), and of them
+    those it holds in memory (all but a spool's file)."""
+    size = len(fields.get("request_body") or b"")
     websocket = fields.get("websocket")
     if websocket is not None:
-        held += sum(len(m.data) for m in websocket[0])
-    return held
+        size += sum(len(m.data) for m in websocket[0])
+    body = fields.get("response_body")
+    if isinstance(body, bytes):
+        return size + len(body), size + len(body)
+    length = body.length if isinstance(body, SpoolFile) else 0
+    return size + length, size + (length if isinstance(body, SpoolFile) and body.in_memory else 0)
 
 
 def _exchange(flow: Any) -> dict[str, Any]:
