@@ -9,9 +9,10 @@ Credentials are redacted
 (:mod:`ego2web_replay.redaction`: headers, Set-Cookie values, query and body
 fields, URL userinfo) unless ``record_keep_credentials`` is set. A failed write stops the recording:
 the failing flow is killed and every later request is refused, so no traffic
-ever passes unrecorded. The engines write on the archive's writer thread (:meth:`ExchangeArchive.archive_async`,
-:mod:`.writes`), never on the proxy's event loop; :meth:`ExchangeArchive.drain` waits for what is handed
-over there before the snapshot is finalised. Request bytes that are not UTF-8 (a header value a page set
+ever passes unrecorded. The engines hand their writes to the archive's writer thread
+(:meth:`ExchangeArchive.archive_async`, :mod:`.writes`), so no record over 64 KiB is compressed on
+the proxy's event loop; :meth:`ExchangeArchive.drain` waits for what is handed over there before the
+snapshot is finalised. Request bytes that are not UTF-8 (a header value a page set
 with ``fetch``, a raw byte in a hand-made request line) are archived as mitmproxy
 holds them: a header value's bytes read as Latin-1, a URL's stray bytes percent-encoded.
 """
