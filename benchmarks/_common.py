@@ -450,6 +450,7 @@ class RecordingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.proxy.stop()
+        self.recorder.drain()
         if self.recorder.failed:
             raise RuntimeError(f"the recorder failed: {self.recorder.failed}")
         self.writer.finalize()

@@ -270,7 +270,7 @@ def test_a_download_the_client_leaves_is_still_archived_whole_from_a_spool_file(
         while len(got) < 5 << 20:
             got += s.recv(1 << 20)
         (stream,) = rec.front._streams
-        assert stream._body._rolled  # the recorder's copy went to disk, not memory
+        assert stream._body.on_disk  # the recorder's copy went to disk, not memory
         s.close()
         origin.go.set()
         _wait(lambda: rec.archive.exchanges == 1, "the download was not archived")

@@ -9,7 +9,10 @@ Credentials are redacted
 (:mod:`ego2web_replay.redaction`: headers, Set-Cookie values, query and body
 fields, URL userinfo) unless ``record_keep_credentials`` is set. A failed write stops the recording:
 the failing flow is killed and every later request is refused, so no traffic
-ever passes unrecorded. Request bytes that are not UTF-8 (a header value a page set
+ever passes unrecorded. The engines hand their writes to the archive's writer thread
+(:meth:`ExchangeArchive.archive_async`, :mod:`.writes`), so no record over 64 KiB is compressed on
+the proxy's event loop; :meth:`ExchangeArchive.drain` waits for what is handed over there before the
+snapshot is finalised. Request bytes that are not UTF-8 (a header value a page set
 with ``fetch``, a raw byte in a hand-made request line) are archived as mitmproxy
 holds them: a header value's bytes read as Latin-1, a URL's stray bytes percent-encoded.
 """
@@ -17,6 +20,7 @@ holds them: a header value's bytes read as Latin-1, a URL's stray bytes percent-
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
 import struct
 import threading
@@ -29,6 +33,8 @@ from ..redaction import DEFAULT_HEADERS, REDACTED, Redactor
 from ..snapshots.volatility import Reload, reload_of
 from ..snapshots.wsrecords import WsMessage, redact_message, write_conversation
 from ..web import get_header
+from .spool import SpoolFile
+from .writes import INLINE_BYTES, WriteQueue
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
 
@@ -68,7 +74,42 @@ class ExchangeArchive:
         self.untrusted: list[str] = []  # "host: why" for upstream certificates that failed verification
         self.truncated: list[str] = []  # "URL: reason" of streamed bodies archived cut (WARC-Truncated)
         self.divert: list[Reload] | None = None  # set: exchanges are noted here for learning, not archived
+        self.writes = WriteQueue()  # the writer thread of the engines (archive_async)
         self._lock = threading.Lock()
+
+    async def archive_async(self, **fields: Any) -> bool:
+        """:meth:`archive` on the writer thread, after the writes handed over before it (:mod:`.writes`);
+        the event loop forwards other exchanges meanwhile (an exchange under ``INLINE_BYTES``, with no
+        write queued, is written at once instead). A ``response_body`` file is the writer's from
+        then on: closed once written. A write that could not be done stops the recording, as a failed
+        one does."""
+        size, held = _sizes(fields)
+        try:
+            return await self.writes.run(functools.partial(self._archive_then_close, fields), held,
+                                         inline=size < INLINE_BYTES)
+        except Exception as e:  # noqa: BLE001 - any write failure stops the recording
+            self._fail(f"cannot write the archive: {type(e).__name__}: {e}")
+            return False
+
+    def _archive_then_close(self, fields: dict[str, Any]) -> bool:
+        body = fields.get("response_body")
+        try:
+            return self.archive(**fields)
+        finally:
+            if body is not None and not isinstance(body, bytes):
+                body.close()
+
+    def drain(self) -> None:
+        """Wait until every write handed to the writer thread is done (before the snapshot is finalised);
+        one that failed has set ``failed``."""
+        self.writes.drain()
+
+    def _fail(self, why: str) -> None:
+        with self._lock:
+            if self.failed is None:
+                self.failed = why
+                self.errors.append(why)
+                log.error("ego2web-replay: %s", why)
 
     def archive(self, *, url: str, method: str, request_headers: list[tuple[str, str]], request_body: bytes,
                 status: int, reason: str, response_headers: list[tuple[str, str]],
@@ -84,6 +125,7 @@ class ExchangeArchive:
         archived with ``Host: authority`` first, when ``authority`` is given. ``warc_headers``
         go on the response record (a streamed body's truncation and timing: :mod:`.stream`).
         ``response_body`` may be a seekable file (a streamed body's spool), written in pieces.
+        Safe to call from any thread; the engines call it on the writer thread (:meth:`archive_async`).
         """
         req_headers, resp_headers, req_body = list(request_headers), list(response_headers), request_body
         if not all(v.isascii() for _, v in req_headers) or not url.isascii():
@@ -129,9 +171,7 @@ class ExchangeArchive:
                 self.payload_bytes += (len(response_body) if isinstance(response_body, bytes)
                                        else response_body.seek(0, 2))
         except Exception as e:  # noqa: BLE001 - any write failure stops the recording
-            self.failed = f"cannot write the archive: {e}"
-            self.errors.append(self.failed)
-            log.error("ego2web-replay: %s", self.failed)
+            self._fail(f"cannot write the archive: {e}")
             return False
         return True
 
@@ -148,6 +188,20 @@ class ExchangeArchive:
         with self._lock:
             if len(self.untrusted) < 20:
                 self.untrusted.append(f"{host}: {why}")
+
+
+def _sizes(fields: dict[str, Any]) -> tuple[int, int]:
+    """The bytes of an exchange handed to the writer (its bodies, a websocket's messages), and of them
+    those it holds in memory (all but a spool's file)."""
+    size = len(fields.get("request_body") or b"")
+    websocket = fields.get("websocket")
+    if websocket is not None:
+        size += sum(len(m.data) for m in websocket[0])
+    body = fields.get("response_body")
+    if isinstance(body, bytes):
+        return size + len(body), size + len(body)
+    length = body.length if isinstance(body, SpoolFile) else 0
+    return size + length, size + (length if isinstance(body, SpoolFile) and body.in_memory else 0)
 
 
 def _exchange(flow: Any) -> dict[str, Any]:
@@ -210,18 +264,18 @@ class Recorder(ExchangeArchive):
                 502, f"ego2web-replay: recording stopped ({self.failed})\n".encode(),
                 {"Content-Type": "text/plain", "X-Ego2Web-Replay": "recording-failed"})
 
-    def response(self, flow: Any) -> None:
+    async def response(self, flow: Any) -> None:
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return  # answered by the guard, a replay or a refusal: nothing came from upstream
         if flow.websocket is not None:
             return  # archived with its conversation when it ends (websocket_end)
-        if not self.archive(**_exchange(flow)):
+        if not await self.archive_async(**_exchange(flow)):
             flow.kill()
             return
         if self.on_exchange is not None:
             self.on_exchange(flow)
 
-    def websocket_end(self, flow: Any) -> None:
+    async def websocket_end(self, flow: Any) -> None:
         """A websocket ended: its handshake and conversation are archived (snapshots/wsrecords.py)."""
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return
@@ -232,7 +286,7 @@ class Recorder(ExchangeArchive):
             side = "client" if ws.closed_by_client else "server"
             messages.append(WsMessage((ws.timestamp_end or start) - start, side, "close",
                                       struct.pack("!H", ws.close_code) + (ws.close_reason or "").encode()))
-        self.archive(**_exchange(flow), websocket=(messages, False))
+        await self.archive_async(**_exchange(flow), websocket=(messages, False))
 
     def tls_failed_server(self, data: Any) -> None:
         """An upstream TLS handshake failed: keep certificate problems for a clear recording error."""

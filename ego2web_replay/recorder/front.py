@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 from ..guard import BLOCK_HEADER, GuardPolicy, blocked_response
 from ..proxy import ProjectCA
@@ -43,6 +43,7 @@ from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_authority, split_url
 from ..wire.h1 import error_reply, malformed
 from .addon import ExchangeArchive
+from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
 from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
 from .websocket import WebsocketTap, is_websocket
@@ -82,7 +83,7 @@ class _Pipe:  # the tunnel of a 101 Reply
                 pass
             finally:
                 if self.tap is not None:
-                    self.tap.finish()
+                    await self.tap.finished()
                 close()
                 self.writer.close()
                 with contextlib.suppress(ConnectionError, OSError, ssl.SSLError):
@@ -169,10 +170,10 @@ class RecordFront(ProxyFront):
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if resp.link is not None:
             return self._streamed(url, method, headers, body, resp, started, authority)
-        if not self.archive.archive(url=url, method=method, request_headers=headers, request_body=body,
-                                    status=resp.status, reason=resp.reason, response_headers=resp.headers,
-                                    response_body=resp.body, http_version=resp.version, ip=resp.ip,
-                                    started=started, authority=authority):
+        if not await self.archive.archive_async(
+                url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
+                reason=resp.reason, response_headers=resp.headers, response_body=resp.body,
+                http_version=resp.version, ip=resp.ip, started=started, authority=authority):
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         return _client_reply(resp, method)
 
@@ -180,8 +181,8 @@ class RecordFront(ProxyFront):
                   resp: UpstreamResponse, started: float, authority: str) -> Reply:
         """An open-ended body: its head now, its pieces as they come, the record when it ends."""
 
-        def archive(payload: BinaryIO, warc_headers: list[tuple[str, str]]) -> bool:
-            return self.archive.archive(
+        async def archive(payload: SpoolFile, warc_headers: list[tuple[str, str]]) -> bool:
+            return await self.archive.archive_async(
                 url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
                 reason=resp.reason, response_headers=resp.headers, response_body=payload,
                 http_version=resp.version, ip=resp.ip, started=started, authority=authority,
@@ -197,7 +198,8 @@ class RecordFront(ProxyFront):
 
     async def closing(self) -> None:
         """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket;
-        an open-ended body still streaming is archived first, truncated; any other gets 2 s to end."""
+        an open-ended body still streaming is archived first, truncated; any other gets 2 s to end.
+        Returns once every record handed to the archive's writer thread is written."""
         for pipe in list(self._pipes):
             pipe.close()
         streams = list(self._streams)
@@ -216,3 +218,4 @@ class RecordFront(ProxyFront):
                 task.cancel()
             if late:
                 await asyncio.wait(late, timeout=1)
+        await self.archive.writes.drained()  # the records handed to the writer thread are all written

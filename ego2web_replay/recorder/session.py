@@ -172,6 +172,7 @@ class LiveRecording:
                                                          if self.proxy.cancelled else {})}
         elif isinstance(self.guard, RecordFront):
             self.guard.certs.close()  # made, never started
+        self.recorder.drain()  # every record handed to the writer thread written (or the recording failed)
         if error or self.recorder.failed:
             self.error = error or self.recorder.failed
             self.writer.writer.close()

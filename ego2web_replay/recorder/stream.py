@@ -6,7 +6,9 @@ of its body as it comes from the origin (:mod:`ego2web_replay.wire.stream`). The
 origin is read at its own pace into a spool (memory up to :data:`SPOOL_BYTES`, a
 temporary file beyond; at most the record cap, ``EGO2WEB_MAX_RECORD_BYTES``) and the
 browser is fed from the spool at the browser's (what waits for a slow browser stays
-in the spool, not in memory); the exchange is archived when the body ends. Until the record is written the browser does not have
+in the spool, not in memory); the exchange is archived when the body ends, on the archive's writer
+thread (:mod:`.writes`; the spool handed over whole, :mod:`.spool`), while the loop forwards
+other exchanges. Until the record is written the browser does not have
 the body's end (the last chunk, or the last piece of a body with a length): if the
 record cannot be written, the browser's body is cut (the connection closed, an
 HTTP/2 stream reset), so no body the browser takes as whole goes unrecorded. A body
@@ -37,13 +39,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from typing import Any, BinaryIO
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from typing import Any
 
 from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
+from .spool import Spool, SpoolFile
 from .upstream import UpstreamPool, UpstreamResponse, content_length, max_response
 
 __all__ = ["RecordedStream", "open_ended", "streamable", "SPOOL_BYTES", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
@@ -89,13 +91,13 @@ class _Cut(Exception):
 class RecordedStream:
     """One upstream body, yielded piece by piece and archived when it ends (see the module docstring).
 
-    ``archive(body, warc_headers)`` writes the exchange and says whether it was written; ``body`` is the
-    spool (a seekable file at its start, the payload to its end), read in pieces by the WARC writer.
-    ``ended`` is set once the record is written (or could not be).
+    ``archive(body, warc_headers)`` writes the exchange and says (awaited) whether it was written;
+    ``body`` is the payload, a seekable file with a position of its own on the spool
+    (:meth:`.Spool.handover`), read in pieces by the WARC writer and closed by it. ``ended`` is set once the record is written (or could not be).
     """
 
     def __init__(self, pool: UpstreamPool, resp: UpstreamResponse,
-                 archive: Callable[[BinaryIO, list[tuple[str, str]]], bool], *,
+                 archive: Callable[[SpoolFile, list[tuple[str, str]]], Awaitable[bool]], *,
                  failed: Callable[[str], None] | None = None, open_ended: bool = True,
                  max_bytes: int | None = None, max_seconds: float | None = None) -> None:
         self.pool, self.resp, self.archive, self.failed = pool, resp, archive, failed
@@ -109,7 +111,7 @@ class RecordedStream:
         self.ended: asyncio.Future[None] = loop.create_future()
         self._started = time.monotonic()
         self._deadline = loop.time() + self.max_seconds
-        self._body: Any = tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES)  # noqa: SIM115 - closed in _finish
+        self._body = Spool(SPOOL_BYTES)  # closed in _release
         self._size = 0
         self._pieces: list[tuple[int, int]] = []
         self._over = False
@@ -153,9 +155,9 @@ class RecordedStream:
         except (ValueError, asyncio.LimitOverrunError):
             reason = "unspecified"
         except BaseException:
-            self._finish("disconnect")
+            await self._finish("disconnect")
             raise
-        self._finish(reason)
+        await self._finish(reason)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
         """What the origin sent so far, then more as it comes, while the client is there; the held
@@ -168,7 +170,7 @@ class RecordedStream:
                 released = self.ended.done() and self.complete
                 limit = self._size if self._held is None or released else self._held
                 if sent < limit:
-                    data = self._spooled(sent, min(limit - sent, _PIECE))
+                    data = self._body.read_at(sent, min(limit - sent, _PIECE))
                     sent += len(data)
                     yield data
                     continue
@@ -180,18 +182,12 @@ class RecordedStream:
             self._reader_done = True
             self._release()
 
-    def _spooled(self, offset: int, n: int) -> bytes:
-        self._body.seek(offset)
-        data: bytes = self._body.read(n)
-        self._body.seek(0, 2)  # the origin's bytes go on at the end
-        return data
-
     def _release(self) -> None:
         """Close the spool once the record is written and the client's side is over."""
         if self._reader_done and self.ended.done() and not self._body.closed:
             self._body.close()
 
-    def _finish(self, reason: str | None) -> None:
+    async def _finish(self, reason: str | None) -> None:
         if self.ended.done():
             return
         self.truncated = reason
@@ -206,9 +202,7 @@ class RecordedStream:
                 headers.insert(0, ("WARC-Truncated", reason))
             if reason == "disconnect" and self._left is not None:
                 headers.append((LEFT_HEADER, self._left))
-            self._body.seek(0)  # the spool itself: the archive reads it in pieces, never whole
-            written = self.archive(self._body, headers)
-            self._body.seek(0, 2)
+            written = await self.archive(self._body.handover(), headers)  # the body is over: no more writes
             self.complete = reason is None and written
         finally:
             self.ended.set_result(None)

@@ -84,9 +84,17 @@ class WebsocketTap:
             self.messages.append(WsMessage(t, side, m.kind, m.data))
 
     def finish(self) -> None:
-        """Archive the handshake and the conversation (once; later calls do nothing)."""
-        if self.done:
-            return
-        self.done = True
-        self.archive.archive(url=self.url, method="GET", request_body=b"", response_body=b"", started=self.started,
-                             websocket=(self.messages, self.truncated), **self.head)
+        """Archive the handshake and the conversation (once; later calls do nothing), in this thread."""
+        if not self.done:
+            self.done = True
+            self.archive.archive(**self._exchange())
+
+    async def finished(self) -> None:
+        """:meth:`finish` on the archive's writer thread (:meth:`~.addon.ExchangeArchive.archive_async`)."""
+        if not self.done:
+            self.done = True
+            await self.archive.archive_async(**self._exchange())
+
+    def _exchange(self) -> dict[str, Any]:
+        return dict(url=self.url, method="GET", request_body=b"", response_body=b"", started=self.started,
+                    websocket=(self.messages, self.truncated), **self.head)

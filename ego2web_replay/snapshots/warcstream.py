@@ -23,7 +23,7 @@ import zstandard
 from warcio.utils import Digester
 from warcio.warcwriter import WARCWriter
 
-__all__ = ["Payload", "STREAM_MIN", "PIECE", "digests", "write_streamed"]
+__all__ = ["Payload", "SizedReader", "STREAM_MIN", "PIECE", "digests", "write_streamed"]
 
 #: A payload from a file at least this long is written in pieces; a shorter one is read into memory.
 STREAM_MIN = 1 << 20
@@ -32,22 +32,13 @@ PIECE = 1 << 20
 _VERSION = "WARC/1.1"
 
 
-class Payload(io.RawIOBase):
-    """A stored payload read from ``fh`` (``size`` bytes from its start) between ``prefix`` and ``suffix``
-    (a chunked body's framing: :func:`~.warc.chunk_body` in pieces); seekable, so warcio can re-read it."""
+class SizedReader(io.RawIOBase):
+    """A read-only, seekable stream of ``length`` bytes with a position of its own; a subclass gives
+    :meth:`read` (of at most ``length - tell()`` bytes)."""
 
-    def __init__(self, fh: BinaryIO, size: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
+    def __init__(self, length: int) -> None:
         super().__init__()
-        self.file, self._fh, self._size, self._prefix, self._suffix = fh, fh, size, prefix, suffix
-        self.length = len(prefix) + size + len(suffix)
-        self._pos = 0
-
-    @classmethod
-    def chunked(cls, fh: BinaryIO, size: int) -> Payload:
-        """The body of ``fh`` framed as one data chunk (none when empty) and the last chunk."""
-        if size == 0:
-            return cls(fh, 0, b"0\r\n\r\n")
-        return cls(fh, size, f"{size:x}\r\n".encode("ascii"), b"\r\n0\r\n\r\n")
+        self.length, self._pos = length, 0
 
     def readable(self) -> bool:
         return True
@@ -62,6 +53,27 @@ class Payload(io.RawIOBase):
         base = {os.SEEK_SET: 0, os.SEEK_CUR: self._pos, os.SEEK_END: self.length}[whence]
         self._pos = min(max(base + pos, 0), self.length)
         return self._pos
+
+    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(b))
+        b[:len(data)] = data
+        return len(data)
+
+
+class Payload(SizedReader):
+    """A stored payload read from ``fh`` (``size`` bytes from its start) between ``prefix`` and ``suffix``
+    (a chunked body's framing: :func:`~.warc.chunk_body` in pieces); seekable, so warcio can re-read it."""
+
+    def __init__(self, fh: BinaryIO, size: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
+        super().__init__(len(prefix) + size + len(suffix))
+        self.file, self._fh, self._size, self._prefix, self._suffix = fh, fh, size, prefix, suffix
+
+    @classmethod
+    def chunked(cls, fh: BinaryIO, size: int) -> Payload:
+        """The body of ``fh`` framed as one data chunk (none when empty) and the last chunk."""
+        if size == 0:
+            return cls(fh, 0, b"0\r\n\r\n")
+        return cls(fh, size, f"{size:x}\r\n".encode("ascii"), b"\r\n0\r\n\r\n")
 
     def read(self, n: int | None = -1) -> bytes:
         want = self.length - self._pos if n is None or n < 0 else min(n, self.length - self._pos)
@@ -81,11 +93,6 @@ class Payload(io.RawIOBase):
             out += piece
             self._pos += len(piece)
         return bytes(out)
-
-    def readinto(self, b: bytearray | memoryview) -> int:  # type: ignore[override]
-        data = self.read(len(b))
-        b[:len(data)] = data
-        return len(data)
 
 
 def digests(payload: Payload, http_head: bytes, dedup: bool) -> tuple[str, str, bytes]:
