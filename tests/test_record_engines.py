@@ -22,6 +22,7 @@ import pytest
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.rawsock import read_head
 
 _GZ = gzip.compress(b'{"n": 1}' * 50, mtime=0)
 ANSWERS: dict[str, bytes] = {
@@ -43,14 +44,11 @@ HEAD_ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 1
 class _Origin(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
-        buf = b""
+        buf = bytearray()
         while True:
-            while b"\r\n\r\n" not in buf:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                buf += data
-            head, _, buf = buf.partition(b"\r\n\r\n")
+            head = read_head(sock, buf)
+            if head is None:
+                return
             lines = head.decode("latin-1").split("\r\n")
             method, path = lines[0].split(" ")[:2]
             length = next((int(v) for k, _, v in (x.partition(":") for x in lines[1:])

@@ -32,20 +32,17 @@ from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
+from ego2web_replay.testing.rawsock import read_head
 from ego2web_replay.wire.websocket import BINARY, CLOSE, TEXT, MessageReader, frame
 
 WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC11B85"
 
 
 def _read_head(sock: socket.socket, buf: bytearray) -> tuple[str, dict[str, str]] | None:
-    while b"\r\n\r\n" not in buf:
-        data = sock.recv(65536)
-        if not data:
-            return None
-        buf += data
-    end = buf.index(b"\r\n\r\n")
-    lines = bytes(buf[:end]).decode("latin-1").split("\r\n")
-    del buf[: end + 4]
+    head = read_head(sock, buf)
+    if head is None:
+        return None
+    lines = head.decode("latin-1").split("\r\n")
     headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
     n = int(headers.get("content-length", "0"))
     while len(buf) < n:

@@ -26,6 +26,7 @@ import zstandard
 
 from ego2web_replay.replay.session import Replay
 from ego2web_replay.snapshots.reader import iter_records
+from ego2web_replay.testing.rawsock import read_head
 
 SIZE = 64 << 20
 BODIES = {"/random": os.urandom(SIZE), "/repeated": b"a" * SIZE}
@@ -92,13 +93,10 @@ print(json.dumps(out))
 class _Origin(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            data = sock.recv(65536)
-            if not data:
-                return
-            buf += data
-        body = BODIES.get(buf.split(b" ", 2)[1].decode(), b"small")
+        head = read_head(sock, bytearray())
+        if head is None:
+            return
+        body = BODIES.get(head.split(b" ", 2)[1].decode(), b"small")
         sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n"
                      % len(body))
         view = memoryview(body)

@@ -26,6 +26,7 @@ from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.rawsock import read_head
 from ego2web_replay.testing.sse_site import EVENTS, SseSite
 from ego2web_replay.testing.thirdparty import available
 from ego2web_replay.testing.tls import make_test_ca
@@ -41,13 +42,10 @@ def _chunk(data: bytes) -> bytes:
 class _Origin(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         sock: socket.socket = self.request
-        buf = b""
-        while b"\r\n\r\n" not in buf:
-            data = sock.recv(65536)
-            if not data:
-                return
-            buf += data
-        path = buf.split(b" ", 2)[1].decode()
+        head = read_head(sock, bytearray())
+        if head is None:
+            return
+        path = head.split(b" ", 2)[1].decode()
         srv = self.server
         with contextlib.suppress(OSError):
             if path == "/events":  # two events, the second only once the test says so
