@@ -29,7 +29,15 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _common import machine_info, machine_lines, markdown_table, median, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    exit_on_sigterm,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    median,
+    text_table,
+    update_section,
+)
 
 TARGET_S = 0.3
 PY = sys.executable
@@ -82,6 +90,7 @@ def measure(command: list[str], how: str) -> float:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=15, help="Runs of each variant (interleaved).")
     ap.add_argument("--no-write", action="store_true", help="Print only; do not touch BENCHMARKS.md.")

@@ -34,7 +34,14 @@ from urllib.parse import parse_qsl, urlsplit
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent)]
 
-from _common import machine_info, machine_lines, markdown_table, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    exit_on_sigterm,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    text_table,
+    update_section,
+)
 
 TABLES = ["products", "customers", "orders", "suppliers"]  # orders link to customers and products
 RECORD_SEED = 101
@@ -75,6 +82,7 @@ def _shape(request: str) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tasks", type=int, default=2, choices=range(1, len(TABLES) + 1),
                     help="Tasks of the suite (one per table: " + ", ".join(TABLES) + ").")

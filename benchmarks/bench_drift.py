@@ -22,7 +22,14 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _common import machine_info, machine_lines, markdown_table, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    exit_on_sigterm,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    text_table,
+    update_section,
+)
 
 from ego2web_replay.testing.drift_cases import LABELS, evaluate, load_drift_cases  # noqa: E402
 
@@ -34,6 +41,7 @@ def _pct(x: float | None) -> str:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", type=Path, default=CASES, help="The labelled set (YAML).")
     ap.add_argument("--no-pipeline", action="store_true", help="Skip the end-to-end cases (Chromium, ~2 minutes).")

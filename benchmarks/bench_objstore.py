@@ -25,7 +25,14 @@ from typing import Any
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _common import machine_info, machine_lines, markdown_table, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    exit_on_sigterm,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    text_table,
+    update_section,
+)
 from _synthetic import synthetic_snapshot  # noqa: E402
 
 
@@ -56,6 +63,7 @@ def _measure(location: Any) -> dict[str, float]:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1000,10000", help="captures per synthetic snapshot, comma-separated")
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each measurement (median reported)")

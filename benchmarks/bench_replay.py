@@ -39,6 +39,7 @@ import _peers  # noqa: E402
 from _common import (  # noqa: E402
     RealisticSite,
     RecordingProxy,
+    exit_on_sigterm,
     free_port,
     launch_chromium,
     machine_info,
@@ -175,6 +176,7 @@ def index_load(n: int) -> dict[str, float]:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pages", type=int, default=3, help="pages in the recorded site")
     ap.add_argument("--rounds", type=int, default=3, help="wrk runs per server, interleaved (median reported)")
