@@ -146,6 +146,11 @@ class KeyColumn:
         words = self.data().view(">u8")
         first = self.starts() >> 3
         longest = int(lengths.max())
+        settled = _told_apart(words, first, lengths, longest)
+        if settled is not None:
+            del words
+            self.release()
+            return settled
         order = order[np.argsort(lengths[order], kind="stable")]
         for c in range((min(longest, WIDTH) + 7) // 8 - 1, -1, -1):
             col = _column(words, first, lengths, order, c)
@@ -180,6 +185,21 @@ class KeyColumn:
         self._buf = bytearray()
         self._data = None
         self._lengths = array("I")
+
+
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray | None:
+    """The keys in byte order when their first word that is not the same for every key differs
+    between any two of them (random digests, say): one sort of that word orders them all, lengths
+    and values never deciding. None when two keys share it (then every word is sorted)."""
+    every = np.arange(len(lengths), dtype=np.int64)
+    for c in range((min(longest, WIDTH) + 7) // 8):
+        col = _column(words, first, lengths, every, c)
+        if (col == col[0]).all():
+            continue
+        order = np.argsort(col)
+        ranked = col[order]
+        return order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None
+    return None
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
