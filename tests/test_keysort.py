@@ -111,3 +111,25 @@ LINES = [
 def test_plain_lines_read_as_the_json_parse_reads_them(line):
     assert _outcome(index_row, line) == _outcome(_json_row, line)
     assert _outcome(learn_row, line) == _outcome(_entry_fields, line)
+
+
+def test_keys_told_apart_by_one_word_are_ordered_by_it():
+    """Keys with a common head whose next word differs between any two (digests, say), some ending
+    inside that word, some running on past it: the one-word sort gives byte order, values unused."""
+    rng = random.Random(12)
+    head = b"sha1:" + bytes(11)
+    seen, keys = set(), []
+    while len(keys) < 2000:
+        word = bytes(rng.randrange(1, 256) for _ in range(rng.choice([3, 8, 8])))
+        if word[:8] not in seen:
+            seen.add(word[:8])
+            keys.append(head + word + bytes(rng.randrange(256) for _ in range(rng.randrange(0, 9))))
+    column = KeyColumn()
+    column.extend(keys)
+    values = np.array([rng.randrange(3) for _ in keys], dtype=np.int64)
+    assert column.argsort(values).tolist() == sorted(range(len(keys)), key=lambda i: keys[i])
+    keys.append(keys[0])  # two alike: every word sorted, values deciding between them
+    again = KeyColumn()
+    again.extend(keys)
+    values = np.append(values, -1)
+    assert again.argsort(values).tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))

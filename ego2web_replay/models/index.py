@@ -120,11 +120,20 @@ def _record_type(data: dict) -> str:
 
 
 _VALUE = r'[^"\\\x00-\x1f]*'  # a JSON string's text when it has no escape and no control character
-_PLAIN_LINE = re.compile(
-    rf'[^ ]* ([^ ]*) \{{"url": "({_VALUE})", "mime": "({_VALUE})"(?:, "status": "({_VALUE})")?, "digest": "({_VALUE})", '
-    rf'"length": "({_VALUE})", "offset": "(-?[0-9]+)", "filename": "{_VALUE}"(?:, "method": "({_VALUE})")?'
-    rf'(?:, "requestBody": "({_VALUE})")?(?:, "recordType": "({_VALUE})")?(?:, "refersToUri": "{_VALUE}")?'
-    rf'(?:, "refersToDate": "{_VALUE}")?\}}')
+
+
+def plain_line(ts: str, status: str, length: str, method: str) -> re.Pattern[str]:
+    """A line exactly as :meth:`IndexEntry.to_line` writes it when no value needs a JSON escape, with
+    the given patterns of its timestamp, status, length and method (groups or not); URL, media type,
+    digest, offset, body and record type are groups, in this order after those that are."""
+    return re.compile(
+        rf'[^ ]* {ts} \{{"url": "({_VALUE})", "mime": "({_VALUE})"(?:, "status": "{status}")?, "digest": "({_VALUE})", '
+        rf'"length": "{length}", "offset": "(-?[0-9]+)", "filename": "{_VALUE}"(?:, "method": "{method}")?'
+        rf'(?:, "requestBody": "({_VALUE})")?(?:, "recordType": "({_VALUE})")?(?:, "refersToUri": "{_VALUE}")?'
+        rf'(?:, "refersToDate": "{_VALUE}")?\}}')
+
+
+_PLAIN_LINE = plain_line("([^ ]*)", f"({_VALUE})", f"({_VALUE})", f"({_VALUE})")
 """A line exactly as :meth:`IndexEntry.to_line` writes it when no value needs a JSON escape: its
 fields are read by one match (the JSON parser is for every other line)."""
 

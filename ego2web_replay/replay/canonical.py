@@ -19,11 +19,12 @@ same" for replay. It writes a request as ``METHOD scheme://(surt,host,)/path?que
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 from urllib.parse import quote, unquote_plus
 
 from ..snapshots.postform import request_body_query
+from ..snapshots.sortedfile import key_bytes
 from .rules import (
     PARAM_CALLBACK,
     PARAM_DROP,
@@ -36,6 +37,7 @@ from .rules import (
 __all__ = [
     "BODY_PREFIX",
     "CanonicalRequest",
+    "KeyMaker",
     "body_form",
     "canonical_url",
     "canonicalize",
@@ -222,6 +224,87 @@ def canonicalize(method: str, url: str, body_query: str | None, rules: MatchRule
         text = f"{text}&{body_text}" if text else body_text
     key = group + ("?" + text if text else "")
     return CanonicalRequest(key, group, pairs)
+
+
+class KeyMaker:
+    """:func:`canonicalize`'s keys of many requests at once, as index keys, for the canonical table of
+    an index: ``key_bytes(url_host(url), canonicalize(method, url, body, rules).key)``, byte for byte.
+
+    Most of a key is the same over many URLs: what a scheme and authority give (host, rules,
+    the SURT host and port) is worked out once per ``scheme://authority``, and a query's cleaned,
+    sorted text once per query and host rules (bounded). A GET or HEAD of an absolute URL whose path
+    needs no normalising is put together from those; every other request goes through
+    :func:`canonicalize` itself."""
+
+    MEMO_MAX = 100_000
+
+    def __init__(self, rules: MatchRules) -> None:
+        self.rules = rules
+        self._origins: dict[str, tuple[str, str, dict[str, str], CompiledRules] | None] = {}
+        self._queries: dict[int, dict[str, str]] = {}  # by id of the host rules (kept alive by the rules)
+
+    def texts(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[str] | None:
+        """``host NUL key`` of each request; None when a host or key holds NUL or ``\\x01`` (then the
+        keys need :func:`~ego2web_replay.snapshots.sortedfile.key_bytes`: :meth:`keys`)."""
+        origins, origin_of = self._origins, self._origin
+        out = []
+        for method, url, body in zip(methods, urls, bodies, strict=True):
+            if method == "GET" or method == "HEAD":
+                authority = url.find("://") + 3
+                end = url.find("/", authority)
+                if authority > 2 and end > 0:
+                    origin = url[:end]
+                    known = origins[origin] if origin in origins else origin_of(origin, authority)
+                    if known is not None:
+                        path, _, query = url[end:].partition("#")[0].partition("?")
+                        if ";" not in path and "%" not in path and " " not in path and path.isascii():
+                            host, head, queries, compiled = known
+                            if not query:
+                                out.append(f"{host}\x00{method}{head}{path}")
+                                continue
+                            text = queries.get(query)
+                            if text is None:
+                                text = self._query(query, queries, compiled)
+                            out.append(f"{host}\x00{method}{head}{path}{text}")
+                            continue
+            out.append(f"{url_host(url)}\x00{canonicalize(method, url, body or None, self.rules).key}")
+        joined = "".join(out)
+        return None if "\x01" in joined or joined.count("\x00") != len(out) else out
+
+    def keys(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[bytes]:
+        """The index key of each request."""
+        texts = self.texts(methods, urls, bodies)
+        if texts is None:
+            return [key_bytes(url_host(u), canonicalize(m, u, b or None, self.rules).key)
+                    for m, u, b in zip(methods, urls, bodies, strict=True)]
+        return [t.encode("utf-8", "surrogatepass") for t in texts]
+
+    def _query(self, query: str, queries: dict[str, str], compiled: CompiledRules) -> str:
+        """``?`` and the cleaned, sorted pairs of ``query`` (empty when none is kept), remembered."""
+        params = _query_params(query, compiled)
+        params.sort()
+        text = "&".join([k + "=" + v for k, v in params])
+        if len(queries) >= self.MEMO_MAX:
+            queries.clear()
+        queries[query] = text = "?" + text if text else ""
+        return text
+
+    def _origin(self, origin: str, authority: int) -> tuple[str, str, dict[str, str], CompiledRules] | None:
+        """``(url_host, " scheme://(netloc)", query memo, rules)`` of the host of ``scheme://authority``,
+        or None when such URLs take the general way (an authority holding ``?`` or ``#``, or no URL)."""
+        m = _URL.match(origin)
+        found = None
+        if m is not None and m.end() == len(origin) and not any(c in origin[authority:] for c in "?#"):
+            scheme, host, port, _path, _query = _url_parts(origin)
+            netloc = surt_host(host)
+            if port and port != _DEFAULT_PORT.get(scheme):
+                netloc += ":" + port
+            compiled = self.rules.for_host(host)
+            found = (url_host(origin), f" {scheme}://({netloc})", self._queries.setdefault(id(compiled), {}), compiled)
+        if len(self._origins) >= self.MEMO_MAX:
+            self._origins.clear()
+        self._origins[origin] = found
+        return found
 
 
 def body_form(method: str, content_type: str | None, body: bytes | None) -> str | None:

@@ -30,22 +30,28 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from ..config import data_dir
 from ..errors import ArchiveError
 from ..snapshots.index_cache import mark_used
-from ..snapshots.index_map import IndexMap, add_map_hook, open_index_map
+from ..snapshots.index_map import IndexMap, add_map_hook, map_file, open_index_map
+from ..snapshots.indexscan import collector_paused
 from ..snapshots.sortedfile import SortedFile, key_bytes, write_sorted_columns
 from . import canonical as _canonical_module
 from . import rules as _rules_module
-from .canonical import canonicalize, url_host
+from .canonical import KeyMaker, canonicalize
 from .gcfreeze import refreeze
 from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry, add_secondary_keys
 from .rules import MatchRules, default_rules
 
 __all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_default_canonical", "install_index_hook",
-           "CANONICAL_HOOK",
-           "BUILDS"]
+           "build_first_open", "CANONICAL_HOOK", "BUILDS"]
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from ..snapshots.indexscan import Batch
 
 _VERSION = 1
 MEMO_MAX = 20_000  # exact lookups and captures remembered, each (about 800 bytes a URL for both: 16 MiB at most)
@@ -75,24 +81,69 @@ def canonical_file(imap: IndexMap, rules: MatchRules) -> Path:
 
 
 def _build_canonical(imap: IndexMap, rules: MatchRules, target: Path) -> None:
-    from ..snapshots.keysort import KeyColumn, sorted_chunks  # numpy: only when keys are built
-
+    """The canonical keys of ``imap`` under ``rules``, read from the map's lines."""
     BUILDS[0] += 1
-    keys = KeyColumn(target.parent)  # bounded memory: the keys in one buffer, spilled to a temporary file
+    keys = _CanonicalKeys(rules, target.parent)
     try:
         row = imap.row
-        for position in range(imap.count):
-            _ts, _offset, url, method, body, _line = row(position)
-            keys.add(key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key))
-            if position & 0xFFFF == 0xFFFF:
+        with collector_paused():
+            for start in range(0, imap.count, _ROWS_AT_ONCE):
+                rows = [row(p) for p in range(start, min(start + _ROWS_AT_ONCE, imap.count))]
+                keys.add([r[3] for r in rows], [r[2] for r in rows], [r[4] for r in rows])
                 imap.file.drop_pages()  # the lines read so far: not resident for the rest of the build
-        order = keys.argsort()  # by key, then position
-        write_sorted_columns(target, {"version": _VERSION, "count": imap.count},
-                             {"canonical": (keys.lengths()[order], order, sorted_chunks(keys, order))})
-    except OSError as e:
-        raise ArchiveError(f"{target}: cannot write the canonical index ({e.strerror})") from None
+        keys.write(target, imap.count, None)
     finally:
         keys.close()
+
+
+_ROWS_AT_ONCE = 1 << 14
+
+
+class _CanonicalKeys:
+    """The ``canonical`` table of an index under some rules, gathered a block of rows at a time
+    (from the map's lines, or from the first read of the index beside the map: :meth:`add_batch`)
+    and written once the rows' places in recorded order are known."""
+
+    def __init__(self, rules: MatchRules, folder: Path) -> None:
+        from ..snapshots.keysort import KeyColumn  # numpy: only when keys are built
+
+        self.rules = rules
+        self._maker = KeyMaker(rules)
+        self._keys = KeyColumn(folder)  # bounded memory: the keys in one buffer, spilled to a temporary file
+
+    def add(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> None:
+        texts = self._maker.texts(methods, urls, bodies)
+        if texts is None:
+            self._keys.extend(self._maker.keys(methods, urls, bodies))
+        else:
+            self._keys.extend_text(texts)
+
+    def add_batch(self, batch: Batch) -> None:
+        self.add(batch.methods, batch.urls, batch.bodies)
+
+    def finish(self, imap: IndexMap, rank: np.ndarray) -> None:
+        """Write the keys gathered in file order (``rank``: each row's position in recorded order)."""
+        BUILDS[0] += 1
+        self.write(canonical_file(imap, self.rules), imap.count, rank)
+
+    def write(self, target: Path, count: int, rank: np.ndarray | None) -> None:
+        """Write the table to ``target``: the keys by key, then position (``rank`` of the rows
+        gathered; None when they were gathered in recorded order)."""
+        from ..snapshots.keysort import sorted_chunks
+
+        keys = self._keys
+        if len(keys) != count:
+            raise ArchiveError(f"{target}: {len(keys)} canonical keys for {count} captures")
+        try:
+            order = keys.argsort(rank)  # by key, then position
+            values = order if rank is None else rank[order]
+            write_sorted_columns(target, {"version": _VERSION, "count": count},
+                                 {"canonical": (keys.lengths()[order], values, sorted_chunks(keys, order))})
+        except OSError as e:
+            raise ArchiveError(f"{target}: cannot write the canonical index ({e.strerror})") from None
+
+    def close(self) -> None:
+        self._keys.close()
 
 
 def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:
@@ -114,6 +165,28 @@ def _open_canonical(imap: IndexMap, rules: MatchRules) -> SortedFile:
 def build_default_canonical(imap: IndexMap) -> None:
     """Write the canonical keys of ``imap`` under the built-in rules unless they are there already."""
     _open_canonical(imap, default_rules()).close()
+
+
+def build_first_open(snapshots: Sequence[Any], rules: MatchRules | None = None) -> None:
+    """Build what a mapped open of ``snapshots`` needs and lacks, each index read once: for a
+    snapshot whose index has no mapped form yet, the map, its canonical keys under ``rules`` and,
+    when it has no ``volatile.json`` and nothing learned is kept for it, the names learned volatile
+    (kept in ``index-cache/``). An index the one read leaves to the line readers
+    (:class:`~ego2web_replay.snapshots.indexscan.IrregularIndex`) is left alone: the open then builds
+    each of them from it in turn, as before."""
+    from ..snapshots.first_open import build_first_open as build_index
+    from ..snapshots.learned_cache import MIN_BYTES, cached_learned
+    from ..snapshots.volatility import VOLATILE_FILE
+
+    chosen = rules or default_rules()
+    for snap in snapshots:
+        index = Path(snap.index_path)
+        target = map_file(index)
+        if target is None or target.exists():
+            continue
+        learn = (not (Path(snap.path) / VOLATILE_FILE).is_file() and index.stat().st_size >= MIN_BYTES
+                 and cached_learned(index) is None)
+        build_index(index, learn=learn, keys=[_CanonicalKeys(chosen, target.parent)])
 
 
 def install_index_hook() -> None:

@@ -286,10 +286,15 @@ class Replay:
             self.snapshots.append(snap)
         cfg = self.config
         rules = load_rules(cfg.rules_paths()) if cfg.rules_files else None
+        mapped = index_mode(self.snapshots, self.index_mode) == "mapped"
+        if mapped:
+            from .mapped import build_first_open
+
+            build_first_open(self.snapshots, rules)  # what a first open lacks, each index read once
         options: dict[str, Any] = {"rules": rules, "policy": cfg.sequence, "fuzzy_threshold": cfg.fuzzy_threshold,
                                    "fuzzy": cfg.fuzzy, "learned": load_learned(self.snapshots)}
         index: IndexBase
-        if index_mode(self.snapshots, self.index_mode) == "mapped":
+        if mapped:
             from .mapped import MappedMatchIndex
 
             index = MappedMatchIndex.open([s.index_path for s in self.snapshots], **options)

@@ -136,7 +136,7 @@ def _identity(source: Source, rules: MatchRules | None, check: bool) -> tuple[An
 def _open(source: Source, rules: MatchRules | None, check: bool) -> _Opened | None:
     from ..snapshots.location import open_snapshot
     from ..snapshots.verify import integrity_problems
-    from .mapped import MappedMatchIndex
+    from .mapped import MappedMatchIndex, build_first_open
     from .session import load_learned
 
     try:
@@ -145,6 +145,7 @@ def _open(source: Source, rules: MatchRules | None, check: bool) -> _Opened | No
         if problems:
             log.warning("shared captures: %s left out: corrupt snapshot: %s", source.id, "; ".join(problems))
             return None
+        build_first_open([snap], rules)
         index = MappedMatchIndex.open([snap.index_path], rules=rules, learned=load_learned([snap]))
     except (SnapshotError, ArchiveError, OSError) as e:
         log.warning("shared captures: %s left out: %s", source.id, e)

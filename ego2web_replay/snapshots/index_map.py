@@ -37,8 +37,9 @@ from typing import TYPE_CHECKING
 
 from ..config import data_dir
 from ..errors import ArchiveError
-from ..models.index import IndexEntry, IndexRow, index_row
+from ..models.index import IndexRow, index_row
 from .index_cache import mark_used, stream_rows
+from .indexscan import Batch, IrregularIndex, collector_paused, original_digest, scan_index
 from .sortedfile import SortedFile, key_bytes, write_sorted_columns
 
 if TYPE_CHECKING:
@@ -50,8 +51,6 @@ __all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_k
 log = logging.getLogger(__name__)
 
 _VERSION = 2
-_DIGEST = '"digest": "'
-_REVISIT = '"mime": "warc/revisit"'
 _POSITION = struct.Struct(">I")
 _LINES_CHUNK = 1024  # lines copied at a time into the table
 
@@ -98,70 +97,162 @@ def map_file(index: Path) -> Path | None:
 
 def build_index_map(index: Path, rows: Iterable[IndexRow] | None = None) -> Path:
     """Write the mapped form of ``index`` (from ``rows`` when the caller has parsed them, else read
-    from the file line by line) and return its path.
-
-    One pass over the rows, each parsed once and kept as bytes only: the lines go to a temporary
-    file, the keys (recorded order, exact key, digest) to :class:`~.keysort.KeyColumn` buffers
-    that spill to temporary files; numpy then puts each table in order and
-    :func:`~.sortedfile.write_sorted_columns` writes them. No Python object per capture outlives
-    its row, so memory stays far below the index's size."""
-    import numpy as np  # here, not at import: opening a map that exists needs none of it
-
-    from .keysort import KeyColumn, ranks, sorted_chunks
-
+    from the file once, a block at a time, by :func:`~.indexscan.scan_index`; line by line when the
+    file needs the line readers) and return its path. See :class:`MapBuilder`."""
     index = Path(index)
-    target = map_file(index)
-    if target is None:
-        raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
-    folder = target.parent
-    folder.mkdir(parents=True, exist_ok=True)
-    times, exact, digests = KeyColumn(folder), KeyColumn(folder), KeyColumn(folder)
-    offsets, digest_of = array("q"), array("Q")
-    methods: set[str] = set()
-    try:
-        with _LineSpool(folder) as spool:
-            for seq, row in enumerate(stream_rows(index) if rows is None else rows):
-                ts, offset, url, method, body, line = row
-                methods.add(method)
-                times.add(ts.encode("utf-8", "surrogatepass"))
-                if not -2**63 <= offset < 2**63:
-                    _offset_bytes(index, offset)  # raises the error an out-of-range offset gets
-                offsets.append(offset)
-                exact.add(exact_key_bytes(method, url, body))
-                digest = original_digest(line)
-                if digest:
-                    digest_of.append(seq)
-                    digests.add(key_bytes(digest))
-                spool.add(line.encode("utf-8", "surrogatepass"))
-            count = len(times)
-            if count >= 2**32:
-                raise ArchiveError(f"{index}: {count} captures are more than one mapped index holds (2**32)")
-            order = times.argsort(np.frombuffer(offsets, dtype=np.int64))
+    if rows is None:
+        try:
+            return build_from_scan(index)[0]
+        except IrregularIndex:
+            rows = stream_rows(index)
+    with MapBuilder(index) as builder:
+        for row in rows:
+            builder.add_row(row)
+        return builder.write()[0]
+
+
+def build_from_scan(index: Path) -> tuple[Path, np.ndarray]:
+    """:func:`build_index_map` of ``index`` read by :func:`~.indexscan.scan_index`: the map's path
+    and the rank in recorded order of each servable row (in file order).
+    :class:`~.indexscan.IrregularIndex` when the file needs the line readers (nothing is written then)."""
+    with MapBuilder(index) as builder, collector_paused():
+        for batch in scan_index(index):
+            builder.add_batch(batch)
+        return builder.write()
+
+
+class MapBuilder:
+    """The tables of one index's map, gathered row by row (:meth:`add_row`) or a block of rows at a
+    time (:meth:`add_batch`), then put in order and written (:meth:`write`).
+
+    Each row is kept as bytes only: the keys (recorded order, exact key, digest) in
+    :class:`~.keysort.KeyColumn` buffers that spill to temporary files, the lines in a temporary
+    file (rows) or as their places in the index file itself (batches); numpy then puts each table in
+    order and :func:`~.sortedfile.write_sorted_columns` writes them. No Python object per capture
+    outlives its block, so memory stays far below the index's size."""
+
+    def __init__(self, index: Path) -> None:
+        from .keysort import KeyColumn  # numpy: only when a map is built
+
+        self.index = Path(index)
+        target = map_file(self.index)
+        if target is None:
+            raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`")
+        self.target = target
+        self.folder = target.parent
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self._times, self._exact, self._digests = KeyColumn(self.folder), KeyColumn(self.folder), KeyColumn(self.folder)
+        self._offsets, self._digest_of = array("q"), array("Q")
+        self._all_digests = True  # every row so far has a digest: _digest_of left empty until one has not
+        self._methods: set[str] = set()
+        self._spool: _LineSpool | None = None
+        self._starts, self._lengths = array("q"), array("q")  # the lines' places in the index file (batches)
+
+    def __enter__(self) -> MapBuilder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def add_row(self, row: IndexRow) -> None:
+        ts, offset, url, method, body, line = row
+        if self._spool is None:
+            self._spool = _LineSpool(self.folder)
+        seq = len(self._offsets)
+        self._methods.add(method)
+        self._times.add(ts.encode("utf-8", "surrogatepass"))
+        if not -2**63 <= offset < 2**63:
+            _offset_bytes(self.index, offset)  # raises the error an out-of-range offset gets
+        self._offsets.append(offset)
+        self._exact.add(exact_key_bytes(method, url, body))
+        digest = original_digest(line)
+        if digest:
+            if not self._all_digests:
+                self._digest_of.append(seq)
+            self._digests.add(key_bytes(digest))
+        elif self._all_digests:
+            self._all_digests = False
+            self._digest_of.extend(range(seq))
+        self._spool.add(line.encode("utf-8", "surrogatepass"))
+
+    def add_batch(self, batch: Batch) -> None:
+        """The rows of ``batch``, as :meth:`add_row` of each would add them."""
+        seq = len(self._offsets)
+        self._methods.update(batch.methods)
+        try:
+            self._offsets.extend(batch.offsets)
+        except OverflowError:
+            for offset in batch.offsets:
+                _offset_bytes(self.index, offset)  # raises the error an out-of-range offset gets
+            raise
+        if None in batch.digests:
+            if self._all_digests:
+                self._all_digests = False
+                self._digest_of.extend(range(seq))
+            found = [(seq + i, d) for i, d in enumerate(batch.digests) if d]
+            self._digest_of.extend(i for i, _d in found)
+            digests = [d for _i, d in found]
+        else:  # every row an original (no revisit)
+            if not self._all_digests:
+                self._digest_of.extend(range(seq, seq + len(batch.digests)))
+            digests = batch.digests  # type: ignore[assignment]
+        if batch.plain:  # no value holds NUL or \x01: the keys need no escapes
+            self._times.extend_text(batch.timestamps)
+            if not any(batch.bodies) and batch.methods.count("GET") == len(batch.methods):
+                self._exact.extend_text(batch.urls, "GET\x00", "\x00")
+            else:
+                self._exact.extend_text([f"{m}\x00{u}\x00{b or ''}" for m, u, b in
+                                         zip(batch.methods, batch.urls, batch.bodies, strict=True)])
+            self._digests.extend_text(digests)
+        else:
+            self._times.extend([ts.encode("utf-8", "surrogatepass") for ts in batch.timestamps])
+            self._exact.extend([exact_key_bytes(m, u, b) for m, u, b in
+                                zip(batch.methods, batch.urls, batch.bodies, strict=True)])
+            self._digests.extend([key_bytes(d) for d in digests])
+        assert batch.starts is not None and batch.lengths is not None
+        self._starts.frombytes(batch.starts.tobytes())
+        self._lengths.frombytes(batch.lengths.tobytes())
+
+    def write(self) -> tuple[Path, np.ndarray]:
+        """Write the map; its path, and the rank in recorded order of each row added (in order)."""
+        import numpy as np
+
+        from .keysort import ranks, sorted_chunks
+
+        index, times, exact, digests = self.index, self._times, self._exact, self._digests
+        count = len(times)
+        if count >= 2**32:
+            raise ArchiveError(f"{index}: {count} captures are more than one mapped index holds (2**32)")
+        try:
+            order = times.argsort(np.frombuffer(self._offsets, dtype=np.int64))
             first = times.key(int(order[0])).decode("utf-8", "surrogatepass") if count else None
             times.close()
-            del offsets
+            self._offsets = array("q")
             rank = ranks(order)
-            exact_values = rank
-            exact_order = exact.argsort(exact_values)
-            digest_values = rank[np.frombuffer(digest_of, dtype=np.uint64).astype(np.int64)]
-            del digest_of
+            exact_order = exact.argsort(rank)
+            digest_values = rank.copy() if self._all_digests else \
+                rank[np.frombuffer(self._digest_of, dtype=np.uint64).astype(np.int64)]
+            self._digest_of = array("Q")
             digest_order = digests.argsort(digest_values)
-            del rank
             meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,
-                    "methods": sorted(methods), "first_timestamp": first}
-            write_sorted_columns(target, meta, {
-                "lines": (spool.lengths()[order] + _POSITION.size, np.arange(count, dtype=np.uint32),
-                          spool.in_order(order)),
-                "exact": (exact.lengths()[exact_order], exact_values[exact_order], sorted_chunks(exact, exact_order)),
+                    "methods": sorted(self._methods), "first_timestamp": first}
+            lines = self._spool or _FileLines(index, self._starts, self._lengths)
+            write_sorted_columns(self.target, meta, {
+                "lines": (lines.lengths()[order] + _POSITION.size, np.arange(count, dtype=np.uint32),
+                          lines.in_order(order)),
+                "exact": (exact.lengths()[exact_order], rank[exact_order], sorted_chunks(exact, exact_order)),
                 "digests": (digests.lengths()[digest_order], digest_values[digest_order],
                             sorted_chunks(digests, digest_order)),
             })
-    except OSError as e:
-        raise ArchiveError(f"{target}: cannot write the mapped index ({e.strerror})") from None
-    finally:
-        for column in (times, exact, digests):
+        except OSError as e:
+            raise ArchiveError(f"{self.target}: cannot write the mapped index ({e.strerror})") from None
+        return self.target, rank
+
+    def close(self) -> None:
+        for column in (self._times, self._exact, self._digests):
             column.close()
-    return target
+        if self._spool is not None:
+            self._spool.close()
 
 
 class _LineSpool:
@@ -171,12 +262,9 @@ class _LineSpool:
         self._file = tempfile.TemporaryFile(dir=folder, prefix="lines-")
         self._buf = bytearray()
         self._at = 0
-        self._starts, self._lengths = array("Q"), array("I")
+        self._starts, self._lengths = array("q"), array("q")
 
-    def __enter__(self) -> _LineSpool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
+    def close(self) -> None:
         self._file.close()
 
     def add(self, line: bytes) -> None:
@@ -191,38 +279,57 @@ class _LineSpool:
     def lengths(self) -> np.ndarray:
         import numpy as np
 
-        return np.frombuffer(self._lengths, dtype=np.uint32)
+        return np.frombuffer(self._lengths, dtype=np.int64)
 
     def in_order(self, order: np.ndarray) -> Iterator[bytes]:
-        """The ``lines`` table's keys: position (4 bytes, big-endian) and line, in ``order``,
-        a few thousand at a time; the pages read are dropped from this process as it goes (a
-        million lines would otherwise stay mapped, counted in its resident memory)."""
+        """The ``lines`` table's keys in ``order`` (see :func:`_lines_in_order`)."""
         self._file.write(self._buf)
         self._buf = bytearray()
         self._file.flush()
+        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order)
+
+
+class _FileLines:
+    """The lines of an index being mapped, where they are in the index file, read back in recorded order."""
+
+    def __init__(self, index: Path, starts: array[int], lengths: array[int]) -> None:
+        self.index, self._starts, self._lengths = index, starts, lengths
+
+    def lengths(self) -> np.ndarray:
         import numpy as np
 
-        if not len(order):
-            return
-        starts = np.frombuffer(self._starts, dtype=np.uint64).astype(np.int64)
-        lengths = self.lengths().astype(np.int64)
-        with mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            data = np.frombuffer(view, dtype=np.uint8)
+        return np.frombuffer(self._lengths, dtype=np.int64)
+
+    def in_order(self, order: np.ndarray) -> Iterator[bytes]:
+        with self.index.open("rb") as fh:
+            yield from _lines_in_order(fh.fileno(), self._starts, self._lengths, order)
+
+
+def _lines_in_order(fileno: int, starts_at: array[int], lengths_of: array[int], order: np.ndarray) -> Iterator[bytes]:
+    """The ``lines`` table's keys: position (4 bytes, big-endian) and line (``lengths_of[i]`` bytes
+    at ``starts_at[i]`` of the file ``fileno``), in ``order``, a few thousand at a time; the pages
+    read are dropped from this process as it goes (a million lines would otherwise stay mapped,
+    counted in its resident memory)."""
+    import numpy as np
+
+    if not len(order):
+        return
+    starts = np.frombuffer(starts_at, dtype=np.int64)
+    ends = starts + np.frombuffer(lengths_of, dtype=np.int64)
+    with mmap.mmap(fileno, 0, access=mmap.ACCESS_READ) as view:
+        data = memoryview(view)
+        try:
             for at in range(0, len(order), _LINES_CHUNK):
                 part = order[at:at + _LINES_CHUNK]
-                heads = (np.arange(at, at + len(part), dtype=">u4")).view(np.uint8).reshape(-1, 4)
-                sizes = lengths[part] + _POSITION.size
-                ends = np.cumsum(sizes)
-                out = np.empty(int(ends[-1]), dtype=np.uint8)
-                index = np.repeat(starts[part] - _POSITION.size - (ends - sizes), sizes)
-                index += np.arange(len(out), dtype=np.int64)
-                np.maximum(index, 0, out=index)
-                out[:] = data[index]
-                for b in range(_POSITION.size):
-                    out[ends - sizes + b] = heads[:, b]
-                yield out.tobytes()
+                heads = np.arange(at, at + len(part), dtype=">u4").tobytes()
+                pieces: list[bytes | memoryview] = [b""] * (2 * len(part))
+                pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
+                pieces[1::2] = [data[s:e] for s, e in zip(starts[part].tolist(), ends[part].tolist(), strict=True)]
+                yield b"".join(pieces)
+                del pieces
                 view.madvise(mmap.MADV_DONTNEED)
-            del data
+        finally:
+            data.release()
 
 
 def _offset_bytes(index: Path, offset: int) -> bytes:
@@ -231,22 +338,6 @@ def _offset_bytes(index: Path, offset: int) -> bytes:
     except OverflowError:
         raise ArchiveError(f"{index}: offset {offset} is out of range; rebuild it with "
                            "`ego2web-replay snapshot index`") from None
-
-
-def original_digest(line: str) -> str | None:
-    """The payload digest of an index line that can be a revisit's original (None for a revisit).
-
-    Our index lines are ``json.dumps`` output, where a key's quotes are never escaped: a plain
-    search finds them; any other form is parsed.
-    """
-    at = line.find(_DIGEST)
-    if at < 0 or '"recordType"' in line:
-        entry = IndexEntry.from_line(line)
-        return entry.digest if entry.record_type != "revisit" and entry.digest else None
-    if _REVISIT in line:
-        return None
-    start = at + len(_DIGEST)
-    return line[start:line.index('"', start)] or None
 
 
 class IndexMap:

@@ -44,8 +44,6 @@ class KeyColumn:
         self._buf = bytearray()
         self._folder = folder
         self._spill: tempfile._TemporaryFileWrapper[bytes] | None = None
-        self._words = 0  # 8-byte words written to the spill file
-        self._starts = array("I")  # first 8-byte word of each key (32 GiB of keys at most)
         self._lengths = array("I")
         self._data: np.ndarray | None = None
 
@@ -54,7 +52,6 @@ class KeyColumn:
 
     def add(self, key: bytes) -> None:
         n = len(key)
-        self._starts.append(self._words + (len(self._buf) >> 3))
         self._lengths.append(n)
         self._buf += key
         if n & 7:
@@ -62,13 +59,47 @@ class KeyColumn:
         if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
             self._flush()
 
+    def extend(self, keys: list[bytes]) -> None:
+        """:meth:`add` of each of ``keys`` in turn."""
+        self.extend_joined(b"".join(keys), np.fromiter(map(len, keys), dtype=np.int64, count=len(keys)))
+
+    def extend_joined(self, joined: bytes, lengths: np.ndarray) -> None:
+        """:meth:`add` of each key in turn, given as the keys' bytes one after the other and the
+        length of each; the padding done by numpy at once."""
+        if not len(lengths):
+            return
+        lengths = lengths.astype(np.int64, copy=False)
+        total = int(lengths.sum())
+        if total != len(joined):
+            raise ValueError(f"{len(joined)} bytes of keys, the lengths say {total}")
+        padded = (lengths + 7) & ~7
+        at = np.cumsum(padded) - padded  # where each key starts in the padded block
+        block = np.zeros(int(padded.sum()), dtype=np.uint8)
+        if total:
+            ends = np.cumsum(lengths)
+            block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
+                np.frombuffer(joined, dtype=np.uint8)
+        self._lengths.frombytes(lengths.astype(np.uint32).tobytes())
+        self._buf += block.tobytes()
+        if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
+            self._flush()
+
+    def extend_text(self, texts: list[str], before: str = "", after: str = "") -> None:
+        """:meth:`add` of ``before + text + after`` of each of ``texts`` (UTF-8, lone surrogates kept):
+        one join and one encode when they are ASCII."""
+        joined = (before + (after + before).join(texts) + after if texts else "").encode("utf-8", "surrogatepass")
+        lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)) + len(before) + len(after)
+        if len(joined) != int(lengths.sum()):  # not all ASCII: a length per key
+            self.extend([(before + t + after).encode("utf-8", "surrogatepass") for t in texts])
+        else:
+            self.extend_joined(joined, lengths)
+
     def _flush(self) -> None:
         if self._spill is None:
             assert self._folder is not None
             self._folder.mkdir(parents=True, exist_ok=True)
             self._spill = tempfile.NamedTemporaryFile(dir=self._folder, prefix="keys-", suffix=".tmp")
         self._spill.write(self._buf)
-        self._words += len(self._buf) >> 3
         self._buf = bytearray()
 
     def data(self) -> np.ndarray:
@@ -90,14 +121,16 @@ class KeyColumn:
             self._data = None
 
     def starts(self) -> np.ndarray:
-        """The byte offset of each key in :meth:`data`."""
-        return np.frombuffer(self._starts, dtype=np.uint32).astype(np.int64) * 8
+        """The byte offset of each key in :meth:`data` (each key padded to a multiple of 8 bytes)."""
+        padded = (self.lengths().astype(np.int64) + 7) & ~7
+        return np.cumsum(padded) - padded
 
     def lengths(self) -> np.ndarray:
         return np.frombuffer(self._lengths, dtype=np.uint32)
 
-    def key(self, i: int) -> bytes:
-        start = int(self._starts[i]) * 8
+    def key(self, i: int, starts: np.ndarray | None = None) -> bytes:
+        """Key ``i`` (``starts``: :meth:`starts`, when the caller has them)."""
+        start = int((self.starts() if starts is None else starts)[i])
         return self.data()[start:start + self._lengths[i]].tobytes()
 
     def argsort(self, values: np.ndarray | None = None) -> np.ndarray:
@@ -113,6 +146,11 @@ class KeyColumn:
         words = self.data().view(">u8")
         first = self.starts() >> 3
         longest = int(lengths.max())
+        settled = _told_apart(words, first, lengths, longest)
+        if settled is not None:
+            del words
+            self.release()
+            return settled
         order = order[np.argsort(lengths[order], kind="stable")]
         for c in range((min(longest, WIDTH) + 7) // 8 - 1, -1, -1):
             col = _column(words, first, lengths, order, c)
@@ -135,9 +173,10 @@ class KeyColumn:
         long = lengths[order] > WIDTH
         same &= long[1:] & long[:-1]
         edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
+        starts = first * 8
         for begin, end in zip(edges[::2], edges[1::2], strict=True):
             run = order[begin:end + 1]
-            order[begin:end + 1] = sorted(run.tolist(), key=lambda i: self.key(i))  # stable: value order kept
+            order[begin:end + 1] = sorted(run.tolist(), key=lambda i: self.key(i, starts))  # stable: value order kept
 
     def close(self) -> None:
         if self._spill is not None:
@@ -145,7 +184,22 @@ class KeyColumn:
             self._spill = None
         self._buf = bytearray()
         self._data = None
-        self._starts, self._lengths = array("I"), array("I")
+        self._lengths = array("I")
+
+
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray | None:
+    """The keys in byte order when their first word that is not the same for every key differs
+    between any two of them (random digests, say): one sort of that word orders them all, lengths
+    and values never deciding. None when two keys share it (then every word is sorted)."""
+    every = np.arange(len(lengths), dtype=np.int64)
+    for c in range((min(longest, WIDTH) + 7) // 8):
+        col = _column(words, first, lengths, every, c)
+        if (col == col[0]).all():
+            continue
+        order = np.argsort(col)
+        ranked = col[order]
+        return order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None
+    return None
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:

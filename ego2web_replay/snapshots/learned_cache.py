@@ -29,10 +29,12 @@ from ..models.index import learn_row
 from . import volatility as _volatility_module
 from .cdxj import CdxjEntry
 from .index_cache import cache_dir, mark_used, trusted
+from .indexscan import Batch
 from .sortedfile import ExternalSorter
 from .volatility import learn_from_index, learn_grouped, path_group
 
-__all__ = ["learned_file", "learn_index_file", "learned_of_index", "MIN_BYTES"]
+__all__ = ["learned_file", "learn_index_file", "learned_of_index", "Learner", "cached_learned", "keep_learned",
+           "index_identity", "MIN_BYTES"]
 
 _VERSION = 1
 MIN_BYTES = 256 * 1024  # about 1,000 index lines: below, learning is quicker than a cache file is worth
@@ -92,37 +94,77 @@ def _teachers(index: Path, wanted: Callable[[int], bool] = lambda _n: True) -> I
 
 
 def learn_index_file(index: Path) -> dict[str, list[str]]:
-    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory.
-
-    A first read notes a hash of the path group of each capture that can teach; a group met once
-    (most of them) cannot teach anything, so a second read keeps only the captures of groups whose
-    hash came more than once, sorts them by group through sorted runs in temporary files
-    (:class:`~.sortedfile.ExternalSorter`), and learns one group at a time."""
-    import numpy as np  # here, not at import: a snapshot with its learned cache needs none of it
-
-    index = Path(index)
-    numbers, hashes = array("q"), array("q")
+    """:func:`~.volatility.learn_from_index` of the index file ``index`` in bounded memory (see
+    :class:`Learner`)."""
+    learner = Learner()
     for number, group, _url, _body, _digest in _teachers(index):
-        numbers.append(number)
-        hashes.append(hash(group))
-    keys, counts = np.unique(np.frombuffer(hashes, dtype=np.int64), return_counts=True)
-    repeated = np.isin(np.frombuffer(hashes, dtype=np.int64), keys[counts > 1])
-    lines = np.frombuffer(numbers, dtype=np.int64)[repeated]
-    flags = np.zeros(int(lines.max()) + 1 if len(lines) else 0, dtype=np.uint8)
-    flags[lines] = 1
-    wanted = bytearray(flags.tobytes())  # wanted[number]: the line is read again
-    del numbers, hashes, keys, counts, repeated, lines, flags
-    by_group = ExternalSorter(cache_dir())
-    try:
-        if wanted:
-            for number, group, url, body, digest in _teachers(index, lambda n: n < len(wanted) and wanted[n] == 1):
-                by_group.add(group.encode("utf-8", "surrogatepass"), number, json.dumps([url, body, digest]).encode())
-        return learn_grouped((group.decode("utf-8", "surrogatepass"), *json.loads(payload))
-                             for group, _seq, payload in by_group)
-    except OSError as e:
-        raise ArchiveError(f"{index}: cannot sort the index to learn from it ({e.strerror})") from None
-    finally:
-        by_group.close()
+        learner.note(number, group)
+    return learner.learn(index)
+
+
+class Learner:
+    """Learning from an index file in bounded memory, in two reads of it.
+
+    The first read (:meth:`note`, or :meth:`add_batch` when :mod:`.indexscan` reads the index for
+    its other builders too) notes a hash of the path group of each capture that can teach; a group
+    met once (most of them) cannot teach anything, so :meth:`learn` reads again only the captures
+    of groups whose hash came more than once (none when no group did), sorts them by group through
+    sorted runs in temporary files (:class:`~.sortedfile.ExternalSorter`), and learns one group at
+    a time."""
+
+    def __init__(self) -> None:
+        self._numbers, self._hashes = array("q"), array("q")
+        self._heads: dict[str, str] = {}  # "scheme://authority" -> lower-cased (bounded)
+
+    def note(self, number: int, group: str) -> None:
+        self._numbers.append(number)
+        self._hashes.append(hash(group))
+
+    def add_batch(self, batch: Batch) -> None:
+        """:meth:`note` of each capture of ``batch`` that can teach: its path group worked out as
+        :func:`~.volatility.path_group` does, the scheme and authority lower-cased once per origin."""
+        heads = self._heads
+        if len(heads) >= 100_000:
+            heads.clear()
+        numbers, hashes = self._numbers, self._hashes
+        for number, method, url in batch.teachers:
+            base = url.partition("?")[0]
+            path = base.find("/", base.find("://") + 3)
+            if path < 0 or "#" in url or "://" not in base:
+                group = path_group(method, url)
+            else:
+                head = base[:path]
+                low = heads.get(head)
+                if low is None:
+                    low = heads[head] = head.lower()
+                group = f"{method.upper()} {low}{base[path:]}"
+            numbers.append(number)
+            hashes.append(hash(group))
+
+    def learn(self, index: Path) -> dict[str, list[str]]:
+        import numpy as np  # here, not at import: a snapshot with its learned cache needs none of it
+
+        index = Path(index)
+        hashes = np.frombuffer(self._hashes, dtype=np.int64)
+        keys, counts = np.unique(hashes, return_counts=True)
+        lines = np.frombuffer(self._numbers, dtype=np.int64)[np.isin(hashes, keys[counts > 1])]
+        del hashes, keys, counts
+        self._numbers, self._hashes = array("q"), array("q")
+        flags = np.zeros(int(lines.max()) + 1 if len(lines) else 0, dtype=np.uint8)
+        flags[lines] = 1
+        wanted = bytearray(flags.tobytes())  # wanted[number]: the line is read again
+        del lines, flags
+        by_group = ExternalSorter(cache_dir())
+        try:
+            if wanted:
+                for number, group, url, body, digest in _teachers(index, lambda n: n < len(wanted) and wanted[n] == 1):
+                    by_group.add(group.encode("utf-8", "surrogatepass"), number, json.dumps([url, body, digest]).encode())
+            return learn_grouped((group.decode("utf-8", "surrogatepass"), *json.loads(payload))
+                                 for group, _seq, payload in by_group)
+        except OSError as e:
+            raise ArchiveError(f"{index}: cannot sort the index to learn from it ({e.strerror})") from None
+        finally:
+            by_group.close()
 
 
 def _load(cache: Path, identity: str) -> dict[str, list[str]] | None:
@@ -140,6 +182,32 @@ def _load(cache: Path, identity: str) -> dict[str, list[str]] | None:
     return learned
 
 
+def cached_learned(index: Path) -> dict[str, list[str]] | None:
+    """What was learned from this version of ``index`` and kept, or None."""
+    index = Path(index)
+    identity = _identity(index) if index.is_file() else None
+    cache = learned_file(index) if identity is not None else None
+    return _load(cache, identity) if cache is not None and identity is not None else None
+
+
+def keep_learned(index: Path, identity: str | None, learned: dict[str, list[str]]) -> None:
+    """Keep ``learned`` for the next open of a large ``index`` (of ``identity``, taken before it was
+    read: nothing is kept when the index changed while it was read)."""
+    index = Path(index)
+    cache = learned_file(index)
+    if identity is None or cache is None or _identity(index) != identity or index.stat().st_size < MIN_BYTES:
+        return
+    try:
+        atomic_write_text(cache, json.dumps({"version": _VERSION, "identity": identity, "paths": learned}) + "\n")
+    except OSError:
+        pass
+
+
+def index_identity(index: Path) -> str | None:
+    """What the kept learned names of ``index`` are keyed by (None when it cannot be read)."""
+    return _identity(Path(index))
+
+
 def learned_of_index(index: Path, entries: Callable[[], Iterable[CdxjEntry]]) -> dict[str, list[str]]:
     """The names learned volatile from an index without ``volatile.json``: from the cache when it
     holds this version of the index, else learned now (streamed from the file; from ``entries()``
@@ -153,9 +221,5 @@ def learned_of_index(index: Path, entries: Callable[[], Iterable[CdxjEntry]]) ->
     if found is not None:
         return found
     learned = learn_index_file(index)
-    if _identity(index) == identity and index.stat().st_size >= MIN_BYTES:  # not changed while it was read
-        try:
-            atomic_write_text(cache, json.dumps({"version": _VERSION, "identity": identity, "paths": learned}) + "\n")
-        except OSError:
-            pass
+    keep_learned(index, identity, learned)
     return learned

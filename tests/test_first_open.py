@@ -1,0 +1,190 @@
+"""A first open built from one read of the index (snapshots/first_open.py, indexscan.py): the mapped
+index, the canonical keys and the learned volatility are byte for byte what the builders that read
+the index line by line, each on its own, give; an index those readers treat differently is left to
+them, with their results and errors."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from test_mapped_index import _map_as_before  # the map as the line-by-line build writes it
+
+from ego2web_replay.errors import ArchiveError
+from ego2web_replay.models.index import IndexEntry
+from ego2web_replay.replay import mapped
+from ego2web_replay.replay.canonical import KeyMaker, canonicalize, url_host
+from ego2web_replay.replay.mapped import MappedMatchIndex, build_first_open, canonical_file
+from ego2web_replay.replay.matching import MatchIndex
+from ego2web_replay.replay.rules import default_rules, load_rules
+from ego2web_replay.replay.session import load_captures, load_learned
+from ego2web_replay.snapshots import indexscan, learned_cache
+from ego2web_replay.snapshots.cdxj import read_index
+from ego2web_replay.snapshots.index_cache import parse_rows
+from ego2web_replay.snapshots.index_map import (
+    map_file,
+    open_index_map,
+)
+from ego2web_replay.snapshots.keysort import KeyColumn
+from ego2web_replay.snapshots.learned_cache import learned_file
+from ego2web_replay.snapshots.sortedfile import key_bytes, write_sorted_file
+from ego2web_replay.snapshots.volatility import learn_from_index
+
+RULES = default_rules()
+
+HOSTS = ["shop.example", "WWW.Shop.Example", "api.shop.example:8443", "shop.example:443", "user@a@b.example",
+         "[2001:db8::1]:8080", "trailing.example.", "127.0.0.1:9"]
+PATHS = ["/", "/item", "/a;jsessionid=XYZ/b", "/caf%C3%A9", "/%7euser/x", "/with space", "/ünï", "/p#frag/x",
+         "/api/stock", ""]
+
+
+def _url(rng: random.Random, i: int) -> str:
+    host, path = rng.choice(HOSTS), rng.choice(PATHS)
+    scheme = rng.choice(["https", "http", "HTTP", "wss"])
+    params = [f"tok={rng.randint(0, 3)}", f"id={rng.randint(1, 4)}", f"_={1712345678901 + i}", f"utm_source=s{i}",
+              "q=blue+hat", "q=x%20y", "callback=jQuery123", "é=ü", "a=&b", "", "x=1?y=2"]
+    query = "&".join(rng.sample(params, rng.randint(0, 3)))
+    url = f"{scheme}://{host}{path}" + (f"?{query}" if query or rng.random() < 0.05 else "")
+    return url if rng.random() > 0.02 else rng.choice(["not a url?x=1", "mailto:a@b.example", "http://a?q=1#x"])
+
+
+def _lines(rng: random.Random, n: int) -> list[str]:
+    """Index lines of every kind a snapshot's index can hold: responses with and without a status,
+    revisits, resources, request lines, GET/HEAD/POST (bodies in the POST form), repeated captures of
+    one URL with the same and with other payloads, escaped and non-ASCII values."""
+    lines = []
+    digests = [f"sha1:{c * 32}" for c in "ABCDEFG"]
+    for i in range(n):
+        url = _url(rng, i)
+        method = rng.choice(["GET"] * 6 + ["POST", "HEAD", "post"])
+        body = None
+        if method.upper() == "POST":
+            body = rng.choice([f"q={rng.randint(1, 3)}&ts=1712345678", "a=1&b=2", f"n={i}", "x=%00", None])
+        kind = rng.choice(["response"] * 8 + ["revisit", "resource", "request"])
+        entry = IndexEntry(
+            surt=rng.choice([f"k{i % 50}", "com,example)/", "x\"y", "1,0,0,127:9)/r"]),
+            timestamp=f"2026010100{rng.randint(0, 2):02d}{rng.randint(0, 9):02d}",
+            url=url, mime="warc/revisit" if kind == "revisit" else rng.choice(["text/html", "application/json"]),
+            digest=rng.choice(digests), offset=rng.randint(0, 40), length=rng.randint(1, 999),
+            filename="archive.warc.zst", status=rng.choice([200, 404, None]) if kind != "revisit" else None,
+            method=method, request_body_query=body, record_type=kind if kind != "request" else "response",
+            refers_to_uri="https://shop.example/item" if kind == "revisit" else None,
+            refers_to_date="20260101000000" if kind == "revisit" and rng.random() < 0.5 else None)
+        line = entry.to_line()
+        if kind == "request":
+            line = line[:-1] + ', "recordType": "request"}'
+        if rng.random() < 0.03:
+            line = line.replace('"status": "200"', '"status": "-"')
+        lines.append(line)
+    return sorted(lines, key=lambda s: s.encode("utf-8"))
+
+
+def _snapshot(tmp_path: Path, lines: list[str], tail: str = "\n") -> SimpleNamespace:
+    folder = tmp_path / "snap"
+    folder.mkdir()
+    (folder / "index.cdxj").write_text("\n".join(lines) + tail, "utf-8")
+    return SimpleNamespace(path=folder, index_path=folder / "index.cdxj", entries=lambda: read_index(folder / "index.cdxj"))
+
+
+def _canonical_as_before(index: Path, rules, target: Path) -> None:
+    """The canonical keys as they were built: canonicalize() of every row, in recorded order."""
+    rows = parse_rows(index)
+    pairs = [(key_bytes(url_host(url), canonicalize(method, url, body or None, rules).key), i)
+             for i, (_ts, _off, url, method, body, _line) in enumerate(rows)]
+    write_sorted_file(target, {"version": 1, "count": len(rows)}, {"canonical": pairs})
+
+
+@pytest.mark.parametrize(("seed", "block", "spill"), [(1, 1 << 20, 4 << 20), (2, 700, 256), (3, 4096, 64)])
+def test_one_read_writes_what_each_builder_writes(tmp_path, data_home, monkeypatch, seed, block, spill):
+    """Tiny blocks (lines cut at block ends, blocks of plain lines beside blocks with escaped ones)
+    and keys spilled many times over: the same bytes for the map and the canonical keys (built-in
+    and other rules), the same learned names, and the same answers as the in-memory index."""
+    monkeypatch.setattr(indexscan, "BLOCK_BYTES", block)
+    monkeypatch.setattr(KeyColumn, "SPILL_BYTES", spill)
+    monkeypatch.setattr(learned_cache, "MIN_BYTES", 0)
+    rng = random.Random(seed)
+    snap = _snapshot(tmp_path, _lines(rng, 900), tail="\n\n")
+    index = snap.index_path
+    rules = RULES if seed != 3 else load_rules([_rules_file(tmp_path)])
+    want = tmp_path / "want"
+    want.mkdir()
+    _map_as_before(index, want / "map")
+    learned = learn_from_index(read_index(index))
+    assert learned, "the sample teaches something"
+
+    build_first_open([snap], rules)
+
+    target = map_file(index)
+    assert target is not None and target.read_bytes() == (want / "map").read_bytes()
+    imap = open_index_map(index, build=False)
+    _canonical_as_before(index, rules, want / "canonical")
+    assert canonical_file(imap, rules).read_bytes() == (want / "canonical").read_bytes()
+    cached = json.loads(learned_file(index).read_text())
+    assert cached["paths"] == learned
+    imap.close()
+
+    builds = mapped.BUILDS[0]
+    options = {"rules": rules, "learned": load_learned([snap]), "fuzzy": True}
+    got = MappedMatchIndex.open([index], **options)
+    assert mapped.BUILDS[0] == builds  # nothing left to build
+    memory = MatchIndex(load_captures([snap]), **options)
+    asked = 0
+    for capture in memory.captures[::7]:
+        base, _, query = capture.url.partition("?")
+        for url in (capture.url, base + "?tok=9&" + query, base):
+            body = capture.body.encode() if capture.body else None
+            ctype = "application/x-www-form-urlencoded" if body else None
+            assert got.match(capture.method, url, body, ctype) == memory.match(capture.method, url, body, ctype)
+            asked += 1
+    got.close()
+    assert asked > 100
+
+
+def _rules_file(tmp_path: Path) -> Path:
+    extra = tmp_path / "rules.yaml"
+    extra.write_text("defaults:\n  volatile_params: [id]\nhosts:\n  shop.example:\n    volatile_params: [q]\n")
+    return extra
+
+
+def test_key_maker_gives_canonicalize_keys(tmp_path):
+    rng = random.Random(9)
+    urls = [_url(rng, i) for i in range(3000)] + ["http://a?x=1/b", "http://a#f/b?x=1", "HTTP://EX.com:80/P?b=2&a=1",
+                                                  "https://x.example:443", "ftp://x/y", "h://x/\x00?\x01=1"]
+    methods = [rng.choice(["GET", "HEAD", "POST", "get"]) for _ in urls]
+    bodies = [rng.choice([None, "a=1&ts=1712345678", "x=%00"]) if m == "POST" else None for m in methods]
+    for rules in (RULES, load_rules([_rules_file(tmp_path)])):
+        maker = KeyMaker(rules)
+        want = [key_bytes(url_host(u), canonicalize(m, u, b, rules).key) for m, u, b in zip(methods, urls, bodies, strict=True)]
+        assert maker.keys(methods, urls, bodies) == want
+        assert maker.keys(methods, urls, bodies) == want  # from its memos
+        half = len(urls) // 2  # a batch without the NUL: the texts themselves
+        texts = maker.texts(methods[:half], urls[:half], bodies[:half])
+        assert texts is not None and [t.encode() for t in texts] == want[:half]
+    assert KeyMaker(RULES).texts(["GET"], ["h://x/\x00"], [None]) is None
+
+
+@pytest.mark.parametrize("odd", ["!meta {}", "   ", "\r\n", "bad line"])
+def test_an_index_the_line_readers_treat_apart_is_left_to_them(tmp_path, data_home, monkeypatch, odd):
+    """A header line (the learner skips it, the map refuses it), a line of blanks, CRLF line ends, a
+    corrupt line: nothing is built from the one read, and the open gives what it gave before."""
+    monkeypatch.setattr(learned_cache, "MIN_BYTES", 0)
+    lines = _lines(random.Random(4), 60)
+    if odd == "\r\n":
+        snap = _snapshot(tmp_path, [line + "\r" for line in lines])
+    else:
+        snap = _snapshot(tmp_path, [odd, *lines])
+    index = snap.index_path
+    build_first_open([snap], RULES)
+    assert not map_file(index).exists() and not learned_file(index).exists()
+    if odd in ("!meta {}", "   ", "bad line"):
+        with pytest.raises(ArchiveError, match="line 1 is not a valid CDXJ line"):
+            MappedMatchIndex.open([index], learned=load_learned([snap]))
+        return
+    got = MappedMatchIndex.open([index], learned=load_learned([snap]))
+    want = tmp_path / "want"
+    _map_as_before(index, want)
+    assert map_file(index).read_bytes() == want.read_bytes() and len(got) == len(parse_rows(index))
+    got.close()
