@@ -53,7 +53,7 @@ def db(tmp_path: Path) -> Path:
         ProbeResult(probe_id="p1", probed_at=at, task_id="t3", url="https://t3.example/a", url_status="unchanged"),
         ProbeResult(probe_id="p1", probed_at=at, task_id="t6", url="https://t6.example/", url_status="unchanged",
                     task_status="unchanged"),
-        # a probe that could fetch nothing
+        # a probe that could fetch nothing: the site refused every connection (it was down)
         ProbeResult(probe_id="p1", probed_at=at, task_id="t7", url="https://t7.example/", url_status="error",
                     error="unreachable: connection refused"),
         # a month later the site has drifted: it must not rewrite how the older run is attributed
@@ -87,7 +87,7 @@ def test_compare_against_hand_computed_values(db: Path) -> None:
     flips = {f.task_id: (f.direction, f.drift_status, f.attribution.source, f.attribution.probe_id)
              for f in g.flips if f.attribution}
     assert flips == {"t2": ("live only", "changed", "probe", "p1"), "t3": ("live only", "gone", "probe", "p1"),
-                     "t6": ("frozen only", "unchanged", "probe", "p1"), "t7": ("live only", "unknown", "probe", "p1")}
+                     "t6": ("frozen only", "unchanged", "probe", "p1"), "t7": ("live only", "unreachable", "probe", "p1")}
     t3 = next(f for f in g.flips if f.task_id == "t3")
     assert [(r.url, r.status) for r in t3.attribution.resources] == [("https://t3.example/", "gone")]
     # with a narrower window, none of those probes is near enough to the runs
