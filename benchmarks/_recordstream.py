@@ -9,7 +9,12 @@ the peak resident set (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` befor
 the resident set before the fetch is what one response cost it. warcprox runs as in the page-load
 test (``_warcprox.py``), measured the same way. The client (this process) sends one GET with a raw
 socket, notes when the first byte of the answer arrives and when the body is complete, and drops
-the bytes as they come. Fetches interleaved: direct, ours, warcprox, per size and repetition.
+the bytes as they come (every response is read whole, so each proxy records it complete).
+Fetches interleaved per size and round, the order rotating from round to round (direct, ours,
+warcprox; then ours, warcprox, direct; ...) so that the load of other processes drifts onto every
+mode alike. A first byte arrives in a few ms, about a scheduler slice on a loaded machine, so one
+fetch says little: the TTFB ratios are the median of the per-round ratios (ours over direct, ours
+over warcprox, from fetches made moments apart) with a 95% bootstrap interval of that median.
 """
 
 from __future__ import annotations
@@ -92,8 +97,9 @@ def fetch(port: int, target: str, host: str, size: int) -> tuple[float, float]:
 
 
 def measure(tmp: Path, sizes: list[int], reps: int) -> dict[str, Any]:
-    """Per size: TTFB and total (ms, medians) direct, ours, warcprox; peak RSS growth (MiB) of ours and warcprox."""
-    from _common import free_port, median, wait_port
+    """Per size: TTFB and total (ms, medians) direct, ours, warcprox; ours' TTFB ratios to direct and to
+    warcprox (median of the per-round ratios, 95% interval); peak RSS growth (MiB) of ours and warcprox."""
+    from _common import free_port, median, ratio_ci, wait_port
     from _warcprox import Warcprox
 
     bench_dir = str(Path(__file__).resolve().parent)
@@ -111,25 +117,29 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[str, Any]:
             assert peer.proc is not None
             pids = {"ours": rec.pid, "warcprox": peer.proc.pid}
             ports = {"direct": origin_port, "ours": ours_port, "warcprox": peer.port}
+            modes = list(ports)
             for size in sizes:
                 times: dict[str, list[tuple[float, float]]] = {m: [] for m in ports}
                 grown: dict[str, list[float]] = {m: [] for m in pids}
                 for rep in range(reps + 1):  # the first round warms up (connections, caches): not counted
-                    for mode, port in ports.items():
+                    for mode in modes[rep % 3:] + modes[:rep % 3]:
                         url = f"http://127.0.0.1:{origin_port}/big/{size}?r={rep}"  # a new URL each time
                         target = url if mode != "direct" else url.split(str(origin_port), 1)[1]
                         pid = pids.get(mode)
                         if pid is not None:
                             _reset_peak(pid)
                             before = _status(pid, "VmRSS")
-                        got = fetch(port, target, f"127.0.0.1:{origin_port}", size)
+                        got = fetch(ports[mode], target, f"127.0.0.1:{origin_port}", size)
+                        if pid is not None:
+                            time.sleep(0.2)  # the recorder finishes writing the record
                         if rep == 0:
                             continue
                         times[mode].append(got)
                         if pid is not None:
-                            time.sleep(0.2)  # the recorder finishes writing the record
                             grown[mode].append((_status(pid, "VmHWM") - before) / 1024)
-                out[size] = {"ttfb": {m: median([t[0] for t in v]) for m, v in times.items()},
+                ttfb = {m: [t[0] for t in v] for m, v in times.items()}
+                out[size] = {"ttfb": {m: median(v) for m, v in ttfb.items()},
+                             "ratio": {m: ratio_ci(ttfb["ours"], ttfb[m]) for m in ("direct", "warcprox")},
                              "total": {m: median([t[1] for t in v]) for m, v in times.items()},
                              "rss": {m: max(v) for m, v in grown.items()}}
                 print(f"  {size / 2**20:.0f} MiB: {out[size]}", flush=True)
@@ -144,16 +154,21 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[str, Any]:
     return out
 
 
+def ratio_text(r: tuple[float, float, float]) -> str:
+    """(median, low, high) as ``1.05x [0.98-1.12]``."""
+    return f"{r[0]:.2f}x [{r[1]:.2f}-{r[2]:.2f}]"
+
+
 def rows(res: dict[str, Any], sizes: list[int]) -> tuple[list[str], list[list[Any]]]:
-    header = ["response", "TTFB direct", "TTFB ours (ratio)", "TTFB warcprox (ratio)", "whole body: direct / ours / warcprox",
+    header = ["response", "TTFB direct / ours / warcprox (medians)", "TTFB ours / direct (95% interval)",
+              "TTFB ours / warcprox (95% interval)", "whole body: direct / ours / warcprox",
               "peak RSS growth: ours", "peak RSS growth: warcprox"]
     out = []
     for size in sizes:
         r = res[size]
         t, w, m = r["ttfb"], r["total"], r["rss"]
-        out.append([f"{size / 2**20:.0f} MiB", f"{t['direct']:.2f} ms",
-                    f"{t['ours']:.2f} ms ({t['ours'] / t['direct']:.2f}x)",
-                    f"{t['warcprox']:.2f} ms ({t['warcprox'] / t['direct']:.2f}x)",
+        out.append([f"{size / 2**20:.0f} MiB", f"{t['direct']:.2f} / {t['ours']:.2f} / {t['warcprox']:.2f} ms",
+                    ratio_text(r["ratio"]["direct"]), ratio_text(r["ratio"]["warcprox"]),
                     f"{w['direct']:.0f} / {w['ours']:.0f} / {w['warcprox']:.0f} ms",
                     f"{m['ours']:.1f} MiB", f"{m['warcprox']:.1f} MiB"])
     return header, out
