@@ -96,7 +96,7 @@ def fetch(port: int, target: str, host: str, size: int) -> tuple[float, float]:
         return (t1 - t0) * 1000, (time.perf_counter() - t0) * 1000
 
 
-def measure(tmp: Path, sizes: list[int], reps: int) -> dict[str, Any]:
+def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
     """Per size: TTFB and total (ms, medians) direct, ours, warcprox; ours' TTFB ratios to direct and to
     warcprox (median of the per-round ratios, 95% interval); peak RSS growth (MiB) of ours and warcprox."""
     from _common import free_port, median, ratio_ci, wait_port
@@ -107,7 +107,7 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[str, Any]:
     origin = subprocess.Popen([sys.executable, "-c", _ORIGIN, str(origin_port)])
     rec = subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp / "ours"), bench_dir], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
-    out: dict[str, Any] = {}
+    out: dict[Any, Any] = {}  # sizes (int) and "warcprox_version"
     try:
         wait_port(origin_port)
         assert rec.stdout is not None and rec.stdin is not None
@@ -159,7 +159,7 @@ def ratio_text(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.2f}x [{r[1]:.2f}-{r[2]:.2f}]"
 
 
-def rows(res: dict[str, Any], sizes: list[int]) -> tuple[list[str], list[list[Any]]]:
+def rows(res: dict[Any, Any], sizes: list[int]) -> tuple[list[str], list[list[Any]]]:
     header = ["response", "TTFB direct / ours / warcprox (medians)", "TTFB ours / direct (95% interval)",
               "TTFB ours / warcprox (95% interval)", "whole body: direct / ours / warcprox",
               "peak RSS growth: ours", "peak RSS growth: warcprox"]
