@@ -9,7 +9,9 @@ the peak resident set (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` befor
 the resident set before the fetch is what one response cost it. warcprox runs as in the page-load
 test (``_warcprox.py``), measured the same way. The client (this process) sends one GET with a raw
 socket, notes when the first byte of the answer arrives and when the body is complete, and drops
-the bytes as they come (every response is read whole, so each proxy records it complete).
+the bytes as they come (every response is read whole, so each proxy records it complete). Before
+each fetch the client waits until both proxies have been idle (no CPU time) for 50 ms, so a first
+byte is not timed against the writing of the previous record.
 Fetches interleaved per size and round, the order rotating from round to round (direct, ours,
 warcprox; then ours, warcprox, direct; ...) so that the load of other processes drifts onto every
 mode alike. A first byte arrives in a few ms, about a scheduler slice on a loaded machine, so one
@@ -69,6 +71,25 @@ def _status(pid: int, field: str) -> int:
     return 0
 
 
+def _cpu_ticks(pid: int) -> int:
+    """User + system CPU time of ``pid`` so far, in clock ticks (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def _settle(pids: list[int], timeout: float = 60.0) -> None:
+    """Wait until none of ``pids`` used CPU for 50 ms: the proxies have written the last record and
+    idle, so a fetch's first byte is not timed against the previous fetch's writing."""
+    end = time.monotonic() + timeout
+    ticks = [_cpu_ticks(p) for p in pids]
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        now = [_cpu_ticks(p) for p in pids]
+        if now == ticks:
+            return
+        ticks = now
+
+
 def _reset_peak(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")  # VmHWM back to the current resident set
 
@@ -125,13 +146,14 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
                     for mode in modes[rep % 3:] + modes[:rep % 3]:
                         url = f"http://127.0.0.1:{origin_port}/big/{size}?r={rep}"  # a new URL each time
                         target = url if mode != "direct" else url.split(str(origin_port), 1)[1]
+                        _settle(list(pids.values()))
                         pid = pids.get(mode)
                         if pid is not None:
                             _reset_peak(pid)
                             before = _status(pid, "VmRSS")
                         got = fetch(ports[mode], target, f"127.0.0.1:{origin_port}", size)
                         if pid is not None:
-                            time.sleep(0.2)  # the recorder finishes writing the record
+                            _settle([pid])  # the record written: its cost is in the peak
                         if rep == 0:
                             continue
                         times[mode].append(got)
@@ -145,7 +167,7 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
                 print(f"  {size / 2**20:.0f} MiB: {out[size]}", flush=True)
         rec.stdin.write("stop\n")
         rec.stdin.flush()
-        rec.wait(timeout=60)
+        rec.wait(timeout=300)
     finally:
         if rec.poll() is None:
             rec.kill()
