@@ -209,6 +209,19 @@ def percentile(xs: Sequence[float], q: float) -> float:
     return s[k]
 
 
+def ratio_ci(num: Sequence[float], den: Sequence[float], level: float = 0.95, resamples: int = 2000,
+             seed: int = 0) -> tuple[float, float, float]:
+    """Per-round ratios ``num[i] / den[i]``: (their median, low and high end of a percentile-bootstrap
+    ``level`` interval of that median). Seeded, so the same samples always give the same interval."""
+    if len(num) != len(den) or not num:
+        raise ValueError(f"ratio_ci needs paired samples, got {len(num)} and {len(den)}")
+    ratios = [a / b for a, b in zip(num, den, strict=True)]
+    rng = random.Random(seed)
+    meds = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    tail = (1 - level) / 2 * 100
+    return statistics.median(ratios), percentile(meds, tail), percentile(meds, 100 - tail)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
