@@ -63,7 +63,7 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     ap.add_argument("--stream", action="store_true",
                     help="only time to first byte and recorder memory for large responses, beside direct and "
-                         "warcprox (~3 min); rewrites the record-stream section")
+                         "warcprox (~5 min); rewrites the record-stream section")
     ap.add_argument("--stream-sizes", default="1,100", help="--stream: response sizes in MiB, comma-separated")
     ap.add_argument("--stream-reps", type=int, default=30,
                     help="--stream: rounds per size (one fetch per mode each; medians, ratio intervals)")
