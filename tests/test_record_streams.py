@@ -26,6 +26,7 @@ from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.aio import run_coro
 from ego2web_replay.testing.rawsock import read_head
 from ego2web_replay.testing.sse_site import EVENTS, SseSite
 from ego2web_replay.testing.thirdparty import available
@@ -429,17 +430,4 @@ def test_an_http2_stream_between_its_pieces_is_answering_not_sending_so_no_body_
             await asyncio.sleep(0)
         assert handler.phase() == "idle"
 
-    failed: list[BaseException] = []
-
-    def run() -> None:  # in a thread of its own: Playwright's sync API may hold this thread's loop
-        try:
-            asyncio.run(main())
-        except BaseException as e:  # noqa: BLE001 - reported below
-            failed.append(e)
-
-    worker = threading.Thread(target=run)
-    worker.start()
-    worker.join(30)
-    if failed:
-        raise failed[0]
-    assert not worker.is_alive()
+    run_coro(main(), timeout_s=30)  # in a thread of its own: Playwright's sync API may hold this thread's loop

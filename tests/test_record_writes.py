@@ -35,6 +35,7 @@ from ego2web_replay.recorder.writes import INLINE_BYTES, WriteQueue
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.warc import ArchiveWriter
 from ego2web_replay.tasks import Task
+from ego2web_replay.testing.aio import run_coro
 
 
 def body_of(path: str) -> bytes:
@@ -287,11 +288,11 @@ def test_the_queue_bounds_what_it_holds_and_surfaces_errors(caplog):
         await queue.drained()
 
     with caplog.at_level(logging.ERROR):
-        asyncio.run(main())
+        run_coro(main())
     assert order == ["big", "small", "after"] and queue.errors == 1 and queue.pending_bytes == 0
     assert "disk on fire" in caplog.text
     queue.drain()  # the thread stops; a later write starts another
-    assert asyncio.run(queue.run(lambda: job("again"))) == "again"
+    assert run_coro(queue.run(lambda: job("again"))) == "again"
     queue.drain()
 
 
@@ -301,7 +302,7 @@ def test_a_small_write_goes_inline_only_when_nothing_is_queued():
     def where() -> str:
         return threading.current_thread().name
 
-    async def main() -> tuple[str, str, str]:
+    async def main() -> tuple[str, str, str, str]:
         alone = await queue.run(where, inline=True)
         held = asyncio.ensure_future(queue.run(lambda: gate.wait(10) and where()))
         await asyncio.sleep(0.05)
@@ -309,10 +310,10 @@ def test_a_small_write_goes_inline_only_when_nothing_is_queued():
         await asyncio.sleep(0.05)
         assert not behind.done()
         gate.set()
-        return alone, await held, await behind
+        return where(), alone, await held, await behind
 
-    alone, held, behind = asyncio.run(main())
-    assert alone == threading.current_thread().name
+    loop_thread, alone, held, behind = run_coro(main())
+    assert alone == loop_thread
     assert held == behind == "ego2web-warc-writer"
     queue.drain()
 
@@ -326,7 +327,7 @@ def test_an_error_in_the_writer_thread_stops_the_recording(ca, tmp_path):
 
     writer = _writer(tmp_path / "a.warc.zst")
     archive = ExchangeArchive(writer, redactor=_Broken())  # type: ignore[arg-type]
-    ok = asyncio.run(archive.archive_async(
+    ok = run_coro(archive.archive_async(
         url="http://127.0.0.1/x", method="GET", request_headers=[], request_body=b"", status=200, reason="OK",
         response_headers=[], response_body=b"x", http_version="HTTP/1.1", ip=None, started=0.0))
     archive.drain()
