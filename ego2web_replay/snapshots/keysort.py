@@ -73,12 +73,19 @@ class KeyColumn:
         if total != len(joined):
             raise ValueError(f"{len(joined)} bytes of keys, the lengths say {total}")
         padded = (lengths + 7) & ~7
-        at = np.cumsum(padded) - padded  # where each key starts in the padded block
-        block = np.zeros(int(padded.sum()), dtype=np.uint8)
-        if total:
-            ends = np.cumsum(lengths)
-            block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
-                np.frombuffer(joined, dtype=np.uint8)
+        widest = int(padded.max())
+        if widest * len(lengths) <= 2 * int(padded.sum()) + 64:  # lengths alike: one row of bytes per key
+            columns = np.arange(widest, dtype=np.int64)
+            rows = np.zeros((len(lengths), widest), dtype=np.uint8)
+            rows[columns < lengths[:, None]] = np.frombuffer(joined, dtype=np.uint8)
+            block = rows[columns < padded[:, None]]
+        else:
+            at = np.cumsum(padded) - padded  # where each key starts in the padded block
+            block = np.zeros(int(padded.sum()), dtype=np.uint8)
+            if total:
+                ends = np.cumsum(lengths)
+                block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
+                    np.frombuffer(joined, dtype=np.uint8)
         self._lengths.frombytes(lengths.astype(np.uint32).tobytes())
         self._buf += block.tobytes()
         if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
