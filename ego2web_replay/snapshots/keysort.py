@@ -153,13 +153,13 @@ class KeyColumn:
         words = self.data().view(">u8")
         first = self.starts() >> 3
         longest = int(lengths.max())
-        settled = _told_apart(words, first, lengths, longest)
+        settled, alike = _told_apart(words, first, lengths, longest)
         if settled is not None:
             del words
             self.release()
             return settled
         order = order[np.argsort(lengths[order], kind="stable")]
-        for c in range((min(longest, WIDTH) + 7) // 8 - 1, -1, -1):
+        for c in range((min(longest, WIDTH) + 7) // 8 - 1, alike - 1, -1):
             col = _column(words, first, lengths, order, c)
             if (col == col[0]).all():
                 continue
@@ -194,19 +194,22 @@ class KeyColumn:
         self._lengths = array("I")
 
 
-def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray | None:
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
+                longest: int) -> tuple[np.ndarray | None, int]:
     """The keys in byte order when their first word that is not the same for every key differs
     between any two of them (random digests, say): one sort of that word orders them all, lengths
-    and values never deciding. None when two keys share it (then every word is sorted)."""
+    and values never deciding. None when two keys share it (then every word from it on is sorted);
+    with the number of leading words the same for every key (never to be sorted by)."""
     every = np.arange(len(lengths), dtype=np.int64)
-    for c in range((min(longest, WIDTH) + 7) // 8):
+    words_compared = (min(longest, WIDTH) + 7) // 8
+    for c in range(words_compared):
         col = _column(words, first, lengths, every, c)
         if (col == col[0]).all():
             continue
         order = np.argsort(col)
         ranked = col[order]
-        return order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None
-    return None
+        return (order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None), c
+    return None, words_compared
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
@@ -229,11 +232,28 @@ def sorted_chunks(column: KeyColumn, order: np.ndarray) -> Iterator[bytes]:
     """The unpadded bytes of ``column``'s keys in ``order``, concatenated, a few thousand keys a piece."""
     data = column.data()
     starts, lengths = column.starts(), column.lengths().astype(np.int64)
+    words = data[:len(data) & ~7].view(np.uint64)  # every key starts on a word
     for at in range(0, len(order), _CHUNK):
         part = order[at:at + _CHUNK]
-        yield gather(data, starts[part], lengths[part])
-    del data
+        yield gather_words(words, starts[part] >> 3, lengths[part]) or gather(data, starts[part], lengths[part])
+    del data, words
     column.release()
+
+
+def gather_words(words: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> bytes | None:
+    """:func:`gather` of keys that start on a word of ``words`` (``first``: that word), taking a
+    row of whole words per key; None (nothing gathered) when a few keys are much longer than the
+    rest, or there are none."""
+    if not len(lengths):
+        return None
+    span = (lengths + 7) >> 3  # words per key
+    widest = int(span.max())
+    if widest * len(lengths) > 2 * int(span.sum()) + 8:
+        return None
+    at = first[:, None] + np.arange(widest, dtype=np.int64)
+    np.minimum(at, len(words) - 1, out=at)  # past the last key: read, then left out below
+    rows = words[at].view(np.uint8).reshape(len(lengths), 8 * widest)
+    return rows[np.arange(8 * widest) < lengths[:, None]].tobytes()
 
 
 def gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:
