@@ -259,7 +259,8 @@ class KeyMaker:
                     if known is None and origin not in origins:
                         known = origin_of(origin, authority)
                     if known is not None:
-                        path, _, query = url[end:].partition("#")[0].partition("?")
+                        rest = url[end:]
+                        path, _, query = (rest.partition("#")[0] if "#" in rest else rest).partition("?")
                         if ";" not in path and "%" not in path and " " not in path and path.isascii():
                             get, host, head, queries, compiled = known
                             start = get if method == "GET" else f"{host}\x00{method}{head}"
