@@ -144,12 +144,8 @@ class KeyColumn:
         """The keys' indexes ordered by (key bytes, ``values[i]``, ``i``); ``values`` default to ``i``."""
         n = len(self)
         lengths = self.lengths()
-        if values is None:
-            order = np.arange(n, dtype=np.int64)
-        else:
-            order = np.argsort(values, kind="stable").astype(np.int64)
         if not n:
-            return order
+            return np.arange(n, dtype=np.int64) if values is None else np.argsort(values, kind="stable").astype(np.int64)
         words = self.data().view(">u8")
         first = self.starts() >> 3
         longest = int(lengths.max())
@@ -158,6 +154,7 @@ class KeyColumn:
             del words
             self.release()
             return settled
+        order = np.arange(n, dtype=np.int64) if values is None else _value_order(values)
         order = order[np.argsort(lengths[order], kind="stable")]
         for c in range((min(longest, WIDTH) + 7) // 8 - 1, alike - 1, -1):
             col = _column(words, first, lengths, order, c)
@@ -210,6 +207,19 @@ def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
         ranked = col[order]
         return (order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None), c
     return None, words_compared
+
+
+def _value_order(values: np.ndarray) -> np.ndarray:
+    """The indexes of ``values`` in the order of their values, ties in index order: the inverse
+    permutation when the values are one of 0..n-1 (a rank, as the tables' values often are), else
+    a stable sort."""
+    n = len(values)
+    if values.dtype.kind in "iu" and int(values.min()) >= 0 and int(values.max()) < n:
+        inverse = np.zeros(n, dtype=np.int64)
+        inverse[values] = np.arange(n, dtype=np.int64)
+        if (values[inverse] == np.arange(n)).all():  # each of 0..n-1 met: no value twice
+            return inverse
+    return np.argsort(values, kind="stable").astype(np.int64)
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
