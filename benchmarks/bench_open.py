@@ -206,6 +206,11 @@ def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
         for n in sizes:
             snap, _built = big_snapshot(n)
             bare = without_side_files(snap)
+            from ego2web_replay.snapshots.hashmemo import SETTLE_SECONDS
+
+            # the copy's hard links settled first: each code's second open may trust the digests
+            # its first open kept (within SETTLE_SECONDS of a change, the hash memo trusts none)
+            time.sleep(SETTLE_SECONDS)
             try:
                 for label, code in codes:
                     with fresh_home() as home:

@@ -240,34 +240,39 @@ class KeyMaker:
 
     def __init__(self, rules: MatchRules) -> None:
         self.rules = rules
-        self._origins: dict[str, tuple[str, str, dict[str, str], CompiledRules] | None] = {}
+        self._origins: dict[str, tuple[str, str, str, dict[str, str], CompiledRules] | None] = {}
         self._queries: dict[int, dict[str, str]] = {}  # by id of the host rules (kept alive by the rules)
 
     def texts(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[str] | None:
         """``host NUL key`` of each request; None when a host or key holds NUL or ``\\x01`` (then the
         keys need :func:`~ego2web_replay.snapshots.sortedfile.key_bytes`: :meth:`keys`)."""
-        origins, origin_of = self._origins, self._origin
-        out = []
+        origins, origin_of, query_of = self._origins, self._origin, self._query
+        out: list[str] = []
+        add = out.append
         for method, url, body in zip(methods, urls, bodies, strict=True):
             if method == "GET" or method == "HEAD":
                 authority = url.find("://") + 3
                 end = url.find("/", authority)
                 if authority > 2 and end > 0:
                     origin = url[:end]
-                    known = origins[origin] if origin in origins else origin_of(origin, authority)
+                    known = origins.get(origin)
+                    if known is None and origin not in origins:
+                        known = origin_of(origin, authority)
                     if known is not None:
-                        path, _, query = url[end:].partition("#")[0].partition("?")
+                        rest = url[end:]
+                        path, _, query = (rest.partition("#")[0] if "#" in rest else rest).partition("?")
                         if ";" not in path and "%" not in path and " " not in path and path.isascii():
-                            host, head, queries, compiled = known
+                            get, host, head, queries, compiled = known
+                            start = get if method == "GET" else f"{host}\x00{method}{head}"
                             if not query:
-                                out.append(f"{host}\x00{method}{head}{path}")
+                                add(start + path)
                                 continue
                             text = queries.get(query)
                             if text is None:
-                                text = self._query(query, queries, compiled)
-                            out.append(f"{host}\x00{method}{head}{path}{text}")
+                                text = query_of(query, queries, compiled)
+                            add(start + path + text)
                             continue
-            out.append(f"{url_host(url)}\x00{canonicalize(method, url, body or None, self.rules).key}")
+            add(f"{url_host(url)}\x00{canonicalize(method, url, body or None, self.rules).key}")
         joined = "".join(out)
         return None if "\x01" in joined or joined.count("\x00") != len(out) else out
 
@@ -289,9 +294,10 @@ class KeyMaker:
         queries[query] = text = "?" + text if text else ""
         return text
 
-    def _origin(self, origin: str, authority: int) -> tuple[str, str, dict[str, str], CompiledRules] | None:
-        """``(url_host, " scheme://(netloc)", query memo, rules)`` of the host of ``scheme://authority``,
-        or None when such URLs take the general way (an authority holding ``?`` or ``#``, or no URL)."""
+    def _origin(self, origin: str, authority: int) -> tuple[str, str, str, dict[str, str], CompiledRules] | None:
+        """``(url_host NUL "GET scheme://(netloc)", url_host, " scheme://(netloc)", query memo, rules)``
+        of the host of ``scheme://authority``, or None when such URLs take the general way (an
+        authority holding ``?`` or ``#``, or no URL)."""
         m = _URL.match(origin)
         found = None
         if m is not None and m.end() == len(origin) and not any(c in origin[authority:] for c in "?#"):
@@ -300,7 +306,8 @@ class KeyMaker:
             if port and port != _DEFAULT_PORT.get(scheme):
                 netloc += ":" + port
             compiled = self.rules.for_host(host)
-            found = (url_host(origin), f" {scheme}://({netloc})", self._queries.setdefault(id(compiled), {}), compiled)
+            host, head = url_host(origin), f" {scheme}://({netloc})"
+            found = (f"{host}\x00GET{head}", host, head, self._queries.setdefault(id(compiled), {}), compiled)
         if len(self._origins) >= self.MEMO_MAX:
             self._origins.clear()
         self._origins[origin] = found

@@ -43,6 +43,10 @@ _TEACHING = ("response", "revisit")
 _FAST = plain_line("([0-9]+)", "(?:[0-9]*|-)", "[0-9]+", r'([^"\\\x00-\x1f]+)')
 """A line in the writer's form that every line reader reads alike: the timestamp all ASCII digits,
 length and status numbers, a method named when present (the readers differ on an empty one)."""
+_FAST_LINES = re.compile(f"^(?:{_FAST.pattern})$", re.MULTILINE)
+""":data:`_FAST` at each line of a block: as many matches as lines when every line is in the plain
+form (a match cannot take in two lines then: each starts a line, and one running past its line's
+end would leave the next line none), with the groups of each line's full match."""
 _BREAKS = [c.encode() for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"]  # of str.splitlines, but \n
 _DIGEST = '"digest": "'
 _REVISIT = '"mime": "warc/revisit"'
@@ -131,11 +135,9 @@ def scan_index(index: Path) -> Iterator[Batch]:
                     raise IrregularIndex from None
                 if any(b in block for b in _BREAKS if len(b) == 1 or len(text) != len(block)):
                     raise IrregularIndex
-                lines = text.split("\n")
-                if text.endswith("\n"):
-                    lines.pop()
-                yield _batch(lines, *_places(block, at, len(lines)), number)
-                number += len(lines)
+                count = text.count("\n") + (not text.endswith("\n"))  # lines, as text.split numbers them
+                yield _batch(text, *_places(block, at, count), number, count)
+                number += count
                 at += len(block)
     except FileNotFoundError:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`") from None
@@ -159,18 +161,25 @@ def _places(block: bytes, at: int, count: int) -> tuple[np.ndarray, np.ndarray]:
     return starts + at, ends - starts
 
 
-def _batch(lines: list[str], starts: np.ndarray, lengths: np.ndarray, number: int) -> Batch:
-    matches = list(map(_FAST.fullmatch, lines))
-    if None in matches:
-        return _mixed_batch(lines, matches, starts, lengths, number)
-    return _plain_batch(matches, starts, lengths, number)  # type: ignore[arg-type]
+def _batch(text: str, starts: np.ndarray, lengths: np.ndarray, number: int, count: int) -> Batch:
+    """The batch of the ``count`` lines of ``text``: read by one search of the block when each of
+    them is in the plain form, else line by line."""
+    rows = _FAST_LINES.findall(text)
+    if len(rows) == count:
+        return _plain_batch(rows, starts, lengths, number)
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    return _mixed_batch(lines, list(map(_FAST.fullmatch, lines)), starts, lengths, number)
 
 
-def _plain_batch(matches: list[re.Match[str]], starts: np.ndarray, lengths: np.ndarray, number: int) -> Batch:
-    """Every line in the plain form: the columns built a column at a time."""
-    columns: list[Sequence[Any]] = list(zip(*map(re.Match.groups, matches), strict=True))
+def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.ndarray, number: int) -> Batch:
+    """Every line in the plain form (``rows``: the groups of :data:`_FAST` of each line, an empty
+    string for a group that did not take part): the columns built a column at a time."""
+    columns: list[Sequence[Any]] = list(zip(*rows, strict=True))
     timestamps, urls, mimes, digests, offsets, methods, bodies, rtypes = columns or [()] * 8
-    numbers: range | list[int] = range(number + 1, number + 1 + len(matches))
+    bodies = [b or None for b in bodies] if any(bodies) else [None] * len(bodies)  # an empty one as none
+    numbers: range | list[int] = range(number + 1, number + 1 + len(rows))
     if not any(rtypes) and "warc/revisit" not in mimes:  # responses only (the common case)
         originals = [d or None for d in digests]
         teaching = None

@@ -73,12 +73,19 @@ class KeyColumn:
         if total != len(joined):
             raise ValueError(f"{len(joined)} bytes of keys, the lengths say {total}")
         padded = (lengths + 7) & ~7
-        at = np.cumsum(padded) - padded  # where each key starts in the padded block
-        block = np.zeros(int(padded.sum()), dtype=np.uint8)
-        if total:
-            ends = np.cumsum(lengths)
-            block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
-                np.frombuffer(joined, dtype=np.uint8)
+        widest = int(padded.max())
+        if widest * len(lengths) <= 2 * int(padded.sum()) + 64:  # lengths alike: one row of bytes per key
+            columns = np.arange(widest, dtype=np.int64)
+            rows = np.zeros((len(lengths), widest), dtype=np.uint8)
+            rows[columns < lengths[:, None]] = np.frombuffer(joined, dtype=np.uint8)
+            block = rows[columns < padded[:, None]]
+        else:
+            at = np.cumsum(padded) - padded  # where each key starts in the padded block
+            block = np.zeros(int(padded.sum()), dtype=np.uint8)
+            if total:
+                ends = np.cumsum(lengths)
+                block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
+                    np.frombuffer(joined, dtype=np.uint8)
         self._lengths.frombytes(lengths.astype(np.uint32).tobytes())
         self._buf += block.tobytes()
         if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
@@ -137,22 +144,19 @@ class KeyColumn:
         """The keys' indexes ordered by (key bytes, ``values[i]``, ``i``); ``values`` default to ``i``."""
         n = len(self)
         lengths = self.lengths()
-        if values is None:
-            order = np.arange(n, dtype=np.int64)
-        else:
-            order = np.argsort(values, kind="stable").astype(np.int64)
         if not n:
-            return order
+            return np.arange(n, dtype=np.int64) if values is None else np.argsort(values, kind="stable").astype(np.int64)
         words = self.data().view(">u8")
         first = self.starts() >> 3
         longest = int(lengths.max())
-        settled = _told_apart(words, first, lengths, longest)
+        settled, alike = _told_apart(words, first, lengths, longest)
         if settled is not None:
             del words
             self.release()
             return settled
+        order = np.arange(n, dtype=np.int64) if values is None else _value_order(values)
         order = order[np.argsort(lengths[order], kind="stable")]
-        for c in range((min(longest, WIDTH) + 7) // 8 - 1, -1, -1):
+        for c in range((min(longest, WIDTH) + 7) // 8 - 1, alike - 1, -1):
             col = _column(words, first, lengths, order, c)
             if (col == col[0]).all():
                 continue
@@ -187,19 +191,35 @@ class KeyColumn:
         self._lengths = array("I")
 
 
-def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> np.ndarray | None:
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
+                longest: int) -> tuple[np.ndarray | None, int]:
     """The keys in byte order when their first word that is not the same for every key differs
     between any two of them (random digests, say): one sort of that word orders them all, lengths
-    and values never deciding. None when two keys share it (then every word is sorted)."""
+    and values never deciding. None when two keys share it (then every word from it on is sorted);
+    with the number of leading words the same for every key (never to be sorted by)."""
     every = np.arange(len(lengths), dtype=np.int64)
-    for c in range((min(longest, WIDTH) + 7) // 8):
+    words_compared = (min(longest, WIDTH) + 7) // 8
+    for c in range(words_compared):
         col = _column(words, first, lengths, every, c)
         if (col == col[0]).all():
             continue
         order = np.argsort(col)
         ranked = col[order]
-        return order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None
-    return None
+        return (order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None), c
+    return None, words_compared
+
+
+def _value_order(values: np.ndarray) -> np.ndarray:
+    """The indexes of ``values`` in the order of their values, ties in index order: the inverse
+    permutation when the values are one of 0..n-1 (a rank, as the tables' values often are), else
+    a stable sort."""
+    n = len(values)
+    if values.dtype.kind in "iu" and int(values.min()) >= 0 and int(values.max()) < n:
+        inverse = np.zeros(n, dtype=np.int64)
+        inverse[values] = np.arange(n, dtype=np.int64)
+        if (values[inverse] == np.arange(n)).all():  # each of 0..n-1 met: no value twice
+            return inverse
+    return np.argsort(values, kind="stable").astype(np.int64)
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
@@ -222,11 +242,28 @@ def sorted_chunks(column: KeyColumn, order: np.ndarray) -> Iterator[bytes]:
     """The unpadded bytes of ``column``'s keys in ``order``, concatenated, a few thousand keys a piece."""
     data = column.data()
     starts, lengths = column.starts(), column.lengths().astype(np.int64)
+    words = data[:len(data) & ~7].view(np.uint64)  # every key starts on a word
     for at in range(0, len(order), _CHUNK):
         part = order[at:at + _CHUNK]
-        yield gather(data, starts[part], lengths[part])
-    del data
+        yield gather_words(words, starts[part] >> 3, lengths[part]) or gather(data, starts[part], lengths[part])
+    del data, words
     column.release()
+
+
+def gather_words(words: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> bytes | None:
+    """:func:`gather` of keys that start on a word of ``words`` (``first``: that word), taking a
+    row of whole words per key; None (nothing gathered) when a few keys are much longer than the
+    rest, or there are none."""
+    if not len(lengths):
+        return None
+    span = (lengths + 7) >> 3  # words per key
+    widest = int(span.max())
+    if widest * len(lengths) > 2 * int(span.sum()) + 8:
+        return None
+    at = first[:, None] + np.arange(widest, dtype=np.int64)
+    np.minimum(at, len(words) - 1, out=at)  # past the last key: read, then left out below
+    rows = words[at].view(np.uint8).reshape(len(lengths), 8 * widest)
+    return rows[np.arange(8 * widest) < lengths[:, None]].tobytes()
 
 
 def gather(data: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> bytes:

@@ -126,20 +126,22 @@ class Learner:
         heads = self._heads
         if len(heads) >= 100_000:
             heads.clear()
-        numbers, hashes = self._numbers, self._hashes
-        for number, method, url in batch.teachers:
+        teachers = batch.teachers
+        groups: list[str] = []
+        add = groups.append
+        for _number, method, url in teachers:
             base = url.partition("?")[0]
             path = base.find("/", base.find("://") + 3)
             if path < 0 or "#" in url or "://" not in base:
-                group = path_group(method, url)
-            else:
-                head = base[:path]
-                low = heads.get(head)
-                if low is None:
-                    low = heads[head] = head.lower()
-                group = f"{method.upper()} {low}{base[path:]}"
-            numbers.append(number)
-            hashes.append(hash(group))
+                add(path_group(method, url))
+                continue
+            head = base[:path]
+            low = heads.get(head)
+            if low is None:
+                low = heads[head] = head.lower()
+            add(f"{method if method == 'GET' else method.upper()} {low}{base[path:]}")
+        self._numbers.extend([t[0] for t in teachers])
+        self._hashes.extend(map(hash, groups))
 
     def learn(self, index: Path) -> dict[str, list[str]]:
         import numpy as np  # here, not at import: a snapshot with its learned cache needs none of it
