@@ -51,7 +51,15 @@ from pathlib import Path
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
 from _bigsnap import big_snapshot  # noqa: E402
-from _common import loadavg, machine_info, machine_lines, markdown_table, text_table, update_section  # noqa: E402
+from _common import (  # noqa: E402
+    exit_on_sigterm,
+    loadavg,
+    machine_info,
+    machine_lines,
+    markdown_table,
+    text_table,
+    update_section,
+)
 
 _CHILD = r"""
 import json, random, sys, time
@@ -303,6 +311,7 @@ def forget_hashes(snap: Path) -> None:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
     ap.add_argument("--lookups", type=int, default=20_000, help="exact matches timed after each open")

@@ -26,6 +26,7 @@ sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve
 from _common import (  # noqa: E402
     RealisticSite,
     RecordingProxy,
+    exit_on_sigterm,
     free_port,
     launch_chromium,
     machine_info,
@@ -55,6 +56,7 @@ def _ms(t: Times, k: int, mode: str) -> float:
 
 
 def main() -> None:
+    exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7, help="page loads per mode and compression (median reported)")
     ap.add_argument("--duration", type=float, default=4.0, help="seconds per throughput run")
