@@ -203,11 +203,21 @@ def _documents(snap: Snapshot) -> list[tuple[str, str]]:
     return list(out.items())
 
 
+@functools.cache
+def _default_key() -> Callable[[Any], str]:
+    return entry_key()
+
+
+def _key_of(url: str) -> str:
+    """Replay's canonical key of a GET of ``url`` (the default rules, as ``fan_out`` merges with)."""
+    return _default_key()(SimpleNamespace(method="GET", url=url, request_body_query=None))
+
+
 def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str]] | None = None,
                       held: set[str] | None = None, words: Sequence[str] = ()) -> list[tuple[str, str]]:
     """(link, page it is on) of the same-site links of ``pages`` (default: the snapshot's documents) that
     the snapshot does not hold: new paths first, then new query strings of held paths."""
-    key = entry_key()
+    key = _default_key()
     held = held if held is not None else {key(e) for e in snap.entries()}
     held_paths = {urlsplit(e.url)._replace(query="", fragment="").geturl() for e in snap.entries()}
     site = _site(task)
@@ -216,7 +226,7 @@ def fanout_candidates(snap: Snapshot, task: Task, pages: Sequence[tuple[str, str
         for link in page_links(html, page, words):
             if link in found or not _on_site(link, site):
                 continue
-            if key(SimpleNamespace(method="GET", url=link, request_body_query=None)) not in held:
+            if _key_of(link) not in held:
                 found[link] = page
     return sorted(found.items(), key=lambda lp: urlsplit(lp[0])._replace(query="").geturl() in held_paths)
 
@@ -257,16 +267,6 @@ class _Fetcher:
             conn.close()
 
 
-@functools.cache
-def _default_key() -> Callable[[Any], str]:
-    return entry_key()
-
-
-def _key_of(url: str) -> str:
-    """Replay's canonical key of a GET of ``url`` (the default rules, as ``fan_out`` merges with)."""
-    return _default_key()(SimpleNamespace(method="GET", url=url, request_body_query=None))
-
-
 def _held_hosts(snap: Snapshot) -> set[str]:
     return {(urlsplit(e.url).hostname or "").lower() for e in snap.entries()}
 
@@ -280,7 +280,7 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
     under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
     result = FanoutResult(task.id)
     snap = Snapshot.open(Path(snapshot))
-    key = entry_key()
+    key = _default_key()
     held = {key(e) for e in snap.entries()}
     queue = fanout_candidates(snap, task, held=held, words=words)
     result.candidates = len(queue)
