@@ -35,7 +35,6 @@ from typing import Any
 from ..guard import blocked_response
 from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
-from ..wire.h1 import head_bytes
 from ..wire.reply import Reply
 from .httputil import (
     clean_response_headers,
@@ -51,6 +50,7 @@ from .httputil import (
     rewrite_jsonp,
     shift_dates,
 )
+from .kept import KeptReplies
 from .matching import IndexBase, MatchResult, ReplaySession
 from .ranges import Representation, answer_range, build_map
 from .stream import ReplayedStream, StreamMeta
@@ -168,21 +168,6 @@ def _plain(status: int, text: str, marker: str, method: str) -> Reply:
     return framed(status, reason_phrase(status), headers, body, method)
 
 
-class _Again:
-    """A plain GET answered from the kept reply of the capture it matched exactly (``Reply.again``):
-    calling it answers the same request again through :meth:`Responder.again`."""
-
-    __slots__ = ("responder", "url", "kind", "matched", "score", "position", "key")
-
-    def __init__(self, responder: Responder, url: str, kind: str, result: MatchResult, key: tuple[Any, ...]) -> None:
-        assert result.capture is not None and result.position is not None
-        self.responder, self.url, self.kind, self.key = responder, url, kind, key
-        self.matched, self.score, self.position = result.capture.url, result.score, result.position
-
-    def __call__(self) -> bytes | None:
-        return self.responder.again(self)
-
-
 class Responder:
     """Answers requests from ``index`` (built by :mod:`.session`); keeps the stats and the replay log.
 
@@ -215,8 +200,7 @@ class Responder:
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(11))  # the replay log, by field (see _log)
         self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
         self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
-        self._replies: dict[Any, tuple[Any, ...]] = {}  # plain GETs' framed replies, by capture (see _plain_hit)
-        self._joined = 0  # bytes of the replies' joined copies (head + body, see _keep_plain)
+        self._kept = KeptReplies(self, self.session, self._log, _second, max_replies=MAX_MAPS, joined_bytes=JOINED_BYTES)
         self._kinds: dict[tuple[Any, ...], str] = {}  # request_kind of recent requests (see _kind)
 
     # -- bookkeeping -------------------------------------------------------
@@ -323,7 +307,7 @@ class Responder:
             and "if-none-match" not in h and "if-modified-since" not in h
         second = _second()
         if plain:
-            hit = self._plain_hit(method, url, result, kind, second)
+            hit = self._kept.hit(method, url, result, kind, _cache_key("w", ref), second)
             if hit is not None:
                 return hit
         try:
@@ -346,62 +330,15 @@ class Responder:
             return self._keep_plain(ref, second, reply, url, kind, result)
         return reply
 
-    # -- plain GETs: the framed reply of a capture, kept for the second its dates say ------------
-    # A GET matched exactly, with no Range and no validators, gets the same reply from one capture
-    # for the whole second (its dates are moved to the second's): the reply is framed once a second
-    # and its HTTP/1.1 head serialised once (``Reply.head``); each request after that is a match, a
-    # lookup and a log entry. Captures of streamed bodies (a stream per request), recorded 206s (the
-    # whole is looked for each time) and chunked replies are never kept.
-    def _plain_hit(self, method: str, url: str, result: MatchResult, kind: str, second: int) -> Reply | None:
-        assert result.capture is not None
-        key = _cache_key("w", result.capture.ref)
-        hit = self._replies.get(key)
-        if hit is None or hit[0] != second:
-            return None
-        _second_, status, reason, headers, body, tag, head, _wire = hit
-        again = _Again(self, url, kind, result, key)
-        reply = Reply(status, reason, list(headers), body, False, tag, None, None, head, again)
-        volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
-        self._log(method, url, result.outcome, reply.status, matched=result.capture.url, score=result.score,
-                  kind=kind, volatile=volatile)
-        return reply
-
     def _keep_plain(self, ref: Any, second: int, reply: Reply, url: str, kind: str, result: MatchResult) -> Reply:
-        """Keep ``reply`` for the rest of ``second``, if its dates were moved to that second (not the next);
-        the reply then carries its ``again`` (:class:`_Again`)."""
+        """Keep a plain GET's ``reply`` for the rest of ``second`` (:mod:`.kept`), if its dates were moved to
+        that second (not the next) and its capture is an ordinary one: read whole into the cache, not a
+        recorded stream, not a recorded 206."""
         key = _cache_key("r", ref)
         if second != _second() or key not in self._cache or (self._streams and key in self._streams) \
                 or reply.status == 206:
             return reply
-        replies = self._replies
-        if len(replies) >= MAX_MAPS:
-            replies.clear()
-            self._joined = 0
-        # kept as a flat tuple of strings, bytes and numbers, like the cache: untracked by the collector
-        # (a Reply is a tuple subclass, which the collector never stops tracking); with the head and body
-        # joined once (what again() sends), while those copies stay under JOINED_BYTES
-        head = head_bytes(reply)
-        wkey = _cache_key("w", ref)
-        old = replies.get(wkey)
-        if old is not None and old[7] is not None:
-            self._joined -= len(old[7])
-        wire = None
-        if self._joined + len(head) + len(reply.body) <= JOINED_BYTES:
-            wire = head + reply.body
-            self._joined += len(wire)
-        replies[wkey] = (second, reply.status, reply.reason, tuple(reply.headers), reply.body, reply.tag, head, wire)
-        return reply._replace(head=head, again=_Again(self, url, kind, result, wkey))
-
-    def again(self, ticket: _Again) -> bytes | None:
-        """The HTTP/1.1 bytes of the plain GET ``ticket`` was made for, answered again, logged and counted as
-        :meth:`answer` would (the kept reply of its capture, for this second, when matching would pick that
-        capture now); None, with nothing done, when :meth:`answer` has to decide anew."""
-        hit = self._replies.get(ticket.key)
-        if hit is None or hit[0] != _second() or not self.session.again("GET", ticket.url, ticket.position):
-            return None
-        self._log("GET", ticket.url, "exact", hit[1], matched=ticket.matched, score=ticket.score, kind=ticket.kind)
-        wire: bytes | None = hit[7]
-        return wire if wire is not None else hit[6] + hit[4]
+        return self._kept.keep(_cache_key("w", ref), second, reply, url, kind, result)
 
     def _kind(self, url: str, h: dict[str, str]) -> str:
         """:func:`~ego2web_replay.validity.request_kind` of the request, remembered for the same URL and
@@ -567,8 +504,7 @@ class Responder:
                 self._cache.clear()
                 self._stable.clear()
                 self._shifted.clear()
-                self._replies.clear()  # their bodies are the cache's: let them go with it
-                self._joined = 0
+                self._kept.clear()  # their bodies are the cache's: let them go with it
                 self._cached_bytes = 0
             self._stable[id(value[2] if key[0] == "r" else value[1])] = value
             self._cache[key] = value
