@@ -40,7 +40,7 @@ from ..models import (
     load_run,
     save_model,
 )
-from ..snapshots.location import as_location
+from ..snapshots.location import as_location, name_of
 from ..versions import tool_versions
 from ..wire.budget import WireLimits
 from .episode import EpisodeRequest, EpisodeSummary, find_snapshot
@@ -122,8 +122,6 @@ def pin_snapshots(settings: RunSettings, task_ids: Sequence[str],
         elif settings.snapshot_id:
             pins[task_id] = settings.snapshot_id
         else:
-            from ..snapshots.location import name_of
-
             try:
                 pins[task_id] = name_of(find_snapshot(root, task_id, None))
             except SnapshotError as e:

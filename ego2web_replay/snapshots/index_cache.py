@@ -122,7 +122,11 @@ def warm_cache(index: Path) -> None:
         cache_dir().mkdir(parents=True, exist_ok=True)
         tables = row_tables(cache_dir())
         if tables is not None:
-            if not build_first_open(index, learn=False, keys=tables, min_rows=_CACHE_MIN_ROWS):
+            try:
+                done = build_first_open(index, learn=False, keys=tables, min_rows=_CACHE_MIN_ROWS)
+            except (ArchiveError, ValueError):  # built below, as before (a failing hook logged and skipped)
+                done = False
+            if not done:
                 tables = None  # odd lines: the line readers build all of it below
         rows = index_rows(index)
         if len(rows) < _CACHE_MIN_ROWS or tables is not None:
