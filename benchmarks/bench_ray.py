@@ -112,6 +112,22 @@ def kept_note(fetch: dict[str, dict[str, Any]]) -> str:
             "the worker opened the snapshot again.")
 
 
+def asks_note(fetch: dict[str, dict[str, Any]]) -> str:
+    """What a later episode still asked of the store, from the counts: the run pins each task's snapshot
+    when it starts, so no episode lists the store to find the newest one."""
+    listings = max(f["max_listings"] for f in fetch.values())
+    lookups = max(f["warm_max_requests"] for f in fetch.values())
+    if listings:
+        return (f"Some episodes listed the store ({listings} listings at most): **an episode still looks for "
+                "its task's newest snapshot**.")
+    text = ("No episode listed the store: the run chose each task's snapshot once when it started (the "
+            "driver's lookups and listings, outside these counts) and handed it to every episode.")
+    if lookups == 0:
+        return text + " No later episode asked the store anything (0 lookups)."
+    return (text + f" A later episode that asked anything (up to {lookups} lookups) was a worker's first open "
+            "of a snapshot already in the cache (its manifest's ETag, whether its archive is there).")
+
+
 def _med(xs: list[float]) -> float:
     return statistics.median(xs) if xs else float("nan")
 
@@ -128,7 +144,8 @@ def fetch_summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "cold_gets": _med([s["gets"] for s in cold]), "cold_kb": _med([s["bytes"] / 1024 for s in cold]),
             "warm": len(warm), "warm_gets": sum(s["gets"] for s in warm),
             "warm_lookups": _med([s["lookups"] for s in warm]), "warm_listings": _med([s["listings"] for s in warm]),
-            "warm_max_requests": max((s["lookups"] + s["listings"] for s in warm), default=0)}
+            "warm_max_requests": max((s["lookups"] + s["listings"] for s in warm), default=0),
+            "max_listings": max((s["listings"] for s in stored), default=0)}
 
 
 def main() -> None:
@@ -245,8 +262,7 @@ the episode ran), over all rounds:
   same snapshot at once) per local run, whose workers share the data folder. Ray runs fetched in
   {" + ".join(map(str, ray_cold))} episodes of {n_tasks * args.repeats}.
 - {"Every later episode fetched nothing: **the cache stays warm across episodes** on both executors." if warm_ok
-   else "**Some later episodes fetched again, or lack store counts**: see the table."} What a later episode
-  still asks is finding the newest snapshot of its task (a bucket lookup, a listing, the manifest's ETag);
+   else "**Some later episodes fetched again, or lack store counts**: see the table."} {asks_note(fetch)}
   {kept_note(fetch)}
 
 On a {CORES}-core machine shared with other work (load average below): read the ratios within the

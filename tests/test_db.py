@@ -71,7 +71,7 @@ def test_migration_from_version_1_keeps_rows(tmp_path: Path) -> None:
     con.close()
     with read_connection(db) as con:
         assert schema_version(con) == CURRENT_VERSION
-        assert con.execute("SELECT run_id FROM runs").fetchall() == [("old-run",)]
+        assert con.execute("SELECT run_id, pinned_snapshots FROM runs").fetchall() == [("old-run", "{}")]
         row = con.execute("SELECT task_id, replay_miss, replay_blocked, missed_urls FROM episodes").fetchone()
         assert row == ("t1", 3, 0, "[]")
         assert con.execute("SELECT count(*) FROM probes").fetchone()[0] == 0

@@ -17,16 +17,23 @@ from ego2web_replay.errors import ArchiveError
 from ego2web_replay.models.index import IndexEntry
 from ego2web_replay.replay import mapped
 from ego2web_replay.replay.canonical import KeyMaker, canonicalize, url_host
-from ego2web_replay.replay.mapped import MappedMatchIndex, build_first_open, canonical_file
+from ego2web_replay.replay.mapped import (
+    MappedMatchIndex,
+    build_first_open,
+    canonical_file,
+    install_index_hook,
+)
 from ego2web_replay.replay.matching import MatchIndex
 from ego2web_replay.replay.rules import default_rules, load_rules
 from ego2web_replay.replay.session import load_captures, load_learned
-from ego2web_replay.snapshots import indexscan, learned_cache
+from ego2web_replay.snapshots import first_open, indexscan, learned_cache
 from ego2web_replay.snapshots.cdxj import read_index
-from ego2web_replay.snapshots.index_cache import parse_rows
+from ego2web_replay.snapshots.index_cache import cache_dir, index_rows, parse_rows, warm_cache
 from ego2web_replay.snapshots.index_map import (
+    build_index_map,
     map_file,
     open_index_map,
+    run_map_hooks,
 )
 from ego2web_replay.snapshots.keysort import KeyColumn
 from ego2web_replay.snapshots.learned_cache import learned_file
@@ -188,3 +195,48 @@ def test_an_index_the_line_readers_treat_apart_is_left_to_them(tmp_path, data_ho
     _map_as_before(index, want)
     assert map_file(index).read_bytes() == want.read_bytes() and len(got) == len(parse_rows(index))
     got.close()
+
+
+def _new_cache_files(before: set[Path]) -> dict[str, bytes]:
+    """The files of ``index-cache/`` not in ``before``, by name (a canonical keys file by its kind: its
+    name holds the map file's mtime), with their bytes (then removed)."""
+    out = {}
+    for path in set(cache_dir().iterdir()) - before:
+        out["canonical" if path.name.endswith(".canonical.sorted") else path.name] = path.read_bytes()
+        path.unlink()
+    return out
+
+
+def _warm_as_before(index: Path) -> None:
+    """``warm_cache`` as it was: the rows parsed (and their compact cache), the map from the rows, the hooks."""
+    rows = index_rows(index)
+    target = build_index_map(index, rows)
+    run_map_hooks(index, target)
+
+
+@pytest.mark.parametrize("odd", [None, "\r\n"])
+def test_warm_cache_writes_what_it_wrote_from_the_parsed_rows(tmp_path, data_home, odd):
+    """finalize and `snapshot index` warm the caches from one read of the index: the same files (the
+    compact cache, the map, replay's canonical keys) with the same bytes; CRLF lines (left to the line
+    readers) the same as well."""
+    install_index_hook()
+    lines = _lines(random.Random(11), 2600)
+    snap = _snapshot(tmp_path, [line + "\r" for line in lines] if odd else lines)
+    index = snap.index_path
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    before = set(cache_dir().iterdir())
+    _warm_as_before(index)
+    want = _new_cache_files(before)
+    assert len(want) == 3, sorted(want)  # the compact cache, the map, the canonical keys
+    scans = []
+    real_scan = indexscan.scan_index
+
+    def counted(path):  # noqa: ANN001, ANN202
+        scans.append(path)
+        return real_scan(path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(first_open, "scan_index", counted)
+        warm_cache(index)
+    assert _new_cache_files(before) == want
+    assert len(scans) == 1  # the one read was tried (and, with CRLF, left to the line readers)

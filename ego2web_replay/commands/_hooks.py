@@ -11,6 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..snapshots.first_open import RowKeys
     from ..snapshots.index_map import IndexMap
 
 __all__ = ["wire_index_hooks"]
@@ -22,8 +25,14 @@ def _canonical_keys(imap: IndexMap) -> None:
     build_default_canonical(imap)
 
 
+def _canonical_rows(folder: Path) -> RowKeys:
+    from ..replay.mapped import default_canonical_keys
+
+    return default_canonical_keys(folder)
+
+
 def wire_index_hooks() -> None:
     """Have indexes built from now on in this process get replay's canonical keys (built-in rules)."""
     from ..snapshots.index_map import add_map_hook
 
-    add_map_hook("replay.canonical", _canonical_keys)
+    add_map_hook("replay.canonical", _canonical_keys, rows=_canonical_rows)

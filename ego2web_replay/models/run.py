@@ -75,6 +75,10 @@ class RunManifest(FileModel):
     git_commit: str | None = Field(default=None, description="Commit of the ego2web-replay checkout, if any.")
     machine: dict[str, Any] = Field(default_factory=dict, description="Platform, CPUs, memory, host name.")
     command: list[str] = Field(default_factory=list, description="The command line that started the run.")
+    snapshots: dict[str, str] = Field(default_factory=dict, description=(
+        "The snapshot each task's frozen episodes replay (task id -> snapshot id), chosen when the run started "
+        "(the task's newest then, or --snapshot-id): a snapshot recorded during the run changes nothing. A task "
+        "with none then is absent (its frozen episodes are setup errors)."))
     episodes: dict[str, int] = Field(default_factory=dict, description="Counts by end reason.")
 
 

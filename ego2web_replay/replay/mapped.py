@@ -46,11 +46,13 @@ from .matching import Capture, IndexBase, ReplaySession, SequencePolicy, _Entry,
 from .rules import MatchRules, default_rules
 
 __all__ = ["MappedMatchIndex", "rules_fingerprint", "canonical_file", "build_default_canonical", "install_index_hook",
+           "default_canonical_keys",
            "build_first_open", "CANONICAL_HOOK", "BUILDS"]
 
 if TYPE_CHECKING:
     import numpy as np
 
+    from ..snapshots.first_open import RowKeys
     from ..snapshots.indexscan import Batch
 
 _VERSION = 1
@@ -167,6 +169,12 @@ def build_default_canonical(imap: IndexMap) -> None:
     _open_canonical(imap, default_rules()).close()
 
 
+def default_canonical_keys(folder: Path) -> RowKeys:
+    """:func:`build_default_canonical`'s table gathered from the rows of the read that builds the map
+    (spilling into ``folder``): the same file, from one read of the index."""
+    return _CanonicalKeys(default_rules(), folder)
+
+
 def build_first_open(snapshots: Sequence[Any], rules: MatchRules | None = None) -> None:
     """Build what a mapped open of ``snapshots`` needs and lacks, each index read once: for a
     snapshot whose index has no mapped form yet, the map, its canonical keys under ``rules`` and,
@@ -191,7 +199,7 @@ def build_first_open(snapshots: Sequence[Any], rules: MatchRules | None = None) 
 
 def install_index_hook() -> None:
     """Have every index built in this process get its canonical keys (built-in rules) with its map."""
-    add_map_hook(CANONICAL_HOOK, build_default_canonical)
+    add_map_hook(CANONICAL_HOOK, build_default_canonical, rows=default_canonical_keys)
 
 
 def _remember[K, V](memo: dict[K, V], key: K, value: V) -> V:

@@ -79,7 +79,8 @@ class EpisodeRequest:
     agent_name: str
     agent_settings: dict[str, Any] = field(default_factory=dict)
     snapshots_root: Path | str | None = None  # a folder, or an object-storage URL
-    snapshot_id: str | None = None
+    snapshot_id: str | None = None  # the run pins it when it starts (run.pin_snapshots); None: the task's newest now
+    snapshot_error: str | None = None  # why the task had no snapshot to replay when the run started
     max_steps: int = 40
     timeout_s: float = 300.0
     action_timeout_s: float = 20.0
@@ -272,6 +273,8 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                 from ..replay.session import Replay
                 from ..snapshots.location import name_of
 
+                if req.snapshot_error is not None:  # found when the run started: never looked for again
+                    raise SnapshotError(req.snapshot_error)
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
                 if warm_here is not None:

@@ -10,6 +10,11 @@ Chromium for each other episode (mitmproxy allows one proxy per process). A fini
 With ``repeats`` K each task is run K times in each mode (repeat 0 in
 ``episodes/<task>/<mode>``, repeat r in ``<mode>-r<r>``); resume knows which
 repeats are finished, and may raise K (never lower it).
+
+Each task's snapshot is chosen once, when the run starts (:func:`pin_snapshots`: the task's newest
+then, or ``--snapshot-id``), kept in ``run.json`` (``snapshots``) and handed to every episode (a Ray
+worker's too): a snapshot recorded while the run goes on changes nothing, a resumed run replays what
+it started with, and no episode asks the store which snapshot is the newest.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..errors import Ego2WebError
+from ..errors import Ego2WebError, SnapshotError
 from ..models import (
     RunManifest,
     RunSettings,
@@ -35,15 +40,16 @@ from ..models import (
     load_run,
     save_model,
 )
-from ..snapshots.location import as_location
+from ..snapshots.location import as_location, name_of
 from ..versions import tool_versions
 from ..wire.budget import WireLimits
-from .episode import EpisodeRequest, EpisodeSummary
+from .episode import EpisodeRequest, EpisodeSummary, find_snapshot
 from .executor import Executor, default_executor
 from .inputs import apply_inputs
 from .locking import RunFolderLock
 
-__all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run"]
+__all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run",
+           "pin_snapshots"]
 
 log = logging.getLogger(__name__)
 
@@ -96,16 +102,46 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
     return None
 
 
+def pin_snapshots(settings: RunSettings, task_ids: Sequence[str],
+                  held: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """Each task's snapshot for the whole run, chosen once before any episode: ``(pins, errors)``.
+
+    ``pins``: task id → snapshot id (``held``'s, a resumed run's, kept; else ``settings.snapshot_id``,
+    which each episode checks as before; else the task's newest now). ``errors``: task id → why the
+    task has none (no snapshot, no ``--snapshots``, the store unreachable): each of its frozen episodes
+    is a ``setup_error`` saying so, as when it looked for itself. Nothing is looked up for a live run.
+    """
+    pins: dict[str, str] = {}
+    errors: dict[str, str] = {}
+    if "frozen" not in MODES[settings.mode]:
+        return pins, errors
+    root = as_location(settings.snapshots_root) if settings.snapshots_root else None
+    for task_id in task_ids:
+        if held and task_id in held:
+            pins[task_id] = held[task_id]
+        elif settings.snapshot_id:
+            pins[task_id] = settings.snapshot_id
+        else:
+            try:
+                pins[task_id] = name_of(find_snapshot(root, task_id, None))
+            except SnapshotError as e:
+                errors[task_id] = str(e)
+    return pins, errors
+
+
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
               agent_settings: dict[str, Any], s: RunSettings,
-              upstream_ca: Path | None, wire: WireLimits | None = None) -> Iterator[EpisodeRequest]:
+              upstream_ca: Path | None, wire: WireLimits | None = None,
+              pins: dict[str, str] | None = None, errors: dict[str, str] | None = None) -> Iterator[EpisodeRequest]:
+    pins, errors = pins or {}, errors or {}
     for task in suite.select(list(task_ids)):
         for repeat in range(s.repeats):
             for mode in MODES[s.mode]:
                 yield EpisodeRequest(
                     run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
                     agent_settings=agent_settings,
-                    snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None, snapshot_id=s.snapshot_id,
+                    snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None,
+                    snapshot_id=pins.get(task.id, s.snapshot_id), snapshot_error=errors.get(task.id),
                     max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
                     upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
                     repeat=repeat, wire=wire, warm=s.warm)
@@ -166,10 +202,15 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         settings = manifest.settings.model_copy(update={
             "workers": settings.workers, "warm": settings.warm,
             "repeats": max(settings.repeats, manifest.settings.repeats)})
-        if settings.repeats != manifest.settings.repeats:
+        pins, errors = pin_snapshots(settings, manifest.task_ids or [t.id for t in suite.select(list(task_ids))],
+                                     held=manifest.snapshots)
+        if settings.repeats != manifest.settings.repeats or pins != manifest.snapshots:
             manifest.settings = manifest.settings.model_copy(update={"repeats": settings.repeats})
+            manifest.snapshots = pins
             save_model(run_dir / "run.json", manifest)
     else:
+        chosen = [t.id for t in suite.select(list(task_ids))]
+        pins, errors = pin_snapshots(settings, chosen)  # before any episode, once
         run_dir = out / (run_id or _new_run_id(agent_name))
         if (run_dir / "run.json").exists():
             raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
@@ -183,14 +224,14 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
         manifest = RunManifest(run_id=run_dir.name, started_at=datetime.now(UTC),
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
-                               task_ids=[t.id for t in suite.select(list(task_ids))], agent=agent.spec,
+                               task_ids=chosen, snapshots=pins, agent=agent.spec,
                                agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
                                versions=tool_versions({"chromium": chromium_version()}), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca, wire):
+                         upstream_ca, wire, pins, errors):
         final = req.folder
         if (final / "trajectory.json").exists() and not _lost_to_infrastructure(final):
             continue

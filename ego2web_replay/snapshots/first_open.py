@@ -39,11 +39,12 @@ class RowKeys(Protocol):
         """Let go of what was gathered (written or not)."""
 
 
-def build_first_open(index: Path, *, learn: bool, keys: Sequence[RowKeys] = ()) -> bool:
+def build_first_open(index: Path, *, learn: bool, keys: Sequence[RowKeys] = (), min_rows: int = 0) -> bool:
     """Build the mapped index of ``index``, the tables of ``keys`` and, with ``learn``, the names
     learned volatile (kept in ``index-cache/`` as :func:`~.learned_cache.learned_of_index` keeps
     them), from one read of the file. False, with nothing written, when the index needs the line
-    readers (:class:`~.indexscan.IrregularIndex`): build each then on its own."""
+    readers (:class:`~.indexscan.IrregularIndex`): build each then on its own. An index of fewer
+    than ``min_rows`` servable rows gets nothing built (True: nothing is left to build)."""
     index = Path(index)
     identity = index_identity(index) if learn else None
     learner = Learner() if learn else None
@@ -60,6 +61,8 @@ def build_first_open(index: Path, *, learn: bool, keys: Sequence[RowKeys] = ()) 
                 for batch in scan_index(index):
                     builder.add_batch(batch)
                     feed(batch)
+                if builder.count < min_rows:
+                    return True
                 if learner is not None:  # before the map is sorted: its arrays are let go first
                     keep_learned(index, identity, learner.learn(index))
                 target, rank = builder.write()

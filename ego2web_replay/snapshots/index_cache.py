@@ -105,18 +105,35 @@ def stream_rows(path: Path) -> Iterator[IndexRow]:
 
 
 def warm_cache(index: Path) -> None:
-    """Build the caches of ``index`` now (large indexes only): this compact cache, the mapped index
-    (:mod:`.index_map`) that replay opens large snapshots with, and what the map hooks derive from it
-    (:func:`~.index_map.add_map_hook`: replay's canonical keys); never fails the caller."""
-    from .index_map import build_index_map, run_map_hooks
+    """Build the caches of ``index`` now (large indexes only): the mapped index (:mod:`.index_map`)
+    that replay opens large snapshots with, what the map hooks derive from it
+    (:func:`~.index_map.add_map_hook`: replay's canonical keys), and this compact cache; never fails
+    the caller.
 
+    The map and the hooks' tables are built from one read of the file (:mod:`.first_open`, the very
+    bytes the rows give), and the compact cache from the rows parsed; an index the one read leaves to
+    the line readers (:class:`~.indexscan.IrregularIndex`), or a hook without a rows form, has
+    everything built from the parsed rows, as before."""
+    from .first_open import build_first_open
+    from .index_map import build_index_map, row_tables, run_map_hooks
+
+    index = Path(index)
     try:
-        rows = index_rows(Path(index))
-        if len(rows) < _CACHE_MIN_ROWS:
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        tables = row_tables(cache_dir())
+        if tables is not None:
+            try:
+                done = build_first_open(index, learn=False, keys=tables, min_rows=_CACHE_MIN_ROWS)
+            except (ArchiveError, ValueError):  # built below, as before (a failing hook logged and skipped)
+                done = False
+            if not done:
+                tables = None  # odd lines: the line readers build all of it below
+        rows = index_rows(index)
+        if len(rows) < _CACHE_MIN_ROWS or tables is not None:
             return
-        target = build_index_map(Path(index), rows)
+        target = build_index_map(index, rows)
         del rows  # the hooks read the map, not the parsed rows
-        run_map_hooks(Path(index), target)
+        run_map_hooks(index, target)
     except (ArchiveError, OSError):
         pass
 

@@ -20,7 +20,9 @@ It is never the source of truth: a missing, stale or unreadable one is rebuilt f
 
 A layer above may add what it derives from the map to that build: :func:`add_map_hook` registers a
 function that :func:`run_map_hooks` calls with the freshly built :class:`IndexMap` (replay registers
-the build of its canonical match keys, which this layer cannot compute: it may not import replay).
+the build of its canonical match keys, which this layer cannot compute: it may not import replay),
+and, optionally, the same table fed from the one read of the index that builds the map
+(:func:`row_tables`, :mod:`.first_open`), so ``finalize`` and ``snapshot index`` read the index once.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ from .sortedfile import SortedFile, key_bytes, write_sorted_columns
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook",
+    from .first_open import RowKeys
+
+__all__ = ["IndexMap", "map_file", "build_index_map", "open_index_map", "exact_key_bytes", "add_map_hook", "row_tables",
            "run_map_hooks", "MapHook", "original_digest"]
 
 log = logging.getLogger(__name__)
@@ -55,13 +59,29 @@ _POSITION = struct.Struct(">I")
 _LINES_CHUNK = 1024  # lines copied at a time into the table
 
 MapHook = Callable[["IndexMap"], None]
+RowsHook = Callable[[Path], "RowKeys"]
 _HOOKS: dict[str, MapHook] = {}
+_ROW_HOOKS: dict[str, RowsHook] = {}
 
 
-def add_map_hook(name: str, hook: MapHook) -> None:
+def add_map_hook(name: str, hook: MapHook, rows: RowsHook | None = None) -> None:
     """Have ``hook(index_map)`` run each time an index is built with its map; a hook registered
-    under the same ``name`` replaces the earlier one (so a lazy and an eager wiring run it once)."""
+    under the same ``name`` replaces the earlier one (so a lazy and an eager wiring run it once).
+    ``rows(folder)``: the same table as a :class:`~.first_open.RowKeys` (its spill files in
+    ``folder``), built from the rows of the read that builds the map, writing what ``hook`` writes."""
     _HOOKS[name] = hook
+    if rows is None:
+        _ROW_HOOKS.pop(name, None)
+    else:
+        _ROW_HOOKS[name] = rows
+
+
+def row_tables(folder: Path) -> list[RowKeys] | None:
+    """The registered hooks as tables fed by the read that builds the map (:func:`add_map_hook`'s
+    ``rows``); None when a hook has no such form (then :func:`run_map_hooks` must run them)."""
+    if set(_ROW_HOOKS) != set(_HOOKS):
+        return None
+    return [make(folder) for make in _ROW_HOOKS.values()]
 
 
 def run_map_hooks(index: Path, target: Path) -> None:
@@ -153,6 +173,11 @@ class MapBuilder:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def count(self) -> int:
+        """The rows added so far."""
+        return len(self._times)
 
     def add_row(self, row: IndexRow) -> None:
         ts, offset, url, method, body, line = row

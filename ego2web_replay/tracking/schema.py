@@ -184,6 +184,10 @@ _V9 = (  # answers from other tasks' snapshots of the suite (--share-window), wi
     "ALTER TABLE episodes ADD COLUMN shared_from VARCHAR DEFAULT '{}'",
 )
 
+_V10 = (  # the snapshot each task's frozen episodes replay, pinned when the run started (run.json's snapshots)
+    "ALTER TABLE runs ADD COLUMN pinned_snapshots VARCHAR DEFAULT '{}'",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
@@ -194,6 +198,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(7, "episode and verdict repeat index (run --repeats)", _V7),
     Migration(8, "episode answers that set volatile values aside (learned, fresh ids)", _V8),
     Migration(9, "episode answers from shared captures (other tasks' snapshots)", _V9),
+    Migration(10, "the snapshots a run pinned when it started (task id -> snapshot id)", _V10),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
