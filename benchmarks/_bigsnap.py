@@ -9,7 +9,15 @@ offsets the writer returns (``IndexEntry``, ``surt_key``), then the snapshot is 
 ``SnapshotWriter.finalize`` does it (index, learned volatility, sha256 of every file, manifest,
 index caches). ``snapshot verify`` passes on the result (checked on 10k; see BENCHMARKS.md).
 
-Built once under ``benchmarks/out/big-<n>/`` and reused.
+The order the exchanges are written in: ``"index"`` (the default) writes them in the order of their
+URLs, all at one timestamp, so the recorded order (timestamp, then offset) nearly follows the index,
+which is sorted by key; ``"shuffled"`` writes them as a recording does, in browsing order, which has
+nothing to do with the URLs' order: a fixed random permutation (seed :data:`SHUFFLE_SEED`), the
+timestamps rising along the archive (:data:`PER_SECOND` exchanges a second), so the index's offsets
+and timestamps are in random order (a uniform shuffle: the worst case of a real browsing order, whose
+pages and resources are near each other in both orders).
+
+Built once under ``benchmarks/out/big-<n>/`` (``big-<n>-shuffled/``) and reused.
 """
 
 from __future__ import annotations
@@ -17,10 +25,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import random
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Literal
 
 from _common import OUT
 from _synthetic import earlier_build, synthetic_url
@@ -34,6 +44,10 @@ _EMPTY_SHA1 = _sha1(b"")
 _HOST = "127.0.0.1:9"
 _ORIGIN = "http://" + _HOST
 _SURT_HOST = "1,0,0,127:9)"  # surt_key of every synthetic_url's scheme and host (checked below)
+SHUFFLE_SEED = 27
+PER_SECOND = 50  # exchanges recorded a second, in the shuffled order
+
+Order = Literal["index", "shuffled"]
 
 
 def _surt(url: str) -> str:
@@ -50,8 +64,9 @@ def _record(kind: str, url: str, date: str, rid: str, block: bytes, payload_sha1
     return head.encode() + block + b"\r\n\r\n"
 
 
-def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
-    """A finalised zst snapshot of ``n`` small JSON exchanges (same URLs as ``synthetic_snapshot``)."""
+def big_snapshot(n: int, order: Order = "index") -> tuple[Path, dict[str, str]]:
+    """A finalised zst snapshot of ``n`` small JSON exchanges (same URLs as ``synthetic_snapshot``),
+    written in ``order`` (see the module docstring)."""
     from ego2web_replay.models import SnapshotManifest
     from ego2web_replay.snapshots.cdxj import IndexEntry, surt_key
     from ego2web_replay.snapshots.index_cache import warm_cache
@@ -59,7 +74,7 @@ def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
     from ego2web_replay.snapshots.snapshot import INDEX, SnapshotWriter, file_digest
     from ego2web_replay.snapshots.volatility import VOLATILE_FILE, volatile_text
 
-    root = OUT / f"big-{n}"
+    root = OUT / (f"big-{n}" if order == "index" else f"big-{n}-{order}")
     timing = root / "build.json"
     if (earlier := earlier_build(root)) is not None:
         return earlier
@@ -71,9 +86,16 @@ def big_snapshot(n: int) -> tuple[Path, dict[str, str]]:
     when = datetime.now(UTC).replace(tzinfo=None)
     date = when.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     stamp = when.strftime("%Y%m%d%H%M%S")
+    written = list(range(n))
+    if order == "shuffled":
+        random.Random(SHUFFLE_SEED).shuffle(written)
+        when -= timedelta(seconds=n // PER_SECOND)  # the last exchange recorded about now
     lines = []
     payload_bytes = 0
-    for i in range(n):
+    for at, i in enumerate(written):
+        if order == "shuffled" and at % PER_SECOND == 0:
+            moment = when + timedelta(seconds=at // PER_SECOND)
+            date, stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ"), moment.strftime("%Y%m%d%H%M%S")
         url = synthetic_url(i)
         body = f'{{"id": {i}, "name": "item {i}"}}'.encode()
         payload_bytes += len(body)

@@ -4,7 +4,7 @@ way: every line parsed into Python objects, from the compact pickle cache), and 
 lookup once open.
 
     .venv/bin/python benchmarks/bench_open.py [--sizes 10000 100000 1000000] [--lookups 20000]
-    .venv/bin/python benchmarks/bench_open.py --cold --sizes 100000 1000000 [--baseline main]
+    .venv/bin/python benchmarks/bench_open.py --cold --sizes 100000 1000000 [--orders index shuffled] [--baseline main]
 
 Snapshots come from ``_bigsnap.big_snapshot`` (built once under ``benchmarks/out/``). Every
 measurement runs in a fresh Python process that imports the package, notes its resident memory,
@@ -28,7 +28,10 @@ of ``snapshots/first_open.py``: one read of the index feeding every builder, lea
 index, the canonical keys; for code before it, each builder reading the index on its own: seconds,
 CPU seconds and the peak so far), with
 this tree and, with ``--baseline REV``, with the package as it was at ``REV`` (``git archive`` into a
-temporary folder) in the same run, and rewrites the ``open-cold`` section instead.
+temporary folder) in the same run, and rewrites the ``open-cold`` section instead. ``--orders``: the
+snapshots' recorded order (``_bigsnap``): ``index``, written in the order of the index (so the map's
+lines are copied from the index nearly in turn), and ``shuffled``, written in a random browsing order
+as a recording is (the index's offsets and timestamps in random order); both by default.
 
 Then, in the same process, ``--lookups`` exact matches of random URLs of the snapshot (one
 ``ReplaySession.match`` and the capture it returns each): p50 and p99 in microseconds. Prints a table
@@ -50,7 +53,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
-from _bigsnap import big_snapshot  # noqa: E402
+from _bigsnap import Order, big_snapshot  # noqa: E402
 from _common import (  # noqa: E402
     exit_on_sigterm,
     loadavg,
@@ -200,7 +203,7 @@ def baseline_tree(rev: str, into: Path) -> Path:
     return into
 
 
-def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
+def cold(sizes: list[int], orders: list[Order], baseline: str | None, write: bool) -> None:
     """The cold open rows, before and after, and the phases of the build (see the module docstring)."""
     info = machine_info()
     rows, phases = [], []
@@ -211,8 +214,8 @@ def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
                                  check=True).stdout.strip()
             name = rev if rev.startswith(baseline) else f"{baseline}, {rev}"
             codes.append((f"before ({name})", baseline_tree(baseline, Path(base_dir))))
-        for n in sizes:
-            snap, _built = big_snapshot(n)
+        for n, order in [(n, order) for n in sizes for order in orders]:
+            snap, _built = big_snapshot(n, order)
             bare = without_side_files(snap)
             from ego2web_replay.snapshots.hashmemo import SETTLE_SECONDS
 
@@ -225,20 +228,20 @@ def cold(sizes: list[int], baseline: str | None, write: bool) -> None:
                         first = child(bare, "mapped", False, n, 0, Path(home), code)
                         second = child(bare, "mapped", False, n, 0, Path(home), code)
                     for what, r in (("cold open", first), ("second open", second)):
-                        rows.append([f"{n:,}", label, what, f"{r['open_s']:.2f}", f"{r['cpu_s']:.2f}",
+                        rows.append([f"{n:,}", order, label, what, f"{r['open_s']:.2f}", f"{r['cpu_s']:.2f}",
                                      f"{r['peak_mib']:.0f}", f"{r['rss_mib']:.0f}", loadavg()])
                         print("  " + " | ".join(rows[-1]), flush=True)
                     with fresh_home() as home:
                         split = _run([_PHASES, str(bare)], Path(home), code, f"phases of {bare}")
                     print(f"  {label}: {split.pop('code')}")
                     for name, r in split.items():
-                        phases.append([f"{n:,}", label, name, f"{r['s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_mib']:.0f}"])
+                        phases.append([f"{n:,}", order, label, name, f"{r['s']:.2f}", f"{r['cpu_s']:.2f}", f"{r['peak_mib']:.0f}"])
                         print("  " + " | ".join(phases[-1]), flush=True)
             finally:
                 shutil.rmtree(bare)
-    header = ["captures", "code", "open", "Replay.open() s", "CPU s", "peak RSS MiB", "RSS after open MiB",
+    header = ["captures", "recorded order", "code", "open", "Replay.open() s", "CPU s", "peak RSS MiB", "RSS after open MiB",
               "load average after (1/5/15 min)"]
-    phase_header = ["captures", "code", "phase (one process, in this order)", "s", "CPU s", "peak RSS so far MiB"]
+    phase_header = ["captures", "recorded order", "code", "phase (one process, in this order)", "s", "CPU s", "peak RSS so far MiB"]
     print(text_table(header, rows))
     print(text_table(phase_header, phases))
     body = f"""## Cold opens of large snapshots (`benchmarks/bench_open.py --cold`)
@@ -250,8 +253,11 @@ open. Each open in a fresh process; "CPU s" is the process's CPU time (user + sy
 to read when the machine is shared: wall time then includes waiting for a core. The second table
 runs the same build phase by phase in one more fresh process (this tree: the steps of
 `snapshots/first_open.py`, one read of the index feeding the map, the learner and the canonical
-keys; code before it: each builder reading the index on its own). Target (issue 27): a first open
-of 1,000,000 captures in under 10 s and under 300 MiB.
+keys; code before it: each builder reading the index on its own). Recorded order: "index", the
+exchanges written in the order of the index's URLs at one timestamp (recorded order nearly the
+index's order); "shuffled", written in a fixed random browsing order, timestamps rising along the
+archive, as a recording writes them (the index, sorted by URL, has its offsets and timestamps in
+random order). Target (issue 27): a first open of 1,000,000 captures in under 10 s and under 300 MiB.
 
 {markdown_table(header, rows)}
 
@@ -319,10 +325,12 @@ def main() -> None:
     ap.add_argument("--cold", action="store_true",
                     help="only the cold open (no side files, empty data folder), its second open and its phases; "
                          "rewrites the open-cold section")
+    ap.add_argument("--orders", nargs="+", choices=["index", "shuffled"], default=["index", "shuffled"],
+                    help="with --cold: the recorded orders of the snapshots measured (see _bigsnap)")
     ap.add_argument("--baseline", metavar="REV", help="with --cold: also measure the package as it was at this git revision")
     args = ap.parse_args()
     if args.cold:
-        cold(args.sizes, args.baseline, not args.no_write)
+        cold(args.sizes, args.orders, args.baseline, not args.no_write)
         return
     info = machine_info()
     rows = []

@@ -371,6 +371,59 @@ def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkey
     imap.close()
 
 
+def _recorded_index(tmp_path: Path, n: int, shuffled: bool) -> Path:
+    """An index as a recording writes one: ``n`` captures appended to the archive in browsing order
+    (offsets and timestamps rising along it, a few captures a second), the index sorted by URL. In
+    browsing order ``shuffled`` (a fixed random order), else in the URLs' order."""
+    rng = random.Random(27)
+    urls = sorted(f"https://shop{i % 7}.example/p/{i}?q={rng.randint(0, 9)}" + "x" * rng.randint(0, 400)
+                  for i in range(n))
+    browsing = list(range(n))
+    if shuffled:
+        rng.shuffle(browsing)
+    lines = []
+    for at, i in enumerate(browsing):
+        data = {"url": urls[i], "mime": "text/html", "digest": f"sha1:{i % 97}", "length": "300",
+                "offset": str(1000 + 300 * at), "filename": "archive.warc.gz"}
+        lines.append(f"k{urls[i]} 20260101{at // 3600:02d}{at // 60 % 60:02d}{at // 3 % 60:02d} {json.dumps(data)}")
+    index = tmp_path / "index.cdxj"
+    index.write_text("\n".join(sorted(lines)) + "\n")
+    return index
+
+
+@pytest.mark.parametrize(("shuffled", "bucket"), [(True, 1), (True, 3000), (True, 40_000), (True, 8 << 20),
+                                                  (False, 3000)])
+def test_lines_of_a_shuffled_index_are_put_in_order_by_buckets(tmp_path, data_home, monkeypatch, shuffled, bucket):
+    """An index whose recorded order is unrelated to its (URL) order has its lines put in recorded
+    order by sequential bucket passes (regions of one line to all in one), one in nearly its own
+    order by the mapped file: the map byte for byte the one the in-memory build writes, both from
+    the index file (the one read) and from its rows in file order (the lines spooled first)."""
+    from ego2web_replay.snapshots import index_map
+    from ego2web_replay.snapshots.index_cache import parse_rows, stream_rows
+    from ego2web_replay.snapshots.index_map import build_index_map
+
+    index = _recorded_index(tmp_path, 700, shuffled)
+    before = tmp_path / "before.sorted"
+    _map_as_before(index, before)
+    monkeypatch.setattr(index_map, "_BUCKET_BYTES", bucket)
+    bucketed = []
+
+    def spy(*args):
+        bucketed.append(len(args[3]))
+        yield from real(*args)
+
+    real = index_map._lines_bucketed
+    monkeypatch.setattr(index_map, "_lines_bucketed", spy)
+    assert build_index_map(index).read_bytes() == before.read_bytes()
+    assert build_index_map(index, stream_rows(index)).read_bytes() == before.read_bytes()  # in file order
+    assert bucketed == ([700, 700] if shuffled else [])
+    imap = open_index_map(index, build=False)
+    rows = parse_rows(index)
+    assert [imap.row(i) for i in range(len(imap))] == rows
+    assert [r[1] for r in rows] == sorted(r[1] for r in rows)  # recorded order: by time, then offset
+    imap.close()
+
+
 def test_external_sorter_sorts_across_runs(tmp_path, monkeypatch):
     from ego2web_replay.snapshots.sortedfile import ExternalSorter
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import mmap
+import os
 import struct
 import tempfile
 from array import array
@@ -57,6 +58,7 @@ log = logging.getLogger(__name__)
 _VERSION = 2
 _POSITION = struct.Struct(">I")
 _LINES_CHUNK = 1024  # lines copied at a time into the table
+_BUCKET_BYTES = 8 << 20  # lines held at a time when they are put in recorded order by buckets
 
 MapHook = Callable[["IndexMap"], None]
 RowsHook = Callable[[Path], "RowKeys"]
@@ -261,7 +263,7 @@ class MapBuilder:
             digest_order = digests.argsort(digest_values)
             meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,
                     "methods": sorted(self._methods), "first_timestamp": first}
-            lines = self._spool or _FileLines(index, self._starts, self._lengths)
+            lines = self._spool or _FileLines(index, self._starts, self._lengths, self.folder)
             write_sorted_columns(self.target, meta, {
                 "lines": (lines.lengths()[order] + _POSITION.size, np.arange(count, dtype=np.uint32),
                           lines.in_order(order)),
@@ -284,6 +286,7 @@ class _LineSpool:
     """The lines of an index being mapped, in a temporary file, read back in recorded order."""
 
     def __init__(self, folder: Path) -> None:
+        self._folder = folder
         self._file = tempfile.TemporaryFile(dir=folder, prefix="lines-")
         self._buf = bytearray()
         self._at = 0
@@ -311,14 +314,14 @@ class _LineSpool:
         self._file.write(self._buf)
         self._buf = bytearray()
         self._file.flush()
-        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order)
+        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order, self._folder)
 
 
 class _FileLines:
     """The lines of an index being mapped, where they are in the index file, read back in recorded order."""
 
-    def __init__(self, index: Path, starts: array[int], lengths: array[int]) -> None:
-        self.index, self._starts, self._lengths = index, starts, lengths
+    def __init__(self, index: Path, starts: array[int], lengths: array[int], folder: Path) -> None:
+        self.index, self._starts, self._lengths, self._folder = index, starts, lengths, folder
 
     def lengths(self) -> np.ndarray:
         import numpy as np
@@ -327,34 +330,123 @@ class _FileLines:
 
     def in_order(self, order: np.ndarray) -> Iterator[bytes]:
         with self.index.open("rb") as fh:
-            yield from _lines_in_order(fh.fileno(), self._starts, self._lengths, order)
+            yield from _lines_in_order(fh.fileno(), self._starts, self._lengths, order, self._folder)
 
 
-def _lines_in_order(fileno: int, starts_at: array[int], lengths_of: array[int], order: np.ndarray) -> Iterator[bytes]:
+def _lines_in_order(fileno: int, starts_at: array[int], lengths_of: array[int], order: np.ndarray,
+                    folder: Path) -> Iterator[bytes]:
     """The ``lines`` table's keys: position (4 bytes, big-endian) and line (``lengths_of[i]`` bytes
-    at ``starts_at[i]`` of the file ``fileno``), in ``order``, a few thousand at a time; the pages
-    read are dropped from this process as it goes (a million lines would otherwise stay mapped,
-    counted in its resident memory)."""
+    at ``starts_at[i]`` of the file ``fileno``, the lines in file order), in ``order``, a few
+    thousand at a time.
+
+    When ``order`` keeps near the file's order (each run of lines taken in turn mostly on the pages
+    the one before took), the lines are copied from the file mapped, the pages read dropped from
+    this process as it goes (a million lines would otherwise stay mapped, counted in its resident
+    memory). When it does not (a real snapshot: the index sorted by URL, recorded order the order
+    of browsing), that would read a page of the file for nearly every line, a million pages mapped
+    and dropped again, so the lines go by :func:`_lines_bucketed` instead: every read sequential."""
     import numpy as np
 
     if not len(order):
         return
     starts = np.frombuffer(starts_at, dtype=np.int64)
-    ends = starts + np.frombuffer(lengths_of, dtype=np.int64)
+    lengths = np.frombuffer(lengths_of, dtype=np.int64)
+    if _scattered(starts[order], int(lengths.sum())):
+        yield from _lines_bucketed(fileno, starts, lengths, order, folder)
+        return
+    ends = starts + lengths
     with mmap.mmap(fileno, 0, access=mmap.ACCESS_READ) as view:
         data = memoryview(view)
         try:
             for at in range(0, len(order), _LINES_CHUNK):
                 part = order[at:at + _LINES_CHUNK]
-                heads = np.arange(at, at + len(part), dtype=">u4").tobytes()
-                pieces: list[bytes | memoryview] = [b""] * (2 * len(part))
-                pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
-                pieces[1::2] = [data[s:e] for s, e in zip(starts[part].tolist(), ends[part].tolist(), strict=True)]
-                yield b"".join(pieces)
-                del pieces
+                yield _keyed(at, data, starts[part].tolist(), ends[part].tolist())
                 view.madvise(mmap.MADV_DONTNEED)
         finally:
             data.release()
+
+
+def _scattered(starts: np.ndarray, total: int) -> bool:
+    """Whether lines starting at ``starts`` (in the order they are to be read) would be read from
+    the pages of their file in a far worse order than once each in turn: the number of times the
+    next line lies on another page than the one before, against the number of pages."""
+    import numpy as np
+
+    pages = starts >> 12
+    jumps = int(np.count_nonzero(pages[1:] != pages[:-1]))
+    return jumps > 4 * (total // mmap.PAGESIZE + 1) + 64
+
+
+def _keyed(at: int, data: memoryview | bytes, starts: list[int], ends: list[int]) -> bytes:
+    """The keys of the ``lines`` table from position ``at`` on: each position (4 bytes, big-endian)
+    then the line ``data[starts[i]:ends[i]]``."""
+    import numpy as np
+
+    heads = np.arange(at, at + len(starts), dtype=">u4").tobytes()
+    pieces: list[bytes | memoryview] = [b""] * (2 * len(starts))
+    pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
+    view = memoryview(data)
+    try:
+        pieces[1::2] = [view[s:e] for s, e in zip(starts, ends, strict=True)]
+        return b"".join(pieces)
+    finally:
+        del pieces
+        view.release()
+
+
+def _lines_bucketed(fileno: int, starts: np.ndarray, lengths: np.ndarray, order: np.ndarray,
+                    folder: Path) -> Iterator[bytes]:
+    """:func:`_lines_in_order` by buckets: ``order`` cut into runs of positions of about
+    :data:`_BUCKET_BYTES` of lines each; one read of the file from start to end, a few MiB at a
+    time, puts each line in its run's region of a temporary file (in ``folder``); then each
+    region is read in turn and its lines given in order. Two reads and a write of the lines, each
+    sequential; about one region held at a time."""
+    import numpy as np
+
+    count, total = len(order), int(lengths.sum())
+    per = max(1, min(count, count * _BUCKET_BYTES // max(total, 1)))  # positions per bucket
+    bucket = np.empty(count, dtype=np.int64)
+    bucket[order] = np.arange(count, dtype=np.int64) // per  # each line's bucket, in file order
+    sizes = np.bincount(bucket, weights=lengths, minlength=(count + per - 1) // per).astype(np.int64)
+    cursor = np.cumsum(sizes) - sizes  # where each bucket's region starts in the spill
+    regions = cursor.copy()
+    ends = starts + lengths
+    with tempfile.TemporaryFile(dir=folder, prefix="lines-") as spill:
+        out = spill.fileno()
+        at = 0
+        while at < count:  # the file read once, in order, a few MiB of lines at a time
+            stop = int(np.searchsorted(ends, starts[at] + _BUCKET_BYTES, side="left")) + 1
+            stop = min(max(stop, at + 1), count)
+            base = int(starts[at])
+            block = os.pread(fileno, int(ends[stop - 1]) - base, base)
+            part = bucket[at:stop]
+            grouped = np.argsort(part, kind="stable")
+            rows = grouped + at
+            heads = np.searchsorted(part[grouped], np.unique(part))
+            view = memoryview(block)
+            try:
+                for first, last in zip(heads.tolist(), [*heads[1:].tolist(), len(rows)], strict=True):
+                    chosen = rows[first:last]
+                    b = int(bucket[chosen[0]])
+                    piece = b"".join([view[s:e] for s, e in zip((starts[chosen] - base).tolist(),
+                                                                 (ends[chosen] - base).tolist(), strict=True)])
+                    os.pwrite(out, piece, int(cursor[b]))
+                    cursor[b] += len(piece)
+            finally:
+                view.release()
+            del block
+            at = stop
+        for b in range(len(sizes)):  # each region: its lines in file order, given in recorded order
+            positions = order[b * per:(b + 1) * per]
+            held = np.sort(positions)  # the lines of the region, in the order they were written
+            local = np.cumsum(lengths[held]) - lengths[held]
+            region = os.pread(out, int(sizes[b]), int(regions[b]))
+            where = local[np.searchsorted(held, positions)]
+            taken = lengths[positions]
+            for at in range(0, len(positions), _LINES_CHUNK):
+                s = where[at:at + _LINES_CHUNK]
+                yield _keyed(b * per + at, region, s.tolist(), (s + taken[at:at + _LINES_CHUNK]).tolist())
+            del region
 
 
 def _offset_bytes(index: Path, offset: int) -> bytes:
