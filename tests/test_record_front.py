@@ -7,6 +7,7 @@ to the connection's end, a kept-alive connection the origin drops, a websocket u
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import gc
@@ -650,3 +651,33 @@ def test_a_recording_holds_the_wire_limits_it_was_given_and_reports_what_they_re
                 out += chunk
     assert out.startswith(b"HTTP/1.1 408 ") and b"within 0.3 s" in out
     assert live.ok and live.refused == {"timeout-head": 1}
+
+
+def test_a_request_goes_upstream_within_the_call_that_received_it(ca, tmp_path):
+    """The forwarding starts in ``reply`` itself (an eager task), not on a later turn of the loop: by the
+    time ``reply`` returns, the origin's connection slot is taken and the connection is being opened."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+    from ego2web_replay.testing.aio import run_coro
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    writer = SnapshotWriter(tmp_path, "eager", compression="none", source="record")
+    front = RecordFront(ExchangeArchive(writer.writer), ca=ca, guard=GuardPolicy(mode="loopback"))
+
+    async def ask() -> int:
+        task = front.reply("GET", f"http://127.0.0.1:{port}/x", [("Host", f"127.0.0.1:{port}")], b"")
+        slots = front.upstream._slots.get(("http", "127.0.0.1", port))
+        taken = PER_ORIGIN - slots._value if slots is not None else 0
+        assert isinstance(task, asyncio.Task)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await front.upstream.aclose()
+        return taken
+
+    try:
+        assert run_coro(ask(), timeout_s=30) == 1
+    finally:
+        listener.close()
+        front.certs.close()
+        writer.writer.close()

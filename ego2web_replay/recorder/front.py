@@ -137,7 +137,9 @@ class RecordFront(ProxyFront):
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):
             headers = [(k, v) for k, v in headers if k.lower() != "expect"]
-        task = asyncio.ensure_future(self._forward(method, url, headers, body))
+        # started at once (eagerly), not on the loop's next turn: the request goes upstream within this
+        # call, as soon as it is parsed, a turn of the loop earlier than a task scheduled to start
+        task = asyncio.Task(self._forward(method, url, headers, body), loop=asyncio.get_running_loop(), eager_start=True)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task

@@ -206,7 +206,9 @@ class ArchiveWriter:
 
         ``response_body`` may be a seekable binary file holding the payload (from its start to its
         end): one of :data:`~.warcstream.STREAM_MIN` bytes or more is written in pieces, never held
-        whole in memory (:mod:`.warcstream`), into the same record bytes.
+        whole in memory (:mod:`.warcstream`), into the same record bytes. A file with
+        ``payload_digests()`` (the recorder's spool view) gives the payload's sha1 and sha256 taken
+        as it came (None: not taken), so only the block digest is left to hash.
         """
         when = naive_utc(date) if date is not None else self._clock()
         if not http_version.upper().startswith("HTTP/1") or not reason:
@@ -220,7 +222,9 @@ class ArchiveWriter:
         else:
             size = response_body.seek(0, os.SEEK_END)
             response_body.seek(0)
-            payload = response_body.read() if size < STREAM_MIN else Payload(response_body, size)
+            known = getattr(response_body, "payload_digests", None)  # hashed as it came (recorder/spool.py)
+            payload = response_body.read() if size < STREAM_MIN else \
+                Payload(response_body, size, known=known() if known is not None else None)
         chunked = not keep_length and _sent_chunked(resp_headers)
         if not chunked:
             resp_headers = _fix_length(resp_headers, size, keep_length)

@@ -9,6 +9,10 @@ content size before its data). The record is serialised by warcio's own writer i
 two passes (the counting one with blank bytes of the payload's length), so its bytes are those :meth:`~.warc.ArchiveWriter.write_record` makes from
 the same payload held in memory: the same headers in the same order, the same digests,
 one zstd frame (content size and checksum) or gzip member per record.
+
+A payload whose sha1 and sha256 were taken while it arrived (``known``: the recorder's spool hashes a
+streamed body as it comes, :mod:`ego2web_replay.recorder.spool`) is read once for the block digest
+only, which covers the HTTP head too and so cannot be taken before the record's head is made.
 """
 
 from __future__ import annotations
@@ -64,9 +68,12 @@ class Payload(SizedReader):
     """A stored payload read from ``fh`` (``size`` bytes from its start) between ``prefix`` and ``suffix``
     (a chunked body's framing: :func:`~.warc.chunk_body` in pieces); seekable, so warcio can re-read it."""
 
-    def __init__(self, fh: BinaryIO, size: int, prefix: bytes = b"", suffix: bytes = b"") -> None:
+    def __init__(self, fh: BinaryIO, size: int, prefix: bytes = b"", suffix: bytes = b"",
+                 known: tuple[str, bytes] | None = None) -> None:
         super().__init__(len(prefix) + size + len(suffix))
         self.file, self._fh, self._size, self._prefix, self._suffix = fh, fh, size, prefix, suffix
+        # (WARC-Payload-Digest, sha256) of these very bytes, taken before (see the module docstring)
+        self.known = known if not prefix and not suffix else None
 
     @classmethod
     def chunked(cls, fh: BinaryIO, size: int) -> Payload:
@@ -99,9 +106,15 @@ def digests(payload: Payload, http_head: bytes, dedup: bool) -> tuple[str, str, 
     """One pass over ``payload``: its WARC-Payload-Digest, the block's (``http_head`` then the payload),
     both as warcio writes them, and with ``dedup`` the payload's sha256 (what deduplication compares;
     else ``b""``)."""
-    sha1, block, sha256 = Digester("sha1"), Digester("sha1"), hashlib.sha256() if dedup else None
+    block = Digester("sha1")
     block.update(http_head)
     payload.seek(0)
+    if payload.known is not None:  # only the block is left to hash
+        while piece := payload.read(PIECE):
+            block.update(piece)
+        payload.seek(0)
+        return payload.known[0], str(block), payload.known[1] if dedup else b""
+    sha1, sha256 = Digester("sha1"), hashlib.sha256() if dedup else None
     while piece := payload.read(PIECE):
         sha1.update(piece)
         block.update(piece)
