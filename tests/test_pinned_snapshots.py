@@ -227,3 +227,18 @@ def test_start_lookups_run_concurrently_in_task_order_as_sequential_ones_would(f
     assert list(errors) == [t for t in tasks if t not in have]
     assert all(f"no snapshot of task '{t}'" in errors[t] for t in errors)
     assert seen == [(n, len(tasks)) for n in range(1, len(tasks) + 1)]
+
+
+def test_run_says_how_long_slow_start_lookups_took_unless_quiet(frozen_mug, tmp_path, capsys, monkeypatch):
+    """``run`` reports the start's lookups on stderr once they are slow (here: any), never with ``-q``."""
+    import ego2web_replay.commands.run as run_command
+    from ego2web_replay.cli import main
+
+    monkeypatch.setattr(run_command, "PIN_SLOW_S", 0.0)
+    common = ["run", str(frozen_mug["suite"].path), "--agent", "scripted", "--mode", "frozen", "--snapshots",
+              str(frozen_mug["snapshots"]), "--out", str(tmp_path / "runs"), "--guard", "loopback", "--no-progress"]
+    capsys.readouterr()
+    assert main([*common, "--run-id", "loud"]) == 0
+    assert "looked up 1 tasks' snapshots in" in capsys.readouterr().err
+    assert main([*common, "--run-id", "quiet", "-q"]) == 0
+    assert "looked up" not in capsys.readouterr().err

@@ -4,7 +4,8 @@ Tasks of one suite on one site are recorded minutes apart; an agent that opens a
 recorded would miss it in its own snapshot. With a share window (``ReplayConfig.share_window_s``,
 ``--share-window``), a request the episode's own snapshots miss is looked up in the **sources**:
 the latest complete snapshot of every *other* task under the same snapshots root whose recording
-started within the window of the episode's snapshot (:func:`suite_sources`).
+started within the window of the episode's snapshot (:func:`suite_sources`). In a run, each task's
+snapshot is the one pinned when the run started instead (:func:`pinned_latest`), never a newer one.
 
 * **Own captures win.** The sources are asked only after every stage of the own snapshots missed
   (the own nearest capture too, when ``--fuzzy`` is on); the sources never answer by nearest capture,
