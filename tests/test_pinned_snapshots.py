@@ -20,6 +20,7 @@ from ego2web_replay.models import (
     save_model,
 )
 from ego2web_replay.models.snapshot import SnapshotManifest
+from ego2web_replay.replay.session import Replay
 from ego2web_replay.runner.episode import find_snapshot
 from ego2web_replay.runner.run import pin_snapshots, run_suite
 from ego2web_replay.snapshots.location import name_of, upload_snapshot
@@ -142,3 +143,102 @@ def test_an_s3_run_asks_the_store_nothing_to_find_its_snapshot_and_ignores_one_u
     assert all(s is not None and s.listings == 0 for s in stores), stores
     assert all(s is not None and s.lookups == 0 and s.gets == 0 for s in stores[1:]), stores
     assert later_requests == [], later_requests
+
+
+def _other_task(root: Path, task: str, at, body: bytes) -> Path:  # noqa: ANN001 - a datetime
+    """A one-page snapshot of another task recorded at ``at`` (a shared source within the window)."""
+    from ego2web_replay.snapshots.snapshot import SnapshotWriter
+
+    sw = SnapshotWriter(root, task, clock=lambda: at)
+    sw.writer.write_exchange(url="http://other.example/", method="GET", request_headers=[("Accept", "*/*")],
+                             request_body=b"", status=200, reason="OK",
+                             response_headers=[("Content-Type", "text/plain")], response_body=body, date=at)
+    sw.finalize()
+    return sw.path
+
+
+@pytest.mark.parametrize("warm", [False, True])
+def test_shared_sources_are_pinned_when_the_run_starts_for_it_and_its_resume(frozen_mug, tmp_path, warm):
+    """With --share-window every episode's replay draws on the other tasks' snapshots pinned when the run
+    started (replay_stats ``shared_sources``): a newer snapshot of another task, or a first one of a new
+    task, recorded mid-run within the window is no source for a later episode, nor for a resume."""
+    from ego2web_replay.models import ReplayConfig
+
+    root = tmp_path / "snapshots"
+    shutil.copytree(frozen_mug["snapshots"], root)
+    (first,) = (root / TASK).iterdir()
+    at = read_model(first / "manifest.json", SnapshotManifest, "snapshot manifest").created_at
+    other = _other_task(root, "other-task", at + timedelta(minutes=1), b"first")
+    added: list[Path] = []
+
+    def record_more(summary) -> None:  # noqa: ANN001 - called between episodes, in this process
+        if not added:
+            added.append(_other_task(root, "other-task", at + timedelta(minutes=2), b"newer"))
+            added.append(_other_task(root, "new-task", at + timedelta(minutes=3), b"new"))
+
+    settings = _settings(root, 3).model_copy(update={"replay": ReplayConfig(share_window_s=3600.0), "warm": warm})
+    run_dir, results = run_suite(frozen_mug["suite"], agent_name="scripted", out=tmp_path / "runs",
+                                 settings=settings, on_episode=record_more)
+    assert [r.end_reason for r in results] == ["answered"] * 3 and len(added) == 2
+    pinned = f"other-task/{other.name}"
+    assert load_run(run_dir).shared_snapshots == {TASK: first.name, "other-task": other.name}
+
+    def sources() -> list[list[str]]:
+        return [read_model(d / "replay_stats.json", ReplayStats, "replay stats").shared_sources
+                for d in sorted(run_dir.glob("episodes/*/*"), key=lambda d: d.name)]
+
+    assert sources() == [[pinned]] * 3
+    _, more = run_suite(frozen_mug["suite"], agent_name="scripted", out=tmp_path / "runs",
+                        settings=settings.model_copy(update={"repeats": 4}), resume=run_dir)
+    assert [r.end_reason for r in more] == ["answered"]
+    assert sources() == [[pinned]] * 4
+
+    # outside a run the replay draws on each task's newest, as before
+    with Replay([first], ReplayConfig(share_window_s=3600.0)) as replay:
+        assert replay.stats().shared_sources == [f"other-task/{added[0].name}", f"new-task/{added[1].name}"]
+
+
+def test_start_lookups_run_concurrently_in_task_order_as_sequential_ones_would(frozen_mug, s3, tmp_path):
+    """On s3:// the start's lookups (PIN_WORKERS at a time) give what one-at-a-time lookups give, in task
+    order, each task without a snapshot its own error; progress is reported once per lookup."""
+    import ego2web_replay.runner.run as run_module
+
+    root = f"{s3}/concurrent"
+    (first,) = (frozen_mug["snapshots"] / TASK).iterdir()
+    tasks = [f"t{n:02d}" for n in range(12, 0, -1)]  # not in name order: the maps follow this order
+    have = [t for i, t in enumerate(tasks) if i % 3]  # 4 of the 12 tasks have none
+    for task in have:
+        copy = shutil.copytree(first, tmp_path / "copies" / task / first.name)
+        manifest = read_model(copy / "manifest.json", SnapshotManifest, "snapshot manifest")
+        save_model(copy / "manifest.json", manifest.model_copy(update={"task_id": task}))
+        upload_snapshot(copy, f"{root}/{task}/{first.name}")
+    settings = _settings(root, 1)
+    seen: list[tuple[int, int]] = []
+    concurrent = pin_snapshots(settings, tasks, on_progress=lambda d, t: seen.append((d, t)))
+    old = run_module.PIN_WORKERS
+    run_module.PIN_WORKERS = 1
+    try:
+        sequential = pin_snapshots(settings, tasks)
+    finally:
+        run_module.PIN_WORKERS = old
+    assert concurrent == sequential
+    pins, errors = concurrent
+    assert list(pins) == have and all(pins[t] == first.name for t in have)
+    assert list(errors) == [t for t in tasks if t not in have]
+    assert all(f"no snapshot of task '{t}'" in errors[t] for t in errors)
+    assert seen == [(n, len(tasks)) for n in range(1, len(tasks) + 1)]
+
+
+def test_run_says_how_long_slow_start_lookups_took_unless_quiet(frozen_mug, tmp_path, capsys, monkeypatch):
+    """``run`` reports the start's lookups on stderr once they are slow (here: any), never with ``-q``."""
+    import ego2web_replay.commands.run as run_command
+    from ego2web_replay.cli import main
+
+    monkeypatch.setattr(run_command, "PIN_SLOW_S", 0.0)
+    common = ["run", str(frozen_mug["suite"].path), "--agent", "scripted", "--mode", "frozen", "--snapshots",
+              str(frozen_mug["snapshots"]), "--out", str(tmp_path / "runs"), "--guard", "loopback", "--no-progress"]
+    capsys.readouterr()
+    assert main([*common, "--run-id", "loud"]) == 0
+    assert "looked up 1 tasks' snapshots in" in capsys.readouterr().err
+    assert main([*common, "--run-id", "quiet", "-q"]) == 0
+    assert "looked up" not in capsys.readouterr().err

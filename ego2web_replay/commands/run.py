@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,9 @@ from ._output import emit_json, is_stdout, progress, say, warn
 from .executor_options import ExecutorChoice, executor_options
 from .replay_options import replay_options
 from .wire_options import wire_options
+
+#: the start's snapshot lookups are shown in the bar from this many tasks, or once they take this long
+PIN_MANY, PIN_SLOW_S = 20, 2.0
 
 if TYPE_CHECKING:
     from ..models import ReplayConfig
@@ -148,6 +152,15 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
 
             sink = TrackingSink(db, warn=lambda msg: warn(bars, msg))
 
+        pin_t0 = time.monotonic()
+
+        def on_pin(done: int, total: int) -> None:  # the start's snapshot lookups: shown when many or slow
+            took = time.monotonic() - pin_t0
+            if total >= PIN_MANY or took >= PIN_SLOW_S:
+                bars.update(bar, total=total, completed=done, description="looking up each task's snapshot")
+            if done == total and took >= PIN_SLOW_S and not is_stdout(json_out):
+                say(bars, f"looked up {total} tasks' snapshots in {took:.1f} s")
+
         def on_start(run_dir: Path, total: int, finished: int) -> None:
             bars.update(bar, total=total, completed=finished, description=str(run_dir))
             if finished:
@@ -167,7 +180,7 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
         run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
                                agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
                                upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
-                               on_start=on_start, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
+                               on_start=on_start, on_pin=on_pin, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
     emit_json(json_out, {"run_dir": str(run_dir), "episodes": [
         {"task_id": s.task_id, "mode": s.mode, "repeat": s.repeat, "ok": s.ok, "end_reason": s.end_reason,
          "steps": s.steps, "answer": s.answer, "misses": s.misses, "error": s.error, "path": str(s.path)}

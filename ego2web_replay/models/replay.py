@@ -65,6 +65,9 @@ class ReplayStats(FileModel):
                         "task's snapshot of the same root recorded within the share window (--share-window).")
     shared_from: dict[str, int] = Field(default_factory=dict, description="The shared answers per source snapshot "
                                         "('<task>/<snapshot id>').")
+    shared_sources: list[str] = Field(default_factory=list, description="The other tasks' snapshots this replay "
+                                      "could answer from ('<task>/<snapshot id>', nearest first; --share-window); "
+                                      "in a run, those pinned when it started.")
     miss: int = Field(default=0, description="Requests nothing matched (answered with the miss policy), and "
                       "websocket messages no recorded one answers.")
     blocked: int = Field(default=0, description="Browser background requests answered by the guard.")

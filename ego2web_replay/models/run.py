@@ -79,6 +79,10 @@ class RunManifest(FileModel):
         "The snapshot each task's frozen episodes replay (task id -> snapshot id), chosen when the run started "
         "(the task's newest then, or --snapshot-id): a snapshot recorded during the run changes nothing. A task "
         "with none then is absent (its frozen episodes are setup errors)."))
+    shared_snapshots: dict[str, str] | None = Field(default=None, description=(
+        "With --share-window on a local snapshots folder: the snapshots shared captures may answer from, for the "
+        "whole run and its resumes (task id -> snapshot id), chosen when it started: the run's own tasks' pins "
+        "and every other task's newest finished snapshot then. None: sharing off, or nothing to pin."))
     episodes: dict[str, int] = Field(default_factory=dict, description="Counts by end reason.")
 
 

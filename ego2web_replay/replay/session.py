@@ -49,7 +49,7 @@ from .addon import Replayer
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
-from .shared import SharedMatcher, SuiteIndex, SuitePaths, in_window, root_latest
+from .shared import SharedMatcher, SuiteIndex, SuitePaths, in_window, pinned_latest, root_latest
 from .stream import StreamMeta, stream_meta
 
 log = logging.getLogger(__name__)
@@ -145,7 +145,8 @@ class Replay:
     def __init__(self, snapshots: Sequence[str | Path], config: ReplayConfig | None = None, *,
                  host: str = "127.0.0.1", port: int = 0, ca: ProjectCA | None = None, guard_mode: str = "open",
                  check: bool = True, index: str | None = None, processes: int = 1, wire: WireLimits | None = None,
-                 share_root: Path | None = None, **overrides: Any) -> None:
+                 share_root: Path | None = None, share_pins: dict[str, str] | None = None,
+                 **overrides: Any) -> None:
         """``config`` (default: :class:`ReplayConfig` defaults) with ``overrides`` of its fields
         (``miss``, ``sequence`` or its old name ``policy``, ``freeze``, ``fuzzy``, ``fuzzy_threshold``,
         ``seed``, ``rules_files``). ``index`` is how the indexes are held (:func:`index_mode`).
@@ -154,7 +155,9 @@ class Replay:
         environment, docs/limits.md); they decide no answer of the snapshot's, so they are not in the
         replay configuration. ``share_root``: where the sources of shared captures are looked for when the
         configuration has a ``share_window_s`` (default: the first snapshot's grandparent, the snapshots
-        root of ``<root>/<task>/<id>``; :mod:`.shared`)."""
+        root of ``<root>/<task>/<id>``; :mod:`.shared`). ``share_pins``: the snapshot of each task that
+        may be a source (task id -> snapshot id, pinned when a run started) instead of each task's newest
+        when the replay opens (None: the newest, as ``serve`` and ``replay`` do)."""
         if not snapshots:
             raise ReplayError("give at least one snapshot folder to replay")
         if "policy" in overrides:
@@ -176,6 +179,7 @@ class Replay:
         self.processes = processes
         self.wire = wire
         self.share_root = share_root
+        self.share_pins = share_pins
         self.shared: SharedMatcher | None = None  # other tasks' snapshots (share_window_s), once open
         self._sources: list[Any] = []  # what a capture's ref resolves in: the own snapshots, then the shared ones
         self._refused: dict[str, int] = {}  # what the fast engine's bounds refused, kept when it stops
@@ -243,6 +247,7 @@ class Replay:
             stats = self.responder.snapshot_stats()
             stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
+        stats.shared_sources = list(self.shared.suite.ids) if self.shared is not None else []
         stats.validity = classify(stats.log, stats.truncated)
         return stats
 
@@ -332,7 +337,8 @@ class Replay:
         if window is None or not isinstance(first, Path):
             return None
         own = {Path(p).resolve() for p in self.paths if isinstance(p, Path)}
-        manifest, latest = root_latest(first, self.share_root)
+        manifest, latest = (root_latest(first, self.share_root) if self.share_pins is None
+                            else pinned_latest(first, self.share_pins, self.share_root))
         sources = [s for s in in_window(manifest, latest, window) if s.path.resolve() not in own]
         if not sources:
             return None

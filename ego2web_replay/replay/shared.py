@@ -4,7 +4,8 @@ Tasks of one suite on one site are recorded minutes apart; an agent that opens a
 recorded would miss it in its own snapshot. With a share window (``ReplayConfig.share_window_s``,
 ``--share-window``), a request the episode's own snapshots miss is looked up in the **sources**:
 the latest complete snapshot of every *other* task under the same snapshots root whose recording
-started within the window of the episode's snapshot (:func:`suite_sources`).
+started within the window of the episode's snapshot (:func:`suite_sources`). In a run, each task's
+snapshot is the one pinned when the run started instead (:func:`pinned_latest`), never a newer one.
 
 * **Own captures win.** The sources are asked only after every stage of the own snapshots missed
   (the own nearest capture too, when ``--fuzzy`` is on); the sources never answer by nearest capture,
@@ -44,7 +45,8 @@ from .canonical import body_form, canonicalize, url_host
 from .matching import MatchResult, ReplaySession, SequencePolicy
 from .rules import MatchRules
 
-__all__ = ["Source", "SuiteIndex", "SuitePaths", "SharedMatcher", "suite_sources", "root_latest", "in_window",
+__all__ = ["Source", "SuiteIndex", "SuitePaths", "SharedMatcher", "suite_sources", "root_latest", "pinned_latest",
+           "in_window",
            "SUITE_CACHE_MAX", "BUILDS"]
 
 log = logging.getLogger(__name__)
@@ -82,6 +84,32 @@ def root_latest(own: Path, root: Path | None = None) -> tuple[Any, list[Source]]
             found[info.task_id] = Source(f"{info.task_id}/{info.snapshot_id}", info.path, info.manifest.created_at,
                                          info.path / info.manifest.index)
     return manifest, list(found.values())
+
+
+def pinned_latest(own: Path, pins: dict[str, str], root: Path | None = None) -> tuple[Any, list[Source]]:
+    """As :func:`root_latest`, but each task's snapshot is the one ``pins`` names (task id -> snapshot id,
+    chosen when a run started, :func:`~ego2web_replay.runner.run.pin_snapshots`) instead of its newest now:
+    a snapshot recorded since is not a source. A pinned snapshot gone or unfinished is left out, with a warning."""
+    from ..snapshots.snapshot import load_manifest
+
+    own = Path(own)
+    try:
+        manifest = load_manifest(own)
+    except SnapshotError:
+        return None, []
+    root = Path(root) if root is not None else own.parent.parent
+    if own.parent.name != manifest.task_id:
+        return manifest, []
+    found: list[Source] = []
+    for task_id in sorted(pins):
+        path = root / task_id / pins[task_id]
+        try:
+            m = load_manifest(path)
+        except SnapshotError as e:
+            log.warning("shared captures: pinned %s/%s left out: %s", task_id, pins[task_id], e)
+            continue
+        found.append(Source(f"{task_id}/{pins[task_id]}", path, m.created_at, path / m.index))
+    return manifest, found
 
 
 def in_window(manifest: Any, latest: Sequence[Source], window_s: float) -> list[Source]:

@@ -81,6 +81,7 @@ class EpisodeRequest:
     snapshots_root: Path | str | None = None  # a folder, or an object-storage URL
     snapshot_id: str | None = None  # the run pins it when it starts (run.pin_snapshots); None: the task's newest now
     snapshot_error: str | None = None  # why the task had no snapshot to replay when the run started
+    share_pins: dict[str, str] | None = None  # shared captures' sources, pinned when the run started (None: newest)
     max_steps: int = 40
     timeout_s: float = 300.0
     action_timeout_s: float = 20.0
@@ -278,9 +279,10 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                 snap = find_snapshot(req.snapshots_root, req.task.id, req.snapshot_id)
                 traj.snapshot_path, traj.snapshot_id = str(snap), name_of(snap)
                 if warm_here is not None:
-                    replay = warm_here.replay(snap, req.replay, ca, req.wire)
+                    replay = warm_here.replay(snap, req.replay, ca, req.wire, share_pins=req.share_pins)
                 else:
-                    replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire))
+                    replay = stack.enter_context(Replay([snap], req.replay, ca=ca, wire=req.wire,
+                                                        share_pins=req.share_pins))
                 proxy_url, init_scripts = replay.proxy_url, [replay.init_script]
             else:
                 from ..recorder.session import LiveRecording, RecordOptions

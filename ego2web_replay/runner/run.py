@@ -49,7 +49,7 @@ from .inputs import apply_inputs
 from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run",
-           "pin_snapshots"]
+           "pin_snapshots", "pin_share_sources", "PIN_WORKERS"]
 
 log = logging.getLogger(__name__)
 
@@ -102,37 +102,89 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
     return None
 
 
-def pin_snapshots(settings: RunSettings, task_ids: Sequence[str],
-                  held: dict[str, str] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+PIN_WORKERS = 8  # lookups at once when a run starts (each about 3 store requests on s3://)
+
+
+def pin_snapshots(settings: RunSettings, task_ids: Sequence[str], held: dict[str, str] | None = None,
+                  on_progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Each task's snapshot for the whole run, chosen once before any episode: ``(pins, errors)``.
 
     ``pins``: task id → snapshot id (``held``'s, a resumed run's, kept; else ``settings.snapshot_id``,
     which each episode checks as before; else the task's newest now). ``errors``: task id → why the
     task has none (no snapshot, no ``--snapshots``, the store unreachable): each of its frozen episodes
     is a ``setup_error`` saying so, as when it looked for itself. Nothing is looked up for a live run.
+    The newest snapshots are looked up :data:`PIN_WORKERS` at a time (a 500-task suite on ``s3://``
+    would otherwise wait on some 1,500 requests in turn); both maps are in task order whatever order
+    the answers came in. ``on_progress(done, total)`` is called, in this thread, as lookups finish.
     """
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
     pins: dict[str, str] = {}
     errors: dict[str, str] = {}
     if "frozen" not in MODES[settings.mode]:
         return pins, errors
     root = as_location(settings.snapshots_root) if settings.snapshots_root else None
+    todo = [t for t in task_ids if not (held and t in held) and not settings.snapshot_id]
+    found: dict[str, str | SnapshotError] = {}
+
+    def newest(task_id: str) -> str | SnapshotError:
+        try:
+            return name_of(find_snapshot(root, task_id, None))
+        except SnapshotError as e:
+            return e
+
+    if todo:
+        with ThreadPoolExecutor(max_workers=min(PIN_WORKERS, len(todo)), thread_name_prefix="pin") as pool:
+            futures = {pool.submit(newest, t): t for t in todo}
+            for n, future in enumerate(as_completed(futures), 1):
+                found[futures[future]] = future.result()
+                if on_progress:
+                    on_progress(n, len(todo))
     for task_id in task_ids:
         if held and task_id in held:
             pins[task_id] = held[task_id]
         elif settings.snapshot_id:
             pins[task_id] = settings.snapshot_id
         else:
-            try:
-                pins[task_id] = name_of(find_snapshot(root, task_id, None))
-            except SnapshotError as e:
-                errors[task_id] = str(e)
+            got = found[task_id]
+            if isinstance(got, SnapshotError):
+                errors[task_id] = str(got)
+            else:
+                pins[task_id] = got
     return pins, errors
+
+
+def pin_share_sources(settings: RunSettings, pins: dict[str, str]) -> dict[str, str] | None:
+    """The snapshots shared captures may draw on for the whole run (``--share-window``), chosen once when
+    it starts: task id → snapshot id of every task under the (local) snapshots root, the run's own pin for
+    a task of the run, the newest finished snapshot then for any other task (the window reaches every task
+    of the root, :func:`~ego2web_replay.replay.shared.root_latest`). A run's task without a finished
+    snapshot under its pin is none. None when there is nothing to pin: sharing off, a live run, an
+    object-storage root (shared captures are for local roots only)."""
+    from ..snapshots.snapshot import list_snapshots
+
+    if "frozen" not in MODES[settings.mode] or settings.replay.share_window_s is None or not settings.snapshots_root:
+        return None
+    root = as_location(settings.snapshots_root)
+    if not isinstance(root, Path) or not root.is_dir():
+        return None
+    sources: dict[str, str] = {}
+    for info in list_snapshots(root):  # tasks in name order, newest first
+        if info.manifest is None:
+            continue
+        if info.task_id in pins:
+            if info.snapshot_id == pins[info.task_id]:
+                sources[info.task_id] = info.snapshot_id
+        else:
+            sources.setdefault(info.task_id, info.snapshot_id)
+    return sources
 
 
 def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_name: str,
               agent_settings: dict[str, Any], s: RunSettings,
               upstream_ca: Path | None, wire: WireLimits | None = None,
-              pins: dict[str, str] | None = None, errors: dict[str, str] | None = None) -> Iterator[EpisodeRequest]:
+              pins: dict[str, str] | None = None, errors: dict[str, str] | None = None,
+              share_pins: dict[str, str] | None = None) -> Iterator[EpisodeRequest]:
     pins, errors = pins or {}, errors or {}
     for task in suite.select(list(task_ids)):
         for repeat in range(s.repeats):
@@ -142,6 +194,7 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
                     agent_settings=agent_settings,
                     snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None,
                     snapshot_id=pins.get(task.id, s.snapshot_id), snapshot_error=errors.get(task.id),
+                    share_pins=share_pins,
                     max_steps=s.max_steps, timeout_s=s.timeout_s, action_timeout_s=s.action_timeout_s, guard=s.guard,
                     upstream_ca=upstream_ca, replay=s.replay, keep_credentials=s.keep_credentials, inputs=s.inputs,
                     repeat=repeat, wire=wire, warm=s.warm)
@@ -161,13 +214,15 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
               command: Sequence[str] = (),
               on_episode: Callable[[EpisodeSummary], None] | None = None,
               on_start: Callable[[Path, int, int], None] | None = None,
+              on_pin: Callable[[int, int], None] | None = None,
               executor: Executor | None = None, wire: WireLimits | None = None) -> tuple[Path, list[EpisodeSummary]]:
     """Run (or resume) a suite; returns the run folder and the summaries of the episodes run now.
 
     Episodes run on ``executor`` (default: in this process for one worker, else a local process
     pool of ``settings.workers``); ``on_episode`` is called here, in the caller's process, with
     each summary as it comes back. ``wire``: the bounds and timeouts of each episode's proxy toward
-    its agent (default: from the environment; docs/limits.md).
+    its agent (default: from the environment; docs/limits.md). ``on_pin(done, total)``: the
+    progress of the start's snapshot lookups (:func:`pin_snapshots`).
     """
     from ..agents import make_agent
     from ..browser import chromium_version
@@ -203,14 +258,19 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             "workers": settings.workers, "warm": settings.warm,
             "repeats": max(settings.repeats, manifest.settings.repeats)})
         pins, errors = pin_snapshots(settings, manifest.task_ids or [t.id for t in suite.select(list(task_ids))],
-                                     held=manifest.snapshots)
-        if settings.repeats != manifest.settings.repeats or pins != manifest.snapshots:
+                                     held=manifest.snapshots, on_progress=on_pin)
+        share_pins = manifest.shared_snapshots  # kept: a resume draws on the sources the run started with
+        if share_pins is None:  # a run from before they were pinned
+            share_pins = pin_share_sources(settings, pins)
+        if (settings.repeats != manifest.settings.repeats or pins != manifest.snapshots
+                or share_pins != manifest.shared_snapshots):
             manifest.settings = manifest.settings.model_copy(update={"repeats": settings.repeats})
-            manifest.snapshots = pins
+            manifest.snapshots, manifest.shared_snapshots = pins, share_pins
             save_model(run_dir / "run.json", manifest)
     else:
         chosen = [t.id for t in suite.select(list(task_ids))]
-        pins, errors = pin_snapshots(settings, chosen)  # before any episode, once
+        pins, errors = pin_snapshots(settings, chosen, on_progress=on_pin)  # before any episode, once
+        share_pins = pin_share_sources(settings, pins)
         run_dir = out / (run_id or _new_run_id(agent_name))
         if (run_dir / "run.json").exists():
             raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
@@ -224,14 +284,14 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")
         manifest = RunManifest(run_id=run_dir.name, started_at=datetime.now(UTC),
                                suite_path=str(suite.path) if suite.path else None, suite_sha256=suite.sha256,
-                               task_ids=chosen, snapshots=pins, agent=agent.spec,
+                               task_ids=chosen, snapshots=pins, shared_snapshots=share_pins, agent=agent.spec,
                                agent_name=agent_name, modes=list(MODES[settings.mode]), settings=settings,
                                versions=tool_versions({"chromium": chromium_version()}), git_commit=_git_commit(), machine=_machine(),
                                command=list(command))
         save_model(run_dir / "run.json", manifest)
     todo = []
     for req in _requests(run_dir, suite, manifest.task_ids or list(task_ids), agent_name, agent_settings, settings,
-                         upstream_ca, wire, pins, errors):
+                         upstream_ca, wire, pins, errors, share_pins):
         final = req.folder
         if (final / "trajectory.json").exists() and not _lost_to_infrastructure(final):
             continue

@@ -28,6 +28,7 @@ the cold path. ``run --cold`` (``RunSettings.warm = False``) turns warm episodes
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import multiprocessing.util
 import os
@@ -105,14 +106,15 @@ class WarmWorker:
 
     # -- the replay --------------------------------------------------------------
     def replay(self, snapshot: Path | str, config: ReplayConfig, ca: ProjectCA,
-               wire: WireLimits | None = None) -> WarmReplay:
+               wire: WireLimits | None = None, share_pins: dict[str, str] | None = None) -> WarmReplay:
         """The replay of ``snapshot`` for one episode: opened once per worker, a new responder each time."""
         # the data folder is in the key: an opened snapshot reads the caches of the one it was opened in (a Ray
         # worker process's episodes all run in the same one, ray_executor.worker_home)
-        key = (str(snapshot), config.model_dump_json(), os.environ.get("EGO2WEB_REPLAY_HOME", ""))
+        pins = None if share_pins is None else json.dumps(share_pins, sort_keys=True)
+        key = (str(snapshot), config.model_dump_json(), os.environ.get("EGO2WEB_REPLAY_HOME", ""), pins or "")
         replay = self._replays.pop(key, None)
         if replay is None:
-            replay = Replay([snapshot], config, ca=ca, wire=wire)
+            replay = Replay([snapshot], config, ca=ca, wire=wire, share_pins=share_pins)
             replay.open()
             self.opens += 1
         self._replays[key] = replay
