@@ -45,7 +45,7 @@ RULES = default_rules()
 HOSTS = ["shop.example", "WWW.Shop.Example", "api.shop.example:8443", "shop.example:443", "user@a@b.example",
          "[2001:db8::1]:8080", "trailing.example.", "127.0.0.1:9"]
 PATHS = ["/", "/item", "/a;jsessionid=XYZ/b", "/caf%C3%A9", "/%7euser/x", "/with space", "/ünï", "/p#frag/x",
-         "/api/stock", ""]
+         "/api/stock", "", "/Item", "/item/", "/item//"]  # the last three fold as /item: read again, apart
 
 
 def _url(rng: random.Random, i: int) -> str:

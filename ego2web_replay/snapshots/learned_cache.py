@@ -102,6 +102,14 @@ def learn_index_file(index: Path) -> dict[str, list[str]]:
     return learner.learn(index)
 
 
+def _fold(group: str) -> str:
+    """What the first read hashes of a path group: lower-cased, its last slashes cut. Equal groups
+    fold alike (``http://a?q`` and ``http://a/?q`` too, which path_group makes one); groups that fold
+    alike but differ (a path's case, its last slashes) are only read again by :meth:`Learner.learn`,
+    which groups by the groups themselves: the hash picks lines to read, never what is learned."""
+    return group.lower().rstrip("/")
+
+
 class Learner:
     """Learning from an index file in bounded memory, in two reads of it.
 
@@ -114,32 +122,30 @@ class Learner:
 
     def __init__(self) -> None:
         self._numbers, self._hashes = array("q"), array("q")
-        self._heads: dict[str, str] = {}  # "scheme://authority" -> lower-cased (bounded)
 
     def note(self, number: int, group: str) -> None:
         self._numbers.append(number)
-        self._hashes.append(hash(group))
+        self._hashes.append(hash(_fold(group)))
 
     def add_batch(self, batch: Batch) -> None:
-        """:meth:`note` of each capture of ``batch`` that can teach: its path group worked out as
-        :func:`~.volatility.path_group` does, the scheme and authority lower-cased once per origin."""
-        heads = self._heads
-        if len(heads) >= 100_000:
-            heads.clear()
+        """:meth:`note` of each capture of ``batch`` that can teach. The folded group (:func:`_fold`)
+        of a whole block is worked out from one string of ``METHOD url`` lines
+        lower-cased at once, then the query and last slashes cut) instead of a path group built a
+        line at a time; a block with a fragment or a line break in a URL, or an odd method, line by line."""
         teachers = batch.teachers
-        groups: list[str] = []
-        add = groups.append
-        for _number, method, url in teachers:
-            base = url.partition("?")[0]
-            path = base.find("/", base.find("://") + 3)
-            if path < 0 or "#" in url or "://" not in base:
-                add(path_group(method, url))
-                continue
-            head = base[:path]
-            low = heads.get(head)
-            if low is None:
-                low = heads[head] = head.lower()
-            add(f"{method if method == 'GET' else method.upper()} {low}{base[path:]}")
+        if not teachers:
+            return
+        methods = set(batch.methods)
+        if len(methods) == 1:  # one method (GET, nearly always): its name joined in with the URLs
+            method = f"{next(iter(methods))} "
+            joined = method + f"\n{method}".join([t[2] for t in teachers])
+        else:
+            joined = "\n".join([f"{method} {url}" for _number, method, url in teachers])
+        odd = any(not m.isascii() or "?" in m for m in methods)  # lower() undoing upper(); a cut
+        if odd or "#" in joined or joined.count("\n") != len(teachers) - 1:
+            groups = [_fold(path_group(method, url)) for _number, method, url in teachers]
+        else:
+            groups = [line.partition("?")[0].rstrip("/") for line in joined.lower().split("\n")]
         self._numbers.extend([t[0] for t in teachers])
         self._hashes.extend(map(hash, groups))
 
