@@ -64,19 +64,29 @@ class Source:
     index: Path  # its CDXJ index file
 
 
-def root_latest(own: Path, root: Path | None = None) -> tuple[Any, list[Source]]:
-    """``own``'s manifest and the latest complete snapshot of every task under ``root`` (default: ``own``'s
-    grandparent), in task order; no snapshots when ``own`` does not lie in a ``<root>/<task>/<id>``
-    layout (its folder's parent is not named after its task). None for an unreadable ``own``."""
-    from ..snapshots.snapshot import list_snapshots, load_manifest
+def _own_layout(own: Path, root: Path | None) -> tuple[Any, Path | None]:
+    """``own``'s manifest (None if unreadable) and the root its task folder lies in (``root``, default
+    ``own``'s grandparent), or no root when ``own`` is not in a ``<root>/<task>/<id>`` layout."""
+    from ..snapshots.snapshot import load_manifest
 
     own = Path(own)
     try:
         manifest = load_manifest(own)
     except SnapshotError:
-        return None, []
-    root = Path(root) if root is not None else own.parent.parent
-    if own.parent.name != manifest.task_id or not root.is_dir():
+        return None, None
+    if own.parent.name != manifest.task_id:
+        return manifest, None
+    return manifest, Path(root) if root is not None else own.parent.parent
+
+
+def root_latest(own: Path, root: Path | None = None) -> tuple[Any, list[Source]]:
+    """``own``'s manifest and the latest complete snapshot of every task under ``root`` (default: ``own``'s
+    grandparent), in task order; no snapshots when ``own`` does not lie in a ``<root>/<task>/<id>``
+    layout (its folder's parent is not named after its task). None for an unreadable ``own``."""
+    from ..snapshots.snapshot import list_snapshots
+
+    manifest, root = _own_layout(own, root)
+    if root is None or not root.is_dir():
         return manifest, []
     found: dict[str, Source] = {}
     for info in list_snapshots(root):  # tasks in name order, newest first
@@ -92,13 +102,8 @@ def pinned_latest(own: Path, pins: dict[str, str], root: Path | None = None) -> 
     a snapshot recorded since is not a source. A pinned snapshot gone or unfinished is left out, with a warning."""
     from ..snapshots.snapshot import load_manifest
 
-    own = Path(own)
-    try:
-        manifest = load_manifest(own)
-    except SnapshotError:
-        return None, []
-    root = Path(root) if root is not None else own.parent.parent
-    if own.parent.name != manifest.task_id:
+    manifest, root = _own_layout(own, root)
+    if root is None:
         return manifest, []
     found: list[Source] = []
     for task_id in sorted(pins):
