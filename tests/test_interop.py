@@ -196,6 +196,13 @@ def _fetch(port: int, ca_file: Path, exp: Expected) -> tuple[int, dict[str, str]
         conn.close()
 
 
+# A shell without job control starts background commands with SIGINT ignored (`nohup cmd &`, as CI
+# may), and a child inherits that: serve would then sit out its --duration instead of stopping on the
+# Ctrl-C this test sends. The serve processes are exec'd with SIGINT at its default, as in a terminal.
+_SIGINT_DEFAULT = [sys.executable, "-c", "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])"]
+
+
 @pytest.fixture(scope="module")
 def servers(tmp_path_factory, data_home, ca):
     """Import every corpus group, start the serve processes, send every request, stop them with SIGINT."""
@@ -225,8 +232,8 @@ def servers(tmp_path_factory, data_home, ca):
         server.stats_file = root / f"stats-{n}.json"
         for snap in server.snapshots:
             server.requests += _expectations(snap)
-        cmd = [str(EXE), "serve", *[str(s.path) for s in server.snapshots], "--port", str(server.port),
-               "--duration", "120", "--stats", str(server.stats_file)] + ([] if server.freeze else ["--no-freeze"])
+        cmd = [*_SIGINT_DEFAULT, str(EXE), "serve", *[str(s.path) for s in server.snapshots], "--port", str(server.port),
+               "--duration", "900", "--stats", str(server.stats_file)] + ([] if server.freeze else ["--no-freeze"])
         server.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         for server in servers:
@@ -250,8 +257,13 @@ def servers(tmp_path_factory, data_home, ca):
         for server in servers:
             assert server.proc is not None
             assert server.proc.stdout is not None
-            server.output += server.proc.stdout.read()  # what the startup loop left buffered, then the rest
-            server.proc.wait(timeout=30)
+            try:  # its few lines of stats fit the pipe: it ends without being read
+                server.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # --duration is far off: the signal did not stop it
+                server.proc.kill()
+                pytest.fail(f"serve did not stop within 60 s of its {'SIGTERM' if server.freeze else 'SIGINT'}")
+            finally:
+                server.output += server.proc.stdout.read()  # what the startup loop left buffered, then the rest
     return [(server, results[id(server)]) for server in servers]
 
 
