@@ -257,3 +257,35 @@ def test_lock_file_that_cannot_be_created_is_one_line(tmp_path: Path, capsys: py
             pass
     assert main(["compare", "--db", str(tmp_path / "missing" / "x.duckdb")]) == 1
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_version_10_database_gains_the_shared_sources_and_ingests_old_and_new_runs(tmp_path: Path) -> None:
+    """Migration 11 (runs.shared_snapshots) on a real file at version 10: its run keeps its row with NULL
+    (no sources pinned); a run.json with the map stores it as JSON, an older run.json without it NULL."""
+    import json
+
+    db = tmp_path / "v10.duckdb"
+    con = duckdb.connect(str(db))
+    migrate(con, target=10)
+    con.execute("INSERT INTO runs (run_id, agent, ingested_at, pinned_snapshots) VALUES ('v10-run', 'a', now(), "
+                "'{\"t1\": \"s1\"}')")
+    con.close()
+    runs = tmp_path / "runs"
+    shared = make_run(runs, "shared", AGENT, [EpisodeSpec("t1", "frozen", {"rule": True})])
+    manifest = json.loads((shared / "run.json").read_text("utf-8"))
+    manifest.update(snapshots={"t1": "s1"}, shared_snapshots={"t2": "s9", "t1": "s1"})
+    (shared / "run.json").write_text(json.dumps(manifest), "utf-8")
+    older = make_run(runs, "older", AGENT, [EpisodeSpec("t1", "frozen", {"rule": True})])
+    manifest = json.loads((older / "run.json").read_text("utf-8"))
+    manifest.pop("shared_snapshots", None)  # as written before the sources were pinned
+    (older / "run.json").write_text(json.dumps(manifest), "utf-8")
+
+    assert ingest(db, [runs]).runs == 2
+    with read_connection(db) as con:
+        assert schema_version(con) == CURRENT_VERSION >= 11
+        rows = dict((r[0], r[1:]) for r in con.execute(
+            "SELECT run_id, pinned_snapshots, shared_snapshots FROM runs").fetchall())
+    assert rows["v10-run"] == ('{"t1": "s1"}', None)
+    assert json.loads(rows["shared"][0]) == {"t1": "s1"}
+    assert json.loads(rows["shared"][1]) == {"t1": "s1", "t2": "s9"}
+    assert rows["older"][1] is None

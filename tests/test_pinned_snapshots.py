@@ -192,6 +192,11 @@ def test_shared_sources_are_pinned_when_the_run_starts_for_it_and_its_resume(fro
                         settings=settings.model_copy(update={"repeats": 4}), resume=run_dir)
     assert [r.end_reason for r in more] == ["answered"]
     assert sources() == [[pinned]] * 4
+    db = tmp_path / "t.duckdb"
+    record_run(db, run_dir)
+    with read_connection(db) as con:
+        (kept,) = con.execute("SELECT shared_snapshots FROM runs").fetchone()
+    assert json.loads(kept) == {TASK: first.name, "other-task": other.name}
 
     # outside a run the replay draws on each task's newest, as before
     with Replay([first], ReplayConfig(share_window_s=3600.0)) as replay:

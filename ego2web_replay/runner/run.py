@@ -12,7 +12,7 @@ With ``repeats`` K each task is run K times in each mode (repeat 0 in
 repeats are finished, and may raise K (never lower it).
 
 Each task's snapshot is chosen once, when the run starts (:func:`pin_snapshots`: the task's newest
-then, or ``--snapshot-id``), kept in ``run.json`` (``snapshots``) and handed to every episode (a Ray
+then, found from one listing of the root, or ``--snapshot-id``), kept in ``run.json`` (``snapshots``) and handed to every episode (a Ray
 worker's too): a snapshot recorded while the run goes on changes nothing, a resumed run replays what
 it started with, and no episode asks the store which snapshot is the newest.
 """
@@ -41,6 +41,7 @@ from ..models import (
     save_model,
 )
 from ..snapshots.location import as_location, name_of
+from ..snapshots.rootlist import RootListing
 from ..versions import tool_versions
 from ..wire.budget import WireLimits
 from .episode import EpisodeRequest, EpisodeSummary, find_snapshot
@@ -49,7 +50,7 @@ from .inputs import apply_inputs
 from .locking import RunFolderLock
 
 __all__ = ["RunManifest", "RunSettings", "run_suite", "list_runs", "load_run", "find_resumable_run",
-           "pin_snapshots", "pin_share_sources", "PIN_WORKERS"]
+           "pin_snapshots", "pin_share_sources", "start_listing", "PIN_WORKERS"]
 
 log = logging.getLogger(__name__)
 
@@ -105,16 +106,24 @@ def find_resumable_run(out: Path, suite: TaskSuite, agent_name: str) -> Path | N
 PIN_WORKERS = 8  # lookups at once when a run starts (each about 3 store requests on s3://)
 
 
+def start_listing(settings: RunSettings) -> RootListing | None:
+    """The one listing of the run's snapshots root that its start's lookups share (None without a root)."""
+    return RootListing(as_location(settings.snapshots_root)) if settings.snapshots_root else None
+
+
 def pin_snapshots(settings: RunSettings, task_ids: Sequence[str], held: dict[str, str] | None = None,
-                  on_progress: Callable[[int, int], None] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+                  on_progress: Callable[[int, int], None] | None = None,
+                  listing: RootListing | None = None) -> tuple[dict[str, str], dict[str, str]]:
     """Each task's snapshot for the whole run, chosen once before any episode: ``(pins, errors)``.
 
     ``pins``: task id → snapshot id (``held``'s, a resumed run's, kept; else ``settings.snapshot_id``,
     which each episode checks as before; else the task's newest now). ``errors``: task id → why the
     task has none (no snapshot, no ``--snapshots``, the store unreachable): each of its frozen episodes
     is a ``setup_error`` saying so, as when it looked for itself. Nothing is looked up for a live run.
-    The newest snapshots are looked up :data:`PIN_WORKERS` at a time (a 500-task suite on ``s3://``
-    would otherwise wait on some 1,500 requests in turn); both maps are in task order whatever order
+    The newest snapshots are found from one listing of the root (``listing``, default
+    :func:`start_listing`'s; :class:`~ego2web_replay.snapshots.rootlist.RootListing`: the same answers
+    as a lookup per task), each task's folder read :data:`PIN_WORKERS` at a time (a 500-task suite on
+    ``s3://`` would otherwise wait on its requests in turn); both maps are in task order whatever order
     the answers came in. ``on_progress(done, total)`` is called, in this thread, as lookups finish.
     """
     from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -123,17 +132,19 @@ def pin_snapshots(settings: RunSettings, task_ids: Sequence[str], held: dict[str
     errors: dict[str, str] = {}
     if "frozen" not in MODES[settings.mode]:
         return pins, errors
-    root = as_location(settings.snapshots_root) if settings.snapshots_root else None
+    listing = listing if listing is not None else start_listing(settings)
     todo = [t for t in task_ids if not (held and t in held) and not settings.snapshot_id]
     found: dict[str, str | SnapshotError] = {}
 
     def newest(task_id: str) -> str | SnapshotError:
         try:
-            return name_of(find_snapshot(root, task_id, None))
+            return name_of(find_snapshot(None, task_id, None) if listing is None else listing.newest(task_id))
         except SnapshotError as e:
             return e
 
     if todo:
+        if listing is not None:
+            listing.prepare(len(todo))  # the root listed once, before the lookups share it
         with ThreadPoolExecutor(max_workers=min(PIN_WORKERS, len(todo)), thread_name_prefix="pin") as pool:
             futures = {pool.submit(newest, t): t for t in todo}
             for n, future in enumerate(as_completed(futures), 1):
@@ -154,22 +165,24 @@ def pin_snapshots(settings: RunSettings, task_ids: Sequence[str], held: dict[str
     return pins, errors
 
 
-def pin_share_sources(settings: RunSettings, pins: dict[str, str]) -> dict[str, str] | None:
+def pin_share_sources(settings: RunSettings, pins: dict[str, str],
+                      listing: RootListing | None = None) -> dict[str, str] | None:
     """The snapshots shared captures may draw on for the whole run (``--share-window``), chosen once when
     it starts: task id → snapshot id of every task under the (local) snapshots root, the run's own pin for
     a task of the run, the newest finished snapshot then for any other task (the window reaches every task
     of the root, :func:`~ego2web_replay.replay.shared.root_latest`). A run's task without a finished
     snapshot under its pin is none. None when there is nothing to pin: sharing off, a live run, an
-    object-storage root (shared captures are for local roots only)."""
-    from ..snapshots.snapshot import list_snapshots
-
+    object-storage root (shared captures are for local roots only). ``listing``: the start's listing of
+    the root (:func:`start_listing`), so that :func:`pin_snapshots` and this read each task's folder once."""
     if "frozen" not in MODES[settings.mode] or settings.replay.share_window_s is None or not settings.snapshots_root:
         return None
     root = as_location(settings.snapshots_root)
     if not isinstance(root, Path) or not root.is_dir():
         return None
+    if listing is None or listing.root != root:
+        listing = RootListing(root)
     sources: dict[str, str] = {}
-    for info in list_snapshots(root):  # tasks in name order, newest first
+    for info in listing.infos():  # tasks in name order, newest first
         if info.manifest is None:
             continue
         if info.task_id in pins:
@@ -257,11 +270,12 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
         settings = manifest.settings.model_copy(update={
             "workers": settings.workers, "warm": settings.warm,
             "repeats": max(settings.repeats, manifest.settings.repeats)})
+        listing = start_listing(settings)
         pins, errors = pin_snapshots(settings, manifest.task_ids or [t.id for t in suite.select(list(task_ids))],
-                                     held=manifest.snapshots, on_progress=on_pin)
+                                     held=manifest.snapshots, on_progress=on_pin, listing=listing)
         share_pins = manifest.shared_snapshots  # kept: a resume draws on the sources the run started with
         if share_pins is None:  # a run from before they were pinned
-            share_pins = pin_share_sources(settings, pins)
+            share_pins = pin_share_sources(settings, pins, listing)
         if (settings.repeats != manifest.settings.repeats or pins != manifest.snapshots
                 or share_pins != manifest.shared_snapshots):
             manifest.settings = manifest.settings.model_copy(update={"repeats": settings.repeats})
@@ -269,8 +283,9 @@ def run_suite(suite: TaskSuite, *, agent_name: str, out: Path, settings: RunSett
             save_model(run_dir / "run.json", manifest)
     else:
         chosen = [t.id for t in suite.select(list(task_ids))]
-        pins, errors = pin_snapshots(settings, chosen, on_progress=on_pin)  # before any episode, once
-        share_pins = pin_share_sources(settings, pins)
+        listing = start_listing(settings)  # the root listed once for both
+        pins, errors = pin_snapshots(settings, chosen, on_progress=on_pin, listing=listing)  # before any episode
+        share_pins = pin_share_sources(settings, pins, listing)
         run_dir = out / (run_id or _new_run_id(agent_name))
         if (run_dir / "run.json").exists():
             raise Ego2WebError(f"run {run_dir} exists already; use --resume to finish it")

@@ -18,6 +18,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..atomic import atomic_write_bytes
@@ -31,7 +32,7 @@ from .storage import LocalStorage, Storage, walk
 from .verify import VerifyReport, verify_snapshot
 
 __all__ = ["Location", "as_location", "join", "name_of", "is_remote", "root_storage", "open_snapshot",
-           "RemoteSnapshot", "latest", "staging_root", "upload_snapshot", "require_local", "verify_location", "StorageError"]
+           "RemoteSnapshot", "latest", "newest_remote", "staging_root", "upload_snapshot", "require_local", "verify_location", "StorageError"]
 
 Location = Path | str
 
@@ -133,14 +134,23 @@ def latest(root: Location, task_id: str, cache: ObjectCache | None = None) -> Lo
         return latest_snapshot(root, task_id)
     store = ObjectStorage(root)
     store.check_root()
-    cache = cache or ObjectCache()
+    return newest_remote(root, store, task_id, cache or ObjectCache())
+
+
+def newest_remote(root: str, store: ObjectStorage, task_id: str, cache: ObjectCache,
+                  folders: Iterable[tuple[str, str | None]] | None = None) -> str:
+    """The URL of a task's newest finished snapshot in ``store`` (the root ``root``'s). ``folders``: its
+    snapshot folders as (snapshot id, the manifest's ETag token) when a listing of the root gave them
+    (:class:`~.rootlist.RootListing`); by default the task's folder is listed and each manifest's token
+    asked for. A folder without a manifest (an unfinished upload) or with a broken one is skipped."""
+    if folders is None:
+        folders = [(n.strip("/").rsplit("/", 1)[-1], None) for n in store.list(task_id) if n.endswith("/")]
     infos = []
-    for folder in (n for n in store.list(task_id) if n.endswith("/")):
-        snapshot_id = folder.strip("/").rsplit("/", 1)[-1]
+    for snapshot_id, tag in folders:
         sub = store.child(f"{task_id}/{snapshot_id}")
         try:
-            manifest = parse_model(cache.manifest(sub), sub.url, SnapshotManifest, "snapshot manifest",
-                                   SnapshotError)
+            data = cache.manifest(sub) if tag is None else cache.manifest(sub, etag=tag)
+            manifest = parse_model(data, sub.url, SnapshotManifest, "snapshot manifest", SnapshotError)
         except StorageError:
             raise  # the store failed: that is not "no snapshot"
         except (FileNotFoundError, SnapshotError):

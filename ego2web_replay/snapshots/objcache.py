@@ -128,10 +128,12 @@ class ObjectCache:
     def _manifest_path(self, url: str) -> Path:
         return self.root / "manifests" / (hashlib.sha256(url.encode()).hexdigest()[:32] + ".json")
 
-    def manifest(self, remote: ObjectStorage) -> bytes:
-        """The snapshot's manifest: the cached copy while its ETag holds, else downloaded (and kept)."""
+    def manifest(self, remote: ObjectStorage, etag: str | None = None) -> bytes:
+        """The snapshot's manifest: the cached copy while its ETag holds, else downloaded (and kept).
+        ``etag``: the manifest's token as a listing just gave it (:meth:`ObjectStorage.list_tree`), so the
+        store is not asked for it again (default: asked, a HEAD)."""
         url = f"{remote.url}/{MANIFEST}"
-        tag = remote.etag(MANIFEST)
+        tag = remote.etag(MANIFEST) if etag is None else etag
         path = self._manifest_path(url)
         try:
             held = json.loads(path.read_text("utf-8"))

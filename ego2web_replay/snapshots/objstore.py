@@ -31,6 +31,7 @@ lookups.
 
 from __future__ import annotations
 
+import builtins
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -40,7 +41,7 @@ from typing import Any, BinaryIO, TypeVar
 from ..errors import SnapshotError
 
 __all__ = ["ObjectStorage", "StorageError", "StoreUnreachable", "AWS_VARIABLES", "STORE_VARIABLES", "is_remote",
-           "storage_options", "store_limits", "store_requests"]
+           "storage_options", "store_limits", "store_requests", "LIST_PAGE_KEYS"]
 
 T = TypeVar("T")
 
@@ -125,6 +126,16 @@ def storage_options(url: str, env: Mapping[str, str] | None = None) -> dict[str,
         if env.get("AWS_SESSION_TOKEN"):
             opts["token"] = env["AWS_SESSION_TOKEN"]
     return opts
+
+
+#: Keys a listing request of :meth:`ObjectStorage.list_tree` asks for (S3 answers at most 1,000).
+LIST_PAGE_KEYS = 1000
+
+
+def _tag(info: Mapping[str, Any]) -> str:
+    """An object's change token from its metadata (a lookup's or a listing's): its ETag, else size and time."""
+    tag = info.get("ETag") or info.get("etag")
+    return str(tag) if tag else f"{info.get('size')}-{info.get('LastModified') or info.get('mtime') or ''}"
 
 
 def _first_line(e: BaseException) -> str:
@@ -280,8 +291,44 @@ class ObjectStorage:
         self.fs.invalidate_cache(self._path(name))  # the connection is shared: never an ETag from an old listing
         _count(lookups=1)
         info = self._call("lookup", name, lambda: self.fs.info(self._path(name), **self._deadline()))
-        tag = info.get("ETag") or info.get("etag")
-        return str(tag) if tag else f"{info.get('size')}-{info.get('LastModified') or info.get('mtime') or ''}"
+        return _tag(info)
+
+    def list_tree(self, prefix: str = "", max_pages: int | None = None) -> builtins.list[tuple[str, str]] | None:
+        """Every object under ``prefix`` (names relative to this folder, at any depth) with its :meth:`etag`
+        token, from one listing without a delimiter: on ``s3://`` a request per :data:`LIST_PAGE_KEYS` keys,
+        each counted as a listing; another file system's whole tree in one call. None when that needs more
+        than ``max_pages`` requests (the ones made are counted; what they listed is dropped)."""
+        base = prefix.strip("/")
+        inner = self._path(base).rstrip("/") + "/"
+        protocols = self.fs.protocol if isinstance(self.fs.protocol, tuple) else (self.fs.protocol,)
+        found: list[tuple[str, str]] = []
+        if "s3" not in protocols:
+            _count(listings=1)
+            try:
+                tree = self._call("listing", base, lambda: self.fs.find(self._path(base), detail=True))
+            except FileNotFoundError:
+                return []
+            for info in tree.values():
+                path = str(info["name"])
+                if path.startswith(inner) and info.get("type") != "directory":
+                    found.append((path[len(self.root) + 1:], _tag(info)))
+            return sorted(found)
+        bucket, _, key = inner.partition("/")
+        query: dict[str, Any] = {"Bucket": bucket, "Prefix": key, "MaxKeys": LIST_PAGE_KEYS}
+        pages = 0
+        while True:
+            if max_pages is not None and pages >= max_pages:
+                return None
+            pages += 1
+            _count(listings=1)
+            page = self._call("listing", base, lambda: self.fs.call_s3("list_objects_v2", **query,
+                                                                          **self._deadline()))
+            for item in page.get("Contents", []):
+                name = f"{bucket}/{item['Key']}"
+                found.append((name[len(self.root) + 1:], _tag({**item, "size": item.get("Size")})))
+            if not page.get("IsTruncated"):
+                return sorted(found)
+            query["ContinuationToken"] = page["NextContinuationToken"]
 
     def check_root(self, *, write: bool = False) -> None:
         """Fail with one line when the store cannot be reached, the bucket is missing, or (``write``) refuses a PUT."""

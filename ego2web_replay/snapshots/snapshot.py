@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +33,7 @@ __all__ = [
     "SnapshotWriter",
     "SnapshotInfo",
     "list_snapshots",
+    "task_snapshots",
     "latest_snapshot",
     "file_digest",
     "ARCHIVE_NAMES",
@@ -418,21 +419,31 @@ def list_snapshots(root: Path, storage: Storage | None = None) -> list[SnapshotI
     store = storage or LocalStorage(root)
     found: list[SnapshotInfo] = []
     for task in (n for n in store.list() if n.endswith("/")):
-        infos = []
-        for snap in (n for n in store.list(task) if n.endswith("/")):
-            files = {name.rsplit("/", 1)[-1] for name in store.list(snap)}
-            if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
-                continue
-            task_id, snapshot_id = snap.strip("/").split("/")
-            try:
-                manifest: SnapshotManifest | None = load_manifest(root / task_id / snapshot_id,
-                                                                  SubStorage(store, snap) if storage else None)
-            except SnapshotError:
-                manifest = None
-            infos.append(SnapshotInfo(root / task_id / snapshot_id, task_id, snapshot_id, manifest))
-        infos.sort(key=_newest_key, reverse=True)
-        found.extend(infos)
+        found.extend(task_snapshots(root, task.strip("/"), storage))
     return found
+
+
+def task_snapshots(root: Path, task_id: str, storage: Storage | None = None) -> list[SnapshotInfo]:
+    """The snapshot folders of one task under ``root`` (as :func:`list_snapshots` finds them), newest first:
+    its folder listed, each snapshot folder listed, each manifest read; none for a task without a folder."""
+    root = Path(root)
+    if task_id in ("", ".", "..") or "/" in task_id:
+        return []  # not a folder name: no task of the root
+    store = storage or LocalStorage(root)
+    infos = []
+    for snap in (n for n in store.list(f"{task_id}/") if n.endswith("/")):
+        files = {name.rsplit("/", 1)[-1] for name in store.list(snap)}
+        if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
+            continue
+        task, snapshot_id = snap.strip("/").split("/")
+        try:
+            manifest: SnapshotManifest | None = load_manifest(root / task / snapshot_id,
+                                                              SubStorage(store, snap) if storage else None)
+        except SnapshotError:
+            manifest = None
+        infos.append(SnapshotInfo(root / task / snapshot_id, task, snapshot_id, manifest))
+    infos.sort(key=_newest_key, reverse=True)
+    return infos
 
 
 def _newest_key(info: SnapshotInfo) -> tuple[str, int, str]:
@@ -441,13 +452,14 @@ def _newest_key(info: SnapshotInfo) -> tuple[str, int, str]:
     return created, int(suffix) if suffix.isdigit() else 0, info.snapshot_id
 
 
-def latest_snapshot(root: Path, task_id: str) -> Path:
-    """The newest complete snapshot of a task; :class:`SnapshotError` if there is none."""
-    task_dir = Path(root) / task_id
-    if task_dir.is_dir():
-        for info in list_snapshots(Path(root)):
-            if info.task_id == task_id and info.complete:
-                return info.path
+def latest_snapshot(root: Path, task_id: str, infos: Sequence[SnapshotInfo] | None = None) -> Path:
+    """The newest complete snapshot of a task; :class:`SnapshotError` if there is none. ``infos``: the task's
+    snapshots as :func:`task_snapshots` found them already (default: its folder is read now)."""
+    if infos is None:
+        infos = task_snapshots(Path(root), task_id) if (Path(root) / task_id).is_dir() else []
+    for info in infos:  # newest first
+        if info.complete:
+            return info.path
     raise SnapshotError(
         f"no snapshot of task {task_id!r} under {root}; record one with `ego2web-replay record` "
         "or import a WARC with `ego2web-replay snapshot import`"

@@ -173,14 +173,16 @@ def _write_run_row(con: duckdb.DuckDBPyConnection, run: RunManifest | None, run_
     con.execute("DELETE FROM runs WHERE run_id = ?", [run_id])
     con.execute(
         """INSERT INTO runs (run_id, started_at, suite_path, suite_sha256, agent, agent_spec, modes, versions,
-                             machine, git_commit, path, ingested_at, pinned_snapshots)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                             machine, git_commit, path, ingested_at, pinned_snapshots, shared_snapshots)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         [run_id, db_time(run.started_at) if run else None, run.suite_path if run else None,
          run.suite_sha256 if run else None, agent_label(spec) if spec else None,
          spec.model_dump_json() if spec else None, json.dumps(run.modes if run else []),
          json.dumps(run.versions if run else {}), json.dumps(run.machine if run else {}),
          run.git_commit if run else None, str(run_dir.resolve()), _now(),
-         json.dumps(run.snapshots if run else {}, sort_keys=True)],
+         json.dumps(run.snapshots if run else {}, sort_keys=True),
+         # NULL for a run that pinned no sources (sharing off, object storage, or from before they were pinned)
+         None if run is None or run.shared_snapshots is None else json.dumps(run.shared_snapshots, sort_keys=True)],
     )
 
 

@@ -188,6 +188,10 @@ _V10 = (  # the snapshot each task's frozen episodes replay, pinned when the run
     "ALTER TABLE runs ADD COLUMN pinned_snapshots VARCHAR DEFAULT '{}'",
 )
 
+_V11 = (  # the shared captures' sources pinned when the run started (run.json's shared_snapshots); NULL: none pinned
+    "ALTER TABLE runs ADD COLUMN shared_snapshots VARCHAR DEFAULT NULL",
+)
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "snapshots, resources, runs, episodes, verdicts", _V1),
     Migration(2, "drift probes", _V2),
@@ -199,6 +203,7 @@ MIGRATIONS: tuple[Migration, ...] = (
     Migration(8, "episode answers that set volatile values aside (learned, fresh ids)", _V8),
     Migration(9, "episode answers from shared captures (other tasks' snapshots)", _V9),
     Migration(10, "the snapshots a run pinned when it started (task id -> snapshot id)", _V10),
+    Migration(11, "the shared captures' sources a run pinned when it started (task id -> snapshot id)", _V11),
 )
 CURRENT_VERSION = MIGRATIONS[-1].version
 
