@@ -160,20 +160,22 @@ def _head(n: int) -> str:
 
 
 def _int_texts(offsets: list[int]) -> list[str]:
-    """:func:`_int` of each of ``offsets``, as Latin-1 text; BININT of a batch all in its range at once."""
+    """:func:`_int` of each of ``offsets``, as Latin-1 text: BININT, four bytes, made for every row at
+    once by numpy; the few outside its range (under 65536, or past 31 bits) one by one."""
     import numpy as np
 
     try:
         values = np.array(offsets, dtype=np.int64)
     except OverflowError:
-        values = None
-    if values is not None and len(values) and values.min() >= 65536 and values.max() < 2**31:
-        ops = np.empty((len(values), 5), dtype=np.uint8)
-        ops[:, 0] = ord("J")
-        ops[:, 1:] = values.astype("<i4").view(np.uint8).reshape(-1, 4)
-        text = ops.tobytes().decode("latin-1")
-        return [text[i:i + 5] for i in range(0, len(text), 5)]
-    return [_int(o).decode("latin-1") for o in offsets]
+        return [_int(o).decode("latin-1") for o in offsets]
+    ops = np.empty((len(values), 5), dtype=np.uint8)
+    ops[:, 0] = ord("J")
+    ops[:, 1:] = values.astype("<i4").view(np.uint8).reshape(-1, 4)
+    text = ops.tobytes().decode("latin-1")
+    out = [text[i:i + 5] for i in range(0, len(text), 5)]
+    for i in np.flatnonzero((values < 65536) | (values >= 2**31)).tolist():
+        out[i] = _int(offsets[i]).decode("latin-1")
+    return out
 
 
 class _Frames:
