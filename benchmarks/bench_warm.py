@@ -1,30 +1,36 @@
-"""The index caches that ``finalize`` and ``snapshot index`` build (``warm_cache``), from one read of the
-index against the parsed rows, on a large synthetic snapshot.
+"""The index caches that ``finalize`` and ``snapshot index`` build (``warm_cache``), this tree against the
+package as it was at a git revision, on large synthetic snapshots in both recorded orders.
 
-    .venv/bin/python benchmarks/bench_warm.py [--captures 100000] [--rounds 2] [--no-write]
+    .venv/bin/python benchmarks/bench_warm.py [--sizes 100000 1000000] [--orders index shuffled]
+        [--baseline main] [--rounds 2] [--no-write]
 
-``warm_cache`` writes a large index's compact cache (the parsed rows), its mapped form and replay's
-canonical keys (the map hook, wired as the commands wire it). *parsed rows* is the build as it was
-(every row parsed, the map built from the rows, the canonical keys read back from the map's lines);
-*one read* is ``warm_cache`` now (the map and the canonical keys from one read of the file,
-``snapshots/first_open.py``; the compact cache from the parsed rows). Each build starts with an empty
-``index-cache/``; the rounds alternate which goes first, and every round checks that both wrote the
-same files with the same bytes; then the compact cache is built alone (the part both share). Prints a table and rewrites the ``warm`` section of BENCHMARKS.md.
+``warm_cache`` writes a large index's compact cache (the parsed rows pickled, for the in-memory
+index), its mapped form and replay's canonical keys (the map hook, wired as the commands wire it).
+Snapshots come from ``_bigsnap.big_snapshot`` (built once under ``benchmarks/out/``; ``index``:
+written in the order of the index, ``shuffled``: in a random browsing order as a recording is, so
+the index, sorted by URL, has its offsets and timestamps in random order). Their index is
+hard-linked into a temporary folder; every build runs in a fresh Python process with an empty data
+folder and notes the wall time, its CPU time (user + system: the figure to read on a shared
+machine) and its peak resident memory (VmHWM), then hashes the files it wrote: both codes must
+write the same files with the same bytes. The baseline is the package at ``--baseline`` (``git
+archive`` into a temporary folder); the rounds alternate which code goes first. Prints a table and
+rewrites the ``warm`` section of BENCHMARKS.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
+from _bigsnap import big_snapshot  # noqa: E402
 from _common import (  # noqa: E402
     exit_on_sigterm,
     loadavg,
@@ -35,105 +41,125 @@ from _common import (  # noqa: E402
     update_section,
 )
 
+_CHILD = r"""
+import hashlib, json, sys, time
+from pathlib import Path
 
-def _parsed_rows(index: Path) -> None:
-    """``warm_cache`` as it was: the rows parsed (and kept), the map from the rows, then the map hooks."""
-    from ego2web_replay.snapshots.index_cache import index_rows
-    from ego2web_replay.snapshots.index_map import build_index_map, run_map_hooks
+def status(name):
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
-    rows = index_rows(index)
-    target = build_index_map(index, rows)
-    del rows
-    run_map_hooks(index, target)
+from ego2web_replay.commands._hooks import wire_index_hooks
+from ego2web_replay.snapshots.index_cache import cache_dir, warm_cache
+
+index = Path(sys.argv[1])
+wire_index_hooks()
+before = status("VmHWM")
+t, c = time.perf_counter(), time.process_time()
+warm_cache(index)
+out = {"s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "peak_mib": status("VmHWM"),
+       "peak_before_mib": before, "files": {}}
+for path in sorted(cache_dir().iterdir()):
+    kind = "canonical" if path.name.endswith(".canonical.sorted") else path.suffix  # its name holds the map's mtime
+    out["files"][kind] = hashlib.sha256(path.read_bytes()).hexdigest()
+out["code"] = __import__("ego2web_replay").__file__
+print(json.dumps(out))
+"""
 
 
-def _one_read(index: Path) -> None:
-    from ego2web_replay.snapshots.index_cache import warm_cache
+def _build(index: Path, code: Path | None) -> dict:
+    """``warm_cache(index)`` in a fresh process with an empty data folder, with the package at ``code``."""
+    root = code or Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as home:
+        os.chmod(home, 0o700)
+        env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONPATH=str(root), EGO2WEB_REPLAY_HOME=home)
+        out = subprocess.run([sys.executable, "-c", _CHILD, str(index)], capture_output=True, text=True, env=env,
+                             timeout=1800, cwd=str(root))
+    if out.returncode:
+        raise SystemExit(f"warm_cache of {index} failed: {out.stderr.strip()[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
-    warm_cache(index)
 
-
-def _compact(index: Path) -> None:
-    """The part both builds share: the rows parsed and kept as the compact cache (for the memory index)."""
-    from ego2web_replay.snapshots.index_cache import index_rows
-
-    index_rows(index)
-
-
-def _files() -> dict[str, bytes]:
-    """What the build wrote, by name (canonical keys by kind: their name holds the map's mtime), then emptied."""
-    from ego2web_replay.snapshots.index_cache import cache_dir
-
-    out = {}
-    for path in sorted(cache_dir().iterdir()):
-        out["canonical" if path.name.endswith(".canonical.sorted") else path.name] = path.read_bytes()
-    shutil.rmtree(cache_dir())
-    cache_dir().mkdir()
-    return out
+def _baseline_tree(rev: str, into: Path) -> Path:
+    root = Path(__file__).resolve().parent.parent
+    into.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev, "ego2web_replay"], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return into
 
 
 def main() -> None:
     exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--captures", type=int, default=100_000)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--orders", nargs="+", choices=["index", "shuffled"], default=["index", "shuffled"])
+    ap.add_argument("--baseline", metavar="REV", default="main", help="the code to compare with (a git revision)")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     args = ap.parse_args()
     info = machine_info()
-    home = Path(tempfile.mkdtemp(prefix="bench-warm-"))
-    os.environ["EGO2WEB_REPLAY_HOME"] = str(home)
-    from _bigsnap import big_snapshot
-
-    from ego2web_replay.commands._hooks import wire_index_hooks
-    from ego2web_replay.snapshots.index_cache import cache_dir
-    from ego2web_replay.snapshots.snapshot import INDEX
-
-    try:
-        folder, _built = big_snapshot(args.captures)
-        index = folder / INDEX
-        wire_index_hooks()
-        shutil.rmtree(cache_dir(), ignore_errors=True)
-        cache_dir().mkdir(parents=True)
-        variants = {"parsed rows (before)": _parsed_rows, "one read (now)": _one_read}
-        times: dict[str, list[float]] = {name: [] for name in [*variants, "of which: the compact cache alone"]}
-        same = True
-        for k in range(args.rounds):
-            order = list(variants) if k % 2 == 0 else list(reversed(variants))
-            written = {}
-            for name in order:
-                t0 = time.perf_counter()
-                variants[name](index)
-                times[name].append(time.perf_counter() - t0)
-                written[name] = _files()
-            t0 = time.perf_counter()
-            _compact(index)
-            times["of which: the compact cache alone"].append(time.perf_counter() - t0)
-            _files()
-            a, b = written.values()
-            same = same and a == b and len(a) == 3
-            print(f"round {k + 1}: " + ", ".join(f"{n} {times[n][-1]:.2f} s" for n in order)
-                  + f"; same files and bytes: {a == b} ({len(a)} files); load {loadavg()}")
-    finally:
-        shutil.rmtree(home, ignore_errors=True)
-    base = statistics.median(times["parsed rows (before)"])
-    header = ["build", "rounds", "median", "min", "vs parsed rows"]
-    rows = [[name, ", ".join(f"{t:.2f} s" for t in ts), f"{statistics.median(ts):.2f} s", f"{min(ts):.2f} s",
-             f"{statistics.median(ts) / base:.2f}x"] for name, ts in times.items()]
+    rev = subprocess.run(["git", "rev-parse", "--short", args.baseline], capture_output=True, text=True,
+                         check=True).stdout.strip()
+    before = f"before ({args.baseline}, {rev})" if not rev.startswith(args.baseline) else f"before ({rev})"
+    rows, ratios, same_all = [], [], True
+    with tempfile.TemporaryDirectory() as work:
+        os.environ["EGO2WEB_REPLAY_HOME"] = str(Path(work) / "home")  # big_snapshot's own caches: thrown away
+        codes: dict[str, Path | None] = {before: _baseline_tree(args.baseline, Path(work) / "base"), "now": None}
+        for n in args.sizes:
+            for order in args.orders:
+                folder, _built = big_snapshot(n, order)
+                place = Path(work) / f"{n}-{order}"
+                place.mkdir()
+                index = place / "index.cdxj"
+                os.link(folder / "index.cdxj", index)  # warm_cache keys its files by the index's path: a copy of ours
+                got: dict[str, list[dict]] = {name: [] for name in codes}
+                for k in range(args.rounds):
+                    for name in (list(codes) if k % 2 == 0 else list(reversed(codes))):
+                        r = _build(index, codes[name])
+                        got[name].append(r)
+                        if k == 0:
+                            print(f"  {name}: {r['code']}")
+                        print(f"  {n:,} {order} {name} round {k + 1}: {r['s']:.2f} s, CPU {r['cpu_s']:.2f} s, "
+                              f"peak {r['peak_mib']:.0f} MiB; load {loadavg()}", flush=True)
+                hashes = [r["files"] for rs in got.values() for r in rs]
+                same = all(h == hashes[0] for h in hashes) and len(hashes[0]) == 3
+                same_all = same_all and same
+                med = {name: {key: statistics.median(r[key] for r in rs) for key in ("s", "cpu_s", "peak_mib")}
+                       for name, rs in got.items()}
+                for name, rs in got.items():
+                    rows.append([f"{n:,}", order, name, ", ".join(f"{r['s']:.1f}" for r in rs),
+                                 f"{med[name]['s']:.2f}", f"{med[name]['cpu_s']:.2f}", f"{med[name]['peak_mib']:.0f}",
+                                 "yes" if same else "NO", loadavg()])
+                ratios.append([f"{n:,}", order, f"{med['now']['s'] / med[before]['s']:.2f}x",
+                               f"{med['now']['cpu_s'] / med[before]['cpu_s']:.2f}x",
+                               f"{med['now']['peak_mib'] / med[before]['peak_mib']:.2f}x"])
+                index.unlink()
+    header = ["captures", "recorded order", "code", "rounds s", "median s", "CPU s", "peak RSS MiB",
+              "same 3 files, same bytes", "load after (1/5/15 min)"]
+    ratio_header = ["captures", "recorded order", "now / before: s", "CPU s", "peak RSS"]
     print(text_table(header, rows))
+    print(text_table(ratio_header, ratios))
     body = f"""## Index caches at finalize and `snapshot index` (`benchmarks/bench_warm.py`)
 
-`warm_cache` on the index of a synthetic snapshot of {args.captures:,} captures (`benchmarks/_bigsnap.py`):
-the compact cache of the parsed rows, the mapped index and replay's canonical keys (the map hook, wired as
-the commands wire it). *parsed rows*: as it was built before (every row parsed, the map from the rows, the
-canonical keys read back from the map's lines); *one read*: now (the map and the canonical keys from one
-read of the file, `snapshots/first_open.py`; the compact cache still from the parsed rows). Each build
-starts with an empty `index-cache/`; {args.rounds} rounds, alternating which goes first.
+`warm_cache` on the index of synthetic snapshots (`benchmarks/_bigsnap.py`) in both recorded orders:
+*index*, written in the order of the index's URLs (recorded order nearly the index's), and
+*shuffled*, written in a random browsing order as a recording is (the index, sorted by URL, has its
+offsets and timestamps in random order). It writes the compact cache of the parsed rows (the
+in-memory index's pickle), the mapped index and replay's canonical keys (the map hook, wired as the
+commands wire it). *{before}*: the map and the canonical keys from one read of the index, the
+compact cache from every row parsed, sorted and pickled; *now*: all three from the one read, the
+compact cache written as pickle's bytes row by row (`snapshots/compact_rows.py`), put in recorded
+order by the map's sequential bucket passes. Each build in a fresh process with an empty data
+folder; {args.rounds} rounds, alternating which code goes first; medians. CPU s: the process's user +
+system time, the figure to compare on this shared machine (wall time includes waiting for a core).
 
 {markdown_table(header, rows)}
 
-- Both wrote the same {3} files with the same bytes in every round: **{"yes" if same else "NO"}**.
-- *the compact cache alone* is the part both builds still share: the rows parsed and pickled for the
-  memory index, which replay reads only for indexes under 512 KiB or with `EGO2WEB_REPLAY_INDEX=memory`.
+{markdown_table(ratio_header, ratios)}
+
+- Both codes wrote the same 3 files with the same bytes in every build: **{"yes" if same_all else "NO"}**.
 - This is the step of `finalize` / `snapshot index` that changed; the rest (parsing the archive to index
   it, hashing the files) is as before.
 
@@ -143,8 +169,8 @@ Machine and versions:
     if not args.no_write:
         update_section("warm", body)
         print("BENCHMARKS.md: section 'warm' updated")
-    if not same:
-        raise SystemExit("bench_warm.py: the two builds wrote different caches")
+    if not same_all:
+        raise SystemExit("bench_warm.py: the two codes wrote different caches")
 
 
 if __name__ == "__main__":

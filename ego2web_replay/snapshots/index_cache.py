@@ -110,26 +110,41 @@ def warm_cache(index: Path) -> None:
     (:func:`~.index_map.add_map_hook`: replay's canonical keys), and this compact cache; never fails
     the caller.
 
-    The map and the hooks' tables are built from one read of the file (:mod:`.first_open`, the very
-    bytes the rows give), and the compact cache from the rows parsed; an index the one read leaves to
-    the line readers (:class:`~.indexscan.IrregularIndex`), or a hook without a rows form, has
-    everything built from the parsed rows, as before."""
+    All three are built from one read of the file (:mod:`.first_open`, the very bytes the rows give;
+    the compact cache by :class:`~.compact_rows.CompactRows`, without the rows held); a hook without
+    a rows form is run on the map once it is written. An index the one read leaves to the line
+    readers (:class:`~.indexscan.IrregularIndex`) has everything built from the parsed rows, as
+    before, and so has the compact cache of rows that :class:`~.compact_rows.CompactRows` leaves to
+    pickle."""
+    from .compact_rows import CompactRows
     from .first_open import build_first_open
-    from .index_map import build_index_map, row_tables, run_map_hooks
+    from .index_map import build_index_map, map_file, row_tables, run_map_hooks
 
     index = Path(index)
     try:
         cache_dir().mkdir(parents=True, exist_ok=True)
+        cache = cache_file(index)
+        if cache is None:
+            raise ArchiveError(f"{index}: index not found")
         tables = row_tables(cache_dir())
-        if tables is not None:
+        compact = None if cache.is_file() and trusted(cache) else CompactRows(index, cache, cache_dir())
+        try:
             try:
-                done = build_first_open(index, learn=False, keys=tables, min_rows=_CACHE_MIN_ROWS)
+                done = build_first_open(index, learn=False, keys=[*(tables or ()), *([compact] if compact else [])],
+                                        min_rows=_CACHE_MIN_ROWS)
             except (ArchiveError, ValueError):  # built below, as before (a failing hook logged and skipped)
                 done = False
-            if not done:
-                tables = None  # odd lines: the line readers build all of it below
+        finally:
+            if compact is not None:
+                compact.close()
+        if done:
+            if compact is not None and not compact.done and compact.count >= _CACHE_MIN_ROWS:
+                index_rows(index)  # rows the table leaves to pickle
+            if tables is None and (target := map_file(index)) is not None and target.is_file():
+                run_map_hooks(index, target)
+            return
         rows = index_rows(index)
-        if len(rows) < _CACHE_MIN_ROWS or tables is not None:
+        if len(rows) < _CACHE_MIN_ROWS:
             return
         target = build_index_map(index, rows)
         del rows  # the hooks read the map, not the parsed rows
