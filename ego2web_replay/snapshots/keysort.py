@@ -11,6 +11,12 @@ from ``ab\\0``; the length sort puts the shorter first, as byte order does. Keys
 :data:`WIDTH` bytes that share their first :data:`WIDTH` bytes with another such key are put in
 order by comparing their bytes in Python (rare: most keys are URLs shorter than that).
 
+Two cheaper ways come first, each giving that very order: keys that already rise in the order of
+their values (a recording's times against its offsets) or in the order they were added (an index's
+keys, added in the index's order) are found so by a check a word at a time, and kept so; keys whose first
+telling word differs between nearly any two (random digests: a million sha1 digests share a first
+word now and then) are sorted by that word, the few that share it compared whole in Python.
+
 :func:`sorted_chunks` gives the keys' bytes (unpadded) in a given order, a few thousand at a time,
 for :func:`~.sortedfile.write_sorted_columns`.
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import tempfile
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +35,8 @@ __all__ = ["KeyColumn", "WIDTH", "sorted_chunks", "ranks"]
 WIDTH = 128  # bytes compared by numpy; longer keys with an equal start are compared in Python
 _ZEROS = bytes(8)
 _CHUNK = 2048  # keys gathered at a time when their bytes are written out
+_FEW_TIES = 4096  # keys sharing their first telling word that are ordered in Python anyway
+_TIE_SHARE = 256  # ... or one key in this many
 
 
 class KeyColumn:
@@ -147,14 +155,30 @@ class KeyColumn:
         if not n:
             return np.arange(n, dtype=np.int64) if values is None else np.argsort(values, kind="stable").astype(np.int64)
         words = self.data().view(">u8")
-        first = self.starts() >> 3
-        longest = int(lengths.max())
-        settled, alike = _told_apart(words, first, lengths, longest)
-        if settled is not None:
+        try:
+            return self._argsort(words, self.starts() >> 3, lengths, values)
+        finally:
             del words
             self.release()
-            return settled
+
+    def _argsort(self, words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
+                 values: np.ndarray | None) -> np.ndarray:
+        n = len(lengths)
+        longest = int(lengths.max())
+        alike = _alike(words, first, lengths, longest)
         order = np.arange(n, dtype=np.int64) if values is None else _value_order(values)
+        if longest <= WIDTH:  # already in order, by value (a recording's times) or as added (an index's keys)?
+            if _rising(words, first, lengths, order, alike) is not None:
+                return order
+            if values is not None:
+                same = np.arange(n, dtype=np.int64)
+                ties = _rising(words, first, lengths, same, alike)
+                if ties is not None and bool((values[:-1][ties] <= values[1:][ties]).all()):
+                    return same
+        starts = first * 8
+        settled = _told_apart(words, first, lengths, alike, lambda run: self._by_key(run, values, starts))
+        if settled is not None:
+            return settled
         order = order[np.argsort(lengths[order], kind="stable")]
         for c in range((min(longest, WIDTH) + 7) // 8 - 1, alike - 1, -1):
             col = _column(words, first, lengths, order, c)
@@ -163,9 +187,14 @@ class KeyColumn:
             order = order[np.argsort(col, kind="stable")]
         if longest > WIDTH:
             self._order_long(order, words, first, lengths)
-        del words
-        self.release()
         return order
+
+    def _by_key(self, run: np.ndarray, values: np.ndarray | None, starts: np.ndarray) -> list[int]:
+        """The indexes ``run`` in (key bytes, value, index) order, compared in Python (``starts``:
+        :meth:`starts`)."""
+        if values is None:
+            return sorted(run.tolist(), key=lambda i: (self.key(i, starts), i))
+        return sorted(run.tolist(), key=lambda i: (self.key(i, starts), values[i].item(), i))
 
     def _order_long(self, order: np.ndarray, words: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> None:
         """Put in byte order, in place, each run of ``order`` whose keys share their first
@@ -191,22 +220,58 @@ class KeyColumn:
         self._lengths = array("I")
 
 
-def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
-                longest: int) -> tuple[np.ndarray | None, int]:
-    """The keys in byte order when their first word that is not the same for every key differs
-    between any two of them (random digests, say): one sort of that word orders them all, lengths
-    and values never deciding. None when two keys share it (then every word from it on is sorted);
-    with the number of leading words the same for every key (never to be sorted by)."""
+def _alike(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> int:
+    """How many leading words (of those compared, :data:`WIDTH` bytes) are the same for every key."""
     every = np.arange(len(lengths), dtype=np.int64)
     words_compared = (min(longest, WIDTH) + 7) // 8
     for c in range(words_compared):
         col = _column(words, first, lengths, every, c)
-        if (col == col[0]).all():
-            continue
-        order = np.argsort(col)
-        ranked = col[order]
-        return (order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None), c
-    return None, words_compared
+        if not (col == col[0]).all():
+            return c
+    return words_compared
+
+
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, c: int,
+                settle: Callable[[np.ndarray], list[int]]) -> np.ndarray | None:
+    """The keys in (key bytes, value, index) order when their first word that is not the same for
+    every key (the ``c``-th) differs between nearly any two of them (random digests, say): one
+    sort of that word orders them all, but for the few that share it (a run of keys at most
+    :data:`_FEW_TIES` in all, or one in :data:`_TIE_SHARE`), which ``settle`` puts in order. None
+    when more share it (then every word from it on is sorted), or every word is the same."""
+    if c >= (min(int(lengths.max()), WIDTH) + 7) // 8:
+        return None
+    col = _column(words, first, lengths, np.arange(len(lengths), dtype=np.int64), c)
+    order = np.argsort(col).astype(np.int64)
+    ranked = col[order]
+    same = ranked[1:] == ranked[:-1]
+    tied = int(np.count_nonzero(same))
+    if tied > max(_FEW_TIES, len(lengths) // _TIE_SHARE):
+        return None
+    if tied:
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
+        for begin, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+            order[begin:end + 1] = settle(order[begin:end + 1])
+    return order
+
+
+def _rising(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray,
+            alike: int) -> np.ndarray | None:
+    """Whether the keys (none longer than :data:`WIDTH`; their first ``alike`` words the same for
+    every key) never fall along ``order``, in byte order: None when one does, else where two in
+    turn are equal (``ties[j]``: the keys ``order[j]`` and ``order[j + 1]``)."""
+    undecided = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for c in range(alike, (int(lengths.max()) + 7) // 8):
+        col = _column(words, first, lengths, order, c)
+        before, after = col[:-1], col[1:]
+        if (undecided & (before > after)).any():
+            return None
+        undecided &= before == after
+        if not undecided.any():
+            return undecided
+    ordered = lengths[order]  # equal words: the shorter key first (a zero-padded word hides trailing NULs)
+    if (undecided & (ordered[:-1] > ordered[1:])).any():
+        return None
+    return undecided & (ordered[:-1] == ordered[1:])
 
 
 def _value_order(values: np.ndarray) -> np.ndarray:
