@@ -240,3 +240,55 @@ def test_warm_cache_writes_what_it_wrote_from_the_parsed_rows(tmp_path, data_hom
         warm_cache(index)
     assert _new_cache_files(before) == want
     assert len(scans) == 1  # the one read was tried (and, with CRLF, left to the line readers)
+
+
+def _batch_fields(batch: indexscan.Batch) -> tuple:
+    return (batch.timestamps, list(batch.offsets), batch.urls, batch.methods, batch.bodies, batch.digests,
+            batch.starts.tolist(), batch.lengths.tolist(), batch.teachers, batch.plain)
+
+
+def test_a_block_is_read_by_the_loose_expression_as_by_the_strict_one(monkeypatch):
+    """Blocks of plain lines, some spoilt (a quote dropped, so a value could run on into the next line;
+    a tab or a backslash in a value; a blank line): each block gives the batch the strict expression
+    gives, whichever of the two reads it (the loose one only where no backslash or control character is)."""
+    rng = random.Random(21)
+    plain = [line for line in _lines(rng, 3000) if indexscan._FAST.fullmatch(line)]
+    loose = strict = 0
+    for trial in range(300):
+        lines = rng.sample(plain, rng.randint(1, 12))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            at = rng.randrange(len(lines))
+            line = lines[at]
+            if not line:
+                continue
+            spoil = rng.choice(["quote", "quote", "tab", "backslash", "blank"])
+            if spoil == "quote":
+                quotes = [i for i, c in enumerate(line) if c == '"']
+                cut = rng.choice(quotes)
+                line = line[:cut] + line[cut + 1:]
+            elif spoil == "blank":
+                line = ""
+            else:
+                cut = rng.randrange(line.index("{") + 10, len(line) - 2)
+                line = line[:cut] + ("\t" if spoil == "tab" else "\\\\") + line[cut:]
+            lines[at] = line
+        text = "\n".join(lines) + ("\n" if trial % 3 else "")
+        block = text.encode()
+        count = text.count("\n") + (not text.endswith("\n"))
+
+        def read(expression: object, text: str = text, block: bytes = block, count: int = count) -> tuple:
+            monkeypatch.setattr(indexscan, "_LOOSE_LINES", expression)
+            try:
+                return _batch_fields(indexscan._batch(text, block, *indexscan._places(block, 0, count), 5, count))
+            except indexscan.IrregularIndex:
+                return ("irregular",)
+
+        real = indexscan._LOOSE_LINES
+        got = read(real)
+        assert got == read(indexscan._FAST_LINES), text
+        monkeypatch.setattr(indexscan, "_LOOSE_LINES", real)
+        if indexscan._clean(text, block, count):
+            loose += 1
+        else:
+            strict += 1
+    assert loose > 100 and strict > 30
