@@ -244,7 +244,7 @@ def test_warm_cache_writes_what_it_wrote_from_the_parsed_rows(tmp_path, data_hom
 
 def _batch_fields(batch: indexscan.Batch) -> tuple:
     return (batch.timestamps, list(batch.offsets), batch.urls, batch.methods, batch.bodies, batch.digests,
-            batch.starts.tolist(), batch.lengths.tolist(), batch.teachers, batch.plain)
+            batch.starts.tolist(), batch.lengths.tolist(), list(batch.numbers), list(batch.teaching), batch.plain)
 
 
 def test_a_block_is_read_by_the_loose_expression_as_by_the_strict_one(monkeypatch):

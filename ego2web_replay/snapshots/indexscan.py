@@ -26,7 +26,8 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, repeat
+from operator import contains
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -110,9 +111,11 @@ class Batch:
     """Where each line starts in the file (bytes, int64)."""
     lengths: np.ndarray | None = None
     """Each line's length in bytes, without its line break (int64)."""
-    teachers: list[tuple[int, str, str]] = field(default_factory=list)
-    """``(line number, method, url)`` of each capture that can teach the learner (a response or
-    revisit with a query or a body): its path group is ``path_group(method, url)``."""
+    numbers: Sequence[int] = field(default_factory=list)
+    """The line number of each row, as the line readers number them (from 1)."""
+    teaching: Sequence[int] = field(default_factory=list)
+    """The rows (indexes into the columns) of the captures that can teach the learner (a response
+    or revisit with a query or a body): a row's path group is ``path_group(method, url)``."""
     plain: bool = True
     """Every line of the block in the writer's plain form (no value needs escaping in a key)."""
 
@@ -199,7 +202,7 @@ def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.nd
     bodies = [b or None for b in bodies] if any(bodies) else [None] * len(bodies)  # an empty one as none
     numbers: range | list[int] = range(number + 1, number + 1 + len(rows))
     if not any(rtypes) and "warc/revisit" not in mimes:  # responses only (the common case)
-        originals = [d or None for d in digests]
+        originals = list(digests) if "" not in digests else [d or None for d in digests]
         teaching = None
     else:
         kinds = [t or ("revisit" if m == "warc/revisit" else "response") for t, m in zip(rtypes, mimes, strict=True)]
@@ -215,17 +218,21 @@ def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.nd
         originals = [d if d and k != "revisit" else None for d, k in zip(digests, kinds, strict=True)]
         teaching = [k in _TEACHING for k in kinds]
     upper = ["GET"] * len(urls) if not any(methods) else [(m or "GET").upper() for m in methods]
-    batch = Batch(list(timestamps), list(map(int, offsets)), list(urls), upper, list(bodies), originals, starts,
-                  lengths)
-    asking = [i for i, (u, b) in enumerate(zip(urls, bodies, strict=True)) if "?" in u or b]
-    batch.teachers = [(numbers[i], upper[i], urls[i]) for i in asking if teaching is None or teaching[i]]
-    return batch
+    asks = list(map(contains, urls, repeat("?")))
+    if any(bodies):
+        asks = [a or bool(b) for a, b in zip(asks, bodies, strict=True)]
+    if teaching is not None:
+        asks = [a and t for a, t in zip(asks, teaching, strict=True)]
+    return Batch(list(timestamps), list(map(int, offsets)), list(urls), upper, list(bodies), originals, starts,
+                 lengths, numbers=numbers, teaching=range(len(urls)) if all(asks) else list(compress(range(len(asks)), asks)))
 
 
 def _mixed_batch(lines: list[str], matches: list[re.Match[str] | None], starts: np.ndarray, lengths: np.ndarray,
                  number: int) -> Batch:
     """A block with lines not in the plain form: each line on its own, the odd ones by the line readers."""
     batch = Batch()
+    teaching: list[int] = []
+    batch.teaching = teaching
     kept = []
     for i, (line, m) in enumerate(zip(lines, matches, strict=True)):
         if m is not None:
@@ -258,6 +265,7 @@ def _mixed_batch(lines: list[str], matches: list[re.Match[str] | None], starts: 
         batch.digests.append(original)
         kept.append(i)
         if kind in _TEACHING and ("?" in url or body):
-            batch.teachers.append((number + 1 + i, method, url))
+            teaching.append(len(batch.urls) - 1)
     batch.starts, batch.lengths = starts[kept], lengths[kept]
+    batch.numbers = [number + 1 + i for i in kept]
     return batch
