@@ -189,3 +189,19 @@ def test_keys_already_in_order_keep_it_only_when_it_is_the_order(ties_by):
     got = column.argsort(rank).tolist()
     assert got == sorted(range(len(keys)), key=lambda i: (keys[i], int(rank[i]), i))
     assert (got == list(range(len(keys)))) == (ties_by == "values rising")
+
+
+@pytest.mark.parametrize("size", [0, 5, 8, 14, 32])
+def test_keys_of_one_length_are_padded_as_one_at_a_time(size):
+    """Keys all of one length (timestamps, digests): padded at once, as :meth:`KeyColumn.add` pads each."""
+    rng = random.Random(size)
+    keys = [bytes(rng.randrange(256) for _ in range(size)) for _ in range(300)]
+    one, many, texts = KeyColumn(), KeyColumn(), KeyColumn()
+    for key in keys:
+        one.add(key)
+    many.extend(keys)
+    words = ["".join(rng.choice("0123456789") for _ in range(size)) for _ in range(300)]
+    texts.extend_text(words)
+    assert many.data().tobytes() == one.data().tobytes() and many.lengths().tolist() == one.lengths().tolist()
+    assert [texts.key(i) for i in range(len(words))] == [w.encode() for w in words]
+    assert texts.data().tobytes() == b"".join(w.encode() + bytes(-size & 7) for w in words)

@@ -82,6 +82,15 @@ class KeyColumn:
             raise ValueError(f"{len(joined)} bytes of keys, the lengths say {total}")
         padded = (lengths + 7) & ~7
         widest = int(padded.max())
+        size = int(lengths[0])
+        if size * len(lengths) == total and int(lengths.max()) == size:  # one length (timestamps, digests)
+            if size == widest:
+                self._add_padded(joined, lengths)
+                return
+            rows = np.zeros((len(lengths), widest), dtype=np.uint8)
+            rows[:, :size] = np.frombuffer(joined, dtype=np.uint8).reshape(len(lengths), size)
+            self._add_padded(rows.tobytes(), lengths)
+            return
         if widest * len(lengths) <= 2 * int(padded.sum()) + 64:  # lengths alike: one row of bytes per key
             columns = np.arange(widest, dtype=np.int64)
             rows = np.zeros((len(lengths), widest), dtype=np.uint8)
@@ -94,8 +103,12 @@ class KeyColumn:
                 ends = np.cumsum(lengths)
                 block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
                     np.frombuffer(joined, dtype=np.uint8)
+        self._add_padded(block.tobytes(), lengths)
+
+    def _add_padded(self, block: bytes, lengths: np.ndarray) -> None:
+        """Add keys of ``lengths`` given padded, one after the other, in ``block``."""
         self._lengths.frombytes(lengths.astype(np.uint32).tobytes())
-        self._buf += block.tobytes()
+        self._buf += block
         if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
             self._flush()
 
