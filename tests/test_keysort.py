@@ -168,7 +168,7 @@ def test_keys_already_in_order_keep_it_only_when_it_is_the_order(ties_by):
     against its offsets), are not sorted again; equal keys in turn keep the order they came in only
     when their values say so."""
     rng = random.Random(9)
-    stamps = sorted(f"2026120312{rng.randrange(10**4):04d}".encode() for _ in range(4000))
+    stamps = sorted(f"2026120312{rng.randrange(10**4):04d}".encode() for _ in range(10_000))  # past the probe
     offsets = np.array(sorted(rng.sample(range(10**9), len(stamps))), dtype=np.int64)
     shuffle = rng.sample(range(len(stamps)), len(stamps))  # the same rows, taken in another order
     keys = [stamps[i] for i in shuffle]
@@ -176,7 +176,7 @@ def test_keys_already_in_order_keep_it_only_when_it_is_the_order(ties_by):
     column = KeyColumn()
     column.extend(keys)
     assert column.argsort(values).tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))
-    urls = sorted({f"GET\x00http://a/{rng.randrange(10**6)}".encode() for _ in range(3000)})
+    urls = sorted({f"GET\x00http://a/{rng.randrange(10**6)}".encode() for _ in range(6000)})
     keys = [u for u in urls for _ in range(rng.choice([1, 1, 2, 3]))]  # in byte order, some twice or more
     rank = np.array(rng.sample(range(len(keys)), len(keys)), dtype=np.int64)
     start = 0

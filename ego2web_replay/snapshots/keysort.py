@@ -37,6 +37,7 @@ _ZEROS = bytes(8)
 _CHUNK = 2048  # keys gathered at a time when their bytes are written out
 _FEW_TIES = 4096  # keys sharing their first telling word that are ordered in Python anyway
 _TIE_SHARE = 256  # ... or one key in this many
+_PROBE = 4096  # keys looked at first, to tell keys in no order quickly
 
 
 class KeyColumn:
@@ -235,10 +236,9 @@ class KeyColumn:
 
 def _alike(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> int:
     """How many leading words (of those compared, :data:`WIDTH` bytes) are the same for every key."""
-    every = np.arange(len(lengths), dtype=np.int64)
     words_compared = (min(longest, WIDTH) + 7) // 8
     for c in range(words_compared):
-        col = _column(words, first, lengths, every, c)
+        col = _word(words, first, lengths, c)
         if not (col == col[0]).all():
             return c
     return words_compared
@@ -271,17 +271,21 @@ def _rising(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np
             alike: int) -> np.ndarray | None:
     """Whether the keys (none longer than :data:`WIDTH`; their first ``alike`` words the same for
     every key) never fall along ``order``, in byte order: None when one does, else where two in
-    turn are equal (``ties[j]``: the keys ``order[j]`` and ``order[j + 1]``)."""
+    turn are equal (``ties[j]``: the keys ``order[j]`` and ``order[j + 1]``). The first few
+    thousand are looked at first: keys in no such order fall there already."""
+    if len(order) > 2 * _PROBE and _rising(words, first, lengths, order[:_PROBE], alike) is None:
+        return None
+    at, ordered = first[order], lengths[order]
     undecided = np.ones(max(len(order) - 1, 0), dtype=bool)
     for c in range(alike, (int(lengths.max()) + 7) // 8):
-        col = _column(words, first, lengths, order, c)
+        col = _word(words, at, ordered, c)
         before, after = col[:-1], col[1:]
         if (undecided & (before > after)).any():
             return None
         undecided &= before == after
         if not undecided.any():
             return undecided
-    ordered = lengths[order]  # equal words: the shorter key first (a zero-padded word hides trailing NULs)
+    # equal words: the shorter key first (a zero-padded word hides trailing NULs)
     if (undecided & (ordered[:-1] > ordered[1:])).any():
         return None
     return undecided & (ordered[:-1] == ordered[1:])
@@ -298,6 +302,16 @@ def _value_order(values: np.ndarray) -> np.ndarray:
         if (values[inverse] == np.arange(n)).all():  # each of 0..n-1 met: no value twice
             return inverse
     return np.argsort(values, kind="stable").astype(np.int64)
+
+
+def _word(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, c: int) -> np.ndarray:
+    """The ``c``-th 8-byte word of the keys starting at word ``first`` (0 past a key's ``lengths``),
+    as native integers."""
+    at = first + c
+    np.minimum(at, len(words) - 1, out=at)
+    col = words[at].astype(np.uint64)
+    col[lengths <= 8 * c] = 0
+    return col
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:
