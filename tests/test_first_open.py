@@ -279,7 +279,9 @@ def test_a_block_is_read_by_the_loose_expression_as_by_the_strict_one(monkeypatc
         def read(expression: object, text: str = text, block: bytes = block, count: int = count) -> tuple:
             monkeypatch.setattr(indexscan, "_LOOSE_LINES", expression)
             try:
-                return _batch_fields(indexscan._batch(text, block, *indexscan._places(block, 0, count), 5, count))
+                breaks, clean = indexscan._breaks(memoryview(block), text)
+                places = indexscan._places(breaks, len(block), 0, count)
+                return _batch_fields(indexscan._batch(text, clean, *places, 5, count))
             except indexscan.IrregularIndex:
                 return ("irregular",)
 
@@ -287,8 +289,25 @@ def test_a_block_is_read_by_the_loose_expression_as_by_the_strict_one(monkeypatc
         got = read(real)
         assert got == read(indexscan._FAST_LINES), text
         monkeypatch.setattr(indexscan, "_LOOSE_LINES", real)
-        if indexscan._clean(text, block, count):
+        if indexscan._breaks(memoryview(block), text)[1]:
             loose += 1
         else:
             strict += 1
     assert loose > 100 and strict > 30
+
+
+@pytest.mark.parametrize("char", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\t", "\\",
+                                  "é", None])
+def test_a_block_breaking_lines_as_splitlines_does_is_irregular(char):
+    """A block holding a line break of str.splitlines other than \\n is left to the line readers; a
+    tab or a backslash only keeps the block from the loose expression."""
+    line = IndexEntry("k", "20260101000000", "http://a/x?q=1", "text/html", "sha1:X", 1, 2, "f", 200).to_line()
+    text = f"{line}\n{line[:30]}{char or ''}{line[30:]}\n{line}"
+    view = memoryview(text.encode())
+    if char is not None and char not in "\t\\é":
+        with pytest.raises(indexscan.IrregularIndex):
+            indexscan._breaks(view, text)
+        return
+    breaks, clean = indexscan._breaks(view, text)
+    assert breaks.tolist() == [i for i, b in enumerate(view.tobytes()) if b == 10]
+    assert clean == (char in (None, "é"))

@@ -55,7 +55,8 @@ _LOOSE_LINES = re.compile(_FAST_LINES.pattern.replace(r'[^"\\\x00-\x1f]', '[^"]'
 search for the next quote): the same matches on a block holding no backslash and no control
 character but its line breaks (then a value cannot take in a line break but by running past its
 line's end, which leaves fewer matches than lines, as above)."""
-_BREAKS = [c.encode() for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"]  # of str.splitlines, but \n
+_ASCII_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e"  # the line breaks of str.splitlines but \n, all below 32
+_WIDE_BREAKS = "\x85\u2028\u2029"  # and those beyond ASCII
 _DIGEST = '"digest": "'
 _REVISIT = '"mime": "warc/revisit"'
 
@@ -138,60 +139,63 @@ def scan_index(index: Path) -> Iterator[Batch]:
                 if not cut:  # one line longer than a block: read on
                     rest = block
                     continue
-                block, rest = block[:cut], block[cut:]
+                view, rest = memoryview(block)[:cut], block[cut:]
                 try:
-                    text = block.decode("utf-8")
+                    text = str(view, "utf-8")
                 except UnicodeDecodeError:
                     raise IrregularIndex from None
-                if any(b in block for b in _BREAKS if len(b) == 1 or len(text) != len(block)):
-                    raise IrregularIndex
-                count = text.count("\n") + (not text.endswith("\n"))  # lines, as text.split numbers them
-                yield _batch(text, block, *_places(block, at, count), number, count)
+                breaks, clean = _breaks(view, text)
+                count = len(breaks) + (not text.endswith("\n"))  # lines, as text.split numbers them
+                yield _batch(text, clean, *_places(breaks, cut, at, count), number, count)
                 number += count
-                at += len(block)
+                at += cut
     except FileNotFoundError:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`") from None
     except OSError as e:
         raise ArchiveError(f"{index}: cannot read the index ({e})") from None
 
 
-def _places(block: bytes, at: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each of the ``count`` lines of ``block`` starts in the file (``at``: the block's start)
-    and its length in bytes, without its line break."""
+def _breaks(view: memoryview, text: str) -> tuple[np.ndarray, bool]:
+    """Where the line breaks of a block are (``view``: its bytes, ``text``: decoded), and whether it
+    holds no backslash and no control character but them (see :data:`_LOOSE_LINES`);
+    :class:`IrregularIndex` when it breaks lines in another way too (as ``str.splitlines`` does)."""
     import numpy as np
 
-    breaks = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    data = np.frombuffer(view, dtype=np.uint8)
+    breaks = np.flatnonzero(data == 10)
+    controls = int(np.count_nonzero(data < 32))  # (no byte of a character beyond ASCII is below 32)
+    if controls != len(breaks) and any(c in text for c in _ASCII_BREAKS):
+        raise IrregularIndex
+    if len(text) != len(data) and any(c in text for c in _WIDE_BREAKS):
+        raise IrregularIndex
+    return breaks, controls == len(breaks) and "\\" not in text
+
+
+def _places(breaks: np.ndarray, size: int, at: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of the ``count`` lines of a block of ``size`` bytes (line breaks at ``breaks``)
+    starts in the file (``at``: the block's start) and its length in bytes, without its line break."""
+    import numpy as np
+
     ends = np.empty(count, dtype=np.int64)
     ends[:len(breaks)] = breaks[:count]
     if len(breaks) < count:
-        ends[-1] = len(block)  # the last line of the file, without a line break
+        ends[-1] = size  # the last line of the file, without a line break
     starts = np.empty(count, dtype=np.int64)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
     return starts + at, ends - starts
 
 
-def _batch(text: str, block: bytes, starts: np.ndarray, lengths: np.ndarray, number: int, count: int) -> Batch:
+def _batch(text: str, clean: bool, starts: np.ndarray, lengths: np.ndarray, number: int, count: int) -> Batch:
     """The batch of the ``count`` lines of ``text``: read by one search of the block when each of
-    them is in the plain form, else line by line."""
-    rows = (_LOOSE_LINES if _clean(text, block, count) else _FAST_LINES).findall(text)
+    them is in the plain form (``clean``: by :data:`_LOOSE_LINES`), else line by line."""
+    rows = (_LOOSE_LINES if clean else _FAST_LINES).findall(text)
     if len(rows) == count:
         return _plain_batch(rows, starts, lengths, number)
     lines = text.split("\n")
     if text.endswith("\n"):
         lines.pop()
     return _mixed_batch(lines, list(map(_FAST.fullmatch, lines)), starts, lengths, number)
-
-
-def _clean(text: str, block: bytes, count: int) -> bool:
-    """Whether the block ``text`` (``block`` encoded, ``count`` lines) holds no backslash and no
-    control character but its line breaks (see :data:`_LOOSE_LINES`)."""
-    import numpy as np
-
-    if b"\\" in block:  # (no byte of a character beyond ASCII is a backslash or below 32)
-        return False
-    breaks = count - (not text.endswith("\n"))  # a last line without its line break
-    return int(np.count_nonzero(np.frombuffer(block, dtype=np.uint8) < 32)) == breaks
 
 
 def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.ndarray, number: int) -> Batch:
