@@ -173,6 +173,31 @@ def test_key_maker_gives_canonicalize_keys(tmp_path):
     assert KeyMaker(RULES).texts(["GET"], ["h://x/\x00"], [None]) is None
 
 
+def test_key_maker_gives_canonicalize_keys_of_plain_gets(tmp_path):
+    """GETs of URLs without a character that sends a path the general way: taken a run of one origin
+    at a time (sorted, as an index keeps them, and shuffled), with the keys canonicalize gives."""
+    rng = random.Random(10)
+    hosts = ["shop.example", "WWW.Shop.Example", "api.shop.example:8443", "shop.example:443", "user@a.example",
+             "[2001:db8::1]:8080", "trailing.example.", "127.0.0.1:9", "a?b", ""]
+    paths = ["/", "/item", "/Item/", "/x//", "/a/b/c", ""]
+    params = ["tok=1", "id=2", "_=1712345678901", "utm_source=s", "q=blue+hat", "callback=jQuery123", "a=&b", "",
+              "x=1?y=2", "z"]
+    urls = []
+    for _ in range(3000):
+        query = "&".join(rng.sample(params, rng.randint(0, 3)))
+        scheme = rng.choice(["https", "http", "HTTP", "wss", "ftp"])
+        urls.append(f"{scheme}://{rng.choice(hosts)}{rng.choice(paths)}" + (f"?{query}" if query else ""))
+    urls += ["notaurl?x=1", "mailto:a@b.example", "http://a?q=1", "http://a", "//x/y", "http:/x/y"]
+    for rules in (RULES, load_rules([_rules_file(tmp_path)])):
+        for batch in (sorted(urls), rng.sample(urls, len(urls))):
+            maker = KeyMaker(rules)
+            assert maker._plain_gets(batch) is not None  # the way under test
+            want = [f"{url_host(u)}\x00{canonicalize('GET', u, None, rules).key}" for u in batch]
+            assert maker.texts(["GET"] * len(batch), batch, [None] * len(batch)) == want
+            assert maker.texts(["GET"] * len(batch), batch, [None] * len(batch)) == want  # from its memos
+    assert KeyMaker(RULES)._plain_gets(["http://a/b c"]) is None
+
+
 @pytest.mark.parametrize("odd", ["!meta {}", "   ", "\r\n", "bad line"])
 def test_an_index_the_line_readers_treat_apart_is_left_to_them(tmp_path, data_home, monkeypatch, odd):
     """A header line (the learner skips it, the map refuses it), a line of blanks, CRLF line ends, a
