@@ -173,6 +173,31 @@ def test_key_maker_gives_canonicalize_keys(tmp_path):
     assert KeyMaker(RULES).texts(["GET"], ["h://x/\x00"], [None]) is None
 
 
+def test_key_maker_gives_canonicalize_keys_of_plain_gets(tmp_path):
+    """GETs of URLs without a character that sends a path the general way: taken a run of one origin
+    at a time (sorted, as an index keeps them, and shuffled), with the keys canonicalize gives."""
+    rng = random.Random(10)
+    hosts = ["shop.example", "WWW.Shop.Example", "api.shop.example:8443", "shop.example:443", "user@a.example",
+             "[2001:db8::1]:8080", "trailing.example.", "127.0.0.1:9", "a?b", ""]
+    paths = ["/", "/item", "/Item/", "/x//", "/a/b/c", ""]
+    params = ["tok=1", "id=2", "_=1712345678901", "utm_source=s", "q=blue+hat", "callback=jQuery123", "a=&b", "",
+              "x=1?y=2", "z"]
+    urls = []
+    for _ in range(3000):
+        query = "&".join(rng.sample(params, rng.randint(0, 3)))
+        scheme = rng.choice(["https", "http", "HTTP", "wss", "ftp"])
+        urls.append(f"{scheme}://{rng.choice(hosts)}{rng.choice(paths)}" + (f"?{query}" if query else ""))
+    urls += ["notaurl?x=1", "mailto:a@b.example", "http://a?q=1", "http://a", "//x/y", "http:/x/y"]
+    for rules in (RULES, load_rules([_rules_file(tmp_path)])):
+        for batch in (sorted(urls), rng.sample(urls, len(urls))):
+            maker = KeyMaker(rules)
+            assert maker._plain_gets(batch) is not None  # the way under test
+            want = [f"{url_host(u)}\x00{canonicalize('GET', u, None, rules).key}" for u in batch]
+            assert maker.texts(["GET"] * len(batch), batch, [None] * len(batch)) == want
+            assert maker.texts(["GET"] * len(batch), batch, [None] * len(batch)) == want  # from its memos
+    assert KeyMaker(RULES)._plain_gets(["http://a/b c"]) is None
+
+
 @pytest.mark.parametrize("odd", ["!meta {}", "   ", "\r\n", "bad line"])
 def test_an_index_the_line_readers_treat_apart_is_left_to_them(tmp_path, data_home, monkeypatch, odd):
     """A header line (the learner skips it, the map refuses it), a line of blanks, CRLF line ends, a
@@ -240,3 +265,74 @@ def test_warm_cache_writes_what_it_wrote_from_the_parsed_rows(tmp_path, data_hom
         warm_cache(index)
     assert _new_cache_files(before) == want
     assert len(scans) == 1  # the one read was tried (and, with CRLF, left to the line readers)
+
+
+def _batch_fields(batch: indexscan.Batch) -> tuple:
+    return (batch.timestamps, list(batch.offsets), batch.urls, batch.methods, batch.bodies, batch.digests,
+            batch.starts.tolist(), batch.lengths.tolist(), list(batch.numbers), list(batch.teaching), batch.plain)
+
+
+def test_a_block_is_read_by_the_loose_expression_as_by_the_strict_one(monkeypatch):
+    """Blocks of plain lines, some spoilt (a quote dropped, so a value could run on into the next line;
+    a tab or a backslash in a value; a blank line): each block gives the batch the strict expression
+    gives, whichever of the two reads it (the loose one only where no backslash or control character is)."""
+    rng = random.Random(21)
+    plain = [line for line in _lines(rng, 3000) if indexscan._FAST.fullmatch(line)]
+    loose = strict = 0
+    for trial in range(300):
+        lines = rng.sample(plain, rng.randint(1, 12))
+        for _ in range(rng.choice([0, 0, 1, 2])):
+            at = rng.randrange(len(lines))
+            line = lines[at]
+            if not line:
+                continue
+            spoil = rng.choice(["quote", "quote", "tab", "backslash", "blank"])
+            if spoil == "quote":
+                quotes = [i for i, c in enumerate(line) if c == '"']
+                cut = rng.choice(quotes)
+                line = line[:cut] + line[cut + 1:]
+            elif spoil == "blank":
+                line = ""
+            else:
+                cut = rng.randrange(line.index("{") + 10, len(line) - 2)
+                line = line[:cut] + ("\t" if spoil == "tab" else "\\\\") + line[cut:]
+            lines[at] = line
+        text = "\n".join(lines) + ("\n" if trial % 3 else "")
+        block = text.encode()
+        count = text.count("\n") + (not text.endswith("\n"))
+
+        def read(expression: object, text: str = text, block: bytes = block, count: int = count) -> tuple:
+            monkeypatch.setattr(indexscan, "_LOOSE_LINES", expression)
+            try:
+                breaks, clean = indexscan._breaks(memoryview(block), text)
+                places = indexscan._places(breaks, len(block), 0, count)
+                return _batch_fields(indexscan._batch(text, clean, *places, 5, count))
+            except indexscan.IrregularIndex:
+                return ("irregular",)
+
+        real = indexscan._LOOSE_LINES
+        got = read(real)
+        assert got == read(indexscan._FAST_LINES), text
+        monkeypatch.setattr(indexscan, "_LOOSE_LINES", real)
+        if indexscan._breaks(memoryview(block), text)[1]:
+            loose += 1
+        else:
+            strict += 1
+    assert loose > 100 and strict > 30
+
+
+@pytest.mark.parametrize("char", ["\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029", "\t", "\\",
+                                  "é", None])
+def test_a_block_breaking_lines_as_splitlines_does_is_irregular(char):
+    """A block holding a line break of str.splitlines other than \\n is left to the line readers; a
+    tab or a backslash only keeps the block from the loose expression."""
+    line = IndexEntry("k", "20260101000000", "http://a/x?q=1", "text/html", "sha1:X", 1, 2, "f", 200).to_line()
+    text = f"{line}\n{line[:30]}{char or ''}{line[30:]}\n{line}"
+    view = memoryview(text.encode())
+    if char is not None and char not in "\t\\é":
+        with pytest.raises(indexscan.IrregularIndex):
+            indexscan._breaks(view, text)
+        return
+    breaks, clean = indexscan._breaks(view, text)
+    assert breaks.tolist() == [i for i, b in enumerate(view.tobytes()) if b == 10]
+    assert clean == (char in (None, "é"))

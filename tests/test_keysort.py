@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from ego2web_replay.models.index import IndexEntry, index_row, learn_row
+from ego2web_replay.snapshots import keysort
 from ego2web_replay.snapshots.keysort import WIDTH, KeyColumn, ranks, sorted_chunks
 from ego2web_replay.snapshots.sortedfile import write_sorted_columns, write_sorted_file
 
@@ -31,7 +32,13 @@ def _keys(rng: random.Random, n: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("spill", [None, 64])
-def test_key_column_orders_by_bytes_then_value(tmp_path, monkeypatch, spill):
+@pytest.mark.parametrize("python_ties", [True, False])
+def test_key_column_orders_by_bytes_then_value(tmp_path, monkeypatch, spill, python_ties):
+    """Either way of ordering keys that share their first telling word: compared in Python (few
+    keys here), or every word sorted by numpy."""
+    if not python_ties:
+        monkeypatch.setattr(keysort, "_FEW_TIES", 0)
+        monkeypatch.setattr(keysort, "_TIE_SHARE", 1 << 40)
     rng = random.Random(spill or 1)
     keys = _keys(rng, 3000)
     values = np.array([rng.randrange(5) for _ in keys], dtype=np.int64)
@@ -133,3 +140,68 @@ def test_keys_told_apart_by_one_word_are_ordered_by_it():
     again.extend(keys)
     values = np.append(values, -1)
     assert again.argsort(values).tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))
+
+
+def test_keys_sharing_their_telling_word_now_and_then_are_ordered_by_bytes_then_value(monkeypatch):
+    """Random digests whose first telling word two or three share (as a million sha1 digests do):
+    the one-word sort orders the rest, the few that share it are compared whole, values deciding
+    between equal keys; past the share of ties, every word is sorted, to the same order."""
+    rng = random.Random(5)
+    words = [bytes(rng.randrange(65, 91) for _ in range(8)) for _ in range(3000)]
+    keys = [w + bytes(rng.randrange(65, 91) for _ in range(rng.choice([0, 4, 24]))) for w in words]
+    keys += [words[i] + b"Q" * rng.randrange(3) for i in range(0, 3000, 50)]  # the word shared, the keys not
+    keys += [keys[i] for i in range(1, 3000, 100)]  # the very key twice
+    values = np.array([rng.randrange(4) for _ in keys], dtype=np.int64)
+    want = sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))
+    column = KeyColumn()
+    column.extend(keys)
+    assert column.argsort(values).tolist() == want
+    assert column.argsort().tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], i))
+    monkeypatch.setattr(keysort, "_FEW_TIES", 10)
+    monkeypatch.setattr(keysort, "_TIE_SHARE", 1 << 40)
+    assert column.argsort(values).tolist() == want
+
+
+@pytest.mark.parametrize("ties_by", ["values rising", "values falling"])
+def test_keys_already_in_order_keep_it_only_when_it_is_the_order(ties_by):
+    """Keys added in byte order (an index's), or in the order of their values (a recording's times
+    against its offsets), are not sorted again; equal keys in turn keep the order they came in only
+    when their values say so."""
+    rng = random.Random(9)
+    stamps = sorted(f"2026120312{rng.randrange(10**4):04d}".encode() for _ in range(10_000))  # past the probe
+    offsets = np.array(sorted(rng.sample(range(10**9), len(stamps))), dtype=np.int64)
+    shuffle = rng.sample(range(len(stamps)), len(stamps))  # the same rows, taken in another order
+    keys = [stamps[i] for i in shuffle]
+    values = offsets[shuffle]
+    column = KeyColumn()
+    column.extend(keys)
+    assert column.argsort(values).tolist() == sorted(range(len(keys)), key=lambda i: (keys[i], int(values[i]), i))
+    urls = sorted({f"GET\x00http://a/{rng.randrange(10**6)}".encode() for _ in range(6000)})
+    keys = [u for u in urls for _ in range(rng.choice([1, 1, 2, 3]))]  # in byte order, some twice or more
+    rank = np.array(rng.sample(range(len(keys)), len(keys)), dtype=np.int64)
+    start = 0
+    for at in range(1, len(keys) + 1):  # each run of equal keys: its values rising (or falling), as asked
+        if at == len(keys) or keys[at] != keys[start]:
+            rank[start:at] = sorted(rank[start:at].tolist(), reverse=ties_by == "values falling")
+            start = at
+    column = KeyColumn()
+    column.extend(keys)
+    got = column.argsort(rank).tolist()
+    assert got == sorted(range(len(keys)), key=lambda i: (keys[i], int(rank[i]), i))
+    assert (got == list(range(len(keys)))) == (ties_by == "values rising")
+
+
+@pytest.mark.parametrize("size", [0, 5, 8, 14, 32])
+def test_keys_of_one_length_are_padded_as_one_at_a_time(size):
+    """Keys all of one length (timestamps, digests): padded at once, as :meth:`KeyColumn.add` pads each."""
+    rng = random.Random(size)
+    keys = [bytes(rng.randrange(256) for _ in range(size)) for _ in range(300)]
+    one, many, texts = KeyColumn(), KeyColumn(), KeyColumn()
+    for key in keys:
+        one.add(key)
+    many.extend(keys)
+    words = ["".join(rng.choice("0123456789") for _ in range(size)) for _ in range(300)]
+    texts.extend_text(words)
+    assert many.data().tobytes() == one.data().tobytes() and many.lengths().tolist() == one.lengths().tolist()
+    assert [texts.key(i) for i in range(len(words))] == [w.encode() for w in words]
+    assert texts.data().tobytes() == b"".join(w.encode() + bytes(-size & 7) for w in words)

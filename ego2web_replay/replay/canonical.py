@@ -246,6 +246,12 @@ class KeyMaker:
     def texts(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[str] | None:
         """``host NUL key`` of each request; None when a host or key holds NUL or ``\\x01`` (then the
         keys need :func:`~ego2web_replay.snapshots.sortedfile.key_bytes`: :meth:`keys`)."""
+        plain = self._plain_gets(urls) if not any(bodies) and methods.count("GET") == len(methods) else None
+        out = plain if plain is not None else self._texts(methods, urls, bodies)
+        joined = "".join(out)
+        return None if "\x01" in joined or joined.count("\x00") != len(out) else out
+
+    def _texts(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[str]:
         origins, origin_of, query_of = self._origins, self._origin, self._query
         out: list[str] = []
         add = out.append
@@ -273,8 +279,47 @@ class KeyMaker:
                             add(start + path + text)
                             continue
             add(f"{url_host(url)}\x00{canonicalize(method, url, body or None, self.rules).key}")
-        joined = "".join(out)
-        return None if "\x01" in joined or joined.count("\x00") != len(out) else out
+        return out
+
+    def _plain_gets(self, urls: Sequence[str]) -> list[str] | None:
+        """:meth:`texts` of GETs without bodies when no URL holds a character that sends a path the
+        general way (``#;%``, a space, beyond ASCII), NUL or ``\x01``: the texts :meth:`texts` gives, each URL's
+        origin taken as the one before when it starts the URL (the index keeps a host's URLs
+        together); None (nothing done) for other URLs."""
+        joined = "\n".join(urls)
+        if not joined.isascii() or any(c in joined for c in "#;% \x00\x01"):
+            return None
+        origins, origin_of, query_of = self._origins, self._origin, self._query
+        out: list[str] = []
+        add = out.append
+        last, cut, known = "\n", 0, None  # the origin before (no URL starts with a line break), its length
+        for url in urls:
+            if not (url.startswith(last) and url[cut:cut + 1] == "/"):
+                authority = url.find("://") + 3
+                end = url.find("/", authority)
+                if authority < 3 or end < 0:
+                    add(f"{url_host(url)}\x00{canonicalize('GET', url, None, self.rules).key}")
+                    last, cut, known = "\n", 0, None
+                    continue
+                last, cut = url[:end], end
+                known = origins.get(last)
+                if known is None and last not in origins:
+                    known = origin_of(last, authority)
+                if known is None:  # an origin taking the general way
+                    add(f"{url_host(url)}\x00{canonicalize('GET', url, None, self.rules).key}")
+                    continue
+            elif known is None:
+                add(f"{url_host(url)}\x00{canonicalize('GET', url, None, self.rules).key}")
+                continue
+            path, _, query = url[cut:].partition("?")
+            if not query:
+                add(known[0] + path)
+                continue
+            text = known[3].get(query)
+            if text is None:
+                text = query_of(query, known[3], known[4])
+            add(known[0] + path + text)
+        return out
 
     def keys(self, methods: Sequence[str], urls: Sequence[str], bodies: Sequence[str | None]) -> list[bytes]:
         """The index key of each request."""

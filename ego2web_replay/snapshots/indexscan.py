@@ -8,7 +8,9 @@ that every builder takes its part of.
 
 A line as :meth:`~ego2web_replay.models.index.IndexEntry.to_line` writes it without escapes (nearly
 every line) is read by one regular-expression match (:data:`_FAST`, stricter than the line readers'
-own, so whatever it accepts they would read alike); any other line by the line readers themselves
+own, so whatever it accepts they would read alike; on a block without backslashes or control
+characters, by the same expression with a looser class of value characters, which then matches
+alike and faster: :data:`_LOOSE_LINES`); any other line by the line readers themselves
 (:func:`~ego2web_replay.models.index.index_row`, :func:`~ego2web_replay.models.index.learn_row`,
 :func:`~.index_map.original_digest`), so every value is the one they give. Where they would not
 agree on a line (the learner skips a header or a line of blanks that the map refuses; a line
@@ -24,7 +26,8 @@ import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from itertools import compress
+from itertools import compress, repeat
+from operator import contains
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +50,13 @@ _FAST_LINES = re.compile(f"^(?:{_FAST.pattern})$", re.MULTILINE)
 """:data:`_FAST` at each line of a block: as many matches as lines when every line is in the plain
 form (a match cannot take in two lines then: each starts a line, and one running past its line's
 end would leave the next line none), with the groups of each line's full match."""
-_BREAKS = [c.encode() for c in "\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"]  # of str.splitlines, but \n
+_LOOSE_LINES = re.compile(_FAST_LINES.pattern.replace(r'[^"\\\x00-\x1f]', '[^"]'), re.MULTILINE)
+""":data:`_FAST_LINES` with its values' class ``[^"\\\x00-\x1f]`` cut to ``[^"]`` (matched far faster: a
+search for the next quote): the same matches on a block holding no backslash and no control
+character but its line breaks (then a value cannot take in a line break but by running past its
+line's end, which leaves fewer matches than lines, as above)."""
+_ASCII_BREAKS = "\r\x0b\x0c\x1c\x1d\x1e"  # the line breaks of str.splitlines but \n, all below 32
+_WIDE_BREAKS = "\x85\u2028\u2029"  # and those beyond ASCII
 _DIGEST = '"digest": "'
 _REVISIT = '"mime": "warc/revisit"'
 
@@ -103,9 +112,11 @@ class Batch:
     """Where each line starts in the file (bytes, int64)."""
     lengths: np.ndarray | None = None
     """Each line's length in bytes, without its line break (int64)."""
-    teachers: list[tuple[int, str, str]] = field(default_factory=list)
-    """``(line number, method, url)`` of each capture that can teach the learner (a response or
-    revisit with a query or a body): its path group is ``path_group(method, url)``."""
+    numbers: Sequence[int] = field(default_factory=list)
+    """The line number of each row, as the line readers number them (from 1)."""
+    teaching: Sequence[int] = field(default_factory=list)
+    """The rows (indexes into the columns) of the captures that can teach the learner (a response
+    or revisit with a query or a body): a row's path group is ``path_group(method, url)``."""
     plain: bool = True
     """Every line of the block in the writer's plain form (no value needs escaping in a key)."""
 
@@ -128,43 +139,57 @@ def scan_index(index: Path) -> Iterator[Batch]:
                 if not cut:  # one line longer than a block: read on
                     rest = block
                     continue
-                block, rest = block[:cut], block[cut:]
+                view, rest = memoryview(block)[:cut], block[cut:]
                 try:
-                    text = block.decode("utf-8")
+                    text = str(view, "utf-8")
                 except UnicodeDecodeError:
                     raise IrregularIndex from None
-                if any(b in block for b in _BREAKS if len(b) == 1 or len(text) != len(block)):
-                    raise IrregularIndex
-                count = text.count("\n") + (not text.endswith("\n"))  # lines, as text.split numbers them
-                yield _batch(text, *_places(block, at, count), number, count)
+                breaks, clean = _breaks(view, text)
+                count = len(breaks) + (not text.endswith("\n"))  # lines, as text.split numbers them
+                yield _batch(text, clean, *_places(breaks, cut, at, count), number, count)
                 number += count
-                at += len(block)
+                at += cut
     except FileNotFoundError:
         raise ArchiveError(f"{index}: index not found; build it with `ego2web-replay snapshot index`") from None
     except OSError as e:
         raise ArchiveError(f"{index}: cannot read the index ({e})") from None
 
 
-def _places(block: bytes, at: int, count: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where each of the ``count`` lines of ``block`` starts in the file (``at``: the block's start)
-    and its length in bytes, without its line break."""
+def _breaks(view: memoryview, text: str) -> tuple[np.ndarray, bool]:
+    """Where the line breaks of a block are (``view``: its bytes, ``text``: decoded), and whether it
+    holds no backslash and no control character but them (see :data:`_LOOSE_LINES`);
+    :class:`IrregularIndex` when it breaks lines in another way too (as ``str.splitlines`` does)."""
     import numpy as np
 
-    breaks = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    data = np.frombuffer(view, dtype=np.uint8)
+    breaks = np.flatnonzero(data == 10)
+    controls = int(np.count_nonzero(data < 32))  # (no byte of a character beyond ASCII is below 32)
+    if controls != len(breaks) and any(c in text for c in _ASCII_BREAKS):
+        raise IrregularIndex
+    if len(text) != len(data) and any(c in text for c in _WIDE_BREAKS):
+        raise IrregularIndex
+    return breaks, controls == len(breaks) and "\\" not in text
+
+
+def _places(breaks: np.ndarray, size: int, at: int, count: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of the ``count`` lines of a block of ``size`` bytes (line breaks at ``breaks``)
+    starts in the file (``at``: the block's start) and its length in bytes, without its line break."""
+    import numpy as np
+
     ends = np.empty(count, dtype=np.int64)
     ends[:len(breaks)] = breaks[:count]
     if len(breaks) < count:
-        ends[-1] = len(block)  # the last line of the file, without a line break
+        ends[-1] = size  # the last line of the file, without a line break
     starts = np.empty(count, dtype=np.int64)
     starts[:1] = 0
     starts[1:] = ends[:-1] + 1
     return starts + at, ends - starts
 
 
-def _batch(text: str, starts: np.ndarray, lengths: np.ndarray, number: int, count: int) -> Batch:
+def _batch(text: str, clean: bool, starts: np.ndarray, lengths: np.ndarray, number: int, count: int) -> Batch:
     """The batch of the ``count`` lines of ``text``: read by one search of the block when each of
-    them is in the plain form, else line by line."""
-    rows = _FAST_LINES.findall(text)
+    them is in the plain form (``clean``: by :data:`_LOOSE_LINES`), else line by line."""
+    rows = (_LOOSE_LINES if clean else _FAST_LINES).findall(text)
     if len(rows) == count:
         return _plain_batch(rows, starts, lengths, number)
     lines = text.split("\n")
@@ -181,7 +206,7 @@ def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.nd
     bodies = [b or None for b in bodies] if any(bodies) else [None] * len(bodies)  # an empty one as none
     numbers: range | list[int] = range(number + 1, number + 1 + len(rows))
     if not any(rtypes) and "warc/revisit" not in mimes:  # responses only (the common case)
-        originals = [d or None for d in digests]
+        originals = list(digests) if "" not in digests else [d or None for d in digests]
         teaching = None
     else:
         kinds = [t or ("revisit" if m == "warc/revisit" else "response") for t, m in zip(rtypes, mimes, strict=True)]
@@ -197,17 +222,21 @@ def _plain_batch(rows: list[tuple[str, ...]], starts: np.ndarray, lengths: np.nd
         originals = [d if d and k != "revisit" else None for d, k in zip(digests, kinds, strict=True)]
         teaching = [k in _TEACHING for k in kinds]
     upper = ["GET"] * len(urls) if not any(methods) else [(m or "GET").upper() for m in methods]
-    batch = Batch(list(timestamps), list(map(int, offsets)), list(urls), upper, list(bodies), originals, starts,
-                  lengths)
-    asking = [i for i, (u, b) in enumerate(zip(urls, bodies, strict=True)) if "?" in u or b]
-    batch.teachers = [(numbers[i], upper[i], urls[i]) for i in asking if teaching is None or teaching[i]]
-    return batch
+    asks = list(map(contains, urls, repeat("?")))
+    if any(bodies):
+        asks = [a or bool(b) for a, b in zip(asks, bodies, strict=True)]
+    if teaching is not None:
+        asks = [a and t for a, t in zip(asks, teaching, strict=True)]
+    return Batch(list(timestamps), list(map(int, offsets)), list(urls), upper, list(bodies), originals, starts,
+                 lengths, numbers=numbers, teaching=range(len(urls)) if all(asks) else list(compress(range(len(asks)), asks)))
 
 
 def _mixed_batch(lines: list[str], matches: list[re.Match[str] | None], starts: np.ndarray, lengths: np.ndarray,
                  number: int) -> Batch:
     """A block with lines not in the plain form: each line on its own, the odd ones by the line readers."""
     batch = Batch()
+    teaching: list[int] = []
+    batch.teaching = teaching
     kept = []
     for i, (line, m) in enumerate(zip(lines, matches, strict=True)):
         if m is not None:
@@ -240,6 +269,7 @@ def _mixed_batch(lines: list[str], matches: list[re.Match[str] | None], starts: 
         batch.digests.append(original)
         kept.append(i)
         if kind in _TEACHING and ("?" in url or body):
-            batch.teachers.append((number + 1 + i, method, url))
+            teaching.append(len(batch.urls) - 1)
     batch.starts, batch.lengths = starts[kept], lengths[kept]
+    batch.numbers = [number + 1 + i for i in kept]
     return batch

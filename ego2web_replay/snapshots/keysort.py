@@ -11,6 +11,12 @@ from ``ab\\0``; the length sort puts the shorter first, as byte order does. Keys
 :data:`WIDTH` bytes that share their first :data:`WIDTH` bytes with another such key are put in
 order by comparing their bytes in Python (rare: most keys are URLs shorter than that).
 
+Two cheaper ways come first, each giving that very order: keys that already rise in the order of
+their values (a recording's times against its offsets) or in the order they were added (an index's
+keys, added in the index's order) are found so by a check a word at a time, and kept so; keys whose first
+telling word differs between nearly any two (random digests: a million sha1 digests share a first
+word now and then) are sorted by that word, the few that share it compared whole in Python.
+
 :func:`sorted_chunks` gives the keys' bytes (unpadded) in a given order, a few thousand at a time,
 for :func:`~.sortedfile.write_sorted_columns`.
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import tempfile
 from array import array
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +35,9 @@ __all__ = ["KeyColumn", "WIDTH", "sorted_chunks", "ranks"]
 WIDTH = 128  # bytes compared by numpy; longer keys with an equal start are compared in Python
 _ZEROS = bytes(8)
 _CHUNK = 2048  # keys gathered at a time when their bytes are written out
+_FEW_TIES = 4096  # keys sharing their first telling word that are ordered in Python anyway
+_TIE_SHARE = 256  # ... or one key in this many
+_PROBE = 4096  # keys looked at first, to tell keys in no order quickly
 
 
 class KeyColumn:
@@ -74,6 +83,15 @@ class KeyColumn:
             raise ValueError(f"{len(joined)} bytes of keys, the lengths say {total}")
         padded = (lengths + 7) & ~7
         widest = int(padded.max())
+        size = int(lengths[0])
+        if size * len(lengths) == total and int(lengths.max()) == size:  # one length (timestamps, digests)
+            if size == widest:
+                self._add_padded(joined, lengths)
+                return
+            rows = np.zeros((len(lengths), widest), dtype=np.uint8)
+            rows[:, :size] = np.frombuffer(joined, dtype=np.uint8).reshape(len(lengths), size)
+            self._add_padded(rows.tobytes(), lengths)
+            return
         if widest * len(lengths) <= 2 * int(padded.sum()) + 64:  # lengths alike: one row of bytes per key
             columns = np.arange(widest, dtype=np.int64)
             rows = np.zeros((len(lengths), widest), dtype=np.uint8)
@@ -86,8 +104,12 @@ class KeyColumn:
                 ends = np.cumsum(lengths)
                 block[np.repeat(at - (ends - lengths), lengths) + np.arange(total, dtype=np.int64)] = \
                     np.frombuffer(joined, dtype=np.uint8)
+        self._add_padded(block.tobytes(), lengths)
+
+    def _add_padded(self, block: bytes, lengths: np.ndarray) -> None:
+        """Add keys of ``lengths`` given padded, one after the other, in ``block``."""
         self._lengths.frombytes(lengths.astype(np.uint32).tobytes())
-        self._buf += block.tobytes()
+        self._buf += block
         if self._folder is not None and len(self._buf) >= self.SPILL_BYTES:
             self._flush()
 
@@ -147,14 +169,30 @@ class KeyColumn:
         if not n:
             return np.arange(n, dtype=np.int64) if values is None else np.argsort(values, kind="stable").astype(np.int64)
         words = self.data().view(">u8")
-        first = self.starts() >> 3
-        longest = int(lengths.max())
-        settled, alike = _told_apart(words, first, lengths, longest)
-        if settled is not None:
+        try:
+            return self._argsort(words, self.starts() >> 3, lengths, values)
+        finally:
             del words
             self.release()
-            return settled
+
+    def _argsort(self, words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
+                 values: np.ndarray | None) -> np.ndarray:
+        n = len(lengths)
+        longest = int(lengths.max())
+        alike = _alike(words, first, lengths, longest)
         order = np.arange(n, dtype=np.int64) if values is None else _value_order(values)
+        if longest <= WIDTH:  # already in order, by value (a recording's times) or as added (an index's keys)?
+            if _rising(words, first, lengths, order, alike) is not None:
+                return order
+            if values is not None:
+                same = np.arange(n, dtype=np.int64)
+                ties = _rising(words, first, lengths, same, alike)
+                if ties is not None and bool((values[:-1][ties] <= values[1:][ties]).all()):
+                    return same
+        starts = first * 8
+        settled = _told_apart(words, first, lengths, alike, lambda run: self._by_key(run, values, starts))
+        if settled is not None:
+            return settled
         order = order[np.argsort(lengths[order], kind="stable")]
         for c in range((min(longest, WIDTH) + 7) // 8 - 1, alike - 1, -1):
             col = _column(words, first, lengths, order, c)
@@ -163,9 +201,14 @@ class KeyColumn:
             order = order[np.argsort(col, kind="stable")]
         if longest > WIDTH:
             self._order_long(order, words, first, lengths)
-        del words
-        self.release()
         return order
+
+    def _by_key(self, run: np.ndarray, values: np.ndarray | None, starts: np.ndarray) -> list[int]:
+        """The indexes ``run`` in (key bytes, value, index) order, compared in Python (``starts``:
+        :meth:`starts`)."""
+        if values is None:
+            return sorted(run.tolist(), key=lambda i: (self.key(i, starts), i))
+        return sorted(run.tolist(), key=lambda i: (self.key(i, starts), values[i].item(), i))
 
     def _order_long(self, order: np.ndarray, words: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> None:
         """Put in byte order, in place, each run of ``order`` whose keys share their first
@@ -191,22 +234,61 @@ class KeyColumn:
         self._lengths = array("I")
 
 
-def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray,
-                longest: int) -> tuple[np.ndarray | None, int]:
-    """The keys in byte order when their first word that is not the same for every key differs
-    between any two of them (random digests, say): one sort of that word orders them all, lengths
-    and values never deciding. None when two keys share it (then every word from it on is sorted);
-    with the number of leading words the same for every key (never to be sorted by)."""
-    every = np.arange(len(lengths), dtype=np.int64)
+def _alike(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, longest: int) -> int:
+    """How many leading words (of those compared, :data:`WIDTH` bytes) are the same for every key."""
     words_compared = (min(longest, WIDTH) + 7) // 8
     for c in range(words_compared):
-        col = _column(words, first, lengths, every, c)
-        if (col == col[0]).all():
-            continue
-        order = np.argsort(col)
-        ranked = col[order]
-        return (order.astype(np.int64) if (ranked[1:] != ranked[:-1]).all() else None), c
-    return None, words_compared
+        col = _word(words, first, lengths, c)
+        if not (col == col[0]).all():
+            return c
+    return words_compared
+
+
+def _told_apart(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, c: int,
+                settle: Callable[[np.ndarray], list[int]]) -> np.ndarray | None:
+    """The keys in (key bytes, value, index) order when their first word that is not the same for
+    every key (the ``c``-th) differs between nearly any two of them (random digests, say): one
+    sort of that word orders them all, but for the few that share it (a run of keys at most
+    :data:`_FEW_TIES` in all, or one in :data:`_TIE_SHARE`), which ``settle`` puts in order. None
+    when more share it (then every word from it on is sorted), or every word is the same."""
+    if c >= (min(int(lengths.max()), WIDTH) + 7) // 8:
+        return None
+    col = _column(words, first, lengths, np.arange(len(lengths), dtype=np.int64), c)
+    order = np.argsort(col).astype(np.int64)
+    ranked = col[order]
+    same = ranked[1:] == ranked[:-1]
+    tied = int(np.count_nonzero(same))
+    if tied > max(_FEW_TIES, len(lengths) // _TIE_SHARE):
+        return None
+    if tied:
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], same.view(np.int8), [0]))))
+        for begin, end in zip(edges[::2].tolist(), edges[1::2].tolist(), strict=True):
+            order[begin:end + 1] = settle(order[begin:end + 1])
+    return order
+
+
+def _rising(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray,
+            alike: int) -> np.ndarray | None:
+    """Whether the keys (none longer than :data:`WIDTH`; their first ``alike`` words the same for
+    every key) never fall along ``order``, in byte order: None when one does, else where two in
+    turn are equal (``ties[j]``: the keys ``order[j]`` and ``order[j + 1]``). The first few
+    thousand are looked at first: keys in no such order fall there already."""
+    if len(order) > 2 * _PROBE and _rising(words, first, lengths, order[:_PROBE], alike) is None:
+        return None
+    at, ordered = first[order], lengths[order]
+    undecided = np.ones(max(len(order) - 1, 0), dtype=bool)
+    for c in range(alike, (int(lengths.max()) + 7) // 8):
+        col = _word(words, at, ordered, c)
+        before, after = col[:-1], col[1:]
+        if (undecided & (before > after)).any():
+            return None
+        undecided &= before == after
+        if not undecided.any():
+            return undecided
+    # equal words: the shorter key first (a zero-padded word hides trailing NULs)
+    if (undecided & (ordered[:-1] > ordered[1:])).any():
+        return None
+    return undecided & (ordered[:-1] == ordered[1:])
 
 
 def _value_order(values: np.ndarray) -> np.ndarray:
@@ -220,6 +302,16 @@ def _value_order(values: np.ndarray) -> np.ndarray:
         if (values[inverse] == np.arange(n)).all():  # each of 0..n-1 met: no value twice
             return inverse
     return np.argsort(values, kind="stable").astype(np.int64)
+
+
+def _word(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, c: int) -> np.ndarray:
+    """The ``c``-th 8-byte word of the keys starting at word ``first`` (0 past a key's ``lengths``),
+    as native integers."""
+    at = first + c
+    np.minimum(at, len(words) - 1, out=at)
+    col = words[at].astype(np.uint64)
+    col[lengths <= 8 * c] = 0
+    return col
 
 
 def _column(words: np.ndarray, first: np.ndarray, lengths: np.ndarray, order: np.ndarray, c: int) -> np.ndarray:

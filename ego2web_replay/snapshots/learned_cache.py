@@ -132,21 +132,29 @@ class Learner:
         of a whole block is worked out from one string of ``METHOD url`` lines
         lower-cased at once, then the query and last slashes cut) instead of a path group built a
         line at a time; a block with a fragment or a line break in a URL, or an odd method, line by line."""
-        teachers = batch.teachers
-        if not teachers:
+        rows = batch.teaching
+        if not rows:
             return
+        every = len(rows) == len(batch.urls)  # every row teaches (rows: each row once)
+        urls = batch.urls if every else [batch.urls[i] for i in rows]
         methods = set(batch.methods)
         if len(methods) == 1:  # one method (GET, nearly always): its name joined in with the URLs
             method = f"{next(iter(methods))} "
-            joined = method + f"\n{method}".join([t[2] for t in teachers])
+            joined = method + f"\n{method}".join(urls)
+            taught = [method[:-1]] * len(urls)
         else:
-            joined = "\n".join([f"{method} {url}" for _number, method, url in teachers])
+            taught = batch.methods if every else [batch.methods[i] for i in rows]
+            joined = "\n".join([f"{m} {u}" for m, u in zip(taught, urls, strict=True)])
         odd = any(not m.isascii() or "?" in m for m in methods)  # lower() undoing upper(); a cut
-        if odd or "#" in joined or joined.count("\n") != len(teachers) - 1:
-            groups = [_fold(path_group(method, url)) for _number, method, url in teachers]
+        if odd or "#" in joined or joined.count("\n") != len(urls) - 1:
+            groups = [_fold(path_group(m, u)) for m, u in zip(taught, urls, strict=True)]
         else:
             groups = [line.partition("?")[0].rstrip("/") for line in joined.lower().split("\n")]
-        self._numbers.extend([t[0] for t in teachers])
+        numbers = batch.numbers
+        if isinstance(numbers, range) and every:
+            self._numbers.extend(numbers)
+        else:
+            self._numbers.extend([numbers[i] for i in rows])
         self._hashes.extend(map(hash, groups))
 
     def learn(self, index: Path) -> dict[str, list[str]]:
