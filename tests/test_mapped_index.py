@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import struct
 import uuid
 from pathlib import Path
 
@@ -334,6 +335,39 @@ def _map_as_before(index: Path, target: Path) -> None:
     write_sorted_file(target, meta, {"lines": lines, "exact": exact, "digests": digests})
 
 
+
+def map_contents(path: Path) -> tuple[dict, dict[str, list[tuple[bytes, int]]]]:
+    """A sorted file's header meta and every table's (key, value) records in table order: what a
+    reader sees, whatever order the keys' bytes are laid in."""
+    file = SortedFile(path)
+    try:
+        tables = {name: [file.table(name).item(i) for i in range(len(file.table(name)))] for name in file._tables}
+        return dict(file.meta), {name: [(bytes(k), v) for k, v in items] for name, items in tables.items()}
+    finally:
+        file.close()
+
+
+def assert_same_map(got: Path, want: Path, index: Path | None) -> None:
+    """``got`` holds the tables ``want`` holds and, given the ``index`` it was read from, lays its
+    lines' bytes in the index's order (the servable lines one after the other as the file has
+    them, each after its position)."""
+    from ego2web_replay.snapshots.index_cache import parse_rows
+
+    assert map_contents(got) == map_contents(want)
+    if index is None:
+        return
+    file = SortedFile(got)
+    try:
+        lines = file.table("lines")
+        places = sorted((struct.unpack_from("<Q", file._data, lines._offset + i * 16)[0], i) for i in range(len(lines)))
+        laid = [bytes(lines.key(i))[4:].decode("utf-8", "surrogatepass") for _at, i in places]
+    finally:
+        file.close()
+    rows = parse_rows(index)  # recorded order; the file's order is their lines' order in the index
+    in_file = [line for line in index.read_text("utf-8").split("\n") if line in {r[5] for r in rows}]
+    assert laid == in_file
+
+
 def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkeypatch):
     """Built line by line with its keys spilled to temporary files (tiny buffers forced), the map is
     byte for byte the one the in-memory build wrote: recorded order with ties kept in file order,
@@ -363,9 +397,11 @@ def test_streamed_map_build_equals_the_in_memory_one(tmp_path, data_home, monkey
     _map_as_before(index, before)
     monkeypatch.setattr(KeyColumn, "SPILL_BYTES", 256)  # keys spilled many times over
     streamed = build_index_map(index)
-    assert streamed.read_bytes() == before.read_bytes()
+    assert_same_map(streamed, before, index)
+    streamed_bytes = streamed.read_bytes()
     from_rows = build_index_map(index, parse_rows(index))  # what finalize passes: the parsed rows
-    assert from_rows.read_bytes() == before.read_bytes()
+    assert_same_map(from_rows, before, None)  # its lines laid in the order given: recorded order
+    assert build_index_map(index).read_bytes() == streamed_bytes  # the same bytes from the same read
     imap = open_index_map(index, build=False)
     assert [imap.row(i) for i in range(len(imap))] == parse_rows(index) and len(imap) > 300
     imap.close()
@@ -393,11 +429,11 @@ def _recorded_index(tmp_path: Path, n: int, shuffled: bool) -> Path:
 
 @pytest.mark.parametrize(("shuffled", "bucket"), [(True, 1), (True, 3000), (True, 40_000), (True, 8 << 20),
                                                   (False, 3000)])
-def test_lines_of_a_shuffled_index_are_put_in_order_by_buckets(tmp_path, data_home, monkeypatch, shuffled, bucket):
-    """An index whose recorded order is unrelated to its (URL) order has its lines put in recorded
-    order by sequential bucket passes (regions of one line to all in one), one in nearly its own
-    order by the mapped file: the map byte for byte the one the in-memory build writes, both from
-    the index file (the one read) and from its rows in file order (the lines spooled first)."""
+def test_lines_of_a_shuffled_index_are_copied_in_one_read(tmp_path, data_home, monkeypatch, shuffled, bucket):
+    """An index whose recorded order is unrelated to its (URL) order, and one in nearly its own
+    order: the lines are copied in the index's order, reads of one line to all at once, never by
+    bucket passes; the map holds what the in-memory build writes, and is the same file whether
+    built from the index file (the one read) or from its rows in file order (the lines spooled first)."""
     from ego2web_replay.snapshots import index_map
     from ego2web_replay.snapshots.index_cache import parse_rows, stream_rows
     from ego2web_replay.snapshots.index_map import build_index_map
@@ -414,9 +450,11 @@ def test_lines_of_a_shuffled_index_are_put_in_order_by_buckets(tmp_path, data_ho
 
     real = index_map._lines_bucketed
     monkeypatch.setattr(index_map, "_lines_bucketed", spy)
-    assert build_index_map(index).read_bytes() == before.read_bytes()
-    assert build_index_map(index, stream_rows(index)).read_bytes() == before.read_bytes()  # in file order
-    assert bucketed == ([700, 700] if shuffled else [])
+    built = build_index_map(index)
+    assert_same_map(built, before, index)
+    built_bytes = built.read_bytes()
+    assert build_index_map(index, stream_rows(index)).read_bytes() == built_bytes  # in file order
+    assert bucketed == []  # the lines go in the index's order: no bucket passes, whatever the recorded order
     imap = open_index_map(index, build=False)
     rows = parse_rows(index)
     assert [imap.row(i) for i in range(len(imap))] == rows

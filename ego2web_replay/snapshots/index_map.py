@@ -8,7 +8,8 @@ it serves its first request. :func:`open_index_map` gives an :class:`IndexMap` o
 
 * ``lines``: the servable lines (responses, revisits, resources) in recorded order (by timestamp,
   then offset, as :func:`~.index_cache.parse_rows` orders them), each keyed by its position as four
-  big-endian bytes, so record ``i`` is capture ``i``;
+  big-endian bytes, so record ``i`` is capture ``i``; the lines' bytes are kept in the index's own
+  order (each record names where its key is), so the build copies them in one sequential read;
 * ``exact``: :func:`~.sortedfile.key_bytes` of (method, URL, request body in the index's POST form)
   -> position, for the exact stage of matching;
 * ``digests``: the payload digest of each capture that is not a revisit -> position, so a revisit
@@ -264,9 +265,10 @@ class MapBuilder:
             meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,
                     "methods": sorted(self._methods), "first_timestamp": first}
             lines = self._spool or _FileLines(index, self._starts, self._lengths, self.folder)
+            sizes = lines.lengths() + _POSITION.size  # of each key, in file order
+            places = np.cumsum(sizes) - sizes  # where it goes among the table's bytes: in file order
             write_sorted_columns(self.target, meta, {
-                "lines": (lines.lengths()[order] + _POSITION.size, np.arange(count, dtype=np.uint32),
-                          lines.in_order(order)),
+                "lines": (sizes[order], np.arange(count, dtype=np.uint32), lines.in_file_order(rank), places[order]),
                 "exact": (exact.lengths()[exact_order], rank[exact_order], sorted_chunks(exact, exact_order)),
                 "digests": (digests.lengths()[digest_order], digest_values[digest_order],
                             sorted_chunks(digests, digest_order)),
@@ -311,10 +313,18 @@ class _LineSpool:
 
     def in_order(self, order: np.ndarray) -> Iterator[bytes]:
         """The ``lines`` table's keys in ``order`` (see :func:`_lines_in_order`)."""
+        self._flush()
+        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order, self._folder)
+
+    def in_file_order(self, rank: np.ndarray) -> Iterator[bytes]:
+        """The ``lines`` table's keys in the order the lines were added (see :func:`_lines_in_file_order`)."""
+        self._flush()
+        return _lines_in_file_order(self._file.fileno(), self._starts, self._lengths, rank)
+
+    def _flush(self) -> None:
         self._file.write(self._buf)
         self._buf = bytearray()
         self._file.flush()
-        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order, self._folder)
 
 
 class _FileLines:
@@ -331,6 +341,41 @@ class _FileLines:
     def in_order(self, order: np.ndarray) -> Iterator[bytes]:
         with self.index.open("rb") as fh:
             yield from _lines_in_order(fh.fileno(), self._starts, self._lengths, order, self._folder)
+
+    def in_file_order(self, rank: np.ndarray) -> Iterator[bytes]:
+        with self.index.open("rb") as fh:
+            yield from _lines_in_file_order(fh.fileno(), self._starts, self._lengths, rank)
+
+
+def _lines_in_file_order(fileno: int, starts_at: array[int], lengths_of: array[int], rank: np.ndarray) -> Iterator[bytes]:
+    """The ``lines`` table's keys in file order: each line (``lengths_of[i]`` bytes at ``starts_at[i]``
+    of the file ``fileno``, rising) after its position in recorded order (``rank[i]``, 4 bytes,
+    big-endian), from one sequential read of the file, a few MiB at a time.
+
+    Whatever the recorded order, every read is in turn (a recording's index is sorted by URL, its
+    recorded order the order of browsing: copied in recorded order, nearly every line would be on
+    another page than the one before, see :func:`_lines_in_order`)."""
+    import numpy as np
+
+    starts = np.frombuffer(starts_at, dtype=np.int64)
+    ends = starts + np.frombuffer(lengths_of, dtype=np.int64)
+    count, at = len(starts), 0
+    while at < count:
+        stop = min(max(int(np.searchsorted(ends, starts[at] + _BUCKET_BYTES, side="left")), at + 1), count)
+        base = int(starts[at])
+        block = os.pread(fileno, int(ends[stop - 1]) - base, base)
+        heads = rank[at:stop].astype(">u4").tobytes()
+        view = memoryview(block)
+        try:
+            pieces: list[bytes | memoryview] = [b""] * (2 * (stop - at))
+            pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
+            pieces[1::2] = [view[s:e] for s, e in zip((starts[at:stop] - base).tolist(),
+                                                       (ends[at:stop] - base).tolist(), strict=True)]
+            yield b"".join(pieces)
+            del pieces
+        finally:
+            view.release()
+        at = stop
 
 
 def _lines_in_order(fileno: int, starts_at: array[int], lengths_of: array[int], order: np.ndarray,

@@ -42,6 +42,10 @@ from ..errors import ArchiveError
 if TYPE_CHECKING:
     import numpy as np
 
+    type Columns = (tuple[np.ndarray, np.ndarray, Iterable[bytes]]
+                    | tuple[np.ndarray, np.ndarray, Iterable[bytes], np.ndarray])
+    """A table for :func:`write_sorted_columns`: key lengths, values, key bytes, and optionally the keys' places."""
+
 __all__ = ["MAGIC", "KeyTable", "SortedFile", "key_bytes", "write_sorted_file", "write_sorted_stream", "write_sorted_columns",
            "ExternalSorter"]
 
@@ -127,39 +131,47 @@ def _head(meta: Mapping[str, Any], counts: Mapping[str, int], blob_bytes: int) -
     return MAGIC + _LENGTH.pack(room) + json.dumps(header).encode().ljust(room)
 
 
-def write_sorted_columns(path: Path, meta: Mapping[str, Any],
-                         tables: Mapping[str, tuple[np.ndarray, np.ndarray, Iterable[bytes]]]) -> None:
+def write_sorted_columns(path: Path, meta: Mapping[str, Any], tables: Mapping[str, Columns]) -> None:
     """:func:`write_sorted_stream` of tables already in order given as arrays: per table the length
     of each key and its value (in table order), and the keys' bytes concatenated in that order, in
-    pieces (:func:`~.keysort.sorted_chunks`); same file, written without a record per Python object."""
+    pieces (:func:`~.keysort.sorted_chunks`); same file, written without a record per Python object.
+
+    A table given a fourth array, where each key starts among the table's bytes (in table order),
+    has its pieces taken in any order that puts each key there (a record names its key's place, so
+    a table need not keep its keys' bytes in its own order: the index map's lines go in the order
+    they are read)."""
     import numpy as np  # here, not at import: replay opens a mapped index without it
 
     record = np.dtype([("at", "<u8"), ("length", "<u4"), ("value", "<u4")])
-    counts = {name: len(lengths) for name, (lengths, _values, _chunks) in tables.items()}
-    sizes = {name: int(lengths.sum(dtype=np.uint64)) for name, (lengths, _values, _chunks) in tables.items()}
+    counts = {name: len(columns[0]) for name, columns in tables.items()}
+    sizes = {name: int(columns[0].sum(dtype=np.uint64)) for name, columns in tables.items()}
     blob_at = sum(sizes.values())
     with atomic_writer(path) as fh:
         fh.write(_head(meta, counts, blob_at))
         at = 0
-        for name, (lengths, values, _chunks) in tables.items():
-            if len(values) != counts[name]:
+        for name, (lengths, values, _chunks, *placed) in tables.items():
+            if len(values) != counts[name] or (placed and len(placed[0]) != counts[name]):
                 raise ValueError(f"table {name!r}: {counts[name]} keys, {len(values)} values")
             for start in range(0, counts[name], _RECORDS_AT_ONCE):  # a few MiB of records at a time
                 part = lengths[start:start + _RECORDS_AT_ONCE].astype(np.uint64)
                 records = np.empty(len(part), dtype=record)
-                ends = np.cumsum(part, dtype=np.uint64)
-                records["at"] = ends - part + np.uint64(at)
+                if placed:
+                    records["at"] = placed[0][start:start + _RECORDS_AT_ONCE].astype(np.uint64) + np.uint64(at)
+                else:
+                    ends = np.cumsum(part, dtype=np.uint64)
+                    records["at"] = ends - part + np.uint64(at)
                 records["length"] = part
                 records["value"] = values[start:start + _RECORDS_AT_ONCE]
                 fh.write(records.tobytes())
-                at += int(ends[-1])
+            at += sizes[name]
         written = 0
-        for _lengths, _values, chunks in tables.values():
+        for name, (_lengths, _values, chunks, *_placed) in tables.items():
+            before = written
             for chunk in chunks:
                 fh.write(chunk)
                 written += len(chunk)
-        if written != blob_at:
-            raise ValueError(f"{written} bytes of keys written, the lengths say {blob_at}")
+            if written - before != sizes[name]:
+                raise ValueError(f"table {name!r}: {written - before} bytes of keys written, the lengths say {sizes[name]}")
 
 
 class ExternalSorter:
