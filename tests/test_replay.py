@@ -238,3 +238,43 @@ def test_bad_inputs(ca, tmp_path):
 
         with pytest.raises(ProxyError, match="in use"):
             Replay([snap], ca=ca, port=sock.getsockname()[1], check=False).start()
+
+
+def test_archive_hashed_beside_the_build_index_checked_before_it(tmp_path, ca, monkeypatch):
+    """The open hashes each archive on a thread while the index is read: a changed archive is still
+    refused before anything is served, and a changed index is refused before anything is built from it."""
+    import shutil
+    import threading
+
+    from ego2web_replay.replay import mapped
+    from ego2web_replay.snapshots import verify
+    from ego2web_replay.snapshots.index_map import map_file
+
+    snap = _crafted_snapshot(tmp_path / "c", {"http://x.example/a": (200, "text/plain", b"a" * 2000)})
+    threads = []
+    real = verify.integrity_problems
+
+    def spy(s, **kw):
+        threads.append((threading.current_thread() is threading.main_thread(), kw))
+        return real(s, **kw)
+
+    monkeypatch.setattr(verify, "integrity_problems", spy)
+    with Replay([snap], ca=ca, index="mapped") as replay:
+        assert replay.captures == 1
+    assert threads == [(True, {"archive": False}), (False, {"index": False})]
+
+    bad_archive = tmp_path / "bad-archive"
+    shutil.copytree(snap, bad_archive)
+    data = bytearray((bad_archive / "archive.warc.zst").read_bytes())
+    data[-3] ^= 0xFF
+    (bad_archive / "archive.warc.zst").write_bytes(bytes(data))
+    with pytest.raises(SnapshotError, match="corrupt snapshot: archive.warc.zst: sha256 differs"):
+        Replay([bad_archive], ca=ca, index="mapped").open()
+
+    bad_index = tmp_path / "bad-index"
+    shutil.copytree(snap, bad_index)
+    (bad_index / "index.cdxj").write_bytes((bad_index / "index.cdxj").read_bytes().replace(b"x.example", b"y.example"))
+    builds = mapped.BUILDS[0]
+    with pytest.raises(SnapshotError, match="corrupt snapshot: index.cdxj: sha256 differs"):
+        Replay([bad_index], ca=ca, index="mapped").open()
+    assert mapped.BUILDS[0] == builds and not map_file(bad_index / "index.cdxj").exists()

@@ -124,6 +124,13 @@ def _capture_time(snapshot: Any, first: str | None) -> dt.datetime:
     return snapshot.manifest.created_at
 
 
+def _refuse_corrupt(path: Any, problems: list[str]) -> None:
+    """SnapshotError naming what :func:`~ego2web_replay.snapshots.verify.integrity_problems` found."""
+    if problems:
+        raise SnapshotError(f"{path}: corrupt snapshot: {'; '.join(problems)} (run `ego2web-replay "
+                            "snapshot verify`; `serve --allow-corrupt` serves what it can)")
+
+
 def snapshots_redactor(snapshots: Sequence[Any]) -> Redactor | None:
     """The credential redaction to apply to incoming requests: the recording's (the union of the
     snapshots' extra names), or None when no snapshot was recorded with redaction."""
@@ -274,40 +281,34 @@ class Replay:
 
     # -- lifecycle ---------------------------------------------------------------
     def open(self) -> None:
+        from concurrent.futures import Future, ThreadPoolExecutor
+
         from ..snapshots.location import open_snapshot
 
         t0 = time.perf_counter()
-        for p in self.paths:
-            if isinstance(p, Path) and not p.exists():
-                raise SnapshotError(f"snapshot {p} not found")
-            snap = open_snapshot(p)
-            if self.check:
-                from ..snapshots.verify import integrity_problems
+        # The archives are hashed on a thread while the indexes are read (hashing releases the GIL, so
+        # it takes the other core): each index is checked first, as everything built now is read from
+        # it; a corrupt archive is refused before anything is served, as before.
+        hashing = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sha256") if self.check else None
+        archives: list[tuple[Any, Future[list[str]]]] = []
+        try:
+            for p in self.paths:
+                if isinstance(p, Path) and not p.exists():
+                    raise SnapshotError(f"snapshot {p} not found")
+                snap = open_snapshot(p)
+                if hashing is not None:
+                    from ..snapshots.verify import integrity_problems
 
-                problems = integrity_problems(snap)
-                if problems:
-                    raise SnapshotError(f"{p}: corrupt snapshot: {'; '.join(problems)} (run `ego2web-replay "
-                                        "snapshot verify`; `serve --allow-corrupt` serves what it can)")
-            self.snapshots.append(snap)
+                    _refuse_corrupt(p, integrity_problems(snap, archive=False))
+                    archives.append((p, hashing.submit(integrity_problems, snap, index=False)))
+                self.snapshots.append(snap)
+            rules, index, first = self._build_index()
+            for p, problems in archives:
+                _refuse_corrupt(p, problems.result())
+        finally:
+            if hashing is not None:
+                hashing.shutdown(wait=True, cancel_futures=True)
         cfg = self.config
-        rules = load_rules(cfg.rules_paths()) if cfg.rules_files else None
-        mapped = index_mode(self.snapshots, self.index_mode) == "mapped"
-        if mapped:
-            from .mapped import build_first_open
-
-            build_first_open(self.snapshots, rules)  # what a first open lacks, each index read once
-        options: dict[str, Any] = {"rules": rules, "policy": cfg.sequence, "fuzzy_threshold": cfg.fuzzy_threshold,
-                                   "fuzzy": cfg.fuzzy, "learned": load_learned(self.snapshots)}
-        index: IndexBase
-        if mapped:
-            from .mapped import MappedMatchIndex
-
-            index = MappedMatchIndex.open([s.index_path for s in self.snapshots], **options)
-            first = index.first_timestamp(0)
-        else:
-            captures = load_captures(self.snapshots)
-            index = MatchIndex(captures, **options)
-            first = min((c.timestamp for c in captures if c.ref[0] == 0), default=None)
         if not len(index):
             raise SnapshotError(f"nothing to replay: {', '.join(map(str, self.paths))} hold no responses")
         self.captures = len(index)
@@ -328,6 +329,30 @@ class Replay:
         self.load_seconds = time.perf_counter() - t0
         log.info("snapshot opened: %s (%d captures, %.2f s)", ", ".join(map(str, self.paths)), self.captures,
                  self.load_seconds)
+
+    def _build_index(self) -> tuple[Any, IndexBase, str | None]:
+        """The rules, the match index of the opened snapshots (what a first open lacks built, each
+        index read once) and the first capture's timestamp."""
+        cfg = self.config
+        rules = load_rules(cfg.rules_paths()) if cfg.rules_files else None
+        mapped = index_mode(self.snapshots, self.index_mode) == "mapped"
+        if mapped:
+            from .mapped import build_first_open
+
+            build_first_open(self.snapshots, rules)
+        options: dict[str, Any] = {"rules": rules, "policy": cfg.sequence, "fuzzy_threshold": cfg.fuzzy_threshold,
+                                   "fuzzy": cfg.fuzzy, "learned": load_learned(self.snapshots)}
+        index: IndexBase
+        if mapped:
+            from .mapped import MappedMatchIndex
+
+            index = MappedMatchIndex.open([s.index_path for s in self.snapshots], **options)
+            first = index.first_timestamp(0)
+        else:
+            captures = load_captures(self.snapshots)
+            index = MatchIndex(captures, **options)
+            first = min((c.timestamp for c in captures if c.ref[0] == 0), default=None)
+        return rules, index, first
 
     def _shared(self, rules: Any) -> SharedMatcher | None:
         """The other tasks' snapshots that answer what the own snapshots lack (None: sharing is off, or the

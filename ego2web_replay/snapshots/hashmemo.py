@@ -38,9 +38,20 @@ def _memo_file(path: Path) -> Path:
     return data_dir() / "hash-memo" / f"{key[:32]}.json"
 
 
+_CHUNK = 8 << 20
+
+
 def _hash(path: Path) -> str:
-    with open(path, "rb") as fh:
-        return hashlib.file_digest(fh, "sha256").hexdigest()
+    """sha256 of the file, read a few MiB at a time: reading and hashing each release the GIL, so a
+    file hashed on a thread beside Python work takes the GIL back rarely (``hashlib.file_digest``'s
+    256 KiB would need it thousands of times a gigabyte, each wait up to a switch interval)."""
+    digest = hashlib.sha256()
+    buf = bytearray(_CHUNK)
+    view = memoryview(buf)
+    with open(path, "rb", buffering=0) as fh:
+        while size := fh.readinto(buf):
+            digest.update(view[:size])
+    return digest.hexdigest()
 
 
 def remembered_sha256(path: Path) -> str:

@@ -172,8 +172,9 @@ def reindex_snapshot(path: Path) -> int:
     return len(entries)
 
 
-def integrity_problems(snap: Snapshot) -> list[str]:
-    """What differs between a snapshot's archive and index files and its manifest (size, then sha256).
+def integrity_problems(snap: Snapshot, *, archive: bool = True, index: bool = True) -> list[str]:
+    """What differs between a snapshot's archive and index files and its manifest (size, then sha256);
+    ``archive`` or ``index`` false leaves that file out.
 
     The quick check made before a snapshot is replayed; :func:`verify_snapshot` checks much more.
     Files read through a storage other than the local folder are not checked here. A file unchanged
@@ -183,7 +184,7 @@ def integrity_problems(snap: Snapshot) -> list[str]:
 
     if not isinstance(snap.storage, LocalStorage):
         return []
-    wanted = {snap.manifest.archive, snap.manifest.index}
+    wanted = {name for name, on in ((snap.manifest.archive, archive), (snap.manifest.index, index)) if on}
     problems = []
     for digest in snap.manifest.files:
         if digest.path not in wanted:
