@@ -442,6 +442,7 @@ def test_lines_of_a_shuffled_index_are_copied_in_one_read(tmp_path, data_home, m
     before = tmp_path / "before.sorted"
     _map_as_before(index, before)
     monkeypatch.setattr(index_map, "_BUCKET_BYTES", bucket)
+    monkeypatch.setattr(index_map, "_READ_BYTES", bucket)
     bucketed = []
 
     def spy(*args):

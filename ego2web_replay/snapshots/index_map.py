@@ -60,6 +60,7 @@ _VERSION = 2
 _POSITION = struct.Struct(">I")
 _LINES_CHUNK = 1024  # lines copied at a time into the table
 _BUCKET_BYTES = 8 << 20  # lines held at a time when they are put in recorded order by buckets
+_READ_BYTES = 1 << 20  # lines read at a time when they are copied in file order (each held twice, and a view of each)
 
 MapHook = Callable[["IndexMap"], None]
 RowsHook = Callable[[Path], "RowKeys"]
@@ -256,6 +257,14 @@ class MapBuilder:
             first = times.key(int(order[0])).decode("utf-8", "surrogatepass") if count else None
             times.close()
             self._offsets = array("q")
+            lines = self._spool or _FileLines(index, self._starts, self._lengths, self.folder)
+            sizes = lines.lengths() + _POSITION.size  # of each line's key, in file order
+            places = np.cumsum(sizes)
+            places -= sizes  # where each key goes among the table's bytes: in file order
+            line_places = places[order]
+            del places
+            line_sizes = sizes[order].astype(np.uint32)  # (as a record holds it: 4 bytes)
+            del sizes
             rank = ranks(order)
             exact_order = exact.argsort(rank)
             digest_values = rank.copy() if self._all_digests else \
@@ -264,11 +273,8 @@ class MapBuilder:
             digest_order = digests.argsort(digest_values)
             meta = {"version": _VERSION, "index": str(index.resolve()), "count": count,
                     "methods": sorted(self._methods), "first_timestamp": first}
-            lines = self._spool or _FileLines(index, self._starts, self._lengths, self.folder)
-            sizes = lines.lengths() + _POSITION.size  # of each key, in file order
-            places = np.cumsum(sizes) - sizes  # where it goes among the table's bytes: in file order
             write_sorted_columns(self.target, meta, {
-                "lines": (sizes[order], np.arange(count, dtype=np.uint32), lines.in_file_order(rank), places[order]),
+                "lines": (line_sizes, np.arange(count, dtype=np.uint32), lines.in_file_order(rank), line_places),
                 "exact": (exact.lengths()[exact_order], rank[exact_order], sorted_chunks(exact, exact_order)),
                 "digests": (digests.lengths()[digest_order], digest_values[digest_order],
                             sorted_chunks(digests, digest_order)),
@@ -361,7 +367,7 @@ def _lines_in_file_order(fileno: int, starts_at: array[int], lengths_of: array[i
     ends = starts + np.frombuffer(lengths_of, dtype=np.int64)
     count, at = len(starts), 0
     while at < count:
-        stop = min(max(int(np.searchsorted(ends, starts[at] + _BUCKET_BYTES, side="left")), at + 1), count)
+        stop = min(max(int(np.searchsorted(ends, starts[at] + _READ_BYTES, side="left")), at + 1), count)
         base = int(starts[at])
         block = os.pread(fileno, int(ends[stop - 1]) - base, base)
         heads = rank[at:stop].astype(">u4").tobytes()
