@@ -291,7 +291,7 @@ class MapBuilder:
 
 
 class _LineSpool:
-    """The lines of an index being mapped, in a temporary file, read back in recorded order."""
+    """The lines of an index being mapped, in a temporary file, in the order added."""
 
     def __init__(self, folder: Path) -> None:
         self._folder = folder
@@ -317,24 +317,16 @@ class _LineSpool:
 
         return np.frombuffer(self._lengths, dtype=np.int64)
 
-    def in_order(self, order: np.ndarray) -> Iterator[bytes]:
-        """The ``lines`` table's keys in ``order`` (see :func:`_lines_in_order`)."""
-        self._flush()
-        return _lines_in_order(self._file.fileno(), self._starts, self._lengths, order, self._folder)
-
     def in_file_order(self, rank: np.ndarray) -> Iterator[bytes]:
         """The ``lines`` table's keys in the order the lines were added (see :func:`_lines_in_file_order`)."""
-        self._flush()
-        return _lines_in_file_order(self._file.fileno(), self._starts, self._lengths, rank)
-
-    def _flush(self) -> None:
         self._file.write(self._buf)
         self._buf = bytearray()
         self._file.flush()
+        return _lines_in_file_order(self._file.fileno(), self._starts, self._lengths, rank)
 
 
 class _FileLines:
-    """The lines of an index being mapped, where they are in the index file, read back in recorded order."""
+    """The lines of an index being mapped, where they are in the index file."""
 
     def __init__(self, index: Path, starts: array[int], lengths: array[int], folder: Path) -> None:
         self.index, self._starts, self._lengths, self._folder = index, starts, lengths, folder
@@ -343,10 +335,6 @@ class _FileLines:
         import numpy as np
 
         return np.frombuffer(self._lengths, dtype=np.int64)
-
-    def in_order(self, order: np.ndarray) -> Iterator[bytes]:
-        with self.index.open("rb") as fh:
-            yield from _lines_in_order(fh.fileno(), self._starts, self._lengths, order, self._folder)
 
     def in_file_order(self, rank: np.ndarray) -> Iterator[bytes]:
         with self.index.open("rb") as fh:
@@ -370,17 +358,8 @@ def _lines_in_file_order(fileno: int, starts_at: array[int], lengths_of: array[i
         stop = min(max(int(np.searchsorted(ends, starts[at] + _READ_BYTES, side="left")), at + 1), count)
         base = int(starts[at])
         block = os.pread(fileno, int(ends[stop - 1]) - base, base)
-        heads = rank[at:stop].astype(">u4").tobytes()
-        view = memoryview(block)
-        try:
-            pieces: list[bytes | memoryview] = [b""] * (2 * (stop - at))
-            pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
-            pieces[1::2] = [view[s:e] for s, e in zip((starts[at:stop] - base).tolist(),
-                                                       (ends[at:stop] - base).tolist(), strict=True)]
-            yield b"".join(pieces)
-            del pieces
-        finally:
-            view.release()
+        yield _keyed(rank[at:stop], block, (starts[at:stop] - base).tolist(), (ends[at:stop] - base).tolist())
+        del block
         at = stop
 
 
@@ -411,7 +390,7 @@ def _lines_in_order(fileno: int, starts_at: array[int], lengths_of: array[int], 
         try:
             for at in range(0, len(order), _LINES_CHUNK):
                 part = order[at:at + _LINES_CHUNK]
-                yield _keyed(at, data, starts[part].tolist(), ends[part].tolist())
+                yield _keyed(np.arange(at, at + len(part)), data, starts[part].tolist(), ends[part].tolist())
                 view.madvise(mmap.MADV_DONTNEED)
         finally:
             data.release()
@@ -428,12 +407,10 @@ def _scattered(starts: np.ndarray, total: int) -> bool:
     return jumps > 4 * (total // mmap.PAGESIZE + 1) + 64
 
 
-def _keyed(at: int, data: memoryview | bytes, starts: list[int], ends: list[int]) -> bytes:
-    """The keys of the ``lines`` table from position ``at`` on: each position (4 bytes, big-endian)
-    then the line ``data[starts[i]:ends[i]]``."""
-    import numpy as np
-
-    heads = np.arange(at, at + len(starts), dtype=">u4").tobytes()
+def _keyed(positions: np.ndarray, data: memoryview | bytes, starts: list[int], ends: list[int]) -> bytes:
+    """Keys of the ``lines`` table: each position (``positions[i]``, 4 bytes, big-endian) then the
+    line ``data[starts[i]:ends[i]]``."""
+    heads = positions.astype(">u4").tobytes()
     pieces: list[bytes | memoryview] = [b""] * (2 * len(starts))
     pieces[0::2] = [heads[i:i + 4] for i in range(0, len(heads), 4)]
     view = memoryview(data)
@@ -496,7 +473,8 @@ def _lines_bucketed(fileno: int, starts: np.ndarray, lengths: np.ndarray, order:
             taken = lengths[positions]
             for at in range(0, len(positions), _LINES_CHUNK):
                 s = where[at:at + _LINES_CHUNK]
-                yield _keyed(b * per + at, region, s.tolist(), (s + taken[at:at + _LINES_CHUNK]).tolist())
+                yield _keyed(np.arange(b * per + at, b * per + at + len(s)), region, s.tolist(),
+                             (s + taken[at:at + _LINES_CHUNK]).tolist())
             del region
 
 
