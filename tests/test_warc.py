@@ -356,6 +356,7 @@ def test_a_payload_from_a_file_is_written_in_pieces_into_the_same_records(tmp_pa
     assert a == b  # the same headers (digests and lengths included) and blocks
     assert [x.record_type for x in pieces].count("revisit") == (1 if dedup else 0)
     path = tmp_path / "pieces" / name
+    assert path.read_bytes() == (tmp_path / "whole" / name).read_bytes(), "not the same archive bytes"
     assert all(not digest_problems(r) for r in iter_records(path))
     if compression == "zst":  # one frame per record, each with its content size and checksum
         data = path.read_bytes()

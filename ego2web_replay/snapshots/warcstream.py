@@ -4,11 +4,14 @@ A payload held in a file (the recorder's spool of a streamed body) is read twice
 piece at a time, and never whole: once for its digests (the WARC-Payload-Digest and
 WARC-Block-Digest warcio would write, sha1 in base32, and the sha256 deduplication
 compares, when it does), and once to write it through a streaming compressor straight
-into the archive. The serialised record is counted first (the zstd frame declares its
-content size before its data). The record is serialised by warcio's own writer in both of the last
-two passes (the counting one with blank bytes of the payload's length), so its bytes are those :meth:`~.warc.ArchiveWriter.write_record` makes from
-the same payload held in memory: the same headers in the same order, the same digests,
-one zstd frame (content size and checksum) or gzip member per record.
+into the archive. The record's head (its WARC headers and the HTTP head) is made by warcio's own
+writer, over blank bytes of the payload's length, which also counts the serialised record (the zstd
+frame declares its content size before its data); the head, then the payload a piece at a time, then
+the record's closing blank lines go through the compressor, so its bytes are those
+:meth:`~.warc.ArchiveWriter.write_record` makes from the same payload held in memory: the same headers
+in the same order, the same digests, one zstd frame (content size and checksum) or gzip member per
+record (an archive's bytes the same: ``tests/test_warc.py``). warcio's writer, given the payload itself,
+would read and pass it on 16 KiB at a time, and serialise the record a second time.
 
 A payload whose sha1 and sha256 were taken while it arrived (``known``: the recorder's spool hashes a
 streamed body as it comes, :mod:`ego2web_replay.recorder.spool`) is read once for the block digest
@@ -34,6 +37,7 @@ STREAM_MIN = 1 << 20
 #: The piece read, hashed and compressed at a time.
 PIECE = 1 << 20
 _VERSION = "WARC/1.1"
+_END = b"\r\n\r\n"  # after every record's block
 
 
 class SizedReader(io.RawIOBase):
@@ -132,20 +136,25 @@ class _Blank(io.RawIOBase):
     def __init__(self, length: int) -> None:
         super().__init__()
         self._left = length
+        self.started = False  # read from: what is written now is the payload
 
     def read(self, n: int | None = -1) -> bytes:
+        self.started = True
         n = self._left if n is None or n < 0 else min(n, self._left)
         self._left -= n
         return self._ZEROS[:n] if n <= PIECE else bytes(n)
 
 
-class _Count:
-    """A sink that only counts what is written to it."""
+class _Head:
+    """A sink for warcio's writer over a :class:`_Blank` payload: keeps what is written before the payload
+    is read (the record's head) and counts every byte written."""
 
-    def __init__(self) -> None:
-        self.n = 0
+    def __init__(self, blank: _Blank) -> None:
+        self.n, self.head, self._blank = 0, bytearray(), blank
 
     def write(self, data: bytes) -> int:
+        if not self._blank.started:
+            self.head += data
         self.n += len(data)
         return len(data)
 
@@ -173,17 +182,26 @@ class _Gzip:
 def write_streamed(fh: BinaryIO, record: Any, payload: Payload, compression: str,
                    zstd: zstandard.ZstdCompressor | None) -> None:
     """Append ``record`` (its digests set, its raw stream ``payload``) to ``fh`` as one compression unit."""
-    count = _Count()
-    record.raw_stream = _Blank(payload.length)
-    WARCWriter(count, gzip=False, warc_version=_VERSION).write_record(record)
+    record.raw_stream = blank = _Blank(payload.length)
+    made = _Head(blank)
+    WARCWriter(made, gzip=False, warc_version=_VERSION).write_record(record)
     record.raw_stream = payload
-    payload.seek(0)
+    head = bytes(made.head)
+    if made.n != len(head) + payload.length + len(_END):
+        raise ValueError(f"the record's head was not followed by its {payload.length}-byte payload and its end")
+    out: Any
     if compression == "zst" and zstd is not None:
-        with zstd.stream_writer(fh, size=count.n, closefd=False) as out:
-            WARCWriter(out, gzip=False, warc_version=_VERSION).write_record(record)
+        out = zstd.stream_writer(fh, size=made.n, closefd=False)
     elif compression == "gz":
-        gz = _Gzip(fh)
-        WARCWriter(gz, gzip=False, warc_version=_VERSION).write_record(record)
-        gz.close()
+        out = _Gzip(fh)
     else:
-        WARCWriter(fh, gzip=False, warc_version=_VERSION).write_record(record)
+        out = fh
+    out.write(head)
+    payload.seek(0)
+    while piece := payload.read(PIECE):
+        out.write(piece)
+    if payload.tell() != payload.length:
+        raise OSError(f"the payload ended at byte {payload.tell()} of {payload.length}")
+    out.write(_END)
+    if out is not fh:
+        out.close()
