@@ -1,5 +1,6 @@
 """``bench_record.py --stream``: time to first byte and memory of the recorder against the size of one
-response, beside a direct fetch and warcprox.
+response, beside a direct fetch, warcprox, and two floors of a proxy hop: nginx and the thinnest
+Python forwarder.
 
 An origin in its own process on 127.0.0.1 answers ``/big/<bytes>`` with that many random bytes (a
 Content-Length, written in 64 KiB pieces, never held whole; random, as the media files this large are
@@ -7,20 +8,26 @@ incompressible). Our recorder (the fast engine, writing a
 real zst snapshot, guard in loopback mode) runs in a process of its own, so its memory is its own:
 the peak resident set (``VmHWM``, reset through ``/proc/<pid>/clear_refs`` before each fetch) less
 the resident set before the fetch is what one response cost it. warcprox runs as in the page-load
-test (``_warcprox.py``), measured the same way. The client (this process) sends one GET with a raw
-socket, notes when the first byte of the answer arrives and when the body is complete, and drops
-the bytes as they come (every response is read whole, so each proxy records it complete). Before
-each fetch the client waits until both proxies have been idle (no CPU time) for 50 ms, so a first
-byte is not timed against the writing of the previous record.
-Fetches interleaved per size and round, the order rotating from round to round (direct, ours,
-warcprox; then ours, warcprox, direct; ...) so that the load of other processes drifts onto every
-mode alike. A first byte arrives in a few ms, about a scheduler slice on a loaded machine, so one
-fetch says little: the TTFB ratios are the median of the per-round ratios (ours over direct, ours
-over warcprox, from fetches made moments apart) with a 95% bootstrap interval of that median.
+test (``_warcprox.py``), measured the same way. The floors record nothing: nginx (``NginxForward``:
+one process, a plain-HTTP forward proxy with ``proxy_pass`` to the origin through a keepalive
+upstream pool, ``proxy_buffering off``) is what a proxy hop costs in C; ``_pyfloor.py`` (asyncio
+protocols on the loop our proxies use, a kept upstream connection, bytes relayed both ways,
+``TCP_NODELAY``) is the least any Python proxy can do. The client (this process) sends one GET
+with a raw socket (absolute-form to every proxy), notes when the first byte of the answer arrives
+and when the body is complete, and drops the bytes as they come (every response is read whole, so
+each proxy records it complete). Before each fetch the client waits until every proxy has been idle
+(no CPU time) for 50 ms, so a first byte is not timed against the writing of the previous record.
+Every round fetches every size in every mode, the order of those (size, mode) fetches rotating by
+one from round to round (``round_order``), so that the load of other processes drifts onto every
+size and mode alike. A first byte arrives in about a millisecond, less than a scheduler slice on a
+loaded machine, so one fetch says little: the ratios are the median of the per-round ratios (two
+modes' fetches of one size in one round, made seconds apart at most) with a 95% bootstrap interval
+of that median (``_common.ratio_ci``).
 """
 
 from __future__ import annotations
 
+import shutil
 import socket
 import subprocess
 import sys
@@ -117,9 +124,111 @@ def fetch(port: int, target: str, host: str, size: int) -> tuple[float, float]:
         return (t1 - t0) * 1000, (time.perf_counter() - t0) * 1000
 
 
+class NginxForward:
+    """nginx as a plain-HTTP forward proxy to the origin: the floor of a proxy hop in C.
+
+    One process (``master_process off``, one worker, ``daemon off``), run as the invoking user with its
+    own prefix, conf, pid, logs and temp paths in ``folder``, so nothing of the system's nginx is used.
+    The client sends it the absolute-form request it sends our recorder; ``proxy_pass`` to an
+    ``upstream`` of the origin's IP literal with a keepalive pool (HTTP/1.1, ``Connection`` cleared
+    upstream), ``proxy_buffering off`` so each piece of the body goes on as it comes. An IP literal
+    needs no resolver and the conf has none (a name would fail at start); a request for another host
+    is answered 403 by nginx, never forwarded.
+    """
+
+    def __init__(self, folder: Path, origin_port: int) -> None:
+        from _common import free_port
+
+        self.dir, self.port = folder, free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        folder.mkdir(parents=True)
+        temps = "\n".join(f"  {k}_temp_path {folder}/{k}_temp;" for k in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+        (folder / "nginx.conf").write_text(f"""daemon off;
+master_process off;
+worker_processes 1;
+pid {folder}/nginx.pid;
+error_log {folder}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+{temps}
+  upstream origin {{ server 127.0.0.1:{origin_port}; keepalive 8; }}
+  server {{
+    listen 127.0.0.1:{self.port};
+    location / {{
+      if ($host != "127.0.0.1") {{ return 403; }}
+      proxy_pass http://origin;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+      proxy_set_header Host $http_host;
+      proxy_buffering off;
+    }}
+  }}
+}}
+""")
+
+    def __enter__(self) -> NginxForward:
+        from _common import wait_port
+
+        with open(self.dir / "stderr.log", "wb") as log:  # the child keeps its own copy of the descriptor
+            self.proc = subprocess.Popen([NGINX, "-p", str(self.dir), "-c", str(self.dir / "nginx.conf")],
+                                         stdout=subprocess.DEVNULL, stderr=log)
+        wait_port(self.port, timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(20)
+
+    def errors(self) -> str:
+        """What nginx logged at ``error`` level or worse (nothing, in a clean run)."""
+        log = self.dir / "error.log"
+        lines = log.read_text().splitlines() if log.exists() else []
+        return "\n".join(x for x in lines if any(f"[{lvl}]" in x for lvl in ("error", "crit", "alert", "emerg")))
+
+    @staticmethod
+    def version() -> str:
+        out = subprocess.run([NGINX, "-v"], capture_output=True, text=True)
+        return (out.stderr or out.stdout).strip().replace("nginx version: ", "")
+
+
+class PyFloor:
+    """``_pyfloor.py`` in a process of its own: the thinnest Python forwarder, no recording."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve().parent / "_pyfloor.py")],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        port, self.loop = self.proc.stdout.readline().split(" ", 1)
+        self.port, self.loop = int(port), self.loop.strip()
+
+    def __enter__(self) -> PyFloor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+NGINX = shutil.which("nginx") or "/usr/sbin/nginx"
+MODES = ("direct", "ours", "warcprox", "nginx", "pyfloor")
+RATIOS = (("ours", "direct"), ("nginx", "direct"), ("pyfloor", "direct"), ("ours", "nginx"), ("ours", "pyfloor"),
+          ("ours", "warcprox"))
+
+
+def round_order(sizes: list[int], rnd: int) -> list[tuple[int, str]]:
+    """Round ``rnd``'s fetches: every size in every mode, the whole list rotated by one per round, so
+    over ``len(sizes) * len(MODES)`` rounds each (size, mode) takes every place in the order."""
+    pairs = [(size, mode) for size in sizes for mode in MODES]
+    k = rnd % len(pairs)
+    return pairs[k:] + pairs[:k]
+
+
 def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
-    """Per size: TTFB and total (ms, medians) direct, ours, warcprox; ours' TTFB ratios to direct and to
-    warcprox (median of the per-round ratios, 95% interval); peak RSS growth (MiB) of ours and warcprox."""
+    """Per size: TTFB and total (ms, medians) of every mode; the TTFB ratios of ``RATIOS`` (median of the
+    per-round ratios, 95% interval) and whole-body ratios; peak RSS growth (MiB) of ours and warcprox.
+    Every round fetches every size in every mode (``round_order``)."""
     from _common import free_port, median, ratio_ci, wait_port
     from _warcprox import Warcprox
 
@@ -128,43 +237,53 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
     origin = subprocess.Popen([sys.executable, "-c", _ORIGIN, str(origin_port)])
     rec = subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp / "ours"), bench_dir], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
-    out: dict[Any, Any] = {}  # sizes (int) and "warcprox_version"
+    out: dict[Any, Any] = {}  # sizes (int) and "versions"
     try:
         wait_port(origin_port)
-        assert rec.stdout is not None and rec.stdin is not None
+        assert rec.stdin is not None and rec.stdout is not None
         ours_port = int(rec.stdout.readline())
-        with Warcprox(tmp / "warcprox", free_port()) as peer:
-            out["warcprox_version"] = peer.version
-            assert peer.proc is not None
-            pids = {"ours": rec.pid, "warcprox": peer.proc.pid}
-            ports = {"direct": origin_port, "ours": ours_port, "warcprox": peer.port}
-            modes = list(ports)
-            for size in sizes:
-                times: dict[str, list[tuple[float, float]]] = {m: [] for m in ports}
-                grown: dict[str, list[float]] = {m: [] for m in pids}
-                for rep in range(reps + 1):  # the first round warms up (connections, caches): not counted
-                    for mode in modes[rep % 3:] + modes[:rep % 3]:
-                        url = f"http://127.0.0.1:{origin_port}/big/{size}?r={rep}"  # a new URL each time
-                        target = url if mode != "direct" else url.split(str(origin_port), 1)[1]
-                        _settle(list(pids.values()))
-                        pid = pids.get(mode)
-                        if pid is not None:
-                            _reset_peak(pid)
-                            before = _status(pid, "VmRSS")
-                        got = fetch(ports[mode], target, f"127.0.0.1:{origin_port}", size)
-                        if pid is not None:
-                            _settle([pid])  # the record written: its cost is in the peak
-                        if rep == 0:
-                            continue
-                        times[mode].append(got)
-                        if pid is not None:
-                            grown[mode].append((_status(pid, "VmHWM") - before) / 1024)
-                ttfb = {m: [t[0] for t in v] for m, v in times.items()}
-                out[size] = {"ttfb": {m: median(v) for m, v in ttfb.items()},
-                             "ratio": {m: ratio_ci(ttfb["ours"], ttfb[m]) for m in ("direct", "warcprox")},
-                             "total": {m: median([t[1] for t in v]) for m, v in times.items()},
-                             "rss": {m: max(v) for m, v in grown.items()}}
-                print(f"  {size / 2**20:.0f} MiB: {out[size]}", flush=True)
+        with Warcprox(tmp / "warcprox", free_port()) as peer, NginxForward(tmp / "nginx", origin_port) as ngx, \
+                PyFloor() as floor:
+            out["versions"] = {"warcprox": peer.version, "nginx": NginxForward.version(), "pyfloor": floor.loop}
+            assert peer.proc is not None and ngx.proc is not None
+            pids = {"ours": rec.pid, "warcprox": peer.proc.pid, "nginx": ngx.proc.pid, "pyfloor": floor.proc.pid}
+            measured = {"ours", "warcprox"}  # whose memory is reported
+            ports = {"direct": origin_port, "ours": ours_port, "warcprox": peer.port, "nginx": ngx.port,
+                     "pyfloor": floor.port}
+            times: dict[int, dict[str, list[tuple[float, float]]]] = {s: {m: [] for m in MODES} for s in sizes}
+            grown: dict[int, dict[str, list[float]]] = {s: {m: [] for m in measured} for s in sizes}
+            for rnd in range(reps + 1):  # the first round warms up (connections, caches): not counted
+                for size, mode in round_order(sizes, rnd):
+                    url = f"http://127.0.0.1:{origin_port}/big/{size}?r={rnd}"  # a new URL each time
+                    target = url if mode != "direct" else url.split(str(origin_port), 1)[1]
+                    _settle(list(pids.values()))
+                    pid = pids[mode] if mode in measured else None
+                    if pid is not None:
+                        _reset_peak(pid)
+                        before = _status(pid, "VmRSS")
+                    got = fetch(ports[mode], target, f"127.0.0.1:{origin_port}", size)
+                    if pid is not None:
+                        _settle([pid])  # the record written: its cost is in the peak
+                    if rnd == 0:
+                        continue
+                    times[size][mode].append(got)
+                    if pid is not None:
+                        grown[size][mode].append((_status(pid, "VmHWM") - before) / 1024)
+                if rnd:
+                    print(f"  round {rnd}/{reps}: " + ", ".join(
+                        f"{s / 2**20:.4g} MiB {' '.join(f'{m} {times[s][m][-1][0]:.2f}' for m in MODES)}" for s in sizes),
+                        flush=True)
+            bad = ngx.errors()
+            if bad:
+                raise RuntimeError(f"nginx logged errors:\n{bad}")
+        for size in sizes:
+            ttfb = {m: [t[0] for t in v] for m, v in times[size].items()}
+            body = {m: [t[1] for t in v] for m, v in times[size].items()}
+            out[size] = {"ttfb": {m: median(v) for m, v in ttfb.items()},
+                         "ratio": {f"{a}/{b}": ratio_ci(ttfb[a], ttfb[b]) for a, b in RATIOS},
+                         "total": {m: median(v) for m, v in body.items()},
+                         "total_ratio": {f"{a}/{b}": ratio_ci(body[a], body[b]) for a, b in RATIOS},
+                         "rss": {m: max(v) for m, v in grown[size].items()}}
         rec.stdin.write("stop\n")
         rec.stdin.flush()
         rec.wait(timeout=300)
@@ -181,16 +300,19 @@ def ratio_text(r: tuple[float, float, float]) -> str:
     return f"{r[0]:.2f}x [{r[1]:.2f}-{r[2]:.2f}]"
 
 
-def rows(res: dict[Any, Any], sizes: list[int]) -> tuple[list[str], list[list[Any]]]:
-    header = ["response", "TTFB direct / ours / warcprox (medians)", "TTFB ours / direct (95% interval)",
-              "TTFB ours / warcprox (95% interval)", "whole body: direct / ours / warcprox",
-              "peak RSS growth: ours", "peak RSS growth: warcprox"]
-    out = []
+def rows(res: dict[Any, Any], sizes: list[int]) -> tuple[list[str], list[list[Any]], list[str], list[list[Any]]]:
+    """Two tables: the medians per mode (TTFB, whole body, memory), and the per-round ratios."""
+    names = " / ".join(MODES)
+    header = ["response", f"TTFB {names} (medians)", f"whole body {names}", "peak RSS growth: ours",
+              "peak RSS growth: warcprox"]
+    ratio_header = ["response", "measure", *(f"{a} / {b}" for a, b in RATIOS)]
+    out, ratios = [], []
     for size in sizes:
         r = res[size]
         t, w, m = r["ttfb"], r["total"], r["rss"]
-        out.append([f"{size / 2**20:.0f} MiB", f"{t['direct']:.2f} / {t['ours']:.2f} / {t['warcprox']:.2f} ms",
-                    ratio_text(r["ratio"]["direct"]), ratio_text(r["ratio"]["warcprox"]),
-                    f"{w['direct']:.0f} / {w['ours']:.0f} / {w['warcprox']:.0f} ms",
-                    f"{m['ours']:.1f} MiB", f"{m['warcprox']:.1f} MiB"])
-    return header, out
+        label = f"{size / 2**20:.4g} MiB"
+        out.append([label, " / ".join(f"{t[x]:.2f}" for x in MODES) + " ms",
+                    " / ".join(f"{w[x]:.0f}" for x in MODES) + " ms", f"{m['ours']:.1f} MiB", f"{m['warcprox']:.1f} MiB"])
+        ratios.append([label, "TTFB", *(ratio_text(r["ratio"][f"{a}/{b}"]) for a, b in RATIOS)])
+        ratios.append([label, "whole body", *(ratio_text(r["total_ratio"][f"{a}/{b}"]) for a, b in RATIOS)])
+    return header, out, ratio_header, ratios

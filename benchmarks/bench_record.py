@@ -23,6 +23,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent)]
 
+import _recordstream  # noqa: E402
 from _common import (  # noqa: E402
     RealisticSite,
     RecordingProxy,
@@ -64,11 +65,11 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8, help="client threads in the throughput test")
     ap.add_argument("--no-write", action="store_true", help="print only; leave BENCHMARKS.md alone")
     ap.add_argument("--stream", action="store_true",
-                    help="only time to first byte and recorder memory for large responses, beside direct and "
-                         "warcprox (~5 min); rewrites the record-stream section")
+                    help="only time to first byte and recorder memory for large responses, beside direct, "
+                         "warcprox, nginx and the Python floor (~5 min); rewrites the record-stream section")
     ap.add_argument("--stream-sizes", default="1,100", help="--stream: response sizes in MiB, comma-separated")
     ap.add_argument("--stream-reps", type=int, default=30,
-                    help="--stream: rounds per size (one fetch per mode each; medians, ratio intervals)")
+                    help="--stream: rounds (one fetch per size and mode each; medians, ratio intervals)")
     args = ap.parse_args()
     if args.stream_reps < 1:
         ap.error("--stream-reps must be at least 1")
@@ -225,32 +226,66 @@ def _verdict(ratio: tuple[float, float, float], limit: float) -> str:
     return "met, interval within" if ratio[2] <= limit else f"met by the median; interval reaches {ratio[2]:.2f}x"
 
 
-def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
-    """The ``--stream`` run (``_recordstream.py``): TTFB and memory by response size."""
-    import _recordstream
+def floor_verdict(ours: tuple[float, float, float], floors: dict[str, tuple[float, float, float]],
+                  limit: float) -> str:
+    """What the floors measured in the same rounds say of ``limit`` on ours / direct: is any proxy hop
+    here within it? ``floors``: (median, low, high) of each floor over direct, ``nginx`` the fastest."""
+    fast = min(floors, key=lambda k: floors[k][0])
+    parts = ", ".join(f"{k} {_recordstream.ratio_text(v)}" for k, v in floors.items())
+    if all(v[1] > limit for v in floors.values()):
+        return (f"even the floors miss {limit}x direct ({parts}; every interval above it): not reachable by any "
+                f"proxy hop on this machine")
+    if all(v[0] > limit for v in floors.values()):
+        reach = ", ".join(f"{k}'s to {v[1]:.2f}x" for k, v in floors.items() if v[1] <= limit)
+        return (f"every floor misses {limit}x direct by its median ({parts}): by the medians not reachable by a "
+                f"proxy hop here; not proved, the intervals reach below ({reach})")
+    met = [k for k, v in floors.items() if v[0] <= limit]
+    return (f"{' and '.join(met)} within {limit}x direct by the median ({parts}): reachable by a proxy hop here; "
+            f"ours {_recordstream.ratio_text(ours)} direct, {ours[0] / floors[fast][0]:.2f}x the fastest floor's "
+            f"median ratio ({fast})")
 
+
+def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
+    """The ``--stream`` run (``_recordstream.py``): TTFB and memory by response size, with the floors."""
     sizes = [int(float(x) * 2**20) for x in args.stream_sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-record-stream-") as tmp:
         res = _recordstream.measure(Path(tmp), sizes, args.stream_reps)
-    header, rows = _recordstream.rows(res, sizes)
+    header, rows, ratio_header, ratio_rows = _recordstream.rows(res, sizes)
     print(text_table(header, rows))
+    print(text_table(ratio_header, ratio_rows))
     big = sizes[-1]
+    mib = f"{big / 2**20:.4g} MiB"
     ratio = res[big]["ratio"]
-    targets = [[f"TTFB through the recorder <= 1.2x direct ({big / 2**20:.0f} MiB)",
-                _recordstream.ratio_text(ratio["direct"]), _verdict(ratio["direct"], 1.2)],
-               [f"TTFB ours vs warcprox ({big / 2**20:.0f} MiB)", _recordstream.ratio_text(ratio["warcprox"]), "-"],
-               [f"recorder memory bounded by the stream: peak RSS growth {sizes[0] / 2**20:.0f} MiB vs "
-                f"{big / 2**20:.0f} MiB response", f"{res[sizes[0]]['rss']['ours']:.1f} vs {res[big]['rss']['ours']:.1f} MiB",
+    text = _recordstream.ratio_text
+    floors = {"nginx": ratio["nginx/direct"], "pyfloor": ratio["pyfloor/direct"]}
+    targets = [[f"TTFB through the recorder <= 1.2x direct ({mib})", text(ratio["ours/direct"]),
+                _verdict(ratio["ours/direct"], 1.2)],
+               [f"floor: TTFB nginx / direct ({mib})", text(ratio["nginx/direct"]), _verdict(ratio["nginx/direct"], 1.2)],
+               [f"floor: TTFB pyfloor / direct ({mib})", text(ratio["pyfloor/direct"]),
+                _verdict(ratio["pyfloor/direct"], 1.2)],
+               [f"is 1.2x reachable by any proxy hop here ({mib})", "-", floor_verdict(ratio["ours/direct"], floors, 1.2)],
+               [f"ours over the floors ({mib}): / nginx, / pyfloor", f"{text(ratio['ours/nginx'])}, "
+                f"{text(ratio['ours/pyfloor'])}", "-"],
+               [f"TTFB ours vs warcprox ({mib})", text(ratio["ours/warcprox"]), "-"],
+               [f"recorder memory bounded by the stream: peak RSS growth {sizes[0] / 2**20:.4g} MiB vs "
+                f"{mib} response", f"{res[sizes[0]]['rss']['ours']:.1f} vs {res[big]['rss']['ours']:.1f} MiB",
                 "met" if res[big]["rss"]["ours"] < 0.1 * big / 2**20 else "NOT met"]]
     print(text_table(["target", "measured", ""], targets))
+    v = res["versions"]
     body = f"""## Recorder streaming: first byte and memory by response size (`benchmarks/bench_record.py --stream`)
 
 {(_recordstream.__doc__ or "").strip()}
 
-{args.stream_reps} rounds per size after one warm-up round; TTFB: medians, and the median of the per-round
-ratios with its 95% bootstrap interval in brackets; peak RSS growth: the largest of the fetches. warcprox {res.get("warcprox_version", "?")}.
+{args.stream_reps} rounds after one warm-up round, each fetching every size in every mode; TTFB and whole body:
+medians; ratios: the median of the per-round ratios with its 95% bootstrap interval in brackets; peak
+RSS growth: the largest of the fetches. warcprox {v["warcprox"]}; nginx {v["nginx"]}; pyfloor on {v["pyfloor"]}
+(ours runs on the same loop).
 
 {markdown_table(header, rows)}
+
+Per-round ratios (first byte, and the whole body):
+
+{markdown_table(ratio_header, ratio_rows)}
 
 {markdown_table(["target", "measured", ""], targets)}
 
