@@ -92,6 +92,13 @@ if TYPE_CHECKING:
 @click.option("--fanout-word", "fanout_words", multiple=True, metavar="WORD",
               help="--fanout: also submit each GET form with this word typed into each of its text fields, as an "
                    "agent searching for it would (repeatable; e.g. the words the task's agents search for).")
+@click.option("--fanout-browser", is_flag=True,
+              help="--fanout: open the candidate pages in a sealed Chromium through the recording proxy instead "
+                   "of fetching them, so what their scripts request on load (fetch/XHR, dynamic imports) is "
+                   "recorded too; requests to hosts off the task's site and the snapshot's hosts are refused.")
+@click.option("--fanout-page-timeout", type=click.FloatRange(min=1), default=15.0, show_default=True,
+              metavar="SECONDS", help="--fanout-browser: how long each page may take to load and go network "
+                                      "idle; a page past it is counted as timed out (what it recorded is kept).")
 @json_option("each task's snapshot (or error)")
 def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], compression: Literal["zst", "gz"], guard: str,
                allow: tuple[str, ...], deny: tuple[str, ...], upstream_ca: Path | None, keep_credentials: bool,
@@ -99,7 +106,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
                db: Path | None, action_timeout: float, dedup_min_size: int, engine: Literal["fast", "mitmproxy"],
                wire: WireLimits, second_load: bool, explore: int, explore_agent: str, explore_seed: int,
                explore_steps: int, explore_window: str, explore_runs: Path, fanout: int, fanout_depth: int,
-               fanout_assets: int, fanout_words: tuple[str, ...], json_out: str | None) -> None:
+               fanout_assets: int, fanout_words: tuple[str, ...], fanout_browser: bool, fanout_page_timeout: float,
+               json_out: str | None) -> None:
     """Record the tasks of TASKS_FILE (JSON or JSONL) by running their reference actions in
     Chromium through the recording proxy; with --explore, exploring agents then run the recorded
     tasks live and their captures are merged in; with --fanout, the links of the recorded pages
@@ -111,6 +119,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
     from ..recorder.session import RecordOptions
     from ..recorder.upload import record_task_to
 
+    if (fanout_browser or fanout_words) and not fanout:
+        raise click.UsageError("--fanout-browser and --fanout-word need --fanout N (how many pages to fan out to)")
     if interactive:
         check_display("record --interactive")
     wire_index_hooks()
@@ -174,7 +184,8 @@ def record_cmd(tasks_file: Path, root: Path | str, task_ids: tuple[str, ...], co
             from ..snapshots.extend import parse_window
 
             _fanout(tasks, record_opts, results, bars, ca=ca, limit=fanout, depth=fanout_depth, words=fanout_words,
-                    assets=fanout_assets, runs=explore_runs, window=parse_window(explore_window))
+                    assets=fanout_assets, runs=explore_runs, window=parse_window(explore_window),
+                    browser=fanout_browser, page_timeout_s=fanout_page_timeout)
     emit_json(json_out, {"root": str(root), "recorded": len(tasks) - failures, "failed": failures, "tasks": results})
     if failures:
         raise RecordingError(f"{failures} of {len(tasks)} task(s) failed to record")
@@ -232,7 +243,8 @@ def _explore(suite: Any, bases: dict[str, Path], opts: ExploreOptions, results: 
 
 
 def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[str, object]], bars: Any, *,
-            ca: Any, limit: int, depth: int, words: tuple[str, ...], assets: int, runs: Path, window: Any) -> None:
+            ca: Any, limit: int, depth: int, words: tuple[str, ...], assets: int, runs: Path, window: Any,
+            browser: bool = False, page_timeout_s: float = 15.0) -> None:
     """Fetch and merge each recorded task's uncaptured same-site links; one line per task."""
     from datetime import UTC, datetime
 
@@ -245,17 +257,30 @@ def _fanout(tasks: list[Any], record_opts: dict[str, Any], results: list[dict[st
         if row is None or task.id not in record_opts:
             continue
         got = fan_out(task, Path(str(row["snapshot"])), out, record_opts[task.id], ca=ca, limit=limit, depth=depth,
-                      window=window, words=words, assets=assets)
+                      window=window, words=words, assets=assets, browser=browser, page_timeout_s=page_timeout_s)
         bars.advance(bar)
         ext = got.extended
-        row["fanout"] = {"candidates": got.candidates, "fetched": len(got.fetched), "failed": len(got.failed),
-                         "left_out": got.left_out, "assets": len(got.assets), "assets_failed": len(got.assets_failed),
-                         "assets_left_out": got.assets_left_out, "archive": str(got.archive) if got.archive else None,
-                         "snapshot": str(ext.path) if ext else None, "merged": ext.merged if ext else 0,
-                         "error": got.error}
+        fan: dict[str, object] = {
+            "candidates": got.candidates, "fetched": len(got.fetched), "failed": len(got.failed),
+            "left_out": got.left_out, "assets": len(got.assets), "assets_failed": len(got.assets_failed),
+            "assets_left_out": got.assets_left_out, "archive": str(got.archive) if got.archive else None,
+            "snapshot": str(ext.path) if ext else None, "merged": ext.merged if ext else 0, "error": got.error}
+        row["fanout"] = fan
+        if browser:
+            fan.update({"opened": got.opened, "timed_out": len(got.timed_out), "requests": got.requests,
+                        "refused": len(got.refused)})
         if ext is not None:
             row["snapshot"] = str(ext.path)
         ok = sum(1 for s in got.fetched.values() if s < 400)
+        if browser:
+            say(bars, f"{task.id}: fan-out opened {got.opened} of {got.candidates} uncaptured page(s) in Chromium "
+                      f"({ok} ok, {len(got.fetched) - ok} error status, {len(got.timed_out)} timed out, "
+                      f"{len(got.failed)} failed, {got.left_out} past the limit; {got.requests} request(s) "
+                      f"recorded, {len(got.refused)} refused off the allowed hosts)"
+                      + "".join(f"; timed out: {u}" for u in got.timed_out)
+                      + "".join(f"; failed: {u} ({why})" for u, why in got.failed.items()),
+                status="ok  " if got.error is None else "FAIL", style="green" if got.error is None else "red")
+            continue
         say(bars, f"{task.id}: fan-out fetched {len(got.fetched)} of {got.candidates} uncaptured link(s) "
                   f"({ok} ok, {len(got.fetched) - ok} error status, {len(got.failed)} failed, {got.left_out} past "
                   f"the limit; {len(got.assets)} subresource(s), {len(got.assets_failed)} failed, "

@@ -21,6 +21,16 @@ turn. The fan-out archive is then merged into the task's snapshot
 (:func:`~ego2web_replay.snapshots.extend.extend_snapshot`, a new, newest snapshot); its ``fanout.json``
 names the page each fetched link and subresource came from, so the merged snapshot's
 ``provenance.json`` says ``fanout from <page>`` for each of those captures.
+
+With ``browser=True`` (``record --fanout N --fanout-browser``) the candidates are instead opened in a
+sealed Chromium (:class:`~ego2web_replay.browser.BrowserSession`, the recording proxy its only route)
+and each is waited on until load and network idle, bounded by ``page_timeout_s``: the documents, their
+subresources and what their scripts request on load (fetch/XHR, dynamic imports) are all recorded,
+redirects followed as the browser does. The same ``limit``, ``depth`` and site rules apply, and a
+request to a host off the fan-out's allowed set (the task's site plus the hosts the snapshot already
+holds, :func:`allowed_host`) is aborted in the browser, never recorded nor forwarded, and counted as
+refused. Every request made while a candidate was open is attributed to that candidate's page; pages
+opened, timed out and failed go into ``fanout.json`` and the result.
 """
 
 from __future__ import annotations
@@ -30,7 +40,7 @@ import http.client
 import json
 import ssl
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
@@ -48,7 +58,7 @@ from ..snapshots.snapshot import Snapshot
 from ..web import decode_body
 from .fanout_assets import ACCEPT, css_assets, page_assets
 
-__all__ = ["FanoutResult", "page_links", "fanout_candidates", "fan_out"]
+__all__ = ["FanoutResult", "page_links", "fanout_candidates", "fan_out", "allowed_host"]
 
 DEFAULT_LIMIT = 200
 DEFAULT_ASSETS = 1000
@@ -73,6 +83,14 @@ class FanoutResult:
     """Subresource URL -> why no response came."""
     assets_left_out: int = 0
     """Uncaptured subresources past the ``assets`` limit, not fetched."""
+    opened: int = 0
+    """--fanout-browser: candidate pages opened in Chromium."""
+    timed_out: dict[str, str] = field(default_factory=dict)
+    """--fanout-browser: page URL -> what did not finish within the page timeout."""
+    requests: int = 0
+    """--fanout-browser: requests the pages made that went to the recorder."""
+    refused: dict[str, str] = field(default_factory=dict)
+    """--fanout-browser: request URL -> the page that made it, aborted for its host being off the allowed set."""
     archive: Path | None = None
     extended: ExtendResult | None = None
     error: str | None = None
@@ -271,13 +289,21 @@ def _held_hosts(snap: Snapshot) -> set[str]:
     return {(urlsplit(e.url).hostname or "").lower() for e in snap.entries()}
 
 
+def allowed_host(url: str, site: Sequence[str], hosts: set[str]) -> bool:
+    """Whether the fan-out may request ``url``: http(s) on the task's site or on a host the snapshot holds."""
+    return _on_site(url, site) or (urlsplit(url).scheme in ("http", "https")
+                                   and (urlsplit(url).hostname or "").lower() in hosts)
+
+
 def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: ProjectCA, limit: int = DEFAULT_LIMIT,
             depth: int = 1, window: timedelta | None = timedelta(hours=1), timeout_s: float = 20.0,
-            root: Path | None = None, words: Sequence[str] = (), assets: int = DEFAULT_ASSETS) -> FanoutResult:
+            root: Path | None = None, words: Sequence[str] = (), assets: int = DEFAULT_ASSETS,
+            browser: bool = False, page_timeout_s: float = 15.0) -> FanoutResult:
     """Fetch up to ``limit`` same-site links of ``snapshot``'s documents it does not hold (``depth`` clicks
     deep, redirects followed on the site) and up to ``assets`` of the subresources the fetched pages name,
     through a recording proxy into ``out``, and merge them into a new snapshot beside ``snapshot`` (or
-    under ``root``); GET forms are also submitted with each of ``words`` in each text field."""
+    under ``root``); GET forms are also submitted with each of ``words`` in each text field. ``browser``:
+    the candidates are opened in a sealed Chromium instead, each for at most ``page_timeout_s``."""
     result = FanoutResult(task.id)
     snap = Snapshot.open(Path(snapshot))
     key = _default_key()
@@ -285,46 +311,20 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
     queue = fanout_candidates(snap, task, held=held, words=words)
     result.candidates = len(queue)
     origins: dict[str, str] = {}
-    site = _site(task)
     live = LiveRecording(task, out, RecordOptions(**{**vars(opts), "source": "record", "screenshots": False}), ca=ca)
     with live:
-        fetcher = _Fetcher(live.proxy_url, ca, timeout_s)
-        pages: list[tuple[str, str]] = []
-        for level in range(max(1, depth)):
-            next_pages: list[tuple[str, str]] = []
-            pending = deque(queue)
-            while pending:
-                link, page = pending.popleft()
-                if link in origins:  # a redirect's target that was a candidate too
-                    continue
-                if len(origins) >= limit:
-                    result.left_out += 1
-                    continue
-                origins[link] = page
-                held.add(_key_of(link))
-                try:
-                    status, ctype, body, location = fetcher.get(link)
-                except (OSError, http.client.HTTPException) as e:
-                    result.failed[link] = str(e) or type(e).__name__
-                    continue
-                result.fetched[link] = status
-                live.writer.add_page(link)
-                target = urljoin(link, location).partition("#")[0] if 300 <= status < 400 and location else ""
-                if target and _on_site(target, site) and _key_of(target) not in held:
-                    result.candidates += 1
-                    pending.appendleft((target, page))  # the browser follows it at once
-                if status == 200 and "html" in ctype.lower():
-                    next_pages.append((link, body.decode("utf-8", errors="replace")))
-            pages += next_pages
-            if level + 1 < depth:
-                queue = fanout_candidates(snap, task, next_pages, held, words)
-                result.candidates += len(queue)
-        if assets > 0:
-            _fetch_assets(fetcher, pages, held, site, _held_hosts(snap), assets, origins, result)
+        if browser:
+            _browse(live, snap, task, queue, held, origins, result, limit=limit, depth=depth, words=words,
+                    timeout_s=page_timeout_s)
+        else:
+            _fetch(live, snap, task, queue, held, origins, result, limit=limit, depth=depth, words=words,
+                   assets=assets, timeout_s=timeout_s)
         assert live.writer is not None
         (live.writer.path / FANOUT).write_text(json.dumps(
             {"version": 2, "from": origins, "fetched": result.fetched, "failed": result.failed,
              "assets": result.assets, "assets_failed": result.assets_failed,
+             **({"browser": {"opened": result.opened, "timed_out": result.timed_out, "requests": result.requests,
+                             "refused": result.refused}} if browser else {}),
              "at": datetime.now(UTC).isoformat()}, indent=2) + "\n", "utf-8")
         live.writer.extra_files.append(FANOUT)
     result.archive = live.snapshot_path
@@ -335,6 +335,123 @@ def fan_out(task: Task, snapshot: Path, out: Path, opts: RecordOptions, *, ca: P
         result.extended = extend_snapshot(snap.path, [live.snapshot_path] if live.snapshot_path else [],
                                           window=window, root=root, request_key=key)
     return result
+
+
+def _claimed(pending: deque[tuple[str, str]], origins: dict[str, str], held: set[str], limit: int,
+             result: FanoutResult) -> Iterator[tuple[str, str]]:
+    """Take (link, the page it came from) off ``pending`` (which may grow while this runs) and yield each
+    one not already taken (a redirect's target may have been a candidate too) within ``limit``, noted
+    as taken; those past the limit are counted as left out."""
+    while pending:
+        link, page = pending.popleft()
+        if link in origins:
+            continue
+        if len(origins) >= limit:
+            result.left_out += 1
+            continue
+        origins[link] = page
+        held.add(_key_of(link))
+        yield link, page
+
+
+def _browse(live: LiveRecording, snap: Snapshot, task: Task, queue: list[tuple[str, str]], held: set[str],
+            origins: dict[str, str], result: FanoutResult, *, limit: int, depth: int, words: Sequence[str],
+            timeout_s: float) -> None:
+    """Open the candidates in a sealed Chromium through the recording proxy, each until load and network
+    idle (at most ``timeout_s``); what each page requests is attributed to it, off-list hosts aborted."""
+    from ..browser import BrowserSession
+
+    site, hosts = _site(task), _held_hosts(snap)
+    with BrowserSession(proxy_url=live.proxy_url, spki=live.ca.spki) as session:
+        for level in range(max(1, depth)):
+            next_pages: list[tuple[str, str]] = []
+            for link, page_from in _claimed(deque(queue), origins, held, limit, result):
+                html = _open_page(session, live, link, page_from, site, hosts, origins, held, result, timeout_s)
+                if html is not None:
+                    next_pages.append((link, html))
+            if level + 1 < depth:
+                queue = fanout_candidates(snap, task, next_pages, held, words)
+                result.candidates += len(queue)
+
+
+def _open_page(session: Any, live: LiveRecording, link: str, page_from: str, site: Sequence[str], hosts: set[str],
+               origins: dict[str, str], held: set[str], result: FanoutResult, timeout_s: float) -> str | None:
+    """Open ``link`` in a fresh context; its HTML when it loaded as a 200 document."""
+    context = session.new_context()
+    seen: list[str] = []
+
+    def route(r: Any) -> None:
+        url = r.request.url.partition("#")[0]
+        if not allowed_host(url, site, hosts):
+            result.refused.setdefault(url, link)
+            r.abort("blockedbyclient")
+            return
+        seen.append(url)
+        r.continue_()
+
+    context.route("**/*", route)
+    try:
+        page = context.new_page()
+        result.opened += 1
+        try:
+            response = page.goto(link, wait_until="load", timeout=timeout_s * 1000)
+        except Exception as e:  # noqa: BLE001 - a page that fails or times out is counted
+            text = str(e).splitlines()[0] if str(e) else type(e).__name__
+            (result.timed_out if "Timeout" in type(e).__name__ or "Timeout" in text else result.failed)[link] = text
+            response = None
+        else:
+            try:
+                page.wait_for_load_state("networkidle", timeout=timeout_s * 1000)
+            except Exception as e:  # noqa: BLE001
+                result.timed_out[link] = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if response is not None:
+            result.fetched[link] = response.status
+            live.writer.add_page(link)
+        for url in seen:
+            if url != link:
+                origins.setdefault(url, link)
+                held.add(_key_of(url))
+        result.requests += len(seen)
+        if response is not None and response.status == 200 and "html" in (response.header_value("content-type") or ""):
+            try:
+                return str(page.content())
+            except Exception:  # noqa: BLE001 - navigated away or closed: no links from it
+                return None
+        return None
+    finally:
+        context.close()
+
+
+def _fetch(live: LiveRecording, snap: Snapshot, task: Task, queue: list[tuple[str, str]], held: set[str],
+           origins: dict[str, str], result: FanoutResult, *, limit: int, depth: int, words: Sequence[str],
+           assets: int, timeout_s: float) -> None:
+    """The plain fan-out: the candidates and their markup's subresources fetched by an HTTP client."""
+    site = _site(task)
+    fetcher = _Fetcher(live.proxy_url, live.ca, timeout_s)
+    pages: list[tuple[str, str]] = []
+    for level in range(max(1, depth)):
+        next_pages: list[tuple[str, str]] = []
+        pending = deque(queue)
+        for link, page in _claimed(pending, origins, held, limit, result):
+            try:
+                status, ctype, body, location = fetcher.get(link)
+            except (OSError, http.client.HTTPException) as e:
+                result.failed[link] = str(e) or type(e).__name__
+                continue
+            result.fetched[link] = status
+            live.writer.add_page(link)
+            target = urljoin(link, location).partition("#")[0] if 300 <= status < 400 and location else ""
+            if target and _on_site(target, site) and _key_of(target) not in held:
+                result.candidates += 1
+                pending.appendleft((target, page))  # the browser follows it at once
+            if status == 200 and "html" in ctype.lower():
+                next_pages.append((link, body.decode("utf-8", errors="replace")))
+        pages += next_pages
+        if level + 1 < depth:
+            queue = fanout_candidates(snap, task, next_pages, held, words)
+            result.candidates += len(queue)
+    if assets > 0:
+        _fetch_assets(fetcher, pages, held, site, _held_hosts(snap), assets, origins, result)
 
 
 def _fetch_assets(fetcher: _Fetcher, pages: list[tuple[str, str]], held: set[str], site: Sequence[str],
