@@ -27,6 +27,7 @@ of that median (``_common.ratio_ci``).
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -225,10 +226,31 @@ def round_order(sizes: list[int], rnd: int) -> list[tuple[int, str]]:
     return pairs[k:] + pairs[:k]
 
 
-def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
+def pin_tree(pid: int, cpus: set[int]) -> int:
+    """Pin every thread of ``pid`` and of its descendants to ``cpus`` (threads and processes made later
+    inherit it from their maker); how many threads were pinned."""
+    pinned = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+            pinned += 1
+        except (ProcessLookupError, FileNotFoundError):
+            continue  # a thread that ended meanwhile
+        try:
+            children = (task / "children").read_text().split()
+        except FileNotFoundError:
+            children = []
+        for child in children:
+            pinned += pin_tree(int(child), cpus)
+    return pinned
+
+
+def measure(tmp: Path, sizes: list[int], reps: int, pin: bool = False) -> dict[Any, Any]:
     """Per size: TTFB and total (ms, medians) of every mode; the TTFB ratios of ``RATIOS`` (median of the
     per-round ratios, 95% interval) and whole-body ratios; peak RSS growth (MiB) of ours and warcprox.
-    Every round fetches every size in every mode (``round_order``)."""
+    Every round fetches every size in every mode (``round_order``). ``pin``: the origin on CPU 1, every
+    proxy and this client on CPU 0 (the origin's work never shares a core with a proxy's, as a remote
+    origin's would not); restored for this process at the end."""
     from _common import free_port, median, ratio_ci, wait_port
     from _warcprox import Warcprox
 
@@ -248,6 +270,13 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
             assert peer.proc is not None and ngx.proc is not None
             pids = {"ours": rec.pid, "warcprox": peer.proc.pid, "nginx": ngx.proc.pid, "pyfloor": floor.proc.pid}
             measured = {"ours", "warcprox"}  # whose memory is reported
+            if pin:
+                if (os.cpu_count() or 1) < 2:
+                    raise SystemExit("--stream-pin needs two CPUs (the origin gets one of its own)")
+                pin_tree(origin.pid, {1})
+                for p in pids.values():
+                    pin_tree(p, {0})
+                os.sched_setaffinity(0, {0})
             ports = {"direct": origin_port, "ours": ours_port, "warcprox": peer.port, "nginx": ngx.port,
                      "pyfloor": floor.port}
             times: dict[int, dict[str, list[tuple[float, float]]]] = {s: {m: [] for m in MODES} for s in sizes}
@@ -288,6 +317,8 @@ def measure(tmp: Path, sizes: list[int], reps: int) -> dict[Any, Any]:
         rec.stdin.flush()
         rec.wait(timeout=300)
     finally:
+        if pin:
+            os.sched_setaffinity(0, range(os.cpu_count() or 1))
         if rec.poll() is None:
             rec.kill()
         origin.kill()

@@ -68,6 +68,9 @@ def main() -> None:
                     help="only time to first byte and recorder memory for large responses, beside direct, "
                          "warcprox, nginx and the Python floor (~5 min); rewrites the record-stream section")
     ap.add_argument("--stream-sizes", default="1,100", help="--stream: response sizes in MiB, comma-separated")
+    ap.add_argument("--stream-pin", action="store_true",
+                    help="--stream: the origin on CPU 1, every proxy and the client on CPU 0 (two CPUs needed); "
+                         "rewrites the record-stream-pinned section instead")
     ap.add_argument("--stream-reps", type=int, default=30,
                     help="--stream: rounds (one fetch per size and mode each; medians, ratio intervals)")
     args = ap.parse_args()
@@ -249,7 +252,7 @@ def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
     """The ``--stream`` run (``_recordstream.py``): TTFB and memory by response size, with the floors."""
     sizes = [int(float(x) * 2**20) for x in args.stream_sizes.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-record-stream-") as tmp:
-        res = _recordstream.measure(Path(tmp), sizes, args.stream_reps)
+        res = _recordstream.measure(Path(tmp), sizes, args.stream_reps, pin=args.stream_pin)
     header, rows, ratio_header, ratio_rows = _recordstream.rows(res, sizes)
     print(text_table(header, rows))
     print(text_table(ratio_header, ratio_rows))
@@ -272,9 +275,15 @@ def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
                 "met" if res[big]["rss"]["ours"] < 0.1 * big / 2**20 else "NOT met"]]
     print(text_table(["target", "measured", ""], targets))
     v = res["versions"]
-    body = f"""## Recorder streaming: first byte and memory by response size (`benchmarks/bench_record.py --stream`)
-
-{(_recordstream.__doc__ or "").strip()}
+    section = "record-stream-pinned" if args.stream_pin else "record-stream"
+    title = ("## Recorder streaming, the origin on a core of its own (`benchmarks/bench_record.py --stream "
+             "--stream-pin`)\n\nThe run of the section above with every process pinned: the origin (and its "
+             "threads) on CPU 1, every proxy and the client on CPU 0, so the origin's writing of the body never "
+             "competes with a proxy for a core, as an origin on another machine would not. Unpinned, a proxy "
+             "woken by the origin's head may wait behind the origin's own work on the same core." if args.stream_pin
+             else "## Recorder streaming: first byte and memory by response size (`benchmarks/bench_record.py "
+                  f"--stream`)\n\n{(_recordstream.__doc__ or '').strip()}")
+    body = f"""{title}
 
 {args.stream_reps} rounds after one warm-up round, each fetching every size in every mode; TTFB and whole body:
 medians; ratios: the median of the per-round ratios with its 95% bootstrap interval in brackets; peak
@@ -293,8 +302,8 @@ Machine and versions:
 {machine_lines(info)}
 """
     if not args.no_write:
-        update_section("record-stream", body)
-        print("BENCHMARKS.md: section 'record-stream' updated")
+        update_section(section, body)
+        print(f"BENCHMARKS.md: section {section!r} updated")
 
 
 if __name__ == "__main__":

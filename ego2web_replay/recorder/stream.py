@@ -126,8 +126,16 @@ class RecordedStream:
         # a body with a length may take as long as it keeps coming (the limit is between reads); any
         # other gets the limit in all (as recorder/upstream.py reads them)
         self._per_read = not open_ended and not resp.chunked
-        # the origin is read into the spool at its own pace; the client is fed from it at the client's
-        self._fill_task = asyncio.ensure_future(self._fill())
+        # the origin is read into the spool at its own pace; the client is fed from it at the client's.
+        # The reading starts on the loop's next turn, after the head this stream belongs to has gone
+        # to the client (the answer is written by the callbacks of the task that made this stream,
+        # which run after a callback scheduled now): the first byte does not wait for the first read.
+        self._fill_task: asyncio.Future[None] | None = None
+        loop.call_soon(self._start)
+
+    def _start(self) -> None:
+        if self._fill_task is None:
+            self._fill_task = asyncio.ensure_future(self._fill())
 
     def close(self, why: str = "client") -> None:
         """The browser went away (``client``) or the recording stops (``stopped``). An open-ended body

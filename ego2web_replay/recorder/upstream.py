@@ -288,8 +288,10 @@ class UpstreamPool:
     async def _exchange(self, link: _Link, data: bytes, method: str) -> UpstreamResponse:
         link.writer.write(data)
         # The head is read while the request is still being sent: an origin may answer (and reset the
-        # connection) before it has read the whole body, and its answer is the response.
-        sending = asyncio.ensure_future(link.writer.drain())
+        # connection) before it has read the whole body, and its answer is the response. A request the
+        # socket took whole at once (a head, most bodies) has nothing to wait for: no task for it.
+        sending = None if link.writer.transport.get_write_buffer_size() == 0 \
+            else asyncio.ensure_future(link.writer.drain())
         started = False  # some of the response came: from then on a failure is never a resend
         try:
             while True:
@@ -312,7 +314,7 @@ class UpstreamPool:
                 raise _Stale() from None
             raise UpstreamError("closed", f"the origin closed the connection: {e}") from None
         finally:
-            if not sending.done() or sending.cancelled() or sending.exception() is not None:
+            if sending is not None and (not sending.done() or sending.cancelled() or sending.exception() is not None):
                 sending.cancel()
                 link.abort()  # the request did not go out whole (answered early): never reused
         return resp
