@@ -3,6 +3,7 @@ recorder throughput (exchanges/s) and archive bytes per exchange, zst vs gz.
 
     /work/main/.venv/bin/python benchmarks/bench_record.py [--reps 7] [--duration 4]
     /work/main/.venv/bin/python benchmarks/bench_record.py --stream   # TTFB and memory by response size
+    /work/main/.venv/bin/python benchmarks/bench_record.py --stream --stream-pin   # the origin on a core of its own
 
 Everything runs on 127.0.0.1: a local multi-page site (in its own process) with ~50
 subresources per page, the recording proxy (guard in loopback mode, writing a real snapshot; each

@@ -14,6 +14,7 @@ for BENCHMARKS.md are taken through the lock (``flock /work/notes/bench.lock``),
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import subprocess
@@ -35,16 +36,19 @@ from _common import RecordingProxy
 from ego2web_replay.recorder import front, upstream
 from ego2web_replay.wire import conn, h1
 stamps = {}
+cpu = {}  # the front thread's CPU time at each step (every step but gc runs on the proxy's loop thread)
 def stamp(cls, name, key, after=False):
     inner = getattr(cls, name)
     if after:
         async def wrapped(*a, **k):
             out = await inner(*a, **k)
             stamps.setdefault(key, time.perf_counter())
+            cpu.setdefault(key, time.thread_time())
             return out
     else:
         def wrapped(*a, **k):
             stamps.setdefault(key, time.perf_counter())
+            cpu.setdefault(key, time.thread_time())
             return inner(*a, **k)
     setattr(cls, name, wrapped)
 stamp(conn._Conn, "connection_made", "accepted")
@@ -61,11 +65,13 @@ with RecordingProxy(Path(sys.argv[1]), "trace", "zst") as rec:
     for line in sys.stdin:
         if line.strip() != "get":
             break
-        print(json.dumps(stamps), flush=True)
+        print(json.dumps({"wall": stamps, "cpu": cpu}), flush=True)
         stamps.clear()
+        cpu.clear()
 """
 
 STEPS = ["accepted", "read", "reply", "open", "opened", "sent", "origin head", "head out", "gc"]
+CPU_STEPS = ["read", "reply", "sent", "origin head", "head out"]  # the front thread's CPU between these
 
 
 def main() -> None:
@@ -80,12 +86,13 @@ def main() -> None:
     rec = subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp / "rec"), str(Path(__file__).resolve().parent)],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rows: dict[int, list[dict[str, float]]] = {s: [] for s in sizes}
+    cpus: dict[int, list[dict[str, float]]] = {s: [] for s in sizes}
     try:
         wait_port(origin_port)
         assert rec.stdin is not None and rec.stdout is not None
         port = int(rec.stdout.readline())
 
-        def stamps() -> dict[str, float]:
+        def stamps() -> dict[str, dict[str, float]]:
             assert rec.stdin is not None and rec.stdout is not None
             rec.stdin.write("get\n")
             rec.stdin.flush()
@@ -98,12 +105,14 @@ def main() -> None:
                 stamps()  # what came before this fetch (the previous record's write) is dropped
                 t0 = time.perf_counter()
                 first, _ = fetch(port, f"http://{host}/big/{size}?r={rnd}", host, size)
-                row = {k: (v - t0) * 1000 for k, v in stamps().items()}
+                got = stamps()
+                row = {k: (v - t0) * 1000 for k, v in got["wall"].items()}
                 row["client has it"] = first
                 _settle([rec.pid, origin.pid])
                 row["direct"], _ = fetch(origin_port, f"/big/{size}?d={rnd}", host, size)
                 if rnd:
                     rows[size].append(row)
+                    cpus[size].append(got["cpu"])
         rec.stdin.write("stop\n")
         rec.stdin.flush()
         rec.wait(timeout=300)
@@ -124,6 +133,15 @@ def main() -> None:
         direct = [r["direct"] for r in rows[size]]
         print(f"{'':>9} direct first byte: {min(direct):.2f}-{max(direct):.2f} ms; gc in "
               f"{sum('gc' in r for r in rows[size])} of {len(rows[size])} rounds")
+    print("the proxy's loop thread, CPU us between steps, medians (load-independent, unlike the wall times)")
+    pairs = list(itertools.pairwise(CPU_STEPS)) + [(CPU_STEPS[0], CPU_STEPS[-1])]
+    print(f"{'response':>9} " + " ".join(f"{a + ' > ' + b:>24}" for a, b in pairs))
+    for size in sizes:
+        cells = []
+        for a, b in pairs:
+            got = [(c[b] - c[a]) * 1e6 for c in cpus[size] if a in c and b in c]
+            cells.append(f"{statistics.median(got):24.0f}" if got else f"{'-':>24}")
+        print(f"{size / 2**20:>5g} MiB " + " ".join(cells))
 
 
 if __name__ == "__main__":
