@@ -52,6 +52,25 @@ def _read_head(sock: socket.socket, buf: bytearray) -> tuple[str, dict[str, str]
     return lines[0], headers
 
 
+_BAD_HEADS = {
+    "/rh-space": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",  # white space before the colon
+    "/rh-nocolon": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nthis is no field\r\n\r\nok",
+    "/rh-lf": b"HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 9\r\nContent-Length: 2\r\n\r\nok",  # a lone LF
+    "/rh-cr": b"HTTP/1.1 200 OK\r\nX-A: 1\rSet-Cookie: a=b\r\nContent-Length: 2\r\n\r\nok",
+    "/rh-nul": b"HTTP/1.1 200 OK\r\nX-A: 1\x00\r\nContent-Length: 2\r\n\r\nok",
+    "/rh-te-cl": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    "/rh-te-gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    "/rh-te-10": b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    "/rh-status": "HTTP/1.1 2\u00b20 OK\r\nContent-Length: 2\r\n\r\nok".encode("latin-1"),  # a digit, to isdigit()
+    "/rh-version": b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    "/rh-chunk-0x": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n",
+    "/rh-chunk-sign": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\nok\r\n0\r\n\r\n",
+    # well-formed, kept: a folded value is one value; a chunk size with an extension
+    "/rh-fold": b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n  two\r\nContent-Length: 2\r\n\r\nok",
+    "/rh-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2 ;name=v\r\nok\r\n0\r\n\r\n",
+}
+
+
 class _Origin(socketserver.BaseRequestHandler):
     """Answers by path; ``server.seen`` counts the requests and the connections that carried them."""
 
@@ -115,6 +134,12 @@ class _Origin(socketserver.BaseRequestHandler):
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst")
                 time.sleep(0.1)
                 sock.sendall(b"HTTP/1.1 408 Request Timeout\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+                sock.close()
+                return
+            elif path.startswith("/rh-"):  # response heads a browser or the archive could read otherwise
+                sock.sendall(_BAD_HEADS[path])
+                if path in ("/rh-fold", "/rh-chunked"):
+                    continue
                 sock.close()
                 return
             elif path.startswith("/cl-"):  # Content-Lengths that could hide another response
@@ -634,6 +659,37 @@ def test_an_origin_whose_content_lengths_differ_or_are_no_digits_is_a_502_and_no
             assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol", path
         assert rec.open(base + "/cl-same")[:3:2] == (200, b"ok")  # equal values in a list are one length
     assert rec.archive.exchanges == 1
+
+
+def test_a_response_head_read_otherwise_by_a_browser_or_the_archive_is_a_502_and_nothing_is_archived(
+        origin, ca, tmp_path):
+    """The recorder reads the origin's head strictly (RFC 9112): what Chromium, the archive's reader and
+    the recorder could each frame differently is refused before any of it reaches the browser."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    refused = [p for p in _BAD_HEADS if p.startswith("/rh-") and not p.startswith("/rh-chunk") and p != "/rh-fold"]
+    with _Recording(tmp_path, ca) as rec:
+        for path in refused:
+            status, headers, body = rec.open(base + path)
+            assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol", path
+            assert b"upstream 127.0.0.1" in body, path
+        folded = rec.open(base + "/rh-fold")
+        chunked = rec.open(base + "/rh-chunked")
+    assert folded[0] == 200 and folded[1]["x-folded"] == "one two" and folded[2] == b"ok"
+    assert chunked[0] == 200 and chunked[2] == b"ok"
+    responses = [r for r in rec.records() if r.rec_type == "response"]
+    assert [r.url for r in responses] == [base + "/rh-fold", base + "/rh-chunked"]
+    assert ("X-Folded", "one two") in responses[0].http_headers  # the archive holds what the browser got
+
+
+def test_a_chunk_size_that_is_not_plain_hex_cuts_the_body_and_nothing_is_archived(origin, ca, tmp_path):
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        for path in ("/rh-chunk-0x", "/rh-chunk-sign"):
+            with pytest.raises((http.client.IncompleteRead, OSError, http.client.HTTPException)):
+                rec.open(base + path)  # the head went out (a streamed body); the body is cut, never completed
+        assert rec.open(base + "/rh-chunked")[2] == b"ok"
+    assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/rh-chunked"]
+    assert len(rec.archive.errors) == 2 and all("chunk" in e for e in rec.archive.errors), rec.archive.errors
 
 
 def test_a_recording_holds_the_wire_limits_it_was_given_and_reports_what_they_refused(tmp_path, ca):

@@ -46,7 +46,14 @@ from typing import Any
 from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
 from .spool import Spool, SpoolFile
-from .upstream import UpstreamPool, UpstreamResponse, content_length, max_response
+from .upstream import (
+    UpstreamPool,
+    UpstreamResponse,
+    chunk_size,
+    content_length,
+    max_response,
+    skip_trailers,
+)
 
 __all__ = ["RecordedStream", "open_ended", "streamable", "SPOOL_BYTES", "TIMING_HEADER", "MAX_PIECES", "timing_value"]
 
@@ -255,10 +262,9 @@ class RecordedStream:
         if self.resp.chunked:
             while True:
                 line = await self._read(reader.readuntil(b"\r\n"))
-                size = int(line.split(b";")[0].strip(), 16)
+                size = chunk_size(line)
                 if size == 0:
-                    while (await self._read(reader.readuntil(b"\r\n"))) != b"\r\n":
-                        pass  # trailers: not kept
+                    await skip_trailers(lambda end: self._read(reader.readuntil(end)))  # not kept
                     return
                 while size > 0:
                     data = await self._read(reader.read(min(size, _PIECE)))

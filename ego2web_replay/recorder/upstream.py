@@ -21,23 +21,26 @@ against the system's CAs plus ``upstream_ca`` (a test site's CA), with ALPN
 
 Failures are :class:`UpstreamError` with a ``kind``: ``connect`` (refused, no
 route, name not found), ``tls`` (handshake failed), ``certificate`` (verification
-failed), ``timeout``, ``protocol`` (not HTTP/1.x, bad framing, Content-Lengths that differ or are not
-ASCII digits) or ``closed``.
+failed), ``timeout``, ``protocol`` (a response head read strictly and refused,
+:func:`parse_response_head`; bad chunk framing; Content-Lengths that differ or are not ASCII digits) or
+``closed``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..limits import max_record_bytes
 from ..web import get_header
 
-__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length"]
+__all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length",
+           "parse_response_head", "chunk_size", "skip_trailers"]
 
 MAX_HEAD = 256 * 1024
 _HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
@@ -328,17 +331,7 @@ class UpstreamPool:
             raise UpstreamError("closed", "the origin closed the connection before answering") from None
         except asyncio.LimitOverrunError:
             raise UpstreamError("protocol", "the origin's response head is too large") from None
-        lines = raw[:-4].decode("latin-1").split("\r\n")
-        version, _, rest = lines[0].partition(" ")
-        code, _, reason = rest.partition(" ")
-        if not version.startswith("HTTP/1.") or not code.isdigit():
-            raise UpstreamError("protocol", f"not an HTTP/1.x response: {lines[0][:80]!r}")
-        headers = []
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers.append((name, value.strip(" \t")))
-        return UpstreamResponse(int(code), reason, version, headers)
+        return parse_response_head(raw[:-4])
 
     async def _read_body(self, link: _Link, resp: UpstreamResponse) -> bytes:
         """The body. One with a length may take as long as it keeps coming (``read_timeout_s`` between
@@ -393,12 +386,14 @@ class UpstreamPool:
         while True:
             line = await reader.readuntil(b"\r\n")
             try:
-                size = int(line.split(b";")[0].strip(), 16)
+                size = chunk_size(line)
             except ValueError:
                 raise UpstreamError("protocol", "bad chunk size from the origin") from None
             if size == 0:
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass  # trailers: not kept (mitmproxy's recorder kept none either)
+                try:
+                    await skip_trailers(reader.readuntil)  # not kept (mitmproxy's recorder kept none either)
+                except ValueError:
+                    raise UpstreamError("protocol", "a trailer section past the head limit") from None
                 return b"".join(parts)
             total += size
             if total > limit:
@@ -434,6 +429,102 @@ def _length(values: set[str]) -> int:
     if not text.isascii() or not text.isdigit() or len(text) > 19:
         raise ValueError("a Content-Length that is not digits")
     return int(text)
+
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]*"  # any byte but a control (HTAB is allowed; latin-1 obs-text too)
+_STATUS_LINE = re.compile(rf"HTTP/1\.[01] [0-9]{{3}}(?: {_VALUE})?")
+_NAME = re.compile(_TOKEN)
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: a whole response head as :func:`parse_response_head` accepts it: one pass in C over the common case
+_HEAD = re.compile(rf"HTTP/1\.[01] [0-9]{{3}}(?: {_VALUE})?(?:\r\n{_TOKEN}:{_VALUE}(?:\r\n[ \t]{_VALUE})*)*")
+_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\x00-\x08\x0a-\x1f\x7f]*)?\r\n")
+
+
+def parse_response_head(head: bytes) -> UpstreamResponse:
+    """The origin's response head (its bytes up to, not with, the blank line), read strictly.
+
+    The recorder is a boundary between the origin and both the browser and the archive: a head that
+    one of them could read otherwise than the recorder does is refused, an :class:`UpstreamError` of
+    kind ``protocol`` (the browser gets a 502; nothing is archived). Refused: a status line that is not
+    ``HTTP/1.0`` or ``HTTP/1.1``, three digits and a reason without controls; a field line whose name is
+    not a token, with white space before its colon, or with no colon at all; a value with a control
+    character (a lone CR or LF that would end a line for one reader and not another, NUL); a
+    ``Transfer-Encoding`` beside a ``Content-Length`` (RFC 9112 6.3: a response that could hide
+    another), one that is not exactly ``chunked`` (no other coding is read here), or one on an HTTP/1.0
+    response. A folded line (``obs-fold``, a line that starts with white space) is joined to the value
+    before it with one space, as RFC 9112 5.2 lets a proxy do, so the browser and the archive see one
+    value. Content-Length values are checked where the body is read (:func:`content_length`)."""
+    text = head.decode("latin-1")
+    if _HEAD.fullmatch(text) is None:
+        _refuse(text)
+    lines = text.split("\r\n")
+    status_line = lines[0]
+    version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
+    headers: list[tuple[str, str]] = []
+    te: list[str] = []
+    lengths = False
+    for line in lines[1:]:
+        if line[0] in " \t":  # obs-fold: one value with the line before (the first line is a field: _HEAD)
+            name, value = headers[-1]
+            more = line.strip(" \t")
+            headers[-1] = (name, f"{value} {more}" if value and more else value or more)
+            continue
+        name, _, value = line.partition(":")
+        value = value.strip(" \t")
+        lower = name.lower()
+        if lower == "transfer-encoding":
+            te.append(value)
+        elif lower == "content-length":
+            lengths = True
+        headers.append((name, value))
+    if te:
+        if lengths:
+            raise UpstreamError("protocol", "both Transfer-Encoding and Content-Length in the origin's response")
+        if [t.strip(" \t").lower() for t in ",".join(te).split(",")] != ["chunked"]:
+            raise UpstreamError("protocol", f"a Transfer-Encoding other than chunked: {', '.join(te)[:60]!r}")
+        if version == "HTTP/1.0":
+            raise UpstreamError("protocol", "a Transfer-Encoding in an HTTP/1.0 response")
+    return UpstreamResponse(int(code), reason, version, headers)
+
+
+def _refuse(text: str) -> NoReturn:
+    """Say what in a response head :data:`_HEAD` did not match is wrong, as an UpstreamError."""
+    lines = text.split("\r\n")
+    if _STATUS_LINE.fullmatch(lines[0]) is None:
+        raise UpstreamError("protocol", f"not an HTTP/1.x response: {lines[0][:80]!r}")
+    for i, line in enumerate(lines[1:]):
+        if line[:1] in (" ", "\t"):
+            if i == 0:
+                raise UpstreamError("protocol", "a folded line before any field in the origin's response head")
+            value = line
+        else:
+            name, sep, value = line.partition(":")
+            if not sep or _NAME.fullmatch(name) is None:
+                raise UpstreamError("protocol", "a field line that is no name: value in the origin's response "
+                                                f"head: {line[:60]!r}")
+        if _CONTROL.search(value) is not None:
+            raise UpstreamError("protocol", f"a control character in the origin's response head: {line[:60]!r}")
+    raise UpstreamError("protocol", "a control character in the origin's response head")  # a lone CR or LF
+
+
+def chunk_size(line: bytes) -> int:
+    """The size of a chunk from its size line (with its CRLF): hex digits, then white space and extensions
+    if any; ValueError for anything else (a sign, ``0x``, ``_``, a space inside, a control)."""
+    m = _CHUNK_LINE.fullmatch(line)
+    if m is None:
+        raise ValueError(f"bad chunk size line: {line[:40]!r}")
+    return int(m.group(1), 16)
+
+
+async def skip_trailers(readline: Callable[[bytes], Awaitable[bytes]]) -> None:
+    """Read past a chunked body's trailer section (not kept), at most :data:`MAX_HEAD` bytes of it;
+    ValueError beyond (an origin that never ends its trailers)."""
+    total = 0
+    while (line := await readline(b"\r\n")) != b"\r\n":
+        total += len(line)
+        if total > MAX_HEAD:
+            raise ValueError("a trailer section past the head limit")
 
 
 async def _closed(writer: asyncio.StreamWriter) -> None:
