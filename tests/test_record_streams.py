@@ -67,6 +67,11 @@ class _Origin(socketserver.BaseRequestHandler):
                 for _ in range(3 << 10):
                     sock.sendall(line)
                 sock.close()
+            elif path in ("/trickle", "/stall"):  # a body with a length in 6 pieces, 0.15 s apart (/stall: 1 s)
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 60\r\n\r\n")
+                for i in range(6):
+                    time.sleep(0.15 if path == "/trickle" or i < 3 else 1.0)
+                    sock.sendall(b"%d" % i * 10)
             elif path in ("/half", "/big"):  # a body with a length, its end only once the test says so
                 first, rest = (b"first half", b"and the end") if path == "/half" else (BIG[:5 << 20], BIG[5 << 20:])
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
@@ -197,6 +202,21 @@ def test_a_stream_past_the_time_limit_is_cut_and_archived_truncated_time(origin,
     (record,) = rec.responses()
     assert record.headers.get("WARC-Truncated") == "time"
     assert record.payload.startswith(b"data: 0\n\n") and record.payload.count(b"data: ") == body.count(b"data: ")
+
+
+def test_a_body_with_a_length_has_the_time_limit_between_reads_not_in_all(origin, ca, tmp_path):
+    """A download that keeps coming may take longer than the limit in all (0.9 s against 0.4 s); one that
+    stops for longer than the limit between two reads is cut there and not archived."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 0.4
+        kept = _until(rec.ask(base + "/trickle"), b"", b"5" * 10)
+        cut = _to_close(rec.ask(base + "/stall"))
+    assert kept.partition(b"\r\n\r\n")[2] == b"".join(b"%d" % i * 10 for i in range(6))
+    assert cut.partition(b"\r\n\r\n")[2] == b"000000000011111111112222222222"  # the three pieces before it
+    (record,) = rec.responses()
+    assert record.url == base + "/trickle" and len(record.payload) == 60
+    assert rec.archive.errors == [f"{base}/stall: no answer from the origin within 0.4 s"]
 
 
 def test_a_stream_past_the_record_cap_is_cut_at_the_cap_and_archived_truncated_length(origin, ca, tmp_path,

@@ -38,10 +38,8 @@ Replay serves such a record at that pace (:mod:`ego2web_replay.replay.stream`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from ..snapshots.warc import LEFT_HEADER, TIMING_HEADER
 from ..web import get_header
@@ -138,6 +136,8 @@ class RecordedStream:
         # to the client (the answer is written by the callbacks of the task that made this stream,
         # which run after a callback scheduled now): the first byte does not wait for the first read.
         self._fill_task: asyncio.Future[None] | None = None
+        self._reading = False  # _fill is reading the origin (close() may cut that read short)
+        self._timer: asyncio.Timeout | None = None
         loop.call_soon(self._start)
 
     def _start(self) -> None:
@@ -156,22 +156,44 @@ class RecordedStream:
             self._reader_done = True
         if (self.open_ended or why == "stopped") and not self._gone.done():
             self._gone.set_result(None)
+            if self._reading and self._fill_task is not None:
+                self._fill_task.cancel()  # the read in progress ends now: a disconnect (see _fill)
         self._release()
 
     async def _fill(self) -> None:
+        """Read the origin into the spool until the body ends, fails, runs out of time or is left.
+
+        One timer for the whole body (rescheduled after each read where the limit is between reads)
+        and a cancellation from :meth:`close` for a body left early: no task, no wait per piece."""
         reason: str | None = None
-        try:
-            async for _ in self._pieces_from_origin():
-                self._more.set()
-        except _Cut as cut:
-            reason = cut.reason
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+        if self._gone.done():  # left before the first read
             reason = "disconnect"
-        except (ValueError, asyncio.LimitOverrunError):
-            reason = "unspecified"
-        except BaseException:
-            await self._finish("disconnect")
-            raise
+        else:
+            self._reading = True
+            try:
+                async with asyncio.timeout_at(self._deadline) as timer:
+                    self._timer = timer
+                    async for _ in self._pieces_from_origin():
+                        self._more.set()
+            except _Cut as cut:
+                reason = cut.reason
+            except TimeoutError:  # the timer's, or the socket's own (ETIMEDOUT: the origin is gone)
+                reason = "time" if self._timer is not None and self._timer.expired() else "disconnect"
+            except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                reason = "disconnect"
+            except (ValueError, asyncio.LimitOverrunError):
+                reason = "unspecified"
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not self._gone.done() or task is None or task.uncancel() > 0:
+                    await self._finish("disconnect")
+                    raise  # cancelled by someone else (the loop closing): not ours to absorb
+                reason = "disconnect"
+            except BaseException:
+                await self._finish("disconnect")
+                raise
+            finally:
+                self._reading = False
         await self._finish(reason)
 
     async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
@@ -243,45 +265,36 @@ class RecordedStream:
         self._body.write(data)
         self._size += len(data)
 
-    async def _read(self, coro: Coroutine[Any, Any, bytes]) -> bytes:
-        """``coro``'s bytes, unless the browser goes away or the time runs out first."""
-        read: asyncio.Future[Any] = asyncio.ensure_future(coro)
-        waiting: set[asyncio.Future[Any]] = {read, self._gone}
-        left = self.max_seconds if self._per_read else self._deadline - asyncio.get_running_loop().time()
-        done, _ = await asyncio.wait(waiting, timeout=max(left, 0),
-                                     return_when=asyncio.FIRST_COMPLETED)
-        if read in done:
-            return read.result()
-        read.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await read
-        raise _Cut("disconnect" if self._gone.done() else "time")
+    def _read_more(self) -> None:
+        """A read came back: where the limit is between reads, the next one gets it afresh."""
+        if self._per_read and self._timer is not None:
+            self._timer.reschedule(asyncio.get_running_loop().time() + self.max_seconds)
 
     async def _pieces_from_origin(self) -> AsyncIterator[bytes]:
         reader = self.resp.link.reader
         if self.resp.chunked:
             while True:
-                line = await self._read(reader.readuntil(b"\r\n"))
-                size = chunk_size(line)
+                size = chunk_size(await reader.readuntil(b"\r\n"))
                 if size == 0:
-                    await skip_trailers(lambda end: self._read(reader.readuntil(end)))  # not kept
+                    await skip_trailers(reader.readuntil)  # not kept
                     return
                 while size > 0:
-                    data = await self._read(reader.read(min(size, _PIECE)))
+                    data = await reader.read(min(size, _PIECE))
                     if not data:
                         raise asyncio.IncompleteReadError(b"", None)
                     size -= len(data)
                     yield self._keep(data)
                     self._check()
-                if await self._read(reader.readexactly(2)) != b"\r\n":
+                if await reader.readexactly(2) != b"\r\n":
                     raise ValueError("bad chunk framing")
         left = content_length(self.resp)  # one valid length: streamable() streams no other
         while left is None or left > 0:
-            data = await self._read(reader.read(_PIECE if left is None else min(left, _PIECE)))
+            data = await reader.read(_PIECE if left is None else min(left, _PIECE))
             if not data:
                 if left is None:
                     return  # the body ran to the connection's end
                 raise asyncio.IncompleteReadError(b"", None)
+            self._read_more()
             if left is not None:
                 left -= len(data)
                 if left == 0:  # the last piece of a body with a length: sent once the record is written
