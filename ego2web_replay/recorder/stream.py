@@ -141,8 +141,7 @@ class RecordedStream:
         loop.call_soon(self._start)
 
     def _start(self) -> None:
-        if self._fill_task is None:
-            self._fill_task = asyncio.ensure_future(self._fill())
+        self._fill_task = asyncio.ensure_future(self._fill())
 
     def close(self, why: str = "client") -> None:
         """The browser went away (``client``) or the recording stops (``stopped``). An open-ended body

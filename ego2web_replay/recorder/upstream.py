@@ -38,6 +38,7 @@ from typing import Any, NoReturn
 
 from ..limits import max_record_bytes
 from ..web import get_header
+from ..wire.h1 import CHUNK_LINE, CTL_RE, FIELD_LINE, TOKEN_RE
 
 __all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length",
            "parse_response_head", "chunk_size", "skip_trailers"]
@@ -431,14 +432,10 @@ def _length(values: set[str]) -> int:
     return int(text)
 
 
-_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_VALUE = r"[^\x00-\x08\x0a-\x1f\x7f]*"  # any byte but a control (HTAB is allowed; latin-1 obs-text too)
-_STATUS_LINE = re.compile(rf"HTTP/1\.[01] [0-9]{{3}}(?: {_VALUE})?")
-_NAME = re.compile(_TOKEN)
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+_VALUE = rb"[\t\x20-\x7e\x80-\xff]*"  # a field value's bytes, as the wire's FIELD_LINE allows them
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] [0-9]{3}(?: " + _VALUE + rb")?")
 #: a whole response head as :func:`parse_response_head` accepts it: one pass in C over the common case
-_HEAD = re.compile(rf"HTTP/1\.[01] [0-9]{{3}}(?: {_VALUE})?(?:\r\n{_TOKEN}:{_VALUE}(?:\r\n[ \t]{_VALUE})*)*")
-_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[^\x00-\x08\x0a-\x1f\x7f]*)?\r\n")
+_HEAD = re.compile(_STATUS_LINE.pattern + rb"(?:\r\n" + FIELD_LINE + rb"(?:\r\n[ \t]" + _VALUE + rb")*)*")
 
 
 def parse_response_head(head: bytes) -> UpstreamResponse:
@@ -455,10 +452,9 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     response. A folded line (``obs-fold``, a line that starts with white space) is joined to the value
     before it with one space, as RFC 9112 5.2 lets a proxy do, so the browser and the archive see one
     value. Content-Length values are checked where the body is read (:func:`content_length`)."""
-    text = head.decode("latin-1")
-    if _HEAD.fullmatch(text) is None:
-        _refuse(text)
-    lines = text.split("\r\n")
+    if _HEAD.fullmatch(head) is None:
+        _refuse(head)
+    lines = head.decode("latin-1").split("\r\n")
     status_line = lines[0]
     version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
     headers: list[tuple[str, str]] = []
@@ -488,30 +484,26 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     return UpstreamResponse(int(code), reason, version, headers)
 
 
-def _refuse(text: str) -> NoReturn:
+def _refuse(head: bytes) -> NoReturn:
     """Say what in a response head :data:`_HEAD` did not match is wrong, as an UpstreamError."""
-    lines = text.split("\r\n")
-    if _STATUS_LINE.fullmatch(lines[0]) is None:
-        raise UpstreamError("protocol", f"not an HTTP/1.x response: {lines[0][:80]!r}")
-    for i, line in enumerate(lines[1:]):
-        if line[:1] in (" ", "\t"):
-            if i == 0:
-                raise UpstreamError("protocol", "a folded line before any field in the origin's response head")
-            value = line
-        else:
-            name, sep, value = line.partition(":")
-            if not sep or _NAME.fullmatch(name) is None:
-                raise UpstreamError("protocol", "a field line that is no name: value in the origin's response "
-                                                f"head: {line[:60]!r}")
-        if _CONTROL.search(value) is not None:
-            raise UpstreamError("protocol", f"a control character in the origin's response head: {line[:60]!r}")
-    raise UpstreamError("protocol", "a control character in the origin's response head")  # a lone CR or LF
+    status_line, *lines = head.decode("latin-1").split("\r\n")
+    if _STATUS_LINE.fullmatch(status_line.encode("latin-1")) is None:
+        raise UpstreamError("protocol", f"not an HTTP/1.x response: {status_line[:80]!r}")
+    if lines and lines[0][:1] in (" ", "\t"):
+        raise UpstreamError("protocol", "a folded line before any field in the origin's response head")
+    for line in lines:
+        name, sep, _ = line.partition(":")
+        if line[:1] not in (" ", "\t") and (not sep or TOKEN_RE.fullmatch(name.encode("latin-1")) is None):
+            raise UpstreamError("protocol", "a field line that is no name: value in the origin's response "
+                                            f"head: {line[:60]!r}")
+    bad = next((line for line in lines if CTL_RE.search(line)), "")  # what is left: a control in a line
+    raise UpstreamError("protocol", f"a control character in the origin's response head: {bad[:60]!r}")
 
 
 def chunk_size(line: bytes) -> int:
     """The size of a chunk from its size line (with its CRLF): hex digits, then white space and extensions
     if any; ValueError for anything else (a sign, ``0x``, ``_``, a space inside, a control)."""
-    m = _CHUNK_LINE.fullmatch(line)
+    m = CHUNK_LINE.fullmatch(line, 0, len(line) - 2) if line.endswith(b"\r\n") else None
     if m is None:
         raise ValueError(f"bad chunk size line: {line[:40]!r}")
     return int(m.group(1), 16)

@@ -44,17 +44,19 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 64 * 1024
 MAX_BODY = 64 * 1024 * 1024
-_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
-_FIELD_LINE = _TOKEN + rb":[\t\x20-\x7e\x80-\xff]*"
+#: HTTP/1.1 grammar (RFC 9110 5.1, 5.5; RFC 9112 7.1), shared with the recorder's reading of responses
+#: (:func:`ego2web_replay.recorder.upstream.parse_response_head`): a token, a field line, a chunk-size line.
+TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+FIELD_LINE = TOKEN + rb":[\t\x20-\x7e\x80-\xff]*"
 #: A request line: a token method, a target of visible characters (obs-text kept), a version.
-_REQUEST_LINE = re.compile(rb"(" + _TOKEN + rb") ([!-~\x80-\xff]+) (HTTP/[0-9]\.[0-9])")
+_REQUEST_LINE = re.compile(rb"(" + TOKEN + rb") ([!-~\x80-\xff]+) (HTTP/[0-9]\.[0-9])")
 #: A whole head: that request line, then field lines (RFC 9110 5.1, 5.5): a token name, a colon, a value
 #: of visible characters, spaces, tabs and obs-text. CR, LF, NUL and the other controls are refused
 #: anywhere (no bare CR or LF, no obsolete line folding).
-_HEAD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [!-~\x80-\xff]+ HTTP/[0-9]\.[0-9](?:\r\n" + _FIELD_LINE + rb")*")
-_FIELD_LINES = re.compile(rb"(?:" + _FIELD_LINE + rb"\r\n)*")
+_HEAD = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+ [!-~\x80-\xff]+ HTTP/[0-9]\.[0-9](?:\r\n" + FIELD_LINE + rb")*")
+_FIELD_LINES = re.compile(rb"(?:" + FIELD_LINE + rb"\r\n)*")
 _FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*)\r\n")
-_CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
+CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
 _MAX_CHUNK_LINE = 4096
 _MAX_DIGITS = 19  # a Content-Length longer than this is past any cap (and past int()'s digit limit)
 #: An authority (RFC 3986 3.2): a reg-name of ASCII (an IDN as A-labels) or an IP literal, then perhaps a port.
@@ -82,8 +84,8 @@ def _valid_target(method: str, target: str) -> bool:
     if m is not None:
         return valid_authority(m.group(1))
     return target == "*" and method == "OPTIONS"
-_TOKEN_RE = re.compile(_TOKEN)
-_CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+TOKEN_RE = re.compile(TOKEN)
+CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 _TARGET_RE = re.compile(r"[^\x00-\x20\x7f]+")
@@ -96,16 +98,16 @@ def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str 
     name that is not a token or a value with CR, LF, NUL or another control (bytes that would end the line
     they stand in), more than one Host or one that is no ``host[:port]``.
     """
-    if _TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
+    if TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
         return "a method that is not a token"
     m = _ABSOLUTE.match(url)
     if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)):
         return "a space or a control character in the URL, or no host[:port] in ASCII"
     hosts = 0
     for k, v in headers:
-        if _TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
+        if TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
             return f"a field name that is not a token: {k[:40]!r}"
-        if _CTL_RE.search(v) is not None:
+        if CTL_RE.search(v) is not None:
             return f"CR, LF, NUL or another control in the field {k[:40]!r}"
         if k.lower() == "host":
             hosts += 1
@@ -505,7 +507,7 @@ class H1Handler:
                     if len(buf) > _MAX_CHUNK_LINE:
                         raise ParseError(400, "bad chunk size")
                     break
-                m = _CHUNK_LINE.fullmatch(buf, 0, eol)
+                m = CHUNK_LINE.fullmatch(buf, 0, eol)
                 if m is None:
                     raise ParseError(400, "bad chunk size")
                 size = int(m.group(1), 16)
