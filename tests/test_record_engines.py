@@ -18,6 +18,7 @@ import socketserver
 import threading
 
 import pytest
+from test_record_front import _BAD_HEADS
 
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.snapshots.reader import iter_records
@@ -134,3 +135,51 @@ def test_both_engines_give_the_client_the_same_answers(both):
     assert (status, body) == (200, b"hello world")
     [response] = [r for r in both["fast"][1] if r.url.endswith("/trailers") and r.rec_type == "response"]
     assert response.http_header("Transfer-Encoding") == "chunked" and b"X-Sum" not in response.payload
+
+
+class _HeadOrigin(socketserver.BaseRequestHandler):
+    """Answers each path with its raw head from ``_BAD_HEADS`` and closes."""
+
+    def handle(self) -> None:
+        head = read_head(self.request, bytearray())
+        if head is not None:
+            self.request.sendall(_BAD_HEADS[head.split(b" ")[1].decode()])
+
+
+def test_the_mitmproxy_engine_refuses_the_response_heads_the_fast_engine_refuses(ca, tmp_path):
+    """One grammar for the origin's head in both engines (``recorder.upstream.refused_head``): each head
+    the fast engine refuses is a 502 through mitmproxy too (mitmproxy's own checks or ours), kept among
+    the recording's errors, nothing of it archived; the well-formed ones (a folded value, lines a bare LF
+    ends) are archived. mitmproxy's h11 refuses white space before a chunk extension (``2 ;x``, which
+    RFC 9112 7.1.1 allows): that one is a 502 through this engine (docs/limits.md says so)."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _HeadOrigin)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    task = Task(id="heads", instruction="x", start_url=base + "/rh-fold")
+    got: dict[str, tuple[int, str | None]] = {}
+    try:
+        with LiveRecording(task, tmp_path, RecordOptions(guard="loopback", engine="mitmproxy"), ca=ca) as live:
+            host, port = live.proxy_url.rsplit("/", 1)[1].split(":")
+            for path in _BAD_HEADS:
+                conn = http.client.HTTPConnection(host, int(port), timeout=10)
+                conn.request("GET", base + path)
+                resp = conn.getresponse()
+                got[path] = (resp.status, resp.getheader("X-Folded") or resp.getheader("X-Lf"))
+                resp.read()
+                conn.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    kept = {"/rh-fold": "one two", "/rh-lf-all": "all", "/rh-lf-mixed": "some"}
+    assert {p: got[p] for p in kept} == {p: (200, v) for p, v in kept.items()}
+    refused = [p for p in _BAD_HEADS if p not in kept]
+    assert {p: got[p][0] for p in refused} == dict.fromkeys(refused, 502)
+    assert live.ok, live.error
+    archive = next(live.snapshot_path.glob("archive.warc*"))
+    responses = {r.url.removeprefix(base): r for r in iter_records(archive) if r.rec_type == "response"}
+    assert sorted(responses) == sorted(kept)
+    assert responses["/rh-fold"].http_header("X-Folded") == "one two"  # joined, as the browser got it
+    assert len(live.recorder.errors) == len(refused), live.recorder.errors
+    for path in ("/rh-cr", "/rh-nul", "/rh-te-gzip", "/rh-version"):  # the ones mitmproxy itself lets through
+        assert any(e.startswith(base + path + ":") for e in live.recorder.errors), path

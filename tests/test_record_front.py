@@ -55,7 +55,8 @@ def _read_head(sock: socket.socket, buf: bytearray) -> tuple[str, dict[str, str]
 _BAD_HEADS = {
     "/rh-space": b"HTTP/1.1 200 OK\r\nContent-Length : 2\r\n\r\nok",  # white space before the colon
     "/rh-nocolon": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nthis is no field\r\n\r\nok",
-    "/rh-lf": b"HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 9\r\nContent-Length: 2\r\n\r\nok",  # a lone LF
+    # a bare LF ends a line (RFC 9112 2.2, as Chromium reads it): here it uncovers a second Content-Length
+    "/rh-lf": b"HTTP/1.1 200 OK\r\nX-A: 1\nContent-Length: 9\r\nContent-Length: 2\r\n\r\nok",
     "/rh-cr": b"HTTP/1.1 200 OK\r\nX-A: 1\rSet-Cookie: a=b\r\nContent-Length: 2\r\n\r\nok",
     "/rh-nul": b"HTTP/1.1 200 OK\r\nX-A: 1\x00\r\nContent-Length: 2\r\n\r\nok",
     "/rh-te-cl": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n2\r\nok\r\n0\r\n\r\n",
@@ -68,7 +69,11 @@ _BAD_HEADS = {
     # well-formed, kept: a folded value is one value; a chunk size with an extension
     "/rh-fold": b"HTTP/1.1 200 OK\r\nX-Folded: one\r\n  two\r\nContent-Length: 2\r\n\r\nok",
     "/rh-chunked": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: Chunked\r\n\r\n2 ;name=v\r\nok\r\n0\r\n\r\n",
+    # well-formed, kept: a head whose lines a bare LF ends, all of them or some (RFC 9112 2.2)
+    "/rh-lf-all": b"HTTP/1.1 200 OK\nContent-Type: text/plain\nX-Lf: all\nContent-Length: 2\n\nok",
+    "/rh-lf-mixed": b"HTTP/1.1 200 OK\r\nX-Lf: some\nContent-Length: 2\r\n\nok",
 }
+_KEPT_HEADS = ("/rh-fold", "/rh-chunked", "/rh-lf-all", "/rh-lf-mixed")
 
 
 class _Origin(socketserver.BaseRequestHandler):
@@ -138,7 +143,7 @@ class _Origin(socketserver.BaseRequestHandler):
                 return
             elif path.startswith("/rh-"):  # response heads a browser or the archive could read otherwise
                 sock.sendall(_BAD_HEADS[path])
-                if path in ("/rh-fold", "/rh-chunked"):
+                if path in _KEPT_HEADS:
                     continue
                 sock.close()
                 return
@@ -666,7 +671,7 @@ def test_a_response_head_read_otherwise_by_a_browser_or_the_archive_is_a_502_and
     """The recorder reads the origin's head strictly (RFC 9112): what Chromium, the archive's reader and
     the recorder could each frame differently is refused before any of it reaches the browser."""
     base = f"http://127.0.0.1:{origin.server_address[1]}"
-    refused = [p for p in _BAD_HEADS if p.startswith("/rh-") and not p.startswith("/rh-chunk") and p != "/rh-fold"]
+    refused = [p for p in _BAD_HEADS if not p.startswith("/rh-chunk") and p not in _KEPT_HEADS]
     with _Recording(tmp_path, ca) as rec:
         for path in refused:
             status, headers, body = rec.open(base + path)
@@ -674,11 +679,19 @@ def test_a_response_head_read_otherwise_by_a_browser_or_the_archive_is_a_502_and
             assert b"upstream 127.0.0.1" in body, path
         folded = rec.open(base + "/rh-fold")
         chunked = rec.open(base + "/rh-chunked")
+        before = origin.connections
+        lf_all, lf_mixed = rec.open(base + "/rh-lf-all"), rec.open(base + "/rh-lf-mixed")
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+        assert origin.connections - before <= 1  # an origin that ends its lines with LF is kept alive all the same
     assert folded[0] == 200 and folded[1]["x-folded"] == "one two" and folded[2] == b"ok"
     assert chunked[0] == 200 and chunked[2] == b"ok"
+    assert lf_all[:3:2] == (200, b"ok") and lf_all[1]["x-lf"] == "all" and lf_all[1]["content-type"] == "text/plain"
+    assert lf_mixed[:3:2] == (200, b"ok") and lf_mixed[1]["x-lf"] == "some"
     responses = [r for r in rec.records() if r.rec_type == "response"]
-    assert [r.url for r in responses] == [base + "/rh-fold", base + "/rh-chunked"]
+    assert [r.url.removeprefix(base) for r in responses] == ["/rh-fold", "/rh-chunked", "/rh-lf-all", "/rh-lf-mixed",
+                                                            "/keep"]
     assert ("X-Folded", "one two") in responses[0].http_headers  # the archive holds what the browser got
+    assert ("X-Lf", "all") in responses[2].http_headers and ("Content-Length", "2") in responses[3].http_headers
 
 
 def test_a_chunk_size_that_is_not_plain_hex_cuts_the_body_and_nothing_is_archived(origin, ca, tmp_path):
@@ -737,3 +750,27 @@ def test_a_request_goes_upstream_within_the_call_that_received_it(ca, tmp_path):
         listener.close()
         front.certs.close()
         writer.writer.close()
+
+
+@pytest.mark.parametrize("many", [True, False], ids=["one-call", "line-by-line"])
+def test_a_head_ends_at_its_blank_line_whether_crlf_or_a_bare_lf_ends_its_lines(many, monkeypatch):
+    """Python 3.13 reads a head in one ``readuntil`` of two separators; 3.12, a line at a time: the same
+    bytes either way, the body left unread, and a head past the limit refused."""
+    from ego2web_replay.recorder import upstream
+
+    monkeypatch.setattr(upstream, "_MANY_SEPARATORS", many)
+
+    async def read(data: bytes) -> tuple[bytes, bytes]:
+        reader = asyncio.StreamReader(limit=upstream.MAX_HEAD)
+        reader.feed_data(data)
+        reader.feed_eof()
+        head = await upstream.read_head_bytes(reader)
+        return upstream.head_lines(head), await reader.read()
+
+    crlf = b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2"
+    for data in (crlf + b"\r\n\r\n", crlf.replace(b"\r\n", b"\n") + b"\n\n", b"HTTP/1.1 200 OK\nA: 1\r\nB: 2\n\r\n",
+                 b"HTTP/1.1 200 OK\r\nA: 1\nB: 2\r\n\n"):
+        assert asyncio.run(read(data + b"body\n\nmore")) == (crlf, b"body\n\nmore"), data
+    assert asyncio.run(read(b"HTTP/1.1 200 OK\r\nA: 1\r\rB\n\n"))[0] == b"HTTP/1.1 200 OK\r\nA: 1\r\rB"  # a lone CR stays
+    with pytest.raises(asyncio.LimitOverrunError):
+        asyncio.run(read(b"HTTP/1.1 200 OK\r\n" + b"X-Long: %b\r\n" % (b"x" * 1000) * 300 + b"\r\n"))

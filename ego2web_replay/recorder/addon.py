@@ -34,6 +34,7 @@ from ..snapshots.volatility import Reload, reload_of
 from ..snapshots.wsrecords import WsMessage, redact_message, write_conversation
 from ..web import get_header
 from .spool import SpoolFile
+from .upstream import UpstreamError, read_back_head
 from .writes import INLINE_BYTES, WriteQueue
 
 __all__ = ["ExchangeArchive", "Recorder", "CREDENTIAL_HEADERS", "REDACTED", "redact_headers"]
@@ -264,7 +265,39 @@ class Recorder(ExchangeArchive):
                 502, f"ego2web-replay: recording stopped ({self.failed})\n".encode(),
                 {"Content-Type": "text/plain", "X-Ego2Web-Replay": "recording-failed"})
 
+    def responseheaders(self, flow: Any) -> None:
+        """The origin's head, read by mitmproxy, read again with the fast engine's grammar
+        (:func:`~.upstream.read_back_head`). One refused is noted among the errors, its body read and
+        dropped, its connection to the origin closed after it (never reused), and the client gets a 502
+        (:meth:`response`); nothing of it is archived. A folded value is joined, as the fast engine
+        joins it, so the browser and the archive get one value (mitmproxy would pass the fold on)."""
+        if flow.metadata.get("ego2web") or flow.response is None or self.failed:
+            return
+        resp = flow.response
+        version = resp.http_version
+        if version == "HTTP/2.0" and getattr(flow.server_conn, "alpn", None) == b"h2":
+            version = "HTTP/1.1"  # framed by h2 (which refuses controls in fields): the fields are checked
+        fields = _fields(resp.headers)
+        try:
+            head = read_back_head(version, resp.status_code, resp.data.reason.decode("latin-1"), fields)
+        except UpstreamError as e:
+            flow.metadata["ego2web"] = "refused-head"
+            flow.metadata["ego2web_why"] = str(e)
+            resp.headers["Connection"] = "close"  # the origin's connection ends with this response
+            self.note_error(flow.request.pretty_url, str(e), flow.request.method)
+            return
+        if head.headers != fields:
+            resp.headers.fields = tuple((k.encode("latin-1"), v.encode("latin-1")) for k, v in head.headers)
+
     async def response(self, flow: Any) -> None:
+        if flow.metadata.get("ego2web") == "refused-head":
+            from mitmproxy import http
+
+            why = flow.metadata.get("ego2web_why", "")
+            flow.response = http.Response.make(
+                502, f"ego2web-replay: upstream {flow.request.host}: {why}\n".encode(),
+                {"Content-Type": "text/plain; charset=utf-8", "X-Ego2Web-Replay": "upstream-error; kind=protocol"})
+            return
         if flow.metadata.get("ego2web") or flow.response is None or self.failed:
             return  # answered by the guard, a replay or a refusal: nothing came from upstream
         if flow.websocket is not None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import re
 import ssl
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +42,8 @@ from ..web import get_header
 from ..wire.h1 import CHUNK_LINE, CTL_RE, FIELD_LINE, TOKEN_RE
 
 __all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length",
-           "parse_response_head", "chunk_size", "skip_trailers"]
+           "parse_response_head", "read_back_head", "read_head_bytes", "head_lines", "chunk_size",
+           "skip_trailers"]
 
 MAX_HEAD = 256 * 1024
 _HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
@@ -325,14 +327,14 @@ class UpstreamPool:
 
     async def _read_head(self, link: _Link, first: bool = True) -> UpstreamResponse:
         try:
-            raw = await asyncio.wait_for(link.reader.readuntil(b"\r\n\r\n"), self.read_timeout_s)
+            raw = await asyncio.wait_for(read_head_bytes(link.reader), self.read_timeout_s)
         except asyncio.IncompleteReadError as e:
             if not e.partial and link.reused and first:
                 raise _Stale() from None
             raise UpstreamError("closed", "the origin closed the connection before answering") from None
         except asyncio.LimitOverrunError:
             raise UpstreamError("protocol", "the origin's response head is too large") from None
-        return parse_response_head(raw[:-4])
+        return parse_response_head(head_lines(raw))
 
     async def _read_body(self, link: _Link, resp: UpstreamResponse) -> bytes:
         """The body. One with a length may take as long as it keeps coming (``read_timeout_s`` between
@@ -432,6 +434,41 @@ def _length(values: set[str]) -> int:
     return int(text)
 
 
+#: where a head ends: a blank line, after a line that CRLF or a bare LF ended (RFC 9112 2.2); CRLF CRLF
+#: ends in the second
+_HEAD_ENDS = (b"\n\n", b"\n\r\n")
+_MANY_SEPARATORS = sys.version_info >= (3, 13)  # StreamReader.readuntil takes a tuple of separators
+
+
+async def read_head_bytes(reader: asyncio.StreamReader) -> bytes:
+    """A response head's bytes up to and with its blank line, however its lines end (CRLF or a bare LF);
+    :class:`asyncio.LimitOverrunError` past the reader's limit, as ``readuntil`` raises."""
+    if _MANY_SEPARATORS:
+        return await reader.readuntil(_HEAD_ENDS)  # type: ignore[arg-type]
+    raw = bytearray()  # Python 3.12: a line at a time
+    while True:
+        line = await reader.readuntil(b"\n")
+        raw += line
+        if raw.endswith(_HEAD_ENDS):
+            return bytes(raw)
+        if len(raw) > MAX_HEAD:
+            raise asyncio.LimitOverrunError("the head is past the limit", len(raw))
+
+
+_BARE_LF = re.compile(rb"(?<!\r)\n")
+
+
+def head_lines(raw: bytes) -> bytes:
+    """A head read by :func:`read_head_bytes`, less its blank line, its lines ended by CRLF. A recipient
+    may take a bare LF for the end of a line (RFC 9112 2.2), and Chromium does: so does the recorder,
+    and the archive and the browser get CRLF. A lone CR is still a control in a value, refused."""
+    head = raw[:-4] if raw.endswith(b"\r\n\r\n") else raw[:-2] if raw[-3:-2] not in (b"\r", b"\n") \
+        else raw[:-3]
+    if head.count(b"\n") != head.count(b"\r\n"):
+        head = _BARE_LF.sub(b"\r\n", head)
+    return head
+
+
 _VALUE = rb"[\t\x20-\x7e\x80-\xff]*"  # a field value's bytes, as the wire's FIELD_LINE allows them
 _STATUS_LINE = re.compile(rb"HTTP/1\.[01] [0-9]{3}(?: " + _VALUE + rb")?")
 #: a whole response head as :func:`parse_response_head` accepts it: one pass in C over the common case
@@ -446,7 +483,8 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     kind ``protocol`` (the browser gets a 502; nothing is archived). Refused: a status line that is not
     ``HTTP/1.0`` or ``HTTP/1.1``, three digits and a reason without controls; a field line whose name is
     not a token, with white space before its colon, or with no colon at all; a value with a control
-    character (a lone CR or LF that would end a line for one reader and not another, NUL); a
+    character (a lone CR that would end a line for one reader and not another, NUL; a bare LF ends
+    its line, :func:`head_lines`); a
     ``Transfer-Encoding`` beside a ``Content-Length`` (RFC 9112 6.3: a response that could hide
     another), one that is not exactly ``chunked`` (no other coding is read here), or one on an HTTP/1.0
     response. A folded line (``obs-fold``, a line that starts with white space) is joined to the value
@@ -482,6 +520,19 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
         if version == "HTTP/1.0":
             raise UpstreamError("protocol", "a Transfer-Encoding in an HTTP/1.0 response")
     return UpstreamResponse(int(code), reason, version, headers)
+
+
+def read_back_head(version: str, status: int, reason: str, headers: list[tuple[str, str]]) -> UpstreamResponse:
+    """A head that another parser has read already (the mitmproxy engine's, its fields as Latin-1
+    text), written back as its lines and read by :func:`parse_response_head`: the same
+    :class:`UpstreamError` for what it refuses, and the fields as the fast engine would pass them on (a
+    folded value joined). One grammar for both engines."""
+    status_line = f"{version} {status:03d} {reason}" if reason else f"{version} {status:03d}"
+    try:
+        raw = "\r\n".join([status_line, *(f"{k}: {v}" for k, v in headers)]).encode("latin-1")
+    except UnicodeEncodeError:  # not from bytes read as Latin-1: nothing an origin sent
+        raise UpstreamError("protocol", "a response head that is not bytes") from None
+    return parse_response_head(raw)
 
 
 def _refuse(head: bytes) -> NoReturn:
