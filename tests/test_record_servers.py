@@ -1,0 +1,103 @@
+"""Real HTTP servers from PyPI as origins: recorded through both engines, replayed with the server gone.
+
+The recorder reads each origin's response head strictly (``recorder.upstream.parse_response_head``,
+and the mitmproxy engine the same grammar through ``read_back_head``); a rule too strict for what
+real servers send would turn their pages into 502s. Each server of ``testing.servers`` (WSGI on
+gunicorn, waitress, cheroot, Werkzeug, Twisted; ASGI on uvicorn with h11 and with httptools,
+Hypercorn, Granian; Tornado, aiohttp) answers the same requests, first directly, then through each
+engine on one kept client connection (a new one where the server closed it): every answer must reach
+the client as the server gave it, with no error noted and every exchange archived; then the fast
+engine's snapshot is replayed with the server stopped, and each answer is the recorded one.
+"""
+
+from __future__ import annotations
+
+import http.client
+
+import pytest
+
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+from ego2web_replay.replay.session import Replay
+from ego2web_replay.snapshots.reader import iter_records
+from ego2web_replay.tasks import Task
+from ego2web_replay.testing.servers import BIG, ETAG, PAGE, PIECES, SERVERS, ServerSite, installed
+
+ASKS: list[tuple[str, str, dict[str, str], bytes | None]] = [
+    ("GET", "/page", {}, None),
+    ("GET", "/page", {"If-None-Match": ETAG}, None),
+    ("HEAD", "/page", {}, None),
+    ("GET", "/stream", {}, None),
+    ("GET", "/empty", {}, None),
+    ("GET", "/moved", {}, None),
+    ("POST", "/echo", {"Content-Type": "text/plain"}, b"a posted body"),
+    ("GET", "/big", {}, None),
+]
+EXPECTED = [(200, PAGE), (304, b""), (200, b""), (200, b"".join(PIECES)), (204, b""), (302, b""),
+            (200, b"a posted body"), (200, BIG)]
+_HOP = {"connection", "keep-alive", "date", "transfer-encoding", "proxy-connection"}
+
+Answer = tuple[int, list[tuple[str, str]], bytes]
+
+
+def _ask(host: str, port: int, base: str, asks=ASKS) -> list[Answer]:
+    """Each request in turn on one connection (a fresh one after the server closed it): status,
+    headers less those of the hop (and Date), body."""
+    conn = http.client.HTTPConnection(host, port, timeout=20)
+    out: list[Answer] = []
+    try:
+        for method, path, headers, body in asks:
+            conn.request(method, base + path, body=body, headers=headers)
+            resp = conn.getresponse()
+            data = resp.read()
+            out.append((resp.status, [(k, v) for k, v in resp.getheaders() if k.lower() not in _HOP], data))
+            if resp.will_close:
+                conn.close()
+                conn = http.client.HTTPConnection(host, port, timeout=20)
+    finally:
+        conn.close()
+    return out
+
+
+def _addr(url: str) -> tuple[str, int]:
+    host, _, port = url.partition("://")[2].partition(":")
+    return host, int(port.rstrip("/"))
+
+
+def _framing_free(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The fields a proxy may frame its own way left out: the recorder gives a chunked body on, a
+    body that ran to the connection's end gets a length."""
+    return [(k, v) for k, v in headers if k.lower() != "content-length"]
+
+
+@pytest.mark.parametrize("name", list(SERVERS))
+def test_a_real_server_is_recorded_by_both_engines_as_it_answers_and_replayed_without_it(name, ca, tmp_path):
+    if not installed(name):
+        pytest.skip(f"{name} is not installed (the dev extra installs it)")
+    recorded: dict[str, list[Answer]] = {}
+    lives = {}
+    with ServerSite(name) as server:
+        base = server.url
+        direct = _ask("127.0.0.1", server.port, "")
+        assert [(s, b) for s, _, b in direct] == EXPECTED, name  # the app, as this server serves it
+        for engine in ("fast", "mitmproxy"):
+            task = Task(id=f"{name}-{engine}", instruction="x", start_url=base + "/page")
+            with LiveRecording(task, tmp_path / engine, RecordOptions(guard="loopback", engine=engine),  # type: ignore[arg-type]
+                               ca=ca) as live:
+                recorded[engine] = _ask(*_addr(live.proxy_url), base)
+            assert live.ok, live.error
+            assert live.recorder.errors == [], (engine, live.recorder.errors)
+            lives[engine] = live
+    for engine, got in recorded.items():
+        assert [(s, b) for s, _, b in got] == EXPECTED, engine
+        for (_, want, _), (_, have, _) in zip(direct, got, strict=True):
+            assert _framing_free(have) == _framing_free(want), engine  # every field as the server sent it
+        archive = next(lives[engine].snapshot_path.glob("archive.warc*"))
+        responses = [r for r in iter_records(archive) if r.rec_type == "response"]
+        assert len(responses) == len(ASKS), engine
+        assert [r.http_status for r in responses] == [s for s, _ in EXPECTED], engine
+    unconditional = [ask for ask in ASKS if "If-None-Match" not in ask[2]]
+    with Replay([lives["fast"].snapshot_path], ca=ca, guard_mode="loopback", freeze=False) as replay:
+        again = _ask(*_addr(replay.proxy_url), base, unconditional)
+    want = [(s, b) for (s, b), ask in zip(EXPECTED, ASKS, strict=True) if ask in unconditional]
+    assert [(s, b) for s, _, b in again] == want
+    assert replay.stats().miss == 0
