@@ -312,7 +312,11 @@ class Responder:
                 return hit
         try:
             status, reason, headers, rbody = self._prepared(ref)
-            if status == 206:  # a part of the body, for a request of the whole: only a recorded whole answers
+            # A part of the body, for a request of the whole; or a 304, which told the client that
+            # recorded it that its cached copy was current, for a client whose validators it does not
+            # match (none, or others): only a recorded whole answers, else it is a miss, never a 304 to
+            # a browser with nothing cached (RFC 9110 15.4.5: a 304 answers a conditional request).
+            if status == 206 or (status == 304 and not conditional(h, 200, headers)):
                 ref = self._whole(method, url, body, ctype, ref)
                 if ref is None:
                     return self._missed(method, url, kind, rng)
@@ -444,13 +448,14 @@ class Responder:
         return hit
 
     def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any) -> Any:
-        """For a request of the whole body that the sequence answered with a recorded ``206``: the first
-        capture of the same key recorded after it that is not a part (else the last before it), or None."""
+        """For a request the sequence answered with a recorded ``206`` or ``304`` that cannot answer it:
+        the first capture of the same key recorded after it that is neither a part nor a ``304`` (else
+        the last such before it), or None."""
         found = self.session.candidates(method, url, body or None, ctype)
         refs = [self.index.capture(p).ref for p in found[1]] if found else [picked]
         at = refs.index(picked) if picked in refs else 0
         for ref in refs[at + 1:] + refs[:at][::-1]:
-            if self._prepared(ref)[0] != 206:
+            if self._prepared(ref)[0] not in (206, 304):
                 return ref
         return None
 
