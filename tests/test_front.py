@@ -84,6 +84,11 @@ def assert_same(url: str, served: tuple[int, list[tuple[str, str]], bytes],
 
 
 # -- clients ---------------------------------------------------------------------------------
+#: what Chromium asks: every recorded coding is taken, so every body is served as it was recorded
+#: (a client that takes fewer gets the body decoded: tests/test_replay_codings.py)
+BROWSER_CODINGS = "gzip, deflate, br, zstd"
+
+
 class H1Client:
     """HTTP/1.1 through the proxy with keep-alive: absolute-form for http, CONNECT tunnels for https."""
 
@@ -104,7 +109,7 @@ class H1Client:
                 conn = http.client.HTTPConnection(self.proxy.hostname, self.proxy.port, timeout=20)
             self.conns[parts.netloc + parts.scheme] = conn
         target = url if parts.scheme == "http" else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
-        conn.request(method, target, body=body, headers=headers or {})
+        conn.request(method, target, body=body, headers={"Accept-Encoding": BROWSER_CODINGS, **(headers or {})})
         resp = conn.getresponse()
         return resp.status, resp.getheaders(), resp.read()
 
@@ -121,7 +126,8 @@ def h2_get(client: httpx.Client, url: str) -> tuple[int, list[tuple[str, str]], 
 
 def h2_client(replay: Replay) -> httpx.Client:
     ctx = ssl.create_default_context(cafile=str(replay.ca_file))
-    return httpx.Client(proxy=replay.proxy_url, verify=ctx, http2=True, timeout=20)
+    return httpx.Client(proxy=replay.proxy_url, verify=ctx, http2=True, timeout=20,
+                        headers={"Accept-Encoding": BROWSER_CODINGS})
 
 
 def check_every_capture(snap_path: Path) -> Counter[str]:

@@ -178,6 +178,7 @@ def _fetch(port: int, ca_file: Path, exp: Expected) -> tuple[int, dict[str, str]
     host = parts.hostname or ""
     path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     headers = {"Content-Type": exp.content_type} if exp.content_type else {}
+    headers["Accept-Encoding"] = "gzip, deflate, br, zstd"  # a browser's: each body as archived, coded or not
     if parts.scheme == "https":
         ctx = ssl.create_default_context(cafile=str(ca_file))
         conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)

@@ -87,7 +87,8 @@ def _fetch(proxy_url: str, fetches: list[tuple[str, str]]) -> list[tuple[int, li
     out = []
     for method, url in fetches:
         try:
-            with opener.open(urllib.request.Request(url, method=method), timeout=10) as r:
+            req = urllib.request.Request(url, method=method, headers={"Accept-Encoding": "gzip"})  # as a browser
+            with opener.open(req, timeout=10) as r:
                 out.append((r.status, list(r.headers.items()), r.read()))
         except urllib.error.HTTPError as e:
             out.append((e.code, list(e.headers.items()), e.read()))

@@ -11,11 +11,13 @@ response is ``(status, reason, headers, body)``.
 * :func:`preflight_response` answers CORS preflights nobody archived;
 * :func:`miss_response` is the synthetic answer to a request nothing matched;
 * :func:`rewrite_jsonp` renames a JSONP callback to the one the page asked for;
-* :func:`decode_body` (from :mod:`ego2web_replay.web`) undoes ``Content-Encoding``.
+* :func:`decode_body` (from :mod:`ego2web_replay.web`) undoes ``Content-Encoding``;
+* :func:`accepts_coding` / :func:`identity_response` serve a client the coding it takes.
 """
 
 from __future__ import annotations
 
+import functools
 import html
 import re
 from collections.abc import Iterable, Sequence
@@ -30,8 +32,11 @@ __all__ = [
     "MISS_HEADER",
     "Headers",
     "Response",
+    "accepts_coding",
+    "accepts_every_coding",
     "apply_range",
     "clean_response_headers",
+    "identity_response",
     "conditional",
     "decode_body",
     "get_header",
@@ -55,6 +60,78 @@ HOP_BY_HOP = frozenset(
 MISS_HEADER = "X-Ego2Web-Replay"
 
 
+
+
+_KNOWN_CODINGS = ("gzip", "deflate", "br", "zstd")  # what decode_body undoes
+
+
+@functools.lru_cache(maxsize=512)
+def _accepted(accept_encoding: str | None) -> tuple[dict[str, float], float]:
+    """An Accept-Encoding value read (RFC 9110 12.5.3): each coding's weight, and the weight of ``*``
+    (0: codings it does not name are not accepted). No header at all is read as identity only: what
+    a client sending none (curl, urllib) gets from the live servers, which compress only on request."""
+    weights: dict[str, float] = {}
+    star = 0.0
+    for item in (accept_encoding or "").split(","):
+        name, _, params = item.partition(";")
+        name = name.strip().lower()
+        if not name:
+            continue
+        q = 1.0
+        for param in params.split(";"):
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "q":
+                try:
+                    q = float(value.strip())
+                except ValueError:
+                    q = 0.0
+        if name == "*":
+            star = q
+        else:
+            weights["gzip" if name == "x-gzip" else name] = q
+    return weights, star
+
+
+def accepts_coding(accept_encoding: str | None, content_encoding: str) -> bool:
+    """Whether a request with this Accept-Encoding takes a body of this Content-Encoding (every coding
+    in it, ``identity`` always)."""
+    weights, star = _accepted(accept_encoding)
+    for coding in content_encoding.lower().split(","):
+        coding = coding.strip()
+        if coding in ("", "identity"):
+            continue
+        coding = "gzip" if coding == "x-gzip" else coding
+        if weights.get(coding, star) <= 0:
+            return False
+    return True
+
+
+@functools.lru_cache(maxsize=512)
+def accepts_every_coding(accept_encoding: str | None) -> bool:
+    """Whether a request takes every coding an archived body may have (a browser's ``gzip, deflate, br,
+    zstd``): nothing it is served need be decoded for it."""
+    return all(accepts_coding(accept_encoding, c) for c in _KNOWN_CODINGS)
+
+
+def identity_response(headers: Iterable[tuple[str, str]], body: bytes) -> tuple[Headers, bytes] | None:
+    """An archived body with its Content-Encoding undone, for a client that does not take that coding:
+    the headers without Content-Encoding, the decoded length (unless it was sent chunked), a strong ETag made weak
+    (it named the encoded bytes; RFC 9110 8.8.1). None when the body does not decode."""
+    plain = decode_body(body, get_header(headers, "content-encoding"))
+    if plain is None:
+        return None
+    out: Headers = []
+    length = True  # the decoded length, where the archived answer had one (not one sent chunked)
+    for k, v in headers:
+        name = k.lower()
+        if name == "transfer-encoding":
+            length = False
+        if name in ("content-encoding", "content-length", "content-md5", "digest"):
+            continue
+        if name == "etag" and not v.lstrip().startswith("W/"):
+            v = "W/" + v.strip()
+        out.append((k, v))
+    return (out + [("Content-Length", str(len(plain)))] if length else out), plain
 
 
 def clean_response_headers(headers: Iterable[tuple[str, str]], keep: Iterable[str] = ()) -> Headers:

@@ -37,12 +37,15 @@ from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
 from ..wire.reply import Reply
 from .httputil import (
+    accepts_coding,
+    accepts_every_coding,
     clean_response_headers,
     conditional,
     date_offsets,
     decode_body,
     get_header,
     http_date,
+    identity_response,
     miss_response,
     not_modified_response,
     preflight_response,
@@ -303,11 +306,16 @@ class Responder:
         if result.capture is None:
             return self._missed(method, url, kind, rng)
         ref = result.capture.ref
+        ae = h.get("accept-encoding")
+        coded = accepts_every_coding(ae)  # else a coded body may be served decoded (_acceptable)
         plain = source is None and method == "GET" and result.outcome == "exact" and rng is None \
             and "if-none-match" not in h and "if-modified-since" not in h
         second = _second()
+        # a reply kept for a client that takes every coding serves any such client; one kept for another
+        # client, only clients with its Accept-Encoding
+        kept_key = _cache_key("w" if coded else "w:" + (ae or ""), ref) if plain else ()
         if plain:
-            hit = self._kept.hit(method, url, result, kind, _cache_key("w", ref), second)
+            hit = self._kept.hit(method, url, result, kind, kept_key, second)
             if hit is not None:
                 return hit
         try:
@@ -329,12 +337,15 @@ class Responder:
             rbody, headers = self._injected(ref, rbody, headers)
         elif status == 200 and result.outcome != "exact" and result.capture.url != url:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
+        if not coded and status == 200:
+            rbody, headers = self._acceptable(ref, rbody, headers, ae)
         reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source)
         if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
-            return self._keep_plain(ref, second, reply, url, kind, result)
+            return self._keep_plain(ref, second, reply, url, kind, result, kept_key)
         return reply
 
-    def _keep_plain(self, ref: Any, second: int, reply: Reply, url: str, kind: str, result: MatchResult) -> Reply:
+    def _keep_plain(self, ref: Any, second: int, reply: Reply, url: str, kind: str, result: MatchResult,
+                    kept_key: tuple[Any, ...]) -> Reply:
         """Keep a plain GET's ``reply`` for the rest of ``second`` (:mod:`.kept`), if its dates were moved to
         that second (not the next) and its capture is an ordinary one: read whole into the cache, not a
         recorded stream, not a recorded 206."""
@@ -342,7 +353,7 @@ class Responder:
         if second != _second() or key not in self._cache or (self._streams and key in self._streams) \
                 or reply.status == 206:
             return reply
-        return self._kept.keep(_cache_key("w", ref), second, reply, url, kind, result)
+        return self._kept.keep(kept_key, second, reply, url, kind, result)
 
     def _kind(self, url: str, h: dict[str, str]) -> str:
         """:func:`~ego2web_replay.validity.request_kind` of the request, remembered for the same URL and
@@ -535,6 +546,37 @@ class Responder:
             cleaned = clean_response_headers(headers)
         value = (status, reason or reason_phrase(status), tuple(cleaned), body)
         self._remember(key, value, len(body))
+        return value
+
+    def _acceptable(self, ref: Any, body: bytes, headers: Head, accept_encoding: str | None) -> tuple[bytes, Head]:
+        """The body in a coding the request takes, as an HTTP cache would serve it (RFC 9111 4.1): a
+        response whose ``Vary`` names Accept-Encoding was chosen for the recording client's codings, so
+        a client that does not take its coding (curl without ``--compressed``, urllib,
+        python-requests without brotli) gets it decoded (:func:`~.httputil.identity_response`), as the
+        server would have sent it; one without that ``Vary`` is the same answer for every client and is
+        served as archived, as is one marked ``no-transform``, a recorded stream served at its pace (its
+        pieces are offsets in the coded bytes) and a body that does not decode."""
+        coding = get_header(headers, "content-encoding")
+        if not coding or accepts_coding(accept_encoding, coding) \
+                or (self._streams and _cache_key("r", ref) in self._streams):
+            return body, headers
+        vary = {v.strip().lower() for v in ",".join(v for k, v in headers if k.lower() == "vary").split(",")}
+        if not vary & {"accept-encoding", "*"} \
+                or "no-transform" in (get_header(headers, "cache-control") or "").lower():
+            return body, headers
+        key = _cache_key("d", ref)
+        prepared = self._cache.get(_cache_key("r", ref))
+        cacheable = prepared is not None and prepared[2] is headers  # the archived head, not one rewritten
+        if cacheable:
+            hit = self._cache.get(key)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
+        decoded = identity_response(headers, body)
+        if decoded is None:
+            return body, headers
+        value = (decoded[1], tuple(decoded[0]))
+        if cacheable:
+            self._remember(key, value, len(value[0]))
         return value
 
     def _injected(self, ref: Any, body: bytes, headers: Head) -> tuple[bytes, Head]:
