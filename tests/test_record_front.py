@@ -33,6 +33,7 @@ from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.snapshots.wsrecords import CONTENT_TYPE, decode_messages
+from ego2web_replay.testing.aio import run_coro
 from ego2web_replay.testing.rawsock import read_head
 from ego2web_replay.wire.websocket import BINARY, CLOSE, TEXT, MessageReader, frame
 
@@ -770,7 +771,7 @@ def test_a_head_ends_at_its_blank_line_whether_crlf_or_a_bare_lf_ends_its_lines(
     crlf = b"HTTP/1.1 200 OK\r\nA: 1\r\nB: 2"
     for data in (crlf + b"\r\n\r\n", crlf.replace(b"\r\n", b"\n") + b"\n\n", b"HTTP/1.1 200 OK\nA: 1\r\nB: 2\n\r\n",
                  b"HTTP/1.1 200 OK\r\nA: 1\nB: 2\r\n\n"):
-        assert asyncio.run(read(data + b"body\n\nmore")) == (crlf, b"body\n\nmore"), data
-    assert asyncio.run(read(b"HTTP/1.1 200 OK\r\nA: 1\r\rB\n\n"))[0] == b"HTTP/1.1 200 OK\r\nA: 1\r\rB"  # a lone CR stays
+        assert run_coro(read(data + b"body\n\nmore")) == (crlf, b"body\n\nmore"), data
+    assert run_coro(read(b"HTTP/1.1 200 OK\r\nA: 1\r\rB\n\n"))[0] == b"HTTP/1.1 200 OK\r\nA: 1\r\rB"  # a lone CR stays
     with pytest.raises(asyncio.LimitOverrunError):
-        asyncio.run(read(b"HTTP/1.1 200 OK\r\n" + b"X-Long: %b\r\n" % (b"x" * 1000) * 300 + b"\r\n"))
+        run_coro(read(b"HTTP/1.1 200 OK\r\n" + b"X-Long: %b\r\n" % (b"x" * 1000) * 300 + b"\r\n"))

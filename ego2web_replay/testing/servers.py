@@ -5,7 +5,8 @@ what real servers send must pass it, keep-alive, chunking and all. :data:`SERVER
 servers as users meet them: WSGI on gunicorn (gthread), waitress, cheroot, Werkzeug and Twisted;
 ASGI on uvicorn (its h11 and its httptools parser), Hypercorn and Granian (Rust, hyper); and
 Tornado and aiohttp with their own handlers. Each serves the same routes (:data:`ROUTES` says what
-each answers) from its own process on 127.0.0.1; :class:`ServerSite` starts one and stops it.
+each answers) from its own process on 127.0.0.1, over HTTP or (all but waitress) HTTPS with a test
+CA's certificate; :class:`ServerSite` starts one and stops it.
 The servers come with the ``dev`` extra; :func:`installed` says whether one is here.
 """
 
@@ -13,14 +14,20 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import ssl
+import subprocess
 import sys
+import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
 
 from .thirdparty import AppProcess, _free_port
+from .tls import TestCA
 
-__all__ = ["SERVERS", "ROUTES", "PAGE", "PIECES", "BIG", "ETAG", "ServerSite", "installed", "wsgi", "asgi"]
+__all__ = ["SERVERS", "ROUTES", "PAGE", "PIECES", "BIG", "ETAG", "ServerSite", "client_context", "installed", "serves_tls", "wsgi",
+           "asgi"]
 
 PAGE = ("<!doctype html><title>served</title>" + "<p>a page recorded from a real server</p>" * 60).encode()
 PIECES = [b"first piece\n", b"second piece\n", b"third piece\n"]  # /stream: sent one by one, no length
@@ -96,8 +103,8 @@ async def asgi(scope: dict[str, Any], receive: Callable[..., Any], send: Callabl
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
-def run_tornado(port: int) -> None:
-    """Tornado's own server and handler."""
+def run_tornado(port: int, cert: str = "", key: str = "") -> None:
+    """Tornado's own server and handler (HTTPS with ``cert`` and ``key``)."""
     import asyncio
 
     import tornado.web
@@ -124,14 +131,17 @@ def run_tornado(port: int) -> None:
             return None
 
     async def main() -> None:
-        tornado.web.Application([(r"/.*", Handler)]).listen(port, address="127.0.0.1")
+        tls = {"certfile": cert, "keyfile": key} if cert else None
+        tornado.web.Application([(r"/.*", Handler)]).listen(port, address="127.0.0.1", ssl_options=tls)
         await asyncio.Event().wait()
 
     asyncio.run(main())
 
 
-def run_aiohttp(port: int) -> None:
-    """aiohttp's own server and handler."""
+def run_aiohttp(port: int, cert: str = "", key: str = "") -> None:
+    """aiohttp's own server and handler (HTTPS with ``cert`` and ``key``)."""
+    import ssl
+
     from aiohttp import web
 
     async def handle(request: web.Request) -> web.StreamResponse:
@@ -153,7 +163,11 @@ def run_aiohttp(port: int) -> None:
 
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handle)
-    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+    tls = None
+    if cert:
+        tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        tls.load_cert_chain(cert, key)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None, ssl_context=tls)
 
 
 _HERE = "ego2web_replay.testing.servers"
@@ -168,27 +182,51 @@ def _py(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
 
-#: name -> (the module that must be importable, the command for a port)
-SERVERS: dict[str, tuple[str, Callable[[int], list[str]]]] = {
-    "gunicorn": ("gunicorn", lambda p: [_bin("gunicorn"), "-b", f"127.0.0.1:{p}", "-w", "1", "--threads", "4",
-                                        "--log-level", "warning", f"{_HERE}:wsgi"]),
-    "waitress": ("waitress", lambda p: [_bin("waitress-serve"), f"--listen=127.0.0.1:{p}", f"{_HERE}:wsgi"]),
-    "cheroot": ("cheroot", lambda p: _py(f"from cheroot.wsgi import Server; from {_HERE} import wsgi; "
-                                         f"Server(('127.0.0.1', {p}), wsgi).start()")),
-    "werkzeug": ("werkzeug", lambda p: _py(f"from werkzeug.serving import run_simple; from {_HERE} import wsgi; "
-                                           f"run_simple('127.0.0.1', {p}, wsgi, threaded=True)")),
-    "twisted": ("twisted", lambda p: [_bin("twist"), "web", "--listen", f"tcp:{p}:interface=127.0.0.1",
-                                      "--wsgi", f"{_HERE}.wsgi"]),
-    "uvicorn-h11": ("uvicorn", lambda p: [_bin("uvicorn"), "--host", "127.0.0.1", "--port", str(p), "--http", "h11",
-                                          "--no-access-log", "--log-level", "warning", f"{_HERE}:asgi"]),
-    "uvicorn-httptools": ("httptools", lambda p: [_bin("uvicorn"), "--host", "127.0.0.1", "--port", str(p), "--http",
-                                                  "httptools", "--no-access-log", "--log-level", "warning",
-                                                  f"{_HERE}:asgi"]),
-    "hypercorn": ("hypercorn", lambda p: [_bin("hypercorn"), "-b", f"127.0.0.1:{p}", f"{_HERE}:asgi"]),
-    "granian": ("granian", lambda p: [_bin("granian"), "--interface", "asgi", "--host", "127.0.0.1", "--port", str(p),
-                                      "--workers", "1", "--log-level", "warning", f"{_HERE}:asgi"]),
-    "tornado": ("tornado", lambda p: _py(f"from {_HERE} import run_tornado; run_tornado({p})")),
-    "aiohttp": ("aiohttp", lambda p: _py(f"from {_HERE} import run_aiohttp; run_aiohttp({p})")),
+Launch = Callable[[int, str, str], list[str] | None]  # (port, cert, key: "" for HTTP) -> command, None: no TLS
+
+
+def _cheroot(p: int, cert: str, key: str) -> list[str]:
+    tls = f"; s.ssl_adapter = BuiltinSSLAdapter({cert!r}, {key!r})" if cert else ""
+    return _py(f"from cheroot.wsgi import Server; from cheroot.ssl.builtin import BuiltinSSLAdapter; "
+               f"from {_HERE} import wsgi; s = Server(('127.0.0.1', {p}), wsgi){tls}; s.start()")
+
+
+def _twisted(p: int, cert: str, key: str) -> list[str]:
+    endpoint = f"ssl:{p}:interface=127.0.0.1:certKey={cert}:privateKey={key}" if cert \
+        else f"tcp:{p}:interface=127.0.0.1"
+    return [_bin("twist"), "web", "--listen", endpoint, "--wsgi", f"{_HERE}.wsgi"]
+
+
+def _uvicorn(parser: str) -> Launch:
+    def launch(p: int, cert: str, key: str) -> list[str]:
+        tls = ["--ssl-certfile", cert, "--ssl-keyfile", key] if cert else []
+        return [_bin("uvicorn"), "--host", "127.0.0.1", "--port", str(p), "--http", parser, "--no-access-log",
+                "--log-level", "warning", *tls, f"{_HERE}:asgi"]
+    return launch
+
+
+#: name -> (the module that must be importable, the command for a port, its certificate and key)
+SERVERS: dict[str, tuple[str, Launch]] = {
+    "gunicorn": ("gunicorn", lambda p, c, k: [
+        _bin("gunicorn"), "-b", f"127.0.0.1:{p}", "-w", "1", "--threads", "4", "--log-level", "warning",
+        *(["--certfile", c, "--keyfile", k] if c else []), f"{_HERE}:wsgi"]),
+    "waitress": ("waitress", lambda p, c, k: None if c else [_bin("waitress-serve"), f"--listen=127.0.0.1:{p}",
+                                                              f"{_HERE}:wsgi"]),  # no TLS in waitress
+    "cheroot": ("cheroot", _cheroot),
+    "werkzeug": ("werkzeug", lambda p, c, k: _py(
+        f"from werkzeug.serving import run_simple; from {_HERE} import wsgi; "
+        f"run_simple('127.0.0.1', {p}, wsgi, threaded=True, ssl_context={(c, k) if c else None!r})")),
+    "twisted": ("twisted", _twisted),
+    "uvicorn-h11": ("uvicorn", _uvicorn("h11")),
+    "uvicorn-httptools": ("httptools", _uvicorn("httptools")),
+    "hypercorn": ("hypercorn", lambda p, c, k: [
+        _bin("hypercorn"), "-b", f"127.0.0.1:{p}", *(["--certfile", c, "--keyfile", k] if c else []),
+        f"{_HERE}:asgi"]),
+    "granian": ("granian", lambda p, c, k: [
+        _bin("granian"), "--interface", "asgi", "--host", "127.0.0.1", "--port", str(p), "--workers", "1",
+        "--log-level", "warning", *(["--ssl-certificate", c, "--ssl-keyfile", k] if c else []), f"{_HERE}:asgi"]),
+    "tornado": ("tornado", lambda p, c, k: _py(f"from {_HERE} import run_tornado; run_tornado({p}, {c!r}, {k!r})")),
+    "aiohttp": ("aiohttp", lambda p, c, k: _py(f"from {_HERE} import run_aiohttp; run_aiohttp({p}, {c!r}, {k!r})")),
 }
 
 
@@ -197,20 +235,49 @@ def installed(name: str) -> bool:
     return importlib.util.find_spec(SERVERS[name][0]) is not None
 
 
-class ServerSite(AppProcess):
-    """Server ``name`` of :data:`SERVERS` on ``http://127.0.0.1:<port>``, as its own process."""
+def serves_tls(name: str) -> bool:
+    """Whether server ``name`` can serve HTTPS (waitress cannot)."""
+    return SERVERS[name][1](1, "c", "k") is not None
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+
+def client_context(cafile: Path) -> ssl.SSLContext:
+    """A client's TLS context trusting ``cafile``, verifying as browsers do (Python 3.13's extra RFC 5280
+    strictness off, as the recorder's upstream client has it: the test CA's leaf names no authority key)."""
+    ctx = ssl.create_default_context(cafile=str(cafile))
+    ctx.verify_flags &= ~ssl.VERIFY_X509_STRICT
+    return ctx
+
+
+class ServerSite(AppProcess):
+    """Server ``name`` of :data:`SERVERS` on ``http://127.0.0.1:<port>``, as its own process; with
+    ``tls`` (a :class:`~.tls.TestCA`), on ``https://`` with its server certificate."""
+
+    def __init__(self, name: str, tls: TestCA | None = None) -> None:
+        self.name, self.tls = name, tls
         self.port = 0
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self) -> Self:
         self.port = _free_port()
         root = str(Path(__file__).resolve().parents[2])  # where this package is, for servers that import it
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
-        self._launch(SERVERS[self.name][1](self.port), env, self.url + "/page", 60)
-        return self
+        cert, key = (str(self.tls.server_cert), str(self.tls.server_key)) if self.tls else ("", "")
+        cmd = SERVERS[self.name][1](self.port, cert, key)
+        if cmd is None:
+            raise ValueError(f"{self.name} serves no HTTPS")
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        ctx = client_context(self.tls.ca_cert) if self.tls else None
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(self.url + "/page", timeout=2, context=ctx) as r:  # noqa: S310 - loopback
+                    r.read()
+                return self
+            except OSError:
+                if time.monotonic() > deadline or self._proc.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"{self.name} did not answer on {self.url}") from None
+                time.sleep(0.1)
