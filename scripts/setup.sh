@@ -23,6 +23,14 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nginx-light >/dev/null
 fi
 
+# 1c. curl and wget: real clients of the replay proxy in the tests (tests/test_replay_clients.py).
+if ! command -v curl >/dev/null 2>&1 || ! command -v wget >/dev/null 2>&1; then
+  say "installing Debian's curl and wget with apt (for the tests)"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq curl wget >/dev/null
+fi
+
 # 2. A Python >= 3.12: on PATH, else among pyenv's versions.
 find_python() {
   local c

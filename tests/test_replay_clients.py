@@ -1,0 +1,122 @@
+"""Real HTTP clients through the replay proxy: curl, wget, python-requests, httpx (HTTP/1.1 and HTTP/2)
+and aiohttp, as program agents use them.
+
+Each asks, through the proxy as it is configured to use one (absolute form for ``http://``, a CONNECT
+tunnel for ``https://``, trusting the replay's CA), for a page, a JSON answer recorded gzip-coded
+(``Vary: Accept-Encoding``), a redirect to follow and a chunked body; each must end with the recorded
+content in the form it asked for (a client that takes no gzip gets it decoded), with nothing missed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import shutil
+import subprocess
+from datetime import datetime
+
+import pytest
+
+from ego2web_replay.replay.session import Replay
+from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.testing.aio import run_coro
+
+PAGE_URL, JSON_URL = "http://shop.example/", "https://shop.example/api/items.json"
+OLD_URL, NEW_URL, FEED_URL = "https://shop.example/old", "https://shop.example/new", "http://shop.example/feed"
+PAGE = b"<!doctype html><title>shop</title><p>four snacks, each with its calories</p>"
+ITEMS = b'{"items": [' + b", ".join(b'{"snack": %d, "kcal": %d}' % (i, 90 + i) for i in range(80)) + b"]}"
+NEW = b"<!doctype html><p>the page it moved to</p>"
+FEED = b"first line\nsecond line\n" * 50
+WANT = {PAGE_URL: PAGE, JSON_URL: ITEMS, OLD_URL: NEW, FEED_URL: FEED}
+
+
+@pytest.fixture(scope="module")
+def shop(tmp_path_factory):
+    sw = SnapshotWriter(tmp_path_factory.mktemp("clients"), "clients")
+    html = ("Content-Type", "text/html; charset=utf-8")
+    answers = [
+        (PAGE_URL, 200, [html], PAGE),
+        (JSON_URL, 200, [("Content-Type", "application/json"), ("Content-Encoding", "gzip"),
+                         ("Vary", "Accept-Encoding")], gzip.compress(ITEMS, mtime=0)),
+        (OLD_URL, 301, [("Location", "/new"), ("Content-Length", "0")], b""),
+        (NEW_URL, 200, [html], NEW),
+        (FEED_URL, 200, [("Content-Type", "text/plain"), ("Transfer-Encoding", "chunked")], FEED),
+    ]
+    for i, (url, status, head, body) in enumerate(answers):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[("Accept-Encoding", "gzip, br")],
+                                 request_body=b"", status=status, reason="", response_headers=head,
+                                 response_body=body, date=datetime(2026, 12, 1, 10, 0, i))
+    sw.finalize()
+    return sw.path
+
+
+def _env() -> dict[str, str]:
+    """The environment without proxy settings of its own (each client is given the proxy explicitly)."""
+    return {k: v for k, v in os.environ.items() if k.lower() not in ("http_proxy", "https_proxy", "no_proxy",
+                                                                   "all_proxy")}
+
+
+def _curl(proxy: str, ca: str, url: str) -> bytes:
+    return subprocess.run(["curl", "-sS", "-L", "--fail", "--noproxy", "", "-x", proxy, "--cacert", ca, url],
+                          capture_output=True, timeout=30, check=True, env=_env()).stdout
+
+
+def _wget(proxy: str, ca: str, url: str) -> bytes:
+    return subprocess.run(["wget", "-q", "-O", "-", "-e", "use_proxy=yes", "-e", f"http_proxy={proxy}",
+                           "-e", f"https_proxy={proxy}", f"--ca-certificate={ca}", url],
+                          capture_output=True, timeout=30, check=True, env=_env()).stdout
+
+
+def _requests(proxy: str, ca: str, url: str) -> bytes:
+    import requests
+
+    with requests.Session() as s:
+        s.trust_env = False
+        r = s.get(url, proxies={"http": proxy, "https": proxy}, verify=ca, timeout=20)
+        r.raise_for_status()
+        return r.content
+
+
+def _httpx(http2: bool):
+    def get(proxy: str, ca: str, url: str) -> bytes:
+        import ssl
+
+        import httpx
+
+        with httpx.Client(proxy=proxy, verify=ssl.create_default_context(cafile=ca), http2=http2,
+                          follow_redirects=True, trust_env=False, timeout=20) as c:
+            r = c.get(url)
+            r.raise_for_status()
+            if http2 and url.startswith("https://"):
+                assert r.http_version == "HTTP/2", url
+            return r.content
+    return get
+
+
+def _aiohttp(proxy: str, ca: str, url: str) -> bytes:
+    import ssl
+
+    import aiohttp
+
+    async def get() -> bytes:
+        async with aiohttp.ClientSession(trust_env=False) as s, \
+                s.get(url, proxy=proxy, ssl=ssl.create_default_context(cafile=ca)) as r:
+            r.raise_for_status()
+            return await r.read()
+    return run_coro(get(), timeout_s=60)
+
+
+CLIENTS = {"curl": _curl, "wget": _wget, "requests": _requests, "httpx": _httpx(False), "httpx-h2": _httpx(True),
+           "aiohttp": _aiohttp}
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_a_real_client_gets_the_recorded_content_through_the_replay_proxy(shop, ca, client):
+    if client in ("curl", "wget") and shutil.which(client) is None:
+        pytest.skip(f"{client} is not installed (scripts/setup.sh installs it)")
+    with Replay([shop], ca=ca, freeze=False) as replay:
+        got = {url: CLIENTS[client](replay.proxy_url, str(replay.ca_file), url) for url in WANT}
+    assert got == WANT
+    stats = replay.stats()
+    assert stats.miss == 0 and stats.refused == {}, stats.missed_urls
+    assert sorted({e.url for e in stats.log}) == sorted([*WANT, NEW_URL])
