@@ -775,3 +775,6 @@ def test_a_head_ends_at_its_blank_line_whether_crlf_or_a_bare_lf_ends_its_lines(
     assert run_coro(read(b"HTTP/1.1 200 OK\r\nA: 1\r\rB\n\n"))[0] == b"HTTP/1.1 200 OK\r\nA: 1\r\rB"  # a lone CR stays
     with pytest.raises(asyncio.LimitOverrunError):
         run_coro(read(b"HTTP/1.1 200 OK\r\n" + b"X-Long: %b\r\n" % (b"x" * 1000) * 300 + b"\r\n"))
+    with pytest.raises(asyncio.IncompleteReadError) as cut:  # closed within the head: what came is kept
+        run_coro(read(b"HTTP/1.1 200 OK\r\nA: 1\r\n"))
+    assert cut.value.partial == b"HTTP/1.1 200 OK\r\nA: 1\r\n"  # not empty: the answer began, never a resend

@@ -447,7 +447,10 @@ async def read_head_bytes(reader: asyncio.StreamReader) -> bytes:
         return await reader.readuntil(_HEAD_ENDS)  # type: ignore[arg-type]
     raw = bytearray()  # Python 3.12: a line at a time
     while True:
-        line = await reader.readuntil(b"\n")
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as e:  # all that came of the head, as one readuntil says it
+            raise asyncio.IncompleteReadError(bytes(raw) + e.partial, None) from None
         raw += line
         if raw.endswith(_HEAD_ENDS):
             return bytes(raw)
