@@ -1,5 +1,5 @@
-"""Real HTTP clients through the replay proxy: curl, wget, python-requests, httpx (HTTP/1.1 and HTTP/2)
-and aiohttp, as program agents use them.
+"""Real HTTP clients through the replay proxy, and through the recording proxy: curl, wget,
+python-requests, httpx (HTTP/1.1 and HTTP/2) and aiohttp, as program agents use them.
 
 Each asks, through the proxy as it is configured to use one (absolute form for ``http://``, a CONNECT
 tunnel for ``https://``, trusting the replay's CA), for a page, a JSON answer recorded gzip-coded
@@ -17,9 +17,15 @@ from datetime import datetime
 
 import pytest
 
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
+from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
+from ego2web_replay.tasks import Task
 from ego2web_replay.testing.aio import run_coro
+from ego2web_replay.testing.servers import BIG, PIECES, ServerSite, installed
+from ego2web_replay.testing.servers import PAGE as SERVED_PAGE
+from ego2web_replay.testing.tls import make_test_ca
 
 PAGE_URL, JSON_URL = "http://shop.example/", "https://shop.example/api/items.json"
 OLD_URL, NEW_URL, FEED_URL = "https://shop.example/old", "https://shop.example/new", "http://shop.example/feed"
@@ -120,3 +126,32 @@ def test_a_real_client_gets_the_recorded_content_through_the_replay_proxy(shop, 
     stats = replay.stats()
     assert stats.miss == 0 and stats.refused == {}, stats.missed_urls
     assert sorted({e.url for e in stats.log}) == sorted([*WANT, NEW_URL])
+
+
+@pytest.fixture(scope="module")
+def live_origin(tmp_path_factory):
+    """A real server (uvicorn, HTTPS with a test CA's certificate) as the origin to record from."""
+    tls = make_test_ca(tmp_path_factory.mktemp("clients-ca"))
+    if not installed("uvicorn-h11"):
+        pytest.skip("uvicorn is not installed (the dev extra installs it)")
+    with ServerSite("uvicorn-h11", tls=tls) as server:
+        yield server, tls
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_a_real_client_is_recorded_through_the_recorder(live_origin, ca, tmp_path, client):
+    """The same clients through the recording proxy (CONNECT to an HTTPS origin, the project CA trusted):
+    each gets what the server sends, a redirect followed, and every exchange is archived, no error."""
+    if client in ("curl", "wget") and shutil.which(client) is None:
+        pytest.skip(f"{client} is not installed (scripts/setup.sh installs it)")
+    server, tls = live_origin
+    want = {server.url + "/page": SERVED_PAGE, server.url + "/stream": b"".join(PIECES),
+            server.url + "/moved": SERVED_PAGE, server.url + "/big": BIG}
+    task = Task(id=f"client-{client}", instruction="x", start_url=server.url + "/page")
+    with LiveRecording(task, tmp_path, RecordOptions(guard="loopback", upstream_ca=tls.ca_cert), ca=ca) as live:
+        got = {url: CLIENTS[client](live.proxy_url, str(ca.cert_path), url) for url in want}
+    assert got == want
+    assert live.ok and live.recorder.errors == [], (live.error, live.recorder.errors)
+    archive = next(live.snapshot_path.glob("archive.warc*"))
+    urls = [r.url for r in iter_records(archive) if r.rec_type in ("response", "revisit")]  # (a page again: revisit)
+    assert sorted(urls) == sorted([*want, server.url + "/page"])  # /moved, then the /page it names
