@@ -26,6 +26,7 @@ capture (``WARC-Truncated``) is counted (``truncated``).
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 from collections.abc import Iterator, Sequence
@@ -138,6 +139,32 @@ def _rename_jsonp(body: bytes, headers: Head, archived_url: str, request_url: st
         return body, headers
     kept = [(k, v) for k, v in headers if k.lower() not in ("content-encoding", "content-length")]
     return renamed, kept + [("Content-Length", str(len(renamed)))]
+
+
+_DCB, _DCZ = b"\xff\x44\x43\x42", b"\x5e\x2a\x4d\x18\x20\x00\x00\x00"  # RFC 9842 4.1, 4.2
+
+
+def _answers(h: dict[str, str], status: int, headers: Head, body: bytes) -> bool:
+    """Whether a capture picked for a request (a GET or HEAD without a ``Range`` it answers, ``h`` its
+    headers by lower-case name) can answer it. Three answers were made for what the recording client
+    held, and another client may hold nothing of it (a fresh browser context, the next episode on a
+    replay kept open): a ``206`` is a part, not the whole; a ``304`` says "your cached copy is current"
+    (RFC 9110 15.4.5), so it answers only validators it matches; a body compressed with a shared
+    dictionary (``dcb``, ``dcz``: RFC 9842) decodes only with the dictionary its first bytes name, so
+    it answers only a request whose ``Available-Dictionary`` names that one. Served to anyone else,
+    each would leave the page without the resource while the log said it was an exact hit."""
+    if status == 206:
+        return False
+    if status == 304:
+        return conditional(h, 200, headers)
+    if body[:4] == _DCB or body[:8] == _DCZ:
+        coding = (get_header(headers, "content-encoding") or "").strip().lower()
+        start = 4 if coding == "dcb" else 8 if coding == "dcz" else 0
+        if start and (start == 4) == (body[:4] == _DCB):
+            held = h.get("available-dictionary", "").strip()
+            named = ":" + base64.b64encode(body[start:start + 32]).decode() + ":"
+            return held == named
+    return True
 
 
 def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
@@ -309,7 +336,7 @@ class Responder:
         ae = h.get("accept-encoding")
         coded = accepts_every_coding(ae)  # else a coded body may be served decoded (_acceptable)
         plain = source is None and method == "GET" and result.outcome == "exact" and rng is None \
-            and "if-none-match" not in h and "if-modified-since" not in h
+            and "if-none-match" not in h and "if-modified-since" not in h and "available-dictionary" not in h
         second = _second()
         # a reply kept for a client that takes every coding serves any such client; one kept for another
         # client, only clients with its Accept-Encoding
@@ -320,12 +347,8 @@ class Responder:
                 return hit
         try:
             status, reason, headers, rbody = self._prepared(ref)
-            # A part of the body, for a request of the whole; or a 304, which told the client that
-            # recorded it that its cached copy was current, for a client whose validators it does not
-            # match (none, or others): only a recorded whole answers, else it is a miss, never a 304 to
-            # a browser with nothing cached (RFC 9110 15.4.5: a 304 answers a conditional request).
-            if status == 206 or (status == 304 and not conditional(h, 200, headers)):
-                ref = self._whole(method, url, body, ctype, ref)
+            if not _answers(h, status, headers, rbody):  # an answer for another client's cache: see _answers
+                ref = self._whole(method, url, body, ctype, ref, h)
                 if ref is None:
                     return self._missed(method, url, kind, rng)
                 status, reason, headers, rbody = self._prepared(ref)
@@ -458,15 +481,17 @@ class Responder:
                 self._maps[key] = hit
         return hit
 
-    def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any) -> Any:
-        """For a request the sequence answered with a recorded ``206`` or ``304`` that cannot answer it:
-        the first capture of the same key recorded after it that is neither a part nor a ``304`` (else
-        the last such before it), or None."""
+    def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any,
+               h: dict[str, str]) -> Any:
+        """For a request the sequence answered with a capture that cannot answer it (:func:`_answers`):
+        the first capture of the same key recorded after it that can (else the last such before it), or
+        None."""
         found = self.session.candidates(method, url, body or None, ctype)
         refs = [self.index.capture(p).ref for p in found[1]] if found else [picked]
         at = refs.index(picked) if picked in refs else 0
         for ref in refs[at + 1:] + refs[:at][::-1]:
-            if self._prepared(ref)[0] not in (206, 304):
+            status, _, headers, rbody = self._prepared(ref)
+            if _answers(h, status, headers, rbody):
                 return ref
         return None
 
