@@ -155,3 +155,21 @@ def test_a_real_client_is_recorded_through_the_recorder(live_origin, ca, tmp_pat
     archive = next(live.snapshot_path.glob("archive.warc*"))
     urls = [r.url for r in iter_records(archive) if r.rec_type in ("response", "revisit")]  # (a page again: revisit)
     assert sorted(urls) == sorted([*want, server.url + "/page"])  # /moved, then the /page it names
+
+
+@pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
+def test_an_http10_client_never_gets_a_chunked_body(shop, ca, engine):
+    """A body recorded chunked goes to an HTTP/1.0 client (ApacheBench, old tools) without the chunked
+    coding it cannot read (RFC 9112 6.1): with its length, or ended by closing the connection."""
+    import socket
+
+    with Replay([shop], ca=ca, freeze=False, engine=engine) as replay:
+        host, port = replay.proxy_url.split("//")[1].rstrip("/").split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(f"GET {FEED_URL} HTTP/1.0\r\n\r\n".encode())
+            data = b""
+            while chunk := s.recv(65536):
+                data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    fields = {line.split(b":", 1)[0].strip().lower() for line in head.split(b"\r\n")[1:]}
+    assert b"transfer-encoding" not in fields and body == FEED, head

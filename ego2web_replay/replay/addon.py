@@ -59,14 +59,21 @@ class Replayer:
             flow.metadata["ego2web"] = "live"
             return
         flow.metadata["ego2web"] = "replayed"
-        flow.response = _response(reply, head=req.method.upper() == "HEAD")
+        flow.response = _response(reply, head=req.method.upper() == "HEAD", http10=req.http_version == "HTTP/1.0")
 
 
-def _response(reply: Reply, head: bool) -> Any:
-    """A mitmproxy response carrying exactly the reply's head and bytes."""
+def _response(reply: Reply, head: bool, http10: bool = False) -> Any:
+    """A mitmproxy response carrying exactly the reply's head and bytes. A reply served chunked goes to
+    an HTTP/1.0 client with its length instead (RFC 9112 6.1: no chunked coding to a client that cannot
+    read it), as the fast engine ends such a body by closing the connection."""
     from mitmproxy import http
 
-    fields = tuple((k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in reply.headers)
+    headers = reply.headers
+    if http10 and any(k.lower() == "transfer-encoding" for k, _ in headers):
+        headers = [(k, v) for k, v in headers if k.lower() not in ("transfer-encoding", "content-length")]
+        if not head:
+            headers.append(("Content-Length", str(len(reply.body))))
+    fields = tuple((k.encode("latin-1", "replace"), v.encode("latin-1", "replace")) for k, v in headers)
     now = time.time()
     resp = http.Response(http_version=b"HTTP/1.1", status_code=reply.status,
                          reason=reply.reason.encode("latin-1", "replace"), headers=http.Headers(fields),
