@@ -144,19 +144,29 @@ def _rename_jsonp(body: bytes, headers: Head, archived_url: str, request_url: st
 _DCB, _DCZ = b"\xff\x44\x43\x42", b"\x5e\x2a\x4d\x18\x20\x00\x00\x00"  # RFC 9842 4.1, 4.2
 
 
-def _answers(h: dict[str, str], status: int, headers: Head, body: bytes) -> bool:
+def _answers(h: dict[str, str], status: int, headers: Head, body: bytes, url: str) -> bool:
     """Whether a capture picked for a request (a GET or HEAD without a ``Range`` it answers, ``h`` its
-    headers by lower-case name) can answer it. Three answers were made for what the recording client
+    headers by lower-case name) can answer it. Some answers were made for what the recording client
     held, and another client may hold nothing of it (a fresh browser context, the next episode on a
     replay kept open): a ``206`` is a part, not the whole; a ``304`` says "your cached copy is current"
     (RFC 9110 15.4.5), so it answers only validators it matches; a body compressed with a shared
     dictionary (``dcb``, ``dcz``: RFC 9842) decodes only with the dictionary its first bytes name, so
-    it answers only a request whose ``Available-Dictionary`` names that one. Served to anyone else,
-    each would leave the page without the resource while the log said it was an exact hit."""
+    it answers only a request whose ``Available-Dictionary`` names that one. And an answer whose
+    ``Access-Control-Allow-Origin`` names one page answers only a cross-origin request (to ``url``)
+    from that page (``Origin``): a page elsewhere (an agent off the recorded path) would have its read
+    refused by the browser.
+    Served to anyone else, each would leave the page without the resource while the log said it was
+    an exact hit."""
     if status == 206:
         return False
     if status == 304:
         return conditional(h, 200, headers)
+    origin = h.get("origin")
+    if origin is not None:  # a CORS answer names the page it was for: a browser on another page refuses it
+        allowed = get_header(headers, "access-control-allow-origin")
+        origin = origin.strip()
+        if allowed is not None and allowed.strip() not in ("*", origin) and not _same_origin(origin, url):
+            return False
     if body[:4] == _DCB or body[:8] == _DCZ:
         coding = (get_header(headers, "content-encoding") or "").strip().lower()
         start = 4 if coding == "dcb" else 8 if coding == "dcz" else 0
@@ -165,6 +175,18 @@ def _answers(h: dict[str, str], status: int, headers: Head, body: bytes) -> bool
             named = ":" + base64.b64encode(body[start:start + 32]).decode() + ":"
             return held == named
     return True
+
+
+def _same_origin(origin: str, url: str) -> bool:
+    """Whether a request to ``url`` comes from its own origin (no CORS check in the browser)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return False
+    host = rest.split("/", 1)[0].split("?", 1)[0].lower()
+    default = {"http": ":80", "https": ":443"}.get(scheme.lower(), "")
+    if default and host.endswith(default):
+        host = host[: -len(default)]
+    return origin.lower() == f"{scheme.lower()}://{host}"
 
 
 def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
@@ -336,7 +358,8 @@ class Responder:
         ae = h.get("accept-encoding")
         coded = accepts_every_coding(ae)  # else a coded body may be served decoded (_acceptable)
         plain = source is None and method == "GET" and result.outcome == "exact" and rng is None \
-            and "if-none-match" not in h and "if-modified-since" not in h and "available-dictionary" not in h
+            and "if-none-match" not in h and "if-modified-since" not in h and "available-dictionary" not in h \
+            and "origin" not in h
         second = _second()
         # a reply kept for a client that takes every coding serves any such client; one kept for another
         # client, only clients with its Accept-Encoding
@@ -347,7 +370,7 @@ class Responder:
                 return hit
         try:
             status, reason, headers, rbody = self._prepared(ref)
-            if not _answers(h, status, headers, rbody):  # an answer for another client's cache: see _answers
+            if not _answers(h, status, headers, rbody, url):  # an answer for another client: see _answers
                 ref = self._whole(method, url, body, ctype, ref, h)
                 if ref is None:
                     return self._missed(method, url, kind, rng)
@@ -491,7 +514,7 @@ class Responder:
         at = refs.index(picked) if picked in refs else 0
         for ref in refs[at + 1:] + refs[:at][::-1]:
             status, _, headers, rbody = self._prepared(ref)
-            if _answers(h, status, headers, rbody):
+            if _answers(h, status, headers, rbody, url):
                 return ref
         return None
 
