@@ -152,6 +152,12 @@ class _Origin(socketserver.BaseRequestHandler):
                 length = {"/cl-two": b"2\r\nContent-Length: 9", "/cl-list": b"2, 9", "/cl-digits": "\u0662".encode(),
                           "/cl-same": b"2, 2"}[path]
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: " + length + b"\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n")
+            elif path == "/unasked-101":  # switches protocols though nobody asked, then speaks something else
+                sock.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n"
+                             b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                time.sleep(0.2)
+                sock.close()
+                return
             elif path == "/head-body":  # answers HEAD with a body: bytes left over on a kept connection
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nextra")
             elif path == "/large":  # 3 MiB of random bytes
@@ -778,3 +784,25 @@ def test_a_head_ends_at_its_blank_line_whether_crlf_or_a_bare_lf_ends_its_lines(
     with pytest.raises(asyncio.IncompleteReadError) as cut:  # closed within the head: what came is kept
         run_coro(read(b"HTTP/1.1 200 OK\r\nA: 1\r\n"))
     assert cut.value.partial == b"HTTP/1.1 200 OK\r\nA: 1\r\n"  # not empty: the answer began, never a resend
+
+
+def test_an_upgrade_other_than_a_websocket_stays_on_the_client_hop(origin, ca, tmp_path):
+    """An h2c upgrade (``curl --http2`` on http) is not asked of the origin (tests/test_replay_clients.py
+    records one from Hypercorn); a 101 the origin sends unasked would make the exchange a tunnel that
+    nothing archives: it is a 502 among the errors."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        sent = []
+        for connection in ("Upgrade, HTTP2-Settings", "keep-alive"):  # (an Upgrade the Connection fails to name)
+            conn = http.client.HTTPConnection("127.0.0.1", rec.front.port, timeout=10)
+            conn.request("GET", base + "/echo", headers={"Connection": connection, "Upgrade": "h2c",
+                                                         "HTTP2-Settings": "AAMAAABkAAQAoAAA"})
+            resp = conn.getresponse()
+            sent.append((resp.status, resp.read().decode().lower()))
+            conn.close()
+        status, headers, body = rec.open(base + "/unasked-101")
+    for code, head in sent:
+        assert code == 200 and "h2c" not in head and "http2-settings" not in head and "upgrade" not in head, head
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
+    assert any("101 Switching Protocols nobody asked for" in e for e in rec.archive.errors), rec.archive.errors
+    assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/echo"] * 2

@@ -173,3 +173,26 @@ def test_an_http10_client_never_gets_a_chunked_body(shop, ca, engine):
     head, _, body = data.partition(b"\r\n\r\n")
     fields = {line.split(b":", 1)[0].strip().lower() for line in head.split(b"\r\n")[1:]}
     assert b"transfer-encoding" not in fields and body == FEED, head
+
+
+@pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
+def test_curl_http2_on_plain_http_is_recorded_not_tunnelled(ca, tmp_path, engine):
+    """``curl --http2`` on an ``http://`` URL asks to upgrade to h2c, and Hypercorn says yes: passed on,
+    the exchange would become a tunnel of HTTP/2 frames that nothing archives (the client served, the
+    snapshot empty, no error). The upgrade stays on the client's hop; the origin answers in HTTP/1.1,
+    and the exchange is archived and replayed."""
+    if shutil.which("curl") is None or not installed("hypercorn"):
+        pytest.skip("needs curl and hypercorn (scripts/setup.sh and the dev extra)")
+    with ServerSite("hypercorn") as server:
+        direct = subprocess.run(["curl", "-sS", "-i", "--http2", "--noproxy", "*", server.url + "/page"],
+                                capture_output=True, timeout=30, check=True).stdout
+        assert direct.startswith(b"HTTP/1.1 101")  # the server does upgrade when asked
+        task = Task(id=f"h2c-{engine}", instruction="x", start_url=server.url + "/page")
+        with LiveRecording(task, tmp_path, RecordOptions(guard="loopback", engine=engine), ca=ca) as live:
+            got = subprocess.run(["curl", "-sS", "--http2", "--noproxy", "", "-x", live.proxy_url,
+                                  server.url + "/page"], capture_output=True, timeout=30, check=True).stdout
+    assert got == SERVED_PAGE and live.ok and live.recorder.errors == []
+    archive = next(live.snapshot_path.glob("archive.warc*"))
+    assert [r.url for r in iter_records(archive) if r.rec_type == "response"] == [server.url + "/page"]
+    with Replay([live.snapshot_path], ca=ca, freeze=False) as replay:
+        assert _curl(replay.proxy_url, str(ca.cert_path), server.url + "/page") == SERVED_PAGE

@@ -11,7 +11,8 @@ Chromium's background hosts and hosts outside the policy itself, before any DNS 
 TCP (``counts`` by reason, as the guard addon keeps them); after a failed write
 every request is refused with a 502; an upstream failure is a 502 whose reason is
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
-passed through unchanged and archived when they close (:mod:`.websocket`). A request that could split a line on the upstream wire (a
+passed through unchanged and archived when they close (:mod:`.websocket`); no other upgrade goes
+upstream (an h2c upgrade is answered in HTTP/1.1 and archived), and a ``101`` for anything else is a 502. A request that could split a line on the upstream wire (a
 control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
 never sent. A request whose client goes away before its answer's head (an
 HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
@@ -166,9 +167,15 @@ class RecordFront(ProxyFront):
             self.archive.note_error(url, str(e), method)
             return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
         if resp.status == 101:
+            if not is_websocket(headers):  # only a websocket's upgrade is passed on (UpstreamPool._head)
+                assert resp.writer is not None
+                resp.writer.close()
+                why = "a 101 Switching Protocols nobody asked for"
+                self.archive.note_error(url, why, method)
+                return error_reply(502, f"upstream {host}: {why}", [(BLOCK_HEADER, "upstream-error; kind=protocol")])
             tap = WebsocketTap(self.archive, url=url, request_headers=headers, status=101, reason=resp.reason,
                                response_headers=resp.headers, http_version=resp.version, ip=resp.ip,
-                               started=started, authority=authority) if is_websocket(headers) else None
+                               started=started, authority=authority)
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if resp.link is not None:
             return self._streamed(url, method, headers, body, resp, started, authority)

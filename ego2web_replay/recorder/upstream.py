@@ -262,9 +262,11 @@ class UpstreamPool:
         chunked_in = False
         cookies: list[str] = []
         # Connection and the fields it names describe the client's hop (RFC 9110 7.6.1): not forwarded,
-        # except an upgrade (a websocket), which asks the origin for the same.
+        # except a websocket's upgrade, which asks the origin for the same. Any other upgrade (curl
+        # --http2's h2c) stays on the client's hop: passed on, the origin's 101 would turn the exchange
+        # into a tunnel of frames nothing archives; without it, the origin answers in HTTP/1.1.
         named = _tokens(", ".join(v for k, v in headers if k.lower() == "connection"))
-        upgrade = "upgrade" in named and get_header(headers, "upgrade") is not None
+        upgrade = "upgrade" in named and (get_header(headers, "upgrade") or "").strip().lower() == "websocket"
         if upgrade:
             out.append("Connection: Upgrade")
         for k, v in headers:
@@ -272,7 +274,8 @@ class UpstreamPool:
             if name == "transfer-encoding":
                 chunked_in = True
             if name in HOP_BY_HOP or name == "content-length" or name.startswith(":") or name == "connection" \
-                    or (name in named and not (upgrade and name == "upgrade")):
+                    or (name in named and not (upgrade and name == "upgrade")) \
+                    or (name in ("upgrade", "http2-settings") and not upgrade):
                 continue
             if name == "host":
                 has_host = True
