@@ -55,7 +55,8 @@ def decode_body(body: bytes, content_encoding: str | None) -> bytes | None:
             elif coding == "zstd":
                 import zstandard
 
-                body = zstandard.ZstdDecompressor().decompressobj().decompress(body)
+                # every frame: a zstd stream may be several frames one after another (RFC 8878 3.1)
+                body = zstandard.ZstdDecompressor().decompressobj(read_across_frames=True).decompress(body)
             elif coding != "identity":
                 return None
     except Exception:  # noqa: BLE001 - any decoder failure means "cannot decode"

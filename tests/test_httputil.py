@@ -160,6 +160,11 @@ def test_decode_body():
     assert decode_body(b"abc", "identity") == b"abc"
     assert decode_body(b"abc", "gzip") is None
     assert decode_body(b"abc", "compress") is None
+    import zstandard
+
+    frames = zstandard.ZstdCompressor().compress(b"first frame, ") + zstandard.ZstdCompressor().compress(b"second")
+    assert decode_body(frames, "zstd") == b"first frame, second"  # every frame, not the first alone
+    assert decode_body(gzip.compress(b"one ") + gzip.compress(b"two"), "gzip") == b"one two"  # every member
 
 
 def test_rewrite_jsonp():
