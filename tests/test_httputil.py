@@ -180,3 +180,22 @@ def test_rewrite_jsonp():
     assert rewrite_jsonp(body, "https://e.com/f", "https://e.com/f?callback=b") == body
     assert rewrite_jsonp(maps, "https://e.com/f?callback=other", "https://e.com/f?callback=b") == maps
     assert rewrite_jsonp(body, "https://e.com/f?callback=jQuery111_1712345678901", "https://e.com/f?jsonp=b") == body
+
+
+def test_a_set_cookie_expiry_moves_with_the_date():
+    from datetime import UTC, datetime
+
+    from ego2web_replay.replay.httputil import shift_dates
+
+    head = [("Date", "Wed, 01 Jan 2025 10:00:00 GMT"),
+            ("Set-Cookie", "sid=abc; Expires=Wed, 01 Jan 2025 10:30:00 GMT; Path=/; HttpOnly"),
+            ("Set-Cookie", "consent=yes; path=/; expires=Thu, 01-Jan-26 10:00:00 GMT"),  # the Netscape form
+            ("Set-Cookie", "plain=1; Max-Age=60"), ("Set-Cookie", "bad=1; Expires=not a date; Path=/"),
+            ("Set-Cookie", "x=expires=1; Path=/"), ("Set-Cookie", "far=1; Expires=Fri, 31 Dec 9999 23:59:59 GMT"),
+            ("Expires", "Wed, 01 Jan 2025 11:00:00 GMT")]
+    moved = shift_dates(head, datetime(2026, 12, 4, 12, 0, tzinfo=UTC))
+    assert moved == [("Date", "Fri, 04 Dec 2026 12:00:00 GMT"),
+                     ("Set-Cookie", "sid=abc; Expires=Fri, 04 Dec 2026 12:30:00 GMT; Path=/; HttpOnly"),
+                     ("Set-Cookie", "consent=yes; path=/; expires=Sat, 04 Dec 2027 12:00:00 GMT"),
+                     head[3], head[4], head[5], head[6],  # no Expires attribute, one that does not read, year 9999
+                     ("Expires", "Fri, 04 Dec 2026 13:00:00 GMT")]

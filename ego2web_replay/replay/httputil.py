@@ -47,6 +47,7 @@ __all__ = [
     "rewrite_jsonp",
     "shift_dates",
     "date_offsets",
+    "dated_value",
     "http_date",
 ]
 
@@ -346,42 +347,77 @@ def rewrite_jsonp(body: bytes, archived_url: str, request_url: str,
 
 _DATED = ("expires", "last-modified")
 _ZERO = timedelta(0)
+_FAR = timedelta(days=365 * 200)  # a date this far from the response's (year 9999, 1970) stays as it is
+#: a Set-Cookie's Expires attribute: what comes before its date, the date, what comes after
+_COOKIE_EXPIRES = re.compile(r"(?i)(.*?;\s*expires\s*=\s*)([^;]*?)(\s*(?:;.*)?)$")
+_DASHED = re.compile(r"(\d{1,2})-([A-Za-z]{3})-(\d{2,4})")  # the Netscape form: 04-Dec-2027
+
+#: where a header's date goes: ``now`` plus the offset (the whole value), or, for a Set-Cookie, the
+#: text before its Expires date, the offset, and the text after
+Offset = timedelta | tuple[str, timedelta, str]
 
 
 def shift_dates(headers: Headers, now: datetime) -> Headers:
-    """``Date`` set to ``now`` and ``Expires``/``Last-Modified`` moved by the same amount.
+    """``Date`` set to ``now`` and ``Expires``/``Last-Modified`` moved by the same amount, and so is the
+    ``Expires`` attribute of each ``Set-Cookie``.
 
     A browser judges freshness against its real clock; served with the archived
     dates, a file fresh for an hour at capture would be stale (and revalidated)
     a day later. Shifted together, every lifetime (Expires - Date, the
-    Last-Modified heuristic) is what the live browser saw. No header is added;
+    Last-Modified heuristic) is what the live browser saw. A cookie set for half an
+    hour (a session, a consent choice for a year) would be expired on arrival a day
+    (a year) later and dropped, so the page would behave as for a new visitor;
+    moved, it lives as long as it did live. No header is added;
     a response without a parseable ``Date`` is left as it is.
     """
     offsets = date_offsets(headers)
     if offsets is None:
         return headers
-    return [(k, v) if off is None else (k, http_date(now + off)) for (k, v), off in zip(headers, offsets, strict=True)]
+    return [(k, v) if off is None else (k, dated_value(off, now)) for (k, v), off in zip(headers, offsets, strict=True)]
 
 
-def date_offsets(headers: Sequence[tuple[str, str]]) -> tuple[timedelta | None, ...] | None:
+def dated_value(offset: Offset, now: datetime) -> str:
+    """A header's value with its date moved to ``now`` plus the offset (see :data:`Offset`)."""
+    if isinstance(offset, tuple):
+        before, delta, after = offset
+        return before + http_date(now + delta) + after
+    return http_date(now + offset)
+
+
+def date_offsets(headers: Sequence[tuple[str, str]]) -> tuple[Offset | None, ...] | None:
     """For each header, where :func:`shift_dates` puts it: ``now`` plus this offset (zero for ``Date``,
-    the archived distance from ``Date`` for ``Expires``/``Last-Modified``), or None for a header left
-    as it is; None for a response without a parseable ``Date``. Worked out once for a response, it
-    makes moving its dates to any later ``now`` a matter of formatting (see ``Responder``)."""
+    the archived distance from ``Date`` for ``Expires``/``Last-Modified`` and a Set-Cookie's Expires),
+    or None for a header left as it is; None for a response without a parseable ``Date``. Worked out
+    once for a response, it makes moving its dates to any later ``now`` a matter of formatting (see
+    ``Responder``)."""
     then = _aware(_http_date(get_header(headers, "date")))
     if then is None:
         return None
-    out: list[timedelta | None] = []
+    out: list[Offset | None] = []
     for key, value in headers:
         lk = key.lower()
         if lk == "date":
             out.append(_ZERO)
         elif lk in _DATED:
             moved = _aware(_http_date(value))
-            out.append(None if moved is None else moved - then)
+            out.append(None if moved is None or abs(moved - then) > _FAR else moved - then)
+        elif lk == "set-cookie":
+            out.append(_cookie_offset(value, then))
         else:
             out.append(None)
     return tuple(out)
+
+
+def _cookie_offset(value: str, then: datetime) -> tuple[str, timedelta, str] | None:
+    """A Set-Cookie's Expires as an :data:`Offset` from the response's ``Date``; None without one, or
+    with a date that does not read (RFC 6265 5.2.1 has the client ignore such an attribute too)."""
+    if "xpires" not in value and "XPIRES" not in value:
+        return None
+    m = _COOKIE_EXPIRES.match(value)
+    if m is None:
+        return None
+    when = _aware(_http_date(_DASHED.sub(r"\1 \2 \3", m.group(2))))
+    return None if when is None or abs(when - then) > _FAR else (m.group(1), when - then, m.group(3))
 
 
 def http_date(when: datetime) -> str:

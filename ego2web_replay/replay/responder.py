@@ -38,6 +38,7 @@ from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
 from ..wire.reply import Reply
 from .httputil import (
+    Offset,
     accepts_coding,
     accepts_every_coding,
     clean_response_headers,
@@ -71,7 +72,7 @@ JOINED_BYTES = 32 * 1024 * 1024  # kept replies' head and body joined (one copy 
 Headers = list[tuple[str, str]]
 Head = Sequence[tuple[str, str]]  # headers read, not changed: a list, or a cached (immutable) tuple
 Frozen = tuple[tuple[str, str], ...]  # headers as the cache keeps them (see _remember)
-Offsets = tuple[timedelta | None, ...] | None  # where each header's date goes (httputil.date_offsets)
+Offsets = tuple[Offset | None, ...] | None  # where each header's date goes (httputil.date_offsets)
 
 
 def _dedupe_header(headers: Headers, name: str) -> Headers:
@@ -541,7 +542,9 @@ class Responder:
         else:
             # the headers without a date are the cached pairs themselves: a second's new head
             # makes new objects only for its dates (fewer to collect, and no young collections' worth)
-            dated = tuple(pair if off is None else (pair[0], self._stamp(second, off))
+            dated = tuple(pair if off is None
+                          else (pair[0], off[0] + self._stamp(second, off[1]) + off[2]) if isinstance(off, tuple)
+                          else (pair[0], self._stamp(second, off))  # (a tuple: a cookie's Expires)
                           for pair, off in zip(headers, offsets, strict=True))
         self._shifted[id(headers)] = (headers, second, dated, offsets)
         return dated
