@@ -199,3 +199,15 @@ def test_a_set_cookie_expiry_moves_with_the_date():
                      ("Set-Cookie", "consent=yes; path=/; expires=Sat, 04 Dec 2027 12:00:00 GMT"),
                      head[3], head[4], head[5], head[6],  # no Expires attribute, one that does not read, year 9999
                      ("Expires", "Fri, 04 Dec 2026 13:00:00 GMT")]
+
+
+def test_an_expires_in_year_9999_is_served_as_it_is():
+    """Some CDNs say "never expires" with the last day of year 9999: moved by a day, it would fall
+    past the last date there is (an OverflowError for every request of it)."""
+    from datetime import UTC, datetime
+
+    from ego2web_replay.replay.httputil import shift_dates
+
+    head = [("Date", "Wed, 01 Jan 2025 10:00:00 GMT"), ("Expires", "Fri, 31 Dec 9999 23:59:59 GMT")]
+    assert shift_dates(head, datetime(2026, 12, 4, 12, 0, tzinfo=UTC)) == \
+        [("Date", "Fri, 04 Dec 2026 12:00:00 GMT"), head[1]]
