@@ -288,6 +288,35 @@
   }
   g.__ego2webFreeze.settle = settle;
 
+  // ---- cookies a page sets: their lifetime in the browser's own time ------------------
+  // A script that sets `expires=` from the virtual clock (the capture time) would have the browser,
+  // whose cookie jar runs on the real clock, drop the cookie as expired on arrival (a consent choice
+  // that never sticks). The same lifetime is added as `max-age` (seconds from the virtual now), which
+  // the browser counts from its own clock and which wins over `expires`; a past date still deletes.
+  // Nothing is read from the real clock. A cookie given `max-age` by the page is left as it is.
+  var docProto = g.Document && g.Document.prototype;
+  var cookieDesc = docProto && Object.getOwnPropertyDescriptor(docProto, "cookie");
+  if (cookieDesc && cookieDesc.get && cookieDesc.set) {
+    var realCookieSet = cookieDesc.set;
+    Object.defineProperty(docProto, "cookie", {
+      get: cookieDesc.get,
+      set: function (value) {
+        var text = String(value);
+        var expires = /;\s*expires\s*=\s*([^;]*)/i.exec(text);
+        if (expires && !/;\s*max-age\s*=/i.test(text)) {
+          var when = RealDate.parse(expires[1]);
+          if (!isNaN(when)) {
+            var virtualNow = originMs + Math.floor(elapsedUs / 1000); // read without moving the clock
+            text += "; max-age=" + Math.floor((when - virtualNow) / 1000);
+          }
+        }
+        realCookieSet.call(this, text);
+      },
+      configurable: true,
+      enumerable: cookieDesc.enumerable,
+    });
+  }
+
   // ---- crypto draws from the same generator --------------------------------------
   var cryptoProto = g.Crypto && g.Crypto.prototype;
   function fillBytes(bytes) {
