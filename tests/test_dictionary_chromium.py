@@ -17,7 +17,7 @@ import http.server
 import ssl
 import threading
 
-import zstandard
+from test_replay_conditional import _dcz as dcz_body
 
 from ego2web_replay.recorder.session import LiveRecording, RecordOptions
 from ego2web_replay.replay.session import Replay
@@ -37,12 +37,6 @@ SECOND = b"""<!doctype html><title>second</title><script src="/static/app.v2.js"
   onload="document.documentElement.dataset.done='1'" onerror="document.documentElement.dataset.done='1'"></script><body>second</body>"""
 
 
-def _dcz(data: bytes) -> bytes:
-    raw = zstandard.ZstdCompressionDict(V1, dict_type=zstandard.DICT_TYPE_RAWCONTENT)
-    return b"\x5e\x2a\x4d\x18\x20\x00\x00\x00" + hashlib.sha256(V1).digest() + \
-        zstandard.ZstdCompressor(dict_data=raw).compress(data)
-
-
 class _Origin(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     answered: list[tuple[str, str]] = []  # (path, how): what the origin sent, in order
@@ -59,7 +53,7 @@ class _Origin(http.server.BaseHTTPRequestHandler):
             ctype = "application/javascript"
             head = [("Vary", "Accept-Encoding, Available-Dictionary"), ("Cache-Control", "max-age=3600")]
             if "dcz" in self.headers.get("Accept-Encoding", "") and self.headers.get("Available-Dictionary") == HELD:
-                body, how = _dcz(V2), "dcz"
+                body, how = dcz_body(V2, V1), "dcz"
                 head.append(("Content-Encoding", "dcz"))
             else:
                 body = V2

@@ -36,6 +36,7 @@ from typing import Any
 from ..guard import blocked_response
 from ..models import ReplayLogEntry, ReplayStats
 from ..validity import request_kind
+from ..wire.conn import split_authority, split_url
 from ..wire.reply import Reply
 from .httputil import (
     Offset,
@@ -180,14 +181,9 @@ def _answers(h: dict[str, str], status: int, headers: Head, body: bytes, url: st
 
 def _same_origin(origin: str, url: str) -> bool:
     """Whether a request to ``url`` comes from its own origin (no CORS check in the browser)."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return False
-    host = rest.split("/", 1)[0].split("?", 1)[0].lower()
-    default = {"http": ":80", "https": ":443"}.get(scheme.lower(), "")
-    if default and host.endswith(default):
-        host = host[: -len(default)]
-    return origin.lower() == f"{scheme.lower()}://{host}"
+    scheme, authority, _ = split_url(url)
+    scheme = scheme.lower()
+    return origin.lower() == f"{scheme}://{split_authority(authority.lower(), scheme)[1]}"
 
 
 def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:

@@ -15,10 +15,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import ssl
-import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Self
@@ -268,16 +265,5 @@ class ServerSite(AppProcess):
         cmd = SERVERS[self.name][1](self.port, cert, key)
         if cmd is None:
             raise ValueError(f"{self.name} serves no HTTPS")
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        ctx = client_context(self.tls.ca_cert) if self.tls else None
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(self.url + "/page", timeout=2, context=ctx) as r:  # noqa: S310 - loopback
-                    r.read()
-                return self
-            except OSError:
-                if time.monotonic() > deadline or self._proc.poll() is not None:
-                    self.stop()
-                    raise RuntimeError(f"{self.name} did not answer on {self.url}") from None
-                time.sleep(0.1)
+        self._launch(cmd, env, self.url + "/page", 60, context=client_context(self.tls.ca_cert) if self.tls else None)
+        return self

@@ -83,11 +83,11 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _wait_http(url: str, timeout_s: float) -> None:
+def _wait_http(url: str, timeout_s: float, context: Any = None) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            with urllib.request.urlopen(url, timeout=2) as r:  # noqa: S310 - loopback only
+            with urllib.request.urlopen(url, timeout=2, context=context) as r:  # noqa: S310 - loopback only
                 r.read()
                 return
         except OSError:
@@ -107,11 +107,12 @@ class AppProcess(ABC):
         """Launch the app (with :meth:`_launch`) and return once it answers."""
 
     def _launch(self, cmd: list[str], env: dict[str, str], ready_url: str, timeout_s: float,
-                cwd: Path | None = None) -> None:
-        """Start ``cmd`` and wait until ``ready_url`` answers (stopping it if it never does)."""
+                cwd: Path | None = None, context: Any = None) -> None:
+        """Start ``cmd`` and wait until ``ready_url`` answers (stopping it if it never does); ``context``:
+        the TLS context to ask an ``https://`` one with."""
         self._proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, cwd=cwd)
         try:
-            _wait_http(ready_url, timeout_s)
+            _wait_http(ready_url, timeout_s, context)
         except OSError:
             self.stop()
             raise
