@@ -41,8 +41,8 @@ from ..proxy import ProjectCA
 from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.budget import WireLimits
-from ..wire.conn import ProxyFront, split_authority, split_url
-from ..wire.h1 import error_reply, malformed
+from ..wire.conn import ProxyFront, split_url
+from ..wire.h1 import error_reply, hand_over, malformed
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
@@ -140,15 +140,14 @@ class RecordFront(ProxyFront):
             headers = [(k, v) for k, v in headers if k.lower() != "expect"]
         # started at once (eagerly), not on the loop's next turn: the request goes upstream within this
         # call, as soon as it is parsed, a turn of the loop earlier than a task scheduled to start
-        task = asyncio.Task(self._forward(method, url, headers, body), loop=asyncio.get_running_loop(), eager_start=True)
+        task = asyncio.Task(self._forward(method, url, host, headers, body), loop=asyncio.get_running_loop(), eager_start=True)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
-    async def _forward(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
+    async def _forward(self, method: str, url: str, host: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         started = time.time()
         scheme, authority, target = split_url(url)
-        host, _ = split_authority(authority, scheme)
         port_text = authority[len(host) + 1:] if authority.startswith(host + ":") else ""
         port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
         try:
@@ -178,7 +177,7 @@ class RecordFront(ProxyFront):
                                started=started, authority=authority)
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if resp.link is not None:
-            return self._streamed(url, method, headers, body, resp, started, authority)
+            return hand_over(self._streamed(url, method, headers, body, resp, started, authority))
         if not await self.archive.archive_async(
                 url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
                 reason=resp.reason, response_headers=resp.headers, response_body=resp.body,

@@ -249,11 +249,24 @@ def error_reply(status: int, message: str, extra: Sequence[tuple[str, str]] = ()
     return Reply(status, reason_phrase(status), headers, body, False, "error")
 
 
+_TAKERS: dict[asyncio.Future[Reply], Callable[[Reply], None]] = {}
+
+
 def settle(reply: Awaitable[Reply], done: Callable[[Reply], None]) -> None:
     """Run ``done`` with the reply once ``reply`` has it (a 502 if it raised: a bug, logged)."""
+    future = reply if isinstance(reply, asyncio.Future) else asyncio.ensure_future(reply)
+    given = False
+
+    def take(r: Reply) -> None:
+        nonlocal given
+        given = True
+        done(r)
+
+    _TAKERS[future] = take
 
     def finished(fut: asyncio.Future[Reply]) -> None:
-        if fut.cancelled():
+        _TAKERS.pop(fut, None)
+        if given or fut.cancelled():
             return
         exc = fut.exception()
         if exc is not None:
@@ -262,7 +275,16 @@ def settle(reply: Awaitable[Reply], done: Callable[[Reply], None]) -> None:
             return
         done(fut.result())
 
-    asyncio.ensure_future(reply).add_done_callback(finished)
+    future.add_done_callback(finished)
+
+
+def hand_over(reply: Reply) -> Reply:
+    """Inside the task computing a late answer: give ``reply`` to its connection now, not a turn later."""
+    task = asyncio.current_task()
+    take = _TAKERS.pop(task, None) if task is not None else None  # type: ignore[call-overload]
+    if take is not None:
+        take(reply)
+    return reply
 
 
 def write_reply(write: Callable[[bytes], None], reply: Reply, *, head: bool = False,
@@ -403,7 +425,7 @@ class H1Handler:
         req.body = body
         self.pending = None
         reply, keep = self.answer(req)
-        if reply is not None and not isinstance(reply, Reply) and inspect.isawaitable(reply):
+        if isinstance(reply, asyncio.Future) or (reply is not None and not isinstance(reply, Reply) and inspect.isawaitable(reply)):
             self.waiting = True
             settle(reply, lambda r: self._answered(req, r, keep))
             return False

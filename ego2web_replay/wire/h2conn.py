@@ -130,8 +130,8 @@ class H2Handler:
             self._send(stream_id, method, error_reply(400, f"bad request: {why}"))
             return
         reply = self.answer(method, url, headers, bytes(body))
-        if not isinstance(reply, Reply) and inspect.isawaitable(reply):
-            future = self.waiting[stream_id] = asyncio.ensure_future(reply)
+        if isinstance(reply, asyncio.Future) or (not isinstance(reply, Reply) and inspect.isawaitable(reply)):
+            future = self.waiting[stream_id] = reply if isinstance(reply, asyncio.Future) else asyncio.ensure_future(reply)
             settle(future, lambda r: self._late(stream_id, method, r))
             return
         self._send(stream_id, method, reply)

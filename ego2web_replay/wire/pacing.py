@@ -131,7 +131,7 @@ class Bounded(asyncio.Protocol):
 
     def _hold(self, reply: Awaitable[Reply], body: int) -> asyncio.Future[Reply]:
         """An answer to come: its body bytes stay charged to the budget until it is done."""
-        future = asyncio.ensure_future(reply)
+        future = reply if isinstance(reply, asyncio.Future) else asyncio.ensure_future(reply)
         self.held[future] = body
         self.front.budget.change(body)
         future.add_done_callback(self._unhold)
