@@ -5,7 +5,11 @@ a process of its own with ``time.perf_counter`` stamps (one clock for every proc
 at each step of the first request it gets after the client asks: connection accepted, request bytes
 read, ``RecordFront.reply``, a connection opened upstream (and done), the request sent upstream,
 the origin's head read, the head handed to the client's connection; and when a garbage collection
-first ran in the fetch, if one did (in the head's window, or later, in the body's). The client notes when it has the first byte. Sizes are fetched in the same rounds
+first ran in the fetch, if one did (in the head's window, or later, in the body's). The client notes when it has the first byte. With ``--fine`` the
+steps in between are stamped too (the request head parsed, the answer asked for, the upstream fetch
+begun, the wait for the origin's head begun, the origin's bytes received, its head parsed, the stream
+made) and the loop thread's CPU between each two is printed a step per line: where the head path's
+CPU goes, step by step (each stamp adds a few microseconds of its own). Sizes are fetched in the same rounds
 (their order alternating), each followed by a direct fetch, every process idle before each fetch.
 Prints the median of each stamp (ms from the client's ``connect``) per size; writes nothing. Figures
 for BENCHMARKS.md are taken through the lock (``flock /work/notes/bench.lock``), like any benchmark's.
@@ -59,6 +63,16 @@ stamp(upstream.UpstreamPool, "_open", "opened", after=True)
 stamp(upstream.UpstreamPool, "_exchange", "sent")
 stamp(upstream.UpstreamPool, "_read_head", "origin head", after=True)
 stamp(h1.H1Handler, "_stream", "head out")
+if sys.argv[3:] == ["fine"]:  # --fine: the steps in between too (each stamp costs a few us of its own)
+    import asyncio.streams
+    stamp(h1.H1Handler, "feed", "feed")
+    stamp(h1, "_parse_head", "parse")
+    stamp(conn._Conn, "_answer_h1", "answer")
+    stamp(upstream.UpstreamPool, "_fetch", "fetch")
+    stamp(upstream.UpstreamPool, "_read_head", "await head")
+    stamp(asyncio.streams.StreamReaderProtocol, "data_received", "origin bytes")
+    stamp(upstream, "parse_response_head", "parse head")
+    stamp(front.RecordFront, "_streamed", "streamed")
 gc.callbacks.append(lambda phase, info: stamps.setdefault("gc", time.perf_counter()) if phase == "start" else None)
 with RecordingProxy(Path(sys.argv[1]), "trace", "zst") as rec:
     print(rec.proxy.port, flush=True)
@@ -72,18 +86,24 @@ with RecordingProxy(Path(sys.argv[1]), "trace", "zst") as rec:
 
 STEPS = ["accepted", "read", "reply", "open", "opened", "sent", "origin head", "head out", "gc"]
 CPU_STEPS = ["read", "reply", "sent", "origin head", "head out"]  # the front thread's CPU between these
+FINE_STEPS = ["read", "feed", "parse", "answer", "reply", "fetch", "sent", "await head", "origin bytes", "parse head",
+              "origin head", "streamed", "head out"]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sizes", default="1,100", help="response sizes in MiB, comma-separated")
     ap.add_argument("--reps", type=int, default=12, help="rounds (after one warm-up round)")
+    ap.add_argument("--fine", action="store_true",
+                    help="stamp the steps in between too (parse, fetch, await, the origin's bytes, the stream) and "
+                         "print the loop thread's CPU between each two, a step per line")
     args = ap.parse_args()
     sizes = [int(float(s) * 2**20) for s in args.sizes.split(",")]
     tmp = Path(tempfile.mkdtemp(prefix="ego2web-trace-"))
     origin_port = free_port()
     origin = subprocess.Popen([sys.executable, "-c", _ORIGIN, str(origin_port)])
-    rec = subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp / "rec"), str(Path(__file__).resolve().parent)],
+    rec = subprocess.Popen([sys.executable, "-c", _RECORDER, str(tmp / "rec"), str(Path(__file__).resolve().parent),
+                            *(["fine"] if args.fine else [])],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     rows: dict[int, list[dict[str, float]]] = {s: [] for s in sizes}
     cpus: dict[int, list[dict[str, float]]] = {s: [] for s in sizes}
@@ -134,6 +154,9 @@ def main() -> None:
         print(f"{'':>9} direct first byte: {min(direct):.2f}-{max(direct):.2f} ms; gc in "
               f"{sum('gc' in r for r in rows[size])} of {len(rows[size])} rounds")
     print("the proxy's loop thread, CPU us between steps, medians (load-independent, unlike the wall times)")
+    if args.fine:
+        print_fine(sizes, cpus)
+        return
     pairs = list(itertools.pairwise(CPU_STEPS)) + [(CPU_STEPS[0], CPU_STEPS[-1])]
     print(f"{'response':>9} " + " ".join(f"{a + ' > ' + b:>24}" for a, b in pairs))
     for size in sizes:
@@ -142,6 +165,17 @@ def main() -> None:
             got = [(c[b] - c[a]) * 1e6 for c in cpus[size] if a in c and b in c]
             cells.append(f"{statistics.median(got):24.0f}" if got else f"{'-':>24}")
         print(f"{size / 2**20:>5g} MiB " + " ".join(cells))
+
+
+def print_fine(sizes: list[int], cpus: dict[int, list[dict[str, float]]]) -> None:
+    """The loop thread's CPU between each two fine steps (medians, us), a line per step, a column per size."""
+    print(f"{'step':>32} " + " ".join(f"{s / 2**20:>10g} MiB" for s in sizes))
+    for a, b in [*itertools.pairwise(FINE_STEPS), (FINE_STEPS[0], FINE_STEPS[-1])]:
+        cells = []
+        for size in sizes:
+            got = [(c[b] - c[a]) * 1e6 for c in cpus[size] if a in c and b in c]
+            cells.append(f"{statistics.median(got):14.0f}" if got else f"{'-':>14}")
+        print(f"{a + ' > ' + b:>32} " + " ".join(cells))
 
 
 if __name__ == "__main__":
