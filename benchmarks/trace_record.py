@@ -58,19 +58,18 @@ def stamp(cls, name, key, after=False):
 stamp(conn._Conn, "connection_made", "accepted")
 stamp(conn._Conn, "data_received", "read")
 stamp(front.RecordFront, "reply", "reply")
-stamp(upstream.UpstreamPool, "_open", "open")
+stamp(upstream.UpstreamPool, "_open", "open")  # (never after the first round: the connection is kept)
 stamp(upstream.UpstreamPool, "_open", "opened", after=True)
-stamp(upstream.UpstreamPool, "_exchange", "sent")
-stamp(upstream.UpstreamPool, "_read_head", "origin head", after=True)
+import asyncio
+stamp(asyncio.StreamWriter, "write", "sent")  # the request's bytes to the origin (only upstream links use streams)
+stamp(front.RecordFront, "_answer", "origin head")  # the origin's head read and parsed
 stamp(h1.H1Handler, "_stream", "head out")
 if sys.argv[3:] == ["fine"]:  # --fine: the steps in between too (each stamp costs a few us of its own)
-    import asyncio.streams
     stamp(h1.H1Handler, "feed", "feed")
     stamp(h1, "_parse_head", "parse")
     stamp(conn._Conn, "_answer_h1", "answer")
-    stamp(upstream.UpstreamPool, "_fetch", "fetch")
-    stamp(upstream.UpstreamPool, "_read_head", "await head")
-    stamp(asyncio.streams.StreamReaderProtocol, "data_received", "origin bytes")
+    stamp(upstream.UpstreamPool, "fetch_now", "fetch")
+    stamp(upstream._LinkProtocol, "data_received", "origin bytes")
     stamp(upstream, "parse_response_head", "parse head")
     stamp(front.RecordFront, "_streamed", "streamed")
 gc.callbacks.append(lambda phase, info: stamps.setdefault("gc", time.perf_counter()) if phase == "start" else None)
@@ -86,7 +85,7 @@ with RecordingProxy(Path(sys.argv[1]), "trace", "zst") as rec:
 
 STEPS = ["accepted", "read", "reply", "open", "opened", "sent", "origin head", "head out", "gc"]
 CPU_STEPS = ["read", "reply", "sent", "origin head", "head out"]  # the front thread's CPU between these
-FINE_STEPS = ["read", "feed", "parse", "answer", "reply", "fetch", "sent", "await head", "origin bytes", "parse head",
+FINE_STEPS = ["read", "feed", "parse", "answer", "reply", "fetch", "sent", "origin bytes", "parse head",
               "origin head", "streamed", "head out"]
 
 

@@ -611,6 +611,83 @@ def test_a_post_on_a_reused_connection_that_got_no_answer_is_sent_again_as_chrom
     assert rec.archive.exchanges == 2 and not rec.archive.errors
 
 
+def test_a_get_on_a_reused_connection_that_got_no_answer_is_sent_again(origin, ca, tmp_path):
+    """A GET on a kept connection goes out at once and its head is read as it comes, with no task
+    (``UpstreamPool.fetch_now``); a connection that ends unanswered is sent again on a fresh one, as
+    for any request, and the client gets the answer, once, with nothing noted as an error."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/vanish")[2] == b"kept alive"
+        before = len(origin.seen)
+        assert rec.open(base + "/vanish")[:3:2] == (200, b"kept alive")
+        assert rec.open(base + "/keep")[:3:2] == (200, b"kept alive")  # on the fresh connection, kept
+    assert [line for line, _ in origin.seen[before:]] == ["GET /vanish HTTP/1.1"] * 2 + ["GET /keep HTTP/1.1"]
+    assert rec.archive.exchanges == 3 and not rec.archive.errors
+
+
+def test_answers_on_a_kept_connection_are_given_without_a_task_and_others_as_before(origin, ca, tmp_path):
+    """Over a kept connection: a body to stream is answered from the connection's own callback (no
+    task); an answer read whole (to the connection's end), a HEAD, a refused head and a 101 nobody
+    asked for go on as before, each as the tests above expect it, and the connection's slot is free
+    after every one."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    key = ("http", "127.0.0.1", origin.server_address[1])
+    with _Recording(tmp_path, ca) as rec:
+        made: list[object] = []
+        reply = rec.front.reply
+
+        def spy(*args: object) -> object:
+            got = reply(*args)  # type: ignore[arg-type]
+            made.append(got)
+            return got
+
+        rec.front.reply = spy  # type: ignore[method-assign]
+        assert rec.open(base + "/keep")[2] == b"kept alive"  # the first: a connection is opened (a task)
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+        assert isinstance(made[0], asyncio.Task) and not isinstance(made[1], asyncio.Task)
+        assert rec.open(base + "/to-close")[2] == b"until close " * 100
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+        assert rec.open(base + "/rh-nul")[0] == 502
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+        assert rec.open(base + "/unasked-101")[0] == 502
+        assert rec.open(base + "/keep", method="HEAD")[:3:2] == (200, b"")
+        assert rec.front.upstream._slots[key].free == PER_ORIGIN
+    assert len(rec.archive.errors) == 2, rec.archive.errors  # the refused head and the 101
+
+
+def test_a_client_gone_before_the_head_stops_the_exchange_on_a_kept_connection(origin, ca, tmp_path):
+    """The client leaves while the origin has not answered: the exchange is stopped, its connection
+    closed (the origin sees it go), its slot freed, the request counted as cancelled, nothing archived."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+
+    port = origin.server_address[1]
+    base = f"http://127.0.0.1:{port}"
+    with _Recording(tmp_path, ca) as rec:
+        assert rec.open(base + "/keep")[2] == b"kept alive"
+
+        async def leave() -> tuple[bool, int]:
+            answer = rec.front.reply("GET", base + "/slow", [("Host", f"127.0.0.1:{port}")], b"")
+            await asyncio.sleep(0.2)
+            no_task = not isinstance(answer, asyncio.Task)
+            assert isinstance(answer, asyncio.Future)
+            answer.cancel()
+            await asyncio.sleep(0.2)
+            return no_task, rec.front.upstream._slots[("http", "127.0.0.1", port)].free
+
+        origin.slow_closed.clear()
+        assert rec.front._loop is not None
+        no_task, free = asyncio.run_coroutine_threadsafe(leave(), rec.front._loop).result(10)
+        assert no_task and free == PER_ORIGIN
+        assert rec.front.cancelled == 1 and rec.front.cancelled_urls == [base + "/slow"]
+        deadline = time.monotonic() + 5
+        while not origin.slow_closed.is_set() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert origin.slow_closed.is_set()
+    assert rec.archive.exchanges == 1 and not rec.archive.errors
+
+
 def test_a_kept_connection_with_bytes_nobody_asked_for_is_not_reused(origin, ca, tmp_path):
     """An origin that answers HEAD with a body leaves bytes on the connection; reusing it would read them as
     the next answer. Like Chromium, the recorder does not reuse a connection that is not idle."""
@@ -743,7 +820,7 @@ def test_a_request_goes_upstream_within_the_call_that_received_it(ca, tmp_path):
     async def ask() -> int:
         task = front.reply("GET", f"http://127.0.0.1:{port}/x", [("Host", f"127.0.0.1:{port}")], b"")
         slots = front.upstream._slots.get(("http", "127.0.0.1", port))
-        taken = PER_ORIGIN - slots._value if slots is not None else 0
+        taken = PER_ORIGIN - slots.free if slots is not None else 0
         assert isinstance(task, asyncio.Task)
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):

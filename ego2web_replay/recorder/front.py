@@ -42,7 +42,7 @@ from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_url
-from ..wire.h1 import error_reply, hand_over, malformed
+from ..wire.h1 import error_reply, give, hand_over, malformed
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
@@ -61,6 +61,25 @@ def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
             and not any(k.lower() == "content-length" for k, _ in headers):
         headers = [*headers, ("Content-Length", str(len(resp.body)))]  # it ran to the connection's end
     return Reply(resp.status, resp.reason, headers, b"" if method == "HEAD" else resp.body, resp.chunked, "recorded")
+
+
+def _port(authority: str, host: str, scheme: str) -> int:
+    port_text = authority[len(host) + 1:] if authority.startswith(host + ":") else ""
+    return int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
+
+
+def _chain(task: asyncio.Future[Reply], future: asyncio.Future[Reply]) -> None:
+    """``task``'s outcome given to ``future`` (unless that was cancelled meanwhile)."""
+    if future.done():
+        if not task.cancelled() and task.exception() is None and task.result().stream is not None:
+            task.result().stream.close()
+        return
+    if task.cancelled():
+        future.cancel()
+    elif task.exception() is not None:
+        future.set_exception(task.exception())  # type: ignore[arg-type]
+    else:
+        future.set_result(task.result())
 
 
 class _Pipe:  # the tunnel of a 101 Reply
@@ -138,6 +157,10 @@ class RecordFront(ProxyFront):
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):
             headers = [(k, v) for k, v in headers if k.lower() != "expect"]
+        if not body:
+            now = self._now(method, url, host, headers)
+            if now is not None:
+                return now
         # started at once (eagerly), not on the loop's next turn: the request goes upstream within this
         # call, as soon as it is parsed, a turn of the loop earlier than a task scheduled to start
         task = asyncio.Task(self._forward(method, url, host, headers, body), loop=asyncio.get_running_loop(), eager_start=True)
@@ -145,26 +168,86 @@ class RecordFront(ProxyFront):
         task.add_done_callback(self._inflight.discard)
         return task
 
+    def _now(self, method: str, url: str, host: str, headers: list[tuple[str, str]]) -> asyncio.Future[Reply] | None:
+        """A request without a body sent on a kept connection at once and answered as its head comes
+        (:meth:`.UpstreamPool.fetch_now`), with no task between; None where that cannot be (then
+        :meth:`_forward`, which answers the same)."""
+        started = time.time()
+        scheme, authority, target = split_url(url)
+        port = _port(authority, host, scheme)
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+
+        def done(got: UpstreamResponse | BaseException) -> None:
+            if future.done():  # the client went away meanwhile: a body to stream is let go
+                if isinstance(got, UpstreamResponse):
+                    self.upstream.done_with(got, reusable=False)
+                    if got.writer is not None:  # a 101's connection
+                        got.writer.close()
+                return
+            try:
+                if isinstance(got, UpstreamError):
+                    reply: Reply | Awaitable[Reply] = self._failed(got, url, host, method)
+                elif isinstance(got, BaseException):
+                    raise got
+                else:
+                    reply = self._answer(url, host, method, headers, b"", got, started, authority)
+            except Exception as e:  # a bug: the connection answers 502 (wire.h1.settle)
+                future.set_exception(e)
+                return
+            if isinstance(reply, Reply):
+                give(future, reply)
+            else:  # archived whole first (a response fetch_now handed on)
+                asyncio.ensure_future(reply).add_done_callback(lambda t: _chain(t, future))
+
+        stop = self.upstream.fetch_now(scheme, host, port, method, target, headers, done)
+        if stop is None:
+            return None
+
+        def ended(fut: asyncio.Future[Reply]) -> None:
+            if fut.cancelled():
+                assert stop is not None
+                stop()
+                self._note_cancelled(url)
+
+        future.add_done_callback(ended)
+        self._inflight.add(future)
+        future.add_done_callback(self._inflight.discard)
+        return future
+
+    def _note_cancelled(self, url: str) -> None:
+        if not self.upstream.closed:
+            self.cancelled += 1
+            if len(self.cancelled_urls) < 1000:
+                self.cancelled_urls.append(url)
+
+    def _failed(self, e: UpstreamError, url: str, host: str, method: str) -> Reply:
+        if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
+            return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
+        if e.kind == "certificate":
+            self.archive.note_untrusted(host, str(e))
+        self.archive.note_error(url, str(e), method)
+        return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
+
     async def _forward(self, method: str, url: str, host: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
         started = time.time()
         scheme, authority, target = split_url(url)
-        port_text = authority[len(host) + 1:] if authority.startswith(host + ":") else ""
-        port = int(port_text) if port_text.isdigit() else _DEFAULT_PORT.get(scheme, 80)
+        port = _port(authority, host, scheme)
         try:
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
         except asyncio.CancelledError:
-            if not self.upstream.closed:
-                self.cancelled += 1
-                if len(self.cancelled_urls) < 1000:
-                    self.cancelled_urls.append(url)
+            self._note_cancelled(url)
             raise
         except UpstreamError as e:
-            if self.upstream.closed:  # cut by the proxy's own stop, not the origin's doing: no error to report
-                return error_reply(502, "the recording stopped", [(BLOCK_HEADER, "recording-stopped")])
-            if e.kind == "certificate":
-                self.archive.note_untrusted(host, str(e))
-            self.archive.note_error(url, str(e), method)
-            return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
+            return self._failed(e, url, host, method)
+        reply = self._answer(url, host, method, headers, body, resp, started, authority)
+        if not isinstance(reply, Reply):
+            return await reply
+        return hand_over(reply) if reply.stream is not None else reply
+
+    def _answer(self, url: str, host: str, method: str, headers: list[tuple[str, str]], body: bytes,
+                resp: UpstreamResponse, started: float, authority: str) -> Reply | Awaitable[Reply]:
+        """The client's answer to the origin's ``resp``: a websocket passed through, a body streamed as it
+        comes, or (awaitable) a body read whole, once archived."""
         if resp.status == 101:
             if not is_websocket(headers):  # only a websocket's upgrade is passed on (UpstreamPool._head)
                 assert resp.writer is not None
@@ -177,7 +260,11 @@ class RecordFront(ProxyFront):
                                started=started, authority=authority)
             return Reply(101, resp.reason, resp.headers, b"", False, "recorded", tunnel=_Pipe(resp, self._pipes, tap))
         if resp.link is not None:
-            return hand_over(self._streamed(url, method, headers, body, resp, started, authority))
+            return self._streamed(url, method, headers, body, resp, started, authority)
+        return self._archived(url, method, headers, body, resp, started, authority)
+
+    async def _archived(self, url: str, method: str, headers: list[tuple[str, str]], body: bytes,
+                        resp: UpstreamResponse, started: float, authority: str) -> Reply:
         if not await self.archive.archive_async(
                 url=url, method=method, request_headers=headers, request_body=body, status=resp.status,
                 reason=resp.reason, response_headers=resp.headers, response_body=resp.body,

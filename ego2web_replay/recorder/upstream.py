@@ -29,6 +29,8 @@ failed), ``timeout``, ``protocol`` (a response head read strictly and refused,
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextlib
 import re
 import ssl
 from collections.abc import Awaitable, Callable
@@ -90,13 +92,54 @@ def _tokens(value: str | None) -> set[str]:
     return {t.strip().lower() for t in (value or "").split(",") if t.strip()}
 
 
+class _Slots:
+    """The connections one origin may have at a time: taken now (:meth:`take_now`) or awaited in turn
+    (:meth:`take`), a slot handed straight to the next in line when one is released."""
+
+    __slots__ = ("free", "_waiters")
+
+    def __init__(self, n: int) -> None:
+        self.free = n
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    def take_now(self) -> bool:
+        if self.free > 0 and not self._waiters:
+            self.free -= 1
+            return True
+        return False
+
+    async def take(self) -> None:
+        if self.take_now():
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self.release()  # handed a slot, then cancelled before it could be used: passed on
+            raise
+        finally:
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+        self.free += 1
+
+
 class _Link:
     """One connection to an origin."""
 
-    __slots__ = ("reader", "writer", "ip", "reused")
+    __slots__ = ("reader", "writer", "ip", "reused", "protocol")
 
     def __init__(self, reader: HeadReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.protocol: _LinkProtocol = writer._protocol  # type: ignore[attr-defined]
         peer = writer.get_extra_info("peername")
         self.ip = str(peer[0]) if peer else None
         self.reused = False
@@ -115,7 +158,7 @@ class UpstreamPool:
     def __init__(self, *, upstream_ca: Path | None = None, connect_timeout_s: float = 30.0,
                  read_timeout_s: float = 120.0, per_origin: int = PER_ORIGIN) -> None:
         self.connect_timeout_s, self.read_timeout_s, self.per_origin = connect_timeout_s, read_timeout_s, per_origin
-        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}
+        self._slots: dict[tuple[str, str, int], _Slots] = {}
         self._tls = ssl.create_default_context()
         # Python 3.13 adds RFC 5280 strictness (e.g. a leaf must name its authority key) that
         # browsers and mitmproxy do not ask of a site: verify as they do.
@@ -138,10 +181,15 @@ class UpstreamPool:
         data = self._head(method, target, headers, body, host, port, scheme) + body
         slots = self._slots.get(key)
         if slots is None:
-            slots = self._slots[key] = asyncio.Semaphore(self.per_origin)
-        await slots.acquire()
+            slots = self._slots[key] = _Slots(self.per_origin)
+        await slots.take()
+        return await self._resume(key, data, method, slots)
+
+    async def _resume(self, key: tuple[str, str, int], data: bytes, method: str, slots: _Slots,
+                      link: _Link | None = None) -> UpstreamResponse:
+        """:meth:`_fetch` with the origin's slot taken (``link``: the request went out on it already)."""
         try:
-            resp = await self._fetch(key, data, method)
+            resp = await self._fetch(key, data, method, link)
         except BaseException:
             slots.release()
             raise
@@ -150,6 +198,35 @@ class UpstreamPool:
         else:
             resp.release = slots.release
         return resp
+
+    def fetch_now(self, scheme: str, host: str, port: int, method: str, target: str,
+                  headers: list[tuple[str, str]], done: Callable[[UpstreamResponse | BaseException], None],
+                  ) -> Callable[[], None] | None:
+        """:meth:`fetch` of a request without a body, sent at once on a kept connection to the origin and
+        its response head read as it arrives, with no task, await or turn of the loop between (what a
+        first byte waits for: ``benchmarks/trace_record.py``). None when it cannot be (no kept connection
+        free, the origin's slots taken, the pool closed, nothing to stream): :meth:`fetch` then. Else
+        ``done`` gets the response (a body to stream: :attr:`stream_when`) or the :class:`UpstreamError`,
+        once; anything but a response to stream as it comes (an interim or ``101`` answer, a ``408``, a
+        ``HEAD``, a body read whole, a connection that ended first) goes on as :meth:`fetch` would from
+        there, the same bytes read again. Returns what to call when the answer is no longer wanted (the
+        client went away): the exchange is stopped and its connection closed."""
+        slots = self._slots.get(key := (scheme, host, port))
+        if self.closed or self.stream_when is None or method == "HEAD" or slots is None or not self._idle.get(key):
+            return None
+        data = self._head(method, target, headers, b"", host, port, scheme)
+        if not slots.take_now():
+            return None
+        link = self._take(key)
+        if link is None:
+            slots.release()
+            return None
+        exchange = _Exchange(self, key, link, data, method, slots, done)
+        self._busy.add(link)
+        link.protocol.exchange = exchange
+        link.writer.write(exchange.data)
+        exchange.timer = asyncio.get_running_loop().call_later(self.read_timeout_s, exchange.timed_out)
+        return exchange.cancel
 
     def done_with(self, resp: UpstreamResponse, reusable: bool) -> None:
         """A streamed body is over (``reusable``: read whole, the connection may serve again)."""
@@ -165,13 +242,22 @@ class UpstreamPool:
             resp.release()
             resp.release = None
 
-    async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str) -> UpstreamResponse:
+    async def _fetch(self, key: tuple[str, str, int], data: bytes, method: str,
+                     sent_on: _Link | None = None) -> UpstreamResponse:
+        """One exchange, once more on a fresh connection where a kept one turned out closed (``sent_on``: a
+        kept connection the request went out on already, :meth:`fetch_now`)."""
         scheme, host, port = key
         retried = False
         while True:
+            link, sent_on = sent_on, None
             if self.closed:
+                if link is not None:
+                    link.close()
+                    self._busy.discard(link)
                 raise UpstreamError("closed", "the recording proxy is stopping")
-            link = None if retried else self._take(key)
+            sent = link is not None
+            if link is None:
+                link = None if retried else self._take(key)
             fresh = link is None
             if link is None:
                 link = await self._open(scheme, host, port)
@@ -180,7 +266,7 @@ class UpstreamPool:
                 raise UpstreamError("closed", "the recording proxy is stopping")
             self._busy.add(link)
             try:
-                resp = await self._exchange(link, data, method)
+                resp = await self._exchange(link, data, method, sent)
             except _Stale:
                 link.close()
                 if fresh:
@@ -291,12 +377,13 @@ class UpstreamPool:
             out.append(f"Content-Length: {len(body)}")  # the body was read whole: always a length upstream
         return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
-    async def _exchange(self, link: _Link, data: bytes, method: str) -> UpstreamResponse:
-        link.writer.write(data)
+    async def _exchange(self, link: _Link, data: bytes, method: str, sent: bool = False) -> UpstreamResponse:
+        if not sent:
+            link.writer.write(data)
         # The head is read while the request is still being sent: an origin may answer (and reset the
         # connection) before it has read the whole body, and its answer is the response. A request the
         # socket took whole at once (a head, most bodies) has nothing to wait for: no task for it.
-        sending = None if link.writer.transport.get_write_buffer_size() == 0 \
+        sending = None if sent or link.writer.transport.get_write_buffer_size() == 0 \
             else asyncio.ensure_future(link.writer.drain())
         started = False  # some of the response came: from then on a failure is never a resend
         try:
@@ -485,11 +572,118 @@ class HeadReader(asyncio.StreamReader):
             await self._wait_for_data("read_head")
 
 
+class _LinkProtocol(asyncio.StreamReaderProtocol):
+    """A connection to an origin: its bytes go to its :class:`HeadReader`, and to the exchange of
+    :meth:`UpstreamPool.fetch_now` waiting on it for a head, if any, as they come."""
+
+    exchange: _Exchange | None = None
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.exchange is not None:
+            self.exchange.received()
+
+    def eof_received(self) -> bool | None:
+        keep = super().eof_received()
+        if self.exchange is not None:
+            self.exchange.resume()  # what fetch does with a connection that ended (a kept one: sent again)
+        return keep
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        if self.exchange is not None:
+            self.exchange.resume()
+
+
+class _Exchange:
+    """A request :meth:`UpstreamPool.fetch_now` sent, its response head awaited on the connection itself."""
+
+    __slots__ = ("pool", "key", "link", "data", "method", "slots", "done", "timer", "task", "over")
+
+    def __init__(self, pool: UpstreamPool, key: tuple[str, str, int], link: _Link, data: bytes, method: str,
+                 slots: _Slots, done: Callable[[UpstreamResponse | BaseException], None]) -> None:
+        self.pool, self.key, self.link, self.data, self.method, self.slots = pool, key, link, data, method, slots
+        self.done = done
+        self.timer: asyncio.TimerHandle | None = None
+        self.task: asyncio.Task[UpstreamResponse] | None = None  # the exchange gone on as fetch would
+        self.over = False  # done called, or the answer no longer wanted
+
+    def _detach(self) -> None:
+        self.link.protocol.exchange = None
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def received(self) -> None:
+        """Bytes came: once the head is whole, a response to stream goes to ``done`` now; any other
+        answer goes on as :meth:`UpstreamPool.fetch` would, from its head."""
+        buffer = self.link.reader._buffer
+        m = _HEAD_END.search(buffer)
+        if m is None:
+            if len(buffer) > MAX_HEAD:
+                self.resume()  # read there, and refused as too large
+            return
+        self._detach()
+        end = m.end()
+        try:
+            resp = parse_response_head(head_lines(bytes(buffer[:end])))
+        except UpstreamError:
+            self.resume()  # refused there, the same way, after the same checks
+            return
+        pool = self.pool
+        if resp.status < 200 or resp.status in _NO_BODY_STATUS or resp.status == 408 \
+                or pool.stream_when is None or not pool.stream_when(resp):
+            self.resume()
+            return
+        del buffer[:end]
+        self.link.reader._maybe_resume_transport()
+        resp.ip, resp.link, resp.key, resp.release = self.link.ip, self.link, self.key, self.slots.release
+        self.over = True
+        self.done(resp)
+
+    def resume(self) -> None:
+        """Go on as :meth:`UpstreamPool.fetch` does after sending, the bytes that came read again."""
+        if self.over or self.task is not None:
+            return
+        self._detach()
+        self.task = asyncio.ensure_future(self.pool._resume(self.key, self.data, self.method, self.slots, self.link))
+        self.task.add_done_callback(self._resumed)
+
+    def _resumed(self, task: asyncio.Task[UpstreamResponse]) -> None:
+        if self.over or task.cancelled():
+            return
+        self.over = True
+        exc = task.exception()
+        self.done(exc if exc is not None else task.result())
+
+    def timed_out(self) -> None:
+        if self.over or self.task is not None:
+            return
+        self._detach()
+        self.over = True
+        self._let_go()
+        self.done(UpstreamError("timeout", f"no answer from the origin within {self.pool.read_timeout_s:g} s"))
+
+    def cancel(self) -> None:
+        """The answer is no longer wanted: the exchange stops, its connection is closed."""
+        if self.task is not None:
+            self.task.cancel()  # fetch closes the connection and frees the slot
+        elif not self.over:
+            self._detach()
+            self._let_go()
+        self.over = True
+
+    def _let_go(self) -> None:
+        self.link.close()
+        self.pool._busy.discard(self.link)
+        self.slots.release()
+
+
 async def _connect(host: str, port: int, tls: ssl.SSLContext | None) -> tuple[HeadReader, asyncio.StreamWriter]:
-    """:func:`asyncio.open_connection` with a :class:`HeadReader` (limit :data:`MAX_HEAD`)."""
+    """:func:`asyncio.open_connection` with a :class:`HeadReader` (limit :data:`MAX_HEAD`), its bytes also
+    offered to a waiting :class:`_Exchange`."""
     loop = asyncio.get_running_loop()
     reader = HeadReader(limit=MAX_HEAD, loop=loop)
-    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    protocol = _LinkProtocol(reader, loop=loop)
     transport, _ = await loop.create_connection(lambda: protocol, host, port, ssl=tls,
                                                 server_hostname=host if tls else None)
     return reader, asyncio.StreamWriter(transport, protocol, reader, loop)

@@ -287,6 +287,16 @@ def hand_over(reply: Reply) -> Reply:
     return reply
 
 
+def give(future: asyncio.Future[Reply], reply: Reply) -> None:
+    """Answer with ``reply`` a future answer that no task computes: to its connection now (the taker
+    :func:`settle` left), then as the future's result."""
+    take = _TAKERS.pop(future, None)
+    if take is not None:
+        take(reply)
+    if not future.done():
+        future.set_result(reply)
+
+
 def write_reply(write: Callable[[bytes], None], reply: Reply, *, head: bool = False,
                 chunks_ok: bool = True) -> None:
     """Send ``reply``: its head, then (unless answering HEAD) its body framed as the reply says.
