@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import ssl
 import time
 from collections import Counter
@@ -61,6 +62,18 @@ def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
             and not any(k.lower() == "content-length" for k, _ in headers):
         headers = [*headers, ("Content-Length", str(len(resp.body)))]  # it ran to the connection's end
     return Reply(resp.status, resp.reason, headers, b"" if method == "HEAD" else resp.body, resp.chunked, "recorded")
+
+
+def _let_the_client_read() -> None:
+    """Called once a streamed answer's head is written: the proxy's thread gives up the CPU for a moment.
+
+    Linux wakes a loopback reader on the CPU of the process that woke it, so the client (a browser on
+    this machine, as in every recording) waits for the head it was sent until this thread blocks; but
+    after a head the recorder has work at once (the body's first pieces, a small record written),
+    which held the client's first byte back by about 0.1 ms (``benchmarks/trace_record.py``, BENCHMARKS.md
+    record-stream). ``sched_yield`` lets a client woken here read first, and returns at once when nothing
+    else is ready to run on this CPU."""
+    os.sched_yield()
 
 
 def _port(authority: str, host: str, scheme: str) -> int:
@@ -196,6 +209,8 @@ class RecordFront(ProxyFront):
                 return
             if isinstance(reply, Reply):
                 give(future, reply)
+                if reply.stream is not None:
+                    _let_the_client_read()
             else:  # archived whole first (a response fetch_now handed on)
                 asyncio.ensure_future(reply).add_done_callback(lambda t: _chain(t, future))
 
@@ -242,7 +257,11 @@ class RecordFront(ProxyFront):
         reply = self._answer(url, host, method, headers, body, resp, started, authority)
         if not isinstance(reply, Reply):
             return await reply
-        return hand_over(reply) if reply.stream is not None else reply
+        if reply.stream is None:
+            return reply
+        hand_over(reply)
+        _let_the_client_read()
+        return reply
 
     def _answer(self, url: str, host: str, method: str, headers: list[tuple[str, str]], body: bytes,
                 resp: UpstreamResponse, started: float, authority: str) -> Reply | Awaitable[Reply]:
