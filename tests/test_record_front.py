@@ -168,6 +168,12 @@ class _Origin(socketserver.BaseRequestHandler):
                 for byte in b"trickled":
                     time.sleep(0.1)
                     sock.sendall(bytes([byte]))
+            elif path.startswith("/split"):  # the head in pieces, a byte at a time at its end (a blank line split)
+                head = b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n" if path == "/split-103" else b""
+                head += b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 5\r\n\r\n"
+                for piece in (head[:-3], head[-3:-2], head[-2:-1], head[-1:] + b"split"):
+                    sock.sendall(piece)
+                    time.sleep(0.02)
             elif path.startswith("/hold"):  # a slow answer on a kept connection
                 time.sleep(0.2)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld")
@@ -653,6 +659,8 @@ def test_answers_on_a_kept_connection_are_given_without_a_task_and_others_as_bef
         assert rec.open(base + "/keep")[2] == b"kept alive"
         assert rec.open(base + "/unasked-101")[0] == 502
         assert rec.open(base + "/keep", method="HEAD")[:3:2] == (200, b"")
+        assert rec.open(base + "/split")[:3:2] == (200, b"split")  # a head that comes in pieces
+        assert rec.open(base + "/split-103")[:3:2] == (200, b"split")  # an interim answer first
         assert rec.front.upstream._slots[key].free == PER_ORIGIN
     assert len(rec.archive.errors) == 2, rec.archive.errors  # the refused head and the 101
 

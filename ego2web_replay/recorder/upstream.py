@@ -579,6 +579,12 @@ class _LinkProtocol(asyncio.StreamReaderProtocol):
     exchange: _Exchange | None = None
 
     def data_received(self, data: bytes) -> None:
+        exchange = self.exchange
+        if exchange is not None and not exchange.link.reader._buffer:
+            rest = exchange.head_first(data)
+            if rest is not None:  # the head went to the client before the bytes after it are copied
+                exchange.link.reader.feed_data(rest)
+                return
         super().data_received(data)
         if self.exchange is not None:
             self.exchange.received()
@@ -613,6 +619,21 @@ class _Exchange:
         if self.timer is not None:
             self.timer.cancel()
 
+    def head_first(self, data: bytes) -> memoryview | None:
+        """The first bytes of the answer, holding its whole head: a response to stream goes to ``done``
+        now, before the bytes after its head are copied to the reader (up to 256 KiB of a large body
+        come with the head), and those bytes are returned, for the reader; None for anything else
+        (the bytes then go to the reader as any do, :meth:`received`)."""
+        m = _HEAD_END.search(data)
+        if m is None:
+            return None
+        end = m.end()
+        resp = self._to_stream(data[:end])
+        if resp is None:
+            return None
+        self._give(resp)
+        return memoryview(data)[end:]
+
     def received(self) -> None:
         """Bytes came: once the head is whole, a response to stream goes to ``done`` now; any other
         answer goes on as :meth:`UpstreamPool.fetch` would, from its head."""
@@ -622,20 +643,29 @@ class _Exchange:
             if len(buffer) > MAX_HEAD:
                 self.resume()  # read there, and refused as too large
             return
-        self._detach()
         end = m.end()
-        try:
-            resp = parse_response_head(head_lines(bytes(buffer[:end])))
-        except UpstreamError:
-            self.resume()  # refused there, the same way, after the same checks
-            return
-        pool = self.pool
-        if resp.status < 200 or resp.status in _NO_BODY_STATUS or resp.status == 408 \
-                or pool.stream_when is None or not pool.stream_when(resp):
-            self.resume()
+        resp = self._to_stream(bytes(buffer[:end]))
+        if resp is None:
+            self.resume()  # read there again: an interim answer, a 101, a body read whole, a refused head
             return
         del buffer[:end]
         self.link.reader._maybe_resume_transport()
+        self._give(resp)
+
+    def _to_stream(self, head: bytes) -> UpstreamResponse | None:
+        """The response of ``head`` when it is one to stream as it comes (what fetch would stream), else None."""
+        try:
+            resp = parse_response_head(head_lines(head))
+        except UpstreamError:
+            return None  # refused where fetch reads it, the same way, after the same checks
+        stream_when = self.pool.stream_when
+        if resp.status < 200 or resp.status in _NO_BODY_STATUS or resp.status == 408 \
+                or stream_when is None or not stream_when(resp):
+            return None
+        return resp
+
+    def _give(self, resp: UpstreamResponse) -> None:
+        self._detach()
         resp.ip, resp.link, resp.key, resp.release = self.link.ip, self.link, self.key, self.slots.release
         self.over = True
         self.done(resp)
