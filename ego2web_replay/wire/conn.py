@@ -278,7 +278,10 @@ class _Conn(Bounded):
     def _quick(self, head: bytes) -> bool:
         """Answer an HTTP/1.1 request head this front answered before as then (:meth:`ProxyFront.repeat`),
         when it can go out now; whether it was answered (if not, nothing was done)."""
-        again = self.front.repeats.get((self.scheme, self.tunnel, head))
+        repeats = self.front.repeats
+        if not repeats:  # (the recorder's are always empty: nothing to look up)
+            return False
+        again = repeats.get((self.scheme, self.tunnel, head))
         if again is None or not self.may_answer():
             return False
         data = self.front.repeat(again)
