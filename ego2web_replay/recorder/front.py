@@ -72,8 +72,12 @@ def _let_the_client_read() -> None:
     after a head the recorder has work at once (the body's first pieces, a small record written),
     which held the client's first byte back by about 0.1 ms (``benchmarks/trace_record.py``, BENCHMARKS.md
     record-stream). ``sched_yield`` lets a client woken here read first, and returns at once when nothing
-    else is ready to run on this CPU."""
-    os.sched_yield()
+    else is ready to run on this CPU (where the system has none, nothing is done)."""
+    if _SCHED_YIELD is not None:
+        _SCHED_YIELD()
+
+
+_SCHED_YIELD = getattr(os, "sched_yield", None)  # Linux and most Unix; not macOS or Windows
 
 
 def _port(authority: str, host: str, scheme: str) -> int:
