@@ -70,8 +70,8 @@ def _let_the_client_read() -> None:
     Linux wakes a loopback reader on the CPU of the process that woke it, so the client (a browser on
     this machine, as in every recording) waits for the head it was sent until this thread blocks; but
     after a head the recorder has work at once (the body's first pieces, a small record written),
-    which held the client's first byte back by about 0.1 ms (``benchmarks/trace_record.py``, BENCHMARKS.md
-    record-stream). ``sched_yield`` lets a client woken here read first, and returns at once when nothing
+    which held the client's first byte back by about 0.1 ms (``benchmarks/trace_wall.py``; BENCHMARKS.md,
+    "The first byte on 2026-12-07"). ``sched_yield`` lets a client woken here read first, and returns at once when nothing
     else is ready to run on this CPU (where the system has none, nothing is done)."""
     if _SCHED_YIELD is not None:
         _SCHED_YIELD()
