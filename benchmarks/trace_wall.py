@@ -32,14 +32,9 @@ sys.path[:0] = [str(B), str(B.parent)]
 from _common import free_port, wait_port  # noqa: E402
 from _recordstream import _ORIGIN  # noqa: E402
 
-REC = r'''
-import sys, time, json
-from pathlib import Path
-sys.path[:0] = [sys.argv[2]]
-from _common import RecordingProxy
-from ego2web_replay.recorder import upstream, front
-from ego2web_replay.wire import conn, h1
-import asyncio
+#: the stamps both proxies' processes take (``st``: the first time of each step since the last ``get``)
+STAMP = r'''
+import time
 st = {}
 def stamp(cls, name, key, after=False):
     inner = getattr(cls, name)
@@ -49,6 +44,16 @@ def stamp(cls, name, key, after=False):
         if after: st.setdefault(key, time.perf_counter())
         return r
     setattr(cls, name, w)
+'''
+
+REC = r'''
+import sys, time, json
+from pathlib import Path
+sys.path[:0] = [sys.argv[2]]
+from _common import RecordingProxy
+from ego2web_replay.recorder import upstream, front
+from ego2web_replay.wire import conn, h1
+import asyncio
 stamp(conn._Conn, "data_received", "a_in")
 stamp(asyncio.StreamWriter, "write", "b_sent", after=True)
 stamp(upstream._LinkProtocol, "data_received", "c_back")
@@ -64,15 +69,6 @@ FLOOR = r'''
 import sys, time, json, threading
 sys.path[:0] = [sys.argv[1], str(__import__("pathlib").Path(sys.argv[1]).parent)]
 import _pyfloor as f
-st = {}
-def stamp(cls, name, key, after=False):
-    inner = getattr(cls, name)
-    def w(*a, **k):
-        if not after: st.setdefault(key, time.perf_counter())
-        r = inner(*a, **k)
-        if after: st.setdefault(key, time.perf_counter())
-        return r
-    setattr(cls, name, w)
 stamp(f.Client, "data_received", "a_in")
 stamp(f.Client, "_send", "b_sent", after=True)
 stamp(f.Upstream, "data_received", "c_back")
@@ -104,9 +100,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ego2web-wall-"))
     op = free_port()
     origin = subprocess.Popen([sys.executable, "-c", _ORIGIN, str(op)])
-    rec = subprocess.Popen([sys.executable, "-c", REC, str(tmp / "r"), str(B)], stdin=subprocess.PIPE,
+    rec = subprocess.Popen([sys.executable, "-c", STAMP + REC, str(tmp / "r"), str(B)], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
-    fl = subprocess.Popen([sys.executable, "-c", FLOOR, str(B)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    fl = subprocess.Popen([sys.executable, "-c", STAMP + FLOOR, str(B)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                           text=True)
     try:
         assert rec.stdin and rec.stdout and fl.stdin and fl.stdout
