@@ -1,6 +1,6 @@
 """Where a cold first byte's wall time goes: the recorder and the thinnest Python forwarder, stamped.
 
-    python benchmarks/trace_wall.py [--size BYTES] [--rounds N]
+    python benchmarks/trace_wall.py [--size BYTES] [--rounds N] [--pin]
 
 The origin of ``bench_record.py --stream`` (``_recordstream.py``), our recorder (the fast engine, a
 real zst snapshot) and ``_pyfloor.py`` each in a process of its own, with ``time.perf_counter`` stamps
@@ -11,13 +11,16 @@ the streamed answer is handed to the client's connection (``d_out``) and its hea
 connection after 50 ms of quiet, as in ``--stream``, both proxies in turn each round. Prints the
 median of each stamp (microseconds from the client's send) per proxy: wall time, so what a CPU
 profile misses shows, such as a client woken on the proxy's CPU and waiting there while the proxy
-goes on working (``recorder/front.py``, ``_let_the_client_read``). Writes nothing; loopback only.
+goes on working (``recorder/front.py``, ``_let_the_client_read``). A direct fetch from the origin
+each round gives the scale (``direct``: its ``client`` only). ``--pin`` pins as ``bench_record.py
+--stream-pin`` does. Writes nothing; loopback only.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -30,7 +33,7 @@ B = Path(__file__).resolve().parent
 sys.path[:0] = [str(B), str(B.parent)]
 
 from _common import free_port, wait_port  # noqa: E402
-from _recordstream import _ORIGIN  # noqa: E402
+from _recordstream import _ORIGIN, pin_tree  # noqa: E402
 
 #: the stamps both proxies' processes take (``st``: the first time of each step since the last ``get``)
 STAMP = r'''
@@ -96,6 +99,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=1024, help="response size in bytes (default 1024)")
     ap.add_argument("--rounds", type=int, default=80, help="fetches per proxy (after 3 warm-up rounds)")
+    ap.add_argument("--pin", action="store_true",
+                    help="the origin on CPU 1, the proxies and the client on CPU 0 (bench_record.py --stream-pin)")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="ego2web-wall-"))
     op = free_port()
@@ -108,8 +113,13 @@ def main() -> None:
         assert rec.stdin and rec.stdout and fl.stdin and fl.stdout
         wait_port(op)
         rp, fp = int(rec.stdout.readline()), int(fl.stdout.readline().split()[0])
+        if args.pin:
+            pin_tree(origin.pid, {1})
+            for p in (rec, fl):
+                pin_tree(p.pid, {0})
+            os.sched_setaffinity(0, {0})
         host = f"127.0.0.1:{op}"
-        rows: dict[str, list[dict[str, float]]] = {"ours": [], "pyfloor": []}
+        rows: dict[str, list[dict[str, float]]] = {"ours": [], "pyfloor": [], "direct": []}
 
         def stamps(p: subprocess.Popen[str]) -> dict[str, float]:
             assert p.stdin and p.stdout
@@ -128,6 +138,10 @@ def main() -> None:
                     row = {k: (v - t0) * 1e6 for k, v in got.items()}
                     row["client"] = (t1 - t0) * 1e6
                     rows[name].append(row)
+            time.sleep(0.05)
+            t0, t1 = fetch(op, f"/big/{args.size}?d={i}", host)  # the origin itself, for scale
+            if i >= 3:
+                rows["direct"].append({"client": (t1 - t0) * 1e6})
         print(f"{args.size} bytes, {args.rounds} rounds; microseconds from the client's send, medians")
         for name, got_rows in rows.items():
             keys = sorted({k for r in got_rows for k in r},

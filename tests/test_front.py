@@ -429,3 +429,28 @@ def test_http2_requests_no_http11_line_may_hold_are_400_and_the_connection_goes_
                     conn.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
             s.sendall(conn.data_to_send())
     assert status == {1: b"400", 3: b"400", 5: b"400", 7: b"400", 9: b"200"}
+
+
+def test_a_head_whose_field_lines_were_read_before_has_its_request_line_read_as_strictly():
+    """The field lines of a head read before are not read again (``wire.h1._BLOCKS``): a new request line
+    with them is still refused for what the whole head would be, and parses as a fresh read does."""
+    from ego2web_replay.wire import h1
+
+    block = b"\r\nHost: a.example\r\nAccept: */*  \r\nX-Long: v"
+    first = h1._parse_head(b"GET http://a.example/1 HTTP/1.1" + block)
+    assert block in h1._BLOCKS
+    for line, status in [(b"GET http://a.example/x y HTTP/1.1", 400), (b"GET http://a.example/\x01 HTTP/1.1", 400),
+                         (b"G@T http://a.example/ HTTP/1.1", 400), (b"GET http://a.example/ HTTP/2.0", 505),
+                         (b"GET http://a ex/ HTTP/1.1", 400), (b"GET http://a:99999/ HTTP/1.1", 400),
+                         (b"CONNECT a.example HTTP/1.1", 400), (b"GET a.example/x HTTP/1.1", 400)]:
+        with pytest.raises(h1.ParseError) as err:
+            h1._parse_head(line + block)
+        assert err.value.status == status, line
+    again = h1._parse_head(b"GET http://a.example/2?q HTTP/1.1" + block)
+    h1._BLOCKS.clear()
+    fresh = h1._parse_head(b"GET http://a.example/3?q HTTP/1.1" + block)
+    assert (again.method, again.target, again.version) == ("GET", "http://a.example/2?q", "HTTP/1.1")
+    assert again.headers == fresh.headers == first.headers == [("Host", "a.example"), ("Accept", "*/*"), ("X-Long", "v")]
+    assert again.lowered == fresh.lowered and again.header("host") == "a.example"
+    again.headers.append(("X", "y"))  # each request its own list: the memo is not changed through one
+    assert h1._parse_head(b"GET http://a.example/4 HTTP/1.1" + block).headers == first.headers

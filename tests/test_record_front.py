@@ -63,6 +63,8 @@ _BAD_HEADS = {
     "/rh-te-cl": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 40\r\n\r\n2\r\nok\r\n0\r\n\r\n",
     "/rh-te-gzip": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
     "/rh-te-10": b"HTTP/1.0 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+    # a folded line is its field's value, joined, read as that (RFC 9112 5.2): here "chunked gzip"
+    "/rh-te-fold": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n gzip\r\n\r\n2\r\nok\r\n0\r\n\r\n",
     "/rh-status": "HTTP/1.1 2\u00b20 OK\r\nContent-Length: 2\r\n\r\nok".encode("latin-1"),  # a digit, to isdigit()
     "/rh-version": b"HTTP/2.0 200 OK\r\nContent-Length: 2\r\n\r\nok",
     "/rh-chunk-0x": b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nok\r\n0\r\n\r\n",

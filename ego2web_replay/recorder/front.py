@@ -13,8 +13,9 @@ every request is refused with a 502; an upstream failure is a 502 whose reason i
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
 passed through unchanged and archived when they close (:mod:`.websocket`); no other upgrade goes
 upstream (an h2c upgrade is answered in HTTP/1.1 and archived), and a ``101`` for anything else is a 502. A request that could split a line on the upstream wire (a
-control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
-never sent. A request whose client goes away before its answer's head (an
+control in a field, a space in the URL) is answered 400 by the wire and never reaches
+:meth:`RecordFront.reply` (HTTP/1.1's parser refuses it, HTTP/2 checks each stream with
+:func:`~..wire.h1.malformed`), so it is never sent. A request whose client goes away before its answer's head (an
 HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
 connection closed, and nothing archived for it (``cancelled`` counts them, ``cancelled_urls``
 keeps the first 1000); once the head is sent the body is streaming, and a client that leaves
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import ssl
 import time
@@ -43,7 +45,7 @@ from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_url
-from ..wire.h1 import error_reply, give, hand_over, malformed
+from ..wire.h1 import error_reply, give, hand_over
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
@@ -149,7 +151,8 @@ class RecordFront(ProxyFront):
                          limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
-        self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
+        # bodies go to the browser as they come (see .stream)
+        self.upstream.stream_when = functools.partial(streamable, limit=self.upstream.max_body)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
@@ -158,39 +161,46 @@ class RecordFront(ProxyFront):
         self._pipes: set[_Pipe] = set()
         self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
 
+    answers_again = False  # every answer is the origin's anew
+
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
-        host, ok, why = self.allowed(url)
+        """The origin's answer to a request as the wire read it: nothing :func:`~..wire.h1.malformed`
+        describes reaches here (HTTP/1.1's grammar refuses it as the head is read, HTTP/2 checks each
+        stream with it before answering), so nothing that could split a line goes upstream."""
+        parts = split_url(url)
+        host, ok, why = self.allowed_at(parts[1])
         if not ok:
             self.counts[why] += 1
             if len(self.blocked_urls) < 1000:
                 self.blocked_urls.append(url)
             status, head, text = blocked_response(host, why)
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
-        bad = malformed(method, url, headers)
-        if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
-            return error_reply(400, f"bad request: {bad}")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
-        if any(k.lower() == "expect" for k, _ in headers):
-            headers = [(k, v) for k, v in headers if k.lower() != "expect"]
+        for k, _ in headers:
+            if k.lower() == "expect":
+                headers = [(k, v) for k, v in headers if k.lower() != "expect"]
+                break
         if not body:
-            now = self._now(method, url, host, headers)
+            now = self._now(method, url, parts, host, headers)
             if now is not None:
                 return now
         # started at once (eagerly), not on the loop's next turn: the request goes upstream within this
         # call, as soon as it is parsed, a turn of the loop earlier than a task scheduled to start
-        task = asyncio.Task(self._forward(method, url, host, headers, body), loop=asyncio.get_running_loop(), eager_start=True)
+        task = asyncio.Task(self._forward(method, url, parts, host, headers, body), loop=asyncio.get_running_loop(),
+                            eager_start=True)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
         return task
 
-    def _now(self, method: str, url: str, host: str, headers: list[tuple[str, str]]) -> asyncio.Future[Reply] | None:
+    def _now(self, method: str, url: str, parts: tuple[str, str, str], host: str,
+             headers: list[tuple[str, str]]) -> asyncio.Future[Reply] | None:
         """A request without a body sent on a kept connection at once and answered as its head comes
         (:meth:`.UpstreamPool.fetch_now`), with no task between; None where that cannot be (then
-        :meth:`_forward`, which answers the same)."""
+        :meth:`_forward`, which answers the same). ``parts``: the URL's scheme, authority and target."""
         started = time.time()
-        scheme, authority, target = split_url(url)
+        scheme, authority, target = parts
         port = _port(authority, host, scheme)
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
 
@@ -247,9 +257,10 @@ class RecordFront(ProxyFront):
         self.archive.note_error(url, str(e), method)
         return error_reply(502, f"upstream {host}: {e}", [(BLOCK_HEADER, f"upstream-error; kind={e.kind}")])
 
-    async def _forward(self, method: str, url: str, host: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
+    async def _forward(self, method: str, url: str, parts: tuple[str, str, str], host: str,
+                       headers: list[tuple[str, str]], body: bytes) -> Reply:
         started = time.time()
-        scheme, authority, target = split_url(url)
+        scheme, authority, target = parts
         port = _port(authority, host, scheme)
         try:
             resp = await self.upstream.fetch(scheme, host, port, method, target, headers, body)
@@ -309,7 +320,8 @@ class RecordFront(ProxyFront):
         def failed(why: str) -> None:
             self.archive.note_error(url, why, method)
 
-        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp))
+        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp),
+                                max_bytes=self.upstream.max_body)
         self._streams.add(stream)
         stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
         return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)

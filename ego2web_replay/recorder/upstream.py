@@ -58,6 +58,9 @@ _NO_BODY_STATUS = frozenset({204, 304})
 #: Headers that describe the client's connection to the proxy, never forwarded upstream.
 HOP_BY_HOP = frozenset({"proxy-connection", "proxy-authorization", "keep-alive", "te", "trailer",
                         "transfer-encoding"})
+#: never sent upstream as the client sent them: the hop's own fields and the body's length (written anew)
+_NOT_FORWARDED = HOP_BY_HOP | {"content-length", "connection"}
+_UPGRADE_FIELDS = frozenset({"upgrade", "http2-settings"})  # passed on only for a websocket's upgrade
 PER_ORIGIN = 6  # connections to one origin at a time, kept or in use: what Chromium opens over HTTP/1.1
 
 
@@ -85,6 +88,9 @@ class UpstreamResponse:
     link: Any = field(default=None, repr=False)  # a streamed body's connection (its body not read yet)
     release: Any = field(default=None, repr=False)  # frees the origin's slot once a streamed body is read
     key: tuple[str, str, int] = ("", "", 0)
+    #: what :func:`parse_response_head` saw of the framing as it read the fields (None: not read there,
+    #: look in ``headers``): every Transfer-Encoding and Content-Length value, the first Content-Type
+    framing: tuple[list[str], list[str], str | None] | None = field(default=None, repr=False)
 
 
 
@@ -169,6 +175,7 @@ class UpstreamPool:
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
         self._busy: set[_Link] = set()  # links with an exchange in flight (closed too by :meth:`aclose`)
         self.closed = False  # after :meth:`close`: no new connection, no resend
+        self.max_body = max_response()  # the largest body archived, as the environment said at the start
         # Which responses come back with their body unread, to be streamed (``link`` set: see
         # :mod:`.stream`); the connection and its slot stay taken until :meth:`done_with` is called.
         self.stream_when: Callable[[UpstreamResponse], bool] | None = None
@@ -221,10 +228,10 @@ class UpstreamPool:
         if link is None:
             slots.release()
             return None
-        exchange = _Exchange(self, key, link, data, method, slots, done)
+        link.writer.write(data)  # first: what follows is done while the request travels (no callback of
+        exchange = _Exchange(self, key, link, data, method, slots, done)  # the link's runs before we return)
         self._busy.add(link)
         link.protocol.exchange = exchange
-        link.writer.write(exchange.data)
         exchange.timer = asyncio.get_running_loop().call_later(self.read_timeout_s, exchange.timed_out)
         return exchange.cancel
 
@@ -341,28 +348,28 @@ class UpstreamPool:
     def _head(method: str, target: str, headers: list[tuple[str, str]], body: bytes, host: str, port: int,
               scheme: str) -> bytes:
         out = [f"{method} {target} HTTP/1.1"]
-        has_host = False
-        chunked_in = False
-        cookies: list[str] = []
+        names = [k.lower() for k, _ in headers]  # each name lowered once
         # Connection and the fields it names describe the client's hop (RFC 9110 7.6.1): not forwarded,
         # except a websocket's upgrade, which asks the origin for the same. Any other upgrade (curl
         # --http2's h2c) stays on the client's hop: passed on, the origin's 101 would turn the exchange
         # into a tunnel of frames nothing archives; without it, the origin answers in HTTP/1.1.
-        named = _tokens(", ".join(v for k, v in headers if k.lower() == "connection"))
-        upgrade = "upgrade" in named and (get_header(headers, "upgrade") or "").strip().lower() == "websocket"
+        fields = list(zip(names, headers, strict=True))
+        named = _tokens(", ".join(v for name, (_, v) in fields if name == "connection")) \
+            if "connection" in names else set()
+        upgrade = "upgrade" in named and "upgrade" in names \
+            and headers[names.index("upgrade")][1].strip().lower() == "websocket"
         if upgrade:
             out.append("Connection: Upgrade")
-        for k, v in headers:
-            name = k.lower()
-            if name == "transfer-encoding":
-                chunked_in = True
-            if name in HOP_BY_HOP or name == "content-length" or name.startswith(":") or name == "connection" \
-                    or (name in named and not (upgrade and name == "upgrade")) \
-                    or (name in ("upgrade", "http2-settings") and not upgrade):
+        cookies: list[str] = []
+        cookie_at = 0
+        has_host = False
+        for name, (k, v) in fields:
+            if name in _NOT_FORWARDED or (named and name in named and not (upgrade and name == "upgrade")) \
+                    or (name in _UPGRADE_FIELDS and not upgrade) or name.startswith(":"):
                 continue
             if name == "host":
                 has_host = True
-            if name == "cookie":  # HTTP/2 may split it in several fields; HTTP/1.1 wants one
+            elif name == "cookie":  # HTTP/2 may split it in several fields; HTTP/1.1 wants one
                 if not cookies:
                     out.append("")
                     cookie_at = len(out) - 1
@@ -370,10 +377,10 @@ class UpstreamPool:
                 out[cookie_at] = f"{k}: {'; '.join(cookies)}"
                 continue
             out.append(f"{k}: {v}")
-        if not has_host:
+        if not has_host:  # (one the client named in Connection is the hop's: the origin's own is sent)
             default = 443 if scheme == "https" else 80
             out.insert(1, f"Host: {host}" + (f":{port}" if port != default else ""))
-        if body or chunked_in or get_header(headers, "content-length") is not None:
+        if body or "transfer-encoding" in names or "content-length" in names:
             out.append(f"Content-Length: {len(body)}")  # the body was read whole: always a length upstream
         return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
@@ -506,7 +513,9 @@ class UpstreamPool:
 
 def content_length(resp: UpstreamResponse) -> int | None:
     """The response's one Content-Length (None: it has none); ValueError as :func:`_length` says."""
-    lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
+    values = resp.framing[1] if resp.framing is not None else \
+        [value for k, value in resp.headers if k.lower() == "content-length"]
+    lengths = {v.strip() for value in values for v in value.split(",")}
     return _length(lengths) if lengths else None
 
 
@@ -665,10 +674,14 @@ class _Exchange:
         return resp
 
     def _give(self, resp: UpstreamResponse) -> None:
-        self._detach()
+        self.link.protocol.exchange = None
         resp.ip, resp.link, resp.key, resp.release = self.link.ip, self.link, self.key, self.slots.release
         self.over = True
-        self.done(resp)
+        try:
+            self.done(resp)  # the head on its way to the client first; the timer is let go after
+        finally:
+            if self.timer is not None:
+                self.timer.cancel()
 
     def resume(self) -> None:
         """Go on as :meth:`UpstreamPool.fetch` does after sending, the bytes that came read again."""
@@ -761,26 +774,20 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     value. Content-Length values are checked where the body is read (:func:`content_length`)."""
     if _HEAD.fullmatch(head) is None:
         _refuse(head)
-    lines = head.decode("latin-1").split("\r\n")
-    status_line = lines[0]
-    version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
-    headers: list[tuple[str, str]] = []
-    te: list[str] = []
-    lengths = False
-    for line in lines[1:]:
-        if line[0] in " \t":  # obs-fold: one value with the line before (the first line is a field: _HEAD)
-            name, value = headers[-1]
-            more = line.strip(" \t")
-            headers[-1] = (name, f"{value} {more}" if value and more else value or more)
-            continue
-        name, _, value = line.partition(":")
-        value = value.strip(" \t")
-        lower = name.lower()
-        if lower == "transfer-encoding":
-            te.append(value)
-        elif lower == "content-length":
-            lengths = True
-        headers.append((name, value))
+    text = head.decode("latin-1")
+    if "\r\n " in text or "\r\n\t" in text:
+        version, code, reason, headers, te, lengths, ctype = _folded(text)
+    else:  # every line a field of its own (what nearly every origin sends): read in one pass
+        status_line, _, block = text.partition("\r\n")
+        version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
+        headers = _FIELD.findall(block + "\r\n") if block else []
+        if " \r" in block or "\t\r" in block or block.endswith((" ", "\t")):  # white space after a value
+            headers = [(k, v.rstrip(" \t")) for k, v in headers]
+        low = text.lower()  # a field is asked for only where its name is there (values hold no LF)
+        te = [v for k, v in headers if k.lower() == "transfer-encoding"] if "\ntransfer-encoding:" in low else []
+        lengths = [v for k, v in headers if k.lower() == "content-length"] if "\ncontent-length:" in low else []
+        ctype = next((v for k, v in headers if k.lower() == "content-type"), None) \
+            if "\ncontent-type:" in low else None
     if te:
         if lengths:
             raise UpstreamError("protocol", "both Transfer-Encoding and Content-Length in the origin's response")
@@ -788,7 +795,51 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
             raise UpstreamError("protocol", f"a Transfer-Encoding other than chunked: {', '.join(te)[:60]!r}")
         if version == "HTTP/1.0":
             raise UpstreamError("protocol", "a Transfer-Encoding in an HTTP/1.0 response")
-    return UpstreamResponse(int(code), reason, version, headers)
+    resp = UpstreamResponse(int(code), reason, version, headers)
+    resp.framing = (te, lengths, ctype)
+    return resp
+
+
+#: a field line of a head :data:`_HEAD` matched, as Latin-1 text: its name, and its value less the white
+#: space before it (after it, where there is any, is stripped after)
+_FIELD = re.compile(r"([^:\r]+):[ \t]*([^\r]*)\r\n")
+
+
+def _folded(text: str) -> tuple[str, str, str, list[tuple[str, str]], list[str], list[str], str | None]:
+    """:func:`parse_response_head`'s reading of a head with folded lines, a line at a time."""
+    lines = text.split("\r\n")
+    status_line = lines[0]
+    version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
+    headers: list[tuple[str, str]] = []
+    te: list[str] = []
+    lengths: list[str] = []
+    ctype: str | None = None
+    ctype_at = -1
+    for line in lines[1:]:
+        if line[0] in " \t":  # obs-fold: one value with the line before (the first line is a field: _HEAD)
+            name, value = headers[-1]
+            more = line.strip(" \t")
+            value = f"{value} {more}" if value and more else value or more
+            headers[-1] = (name, value)
+            lower = name.lower()  # what was noted of that field is its value joined
+            if lower == "transfer-encoding":
+                te[-1] = value
+            elif lower == "content-length":
+                lengths[-1] = value
+            elif lower == "content-type" and ctype_at == len(headers) - 1:
+                ctype = value
+            continue
+        name, _, value = line.partition(":")
+        value = value.strip(" \t")
+        lower = name.lower()
+        if lower == "transfer-encoding":
+            te.append(value)
+        elif lower == "content-length":
+            lengths.append(value)
+        elif lower == "content-type" and ctype is None:
+            ctype, ctype_at = value, len(headers)
+        headers.append((name, value))
+    return version, code, reason, headers, te, lengths, ctype
 
 
 def read_back_head(version: str, status: int, reason: str, headers: list[tuple[str, str]]) -> UpstreamResponse:

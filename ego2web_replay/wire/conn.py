@@ -94,9 +94,12 @@ def split_url(url: str) -> tuple[str, str, str]:
     """``(scheme, authority, target)`` of an absolute ``url``; the target in origin form (``/`` when
     empty, a bare ``?query`` given its ``/``), the scheme as written."""
     scheme, _, rest = url.partition("://")
-    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    target = rest[cut:] or "/"
-    return scheme, rest[:cut], "/" + target if target.startswith("?") else target
+    slash, query = rest.find("/"), rest.find("?")
+    if 0 <= query and (slash < 0 or query < slash):  # a bare ?query: given its /
+        return scheme, rest[:query], "/" + rest[query:]
+    if slash < 0:
+        return scheme, rest, "/"
+    return scheme, rest[:slash], rest[slash:]
 
 
 def host_of(url: str) -> str:
@@ -183,7 +186,7 @@ class _Conn(Bounded):
         """Speak ``app`` from now on; a body it streams waits while this client is behind."""
         self.app = app
         app.writable = self._can_write
-        if isinstance(app, H1Handler):
+        if isinstance(app, H1Handler) and self.front.answers_again:
             app.quick = self._quick
 
     async def _can_write(self) -> None:
@@ -279,7 +282,7 @@ class _Conn(Bounded):
         """Answer an HTTP/1.1 request head this front answered before as then (:meth:`ProxyFront.repeat`),
         when it can go out now; whether it was answered (if not, nothing was done)."""
         repeats = self.front.repeats
-        if not repeats:  # (the recorder's are always empty: nothing to look up)
+        if not repeats:
             return False
         again = repeats.get((self.scheme, self.tunnel, head))
         if again is None or not self.may_answer():
@@ -330,12 +333,17 @@ class ProxyFront(ABC):
     ``timeout-head``, ``timeout-idle``, ``timeout-body``, ``timeout-stalled``, ``timeout-sending``,
     ``timeout-lingering``)."""
 
+    #: whether a reply may carry ``again`` (an HTTP/1.1 head seen before answered as then, :meth:`repeat`);
+    #: a front whose every answer is new (the recorder's) says no, and no head is looked up
+    answers_again = True
+
     def __init__(self, *, ca: ProjectCA, guard: GuardPolicy, host: str = "127.0.0.1", port: int = 0,
                  http2: bool = True, limits: WireLimits | None = None) -> None:
         self.host, self.requested_port, self.ca, self.http2 = host, port, ca, http2
         self.guard = guard
         self._allowed: dict[str, tuple[bool, str]] = {}  # the guard's decision per host, made once
         self._hosts: dict[str, str] = {}  # host_of() of URLs asked for (the same few again and again)
+        self._authorities: dict[str, str] = {}  # the host of each authority asked for (allowed_at)
         self.urls: dict[tuple[str, str | None], str] = {}  # HTTP/1.1: (absolute target, Host) -> the URL meant
         self.repeats: dict[tuple[str, str, bytes], Any] = {}  # HTTP/1.1: (scheme, tunnel, head) -> Reply.again
         self.limits = limits or WireLimits.from_env()
@@ -370,6 +378,19 @@ class ProxyFront(ABC):
                 if len(self._hosts) >= _MEMO_URLS:
                     self._hosts.clear()
                 self._hosts[url] = host
+        return self._decided(host)
+
+    def allowed_at(self, authority: str) -> tuple[str, bool, str]:
+        """:meth:`allowed` of a URL by its authority (``host[:port]``, as :func:`split_url` gives it)."""
+        host = self._authorities.get(authority)
+        if host is None:
+            host = split_authority(authority, "http")[0]
+            if len(self._authorities) >= _MEMO_URLS:
+                self._authorities.clear()
+            self._authorities[authority] = host
+        return self._decided(host)
+
+    def _decided(self, host: str) -> tuple[str, bool, str]:
         decided = self._allowed.get(host)
         if decided is None:
             decided = self._allowed[host] = self.guard.allowed(host)

@@ -179,19 +179,45 @@ _MEMO_HEAD = 4096
 _MEMO_HEADS = 4096
 
 
+#: The field lines of heads read and found valid (from the CRLF ending the request line), by their bytes:
+#: what a client sends with each request to one site is mostly the same lines, the request line
+#: (the URL) aside, so a new URL with those lines has only its request line read. As :data:`_HEADS`.
+_BLOCKS: dict[bytes, tuple[tuple[tuple[str, str], ...], str]] = {}
+
+
 def _parse_head(head: bytes) -> Request:
     """The request of one head (up to, not with, its blank line), refused as RFC 9112 and 9110 say."""
     known = _HEADS.get(head)
     if known is not None:
         method, target, version, fields, lowered = known
         return Request(method, target, version, list(fields), lowered, head)
-    req = _read_head(head)
+    cut = head.find(b"\r\n")
+    block = _BLOCKS.get(head[cut:]) if cut > 0 else None
+    req = _read_head(head) if block is None else _read_line(head[:cut], block)
     req.raw = head
     if len(head) <= _MEMO_HEAD:
         if len(_HEADS) >= _MEMO_HEADS:
             _HEADS.clear()
         _HEADS[head] = (req.method, req.target, req.version, tuple(req.headers), req.lowered)
+        if block is None and cut > 0:
+            if len(_BLOCKS) >= _MEMO_HEADS:
+                _BLOCKS.clear()
+            _BLOCKS[head[cut:]] = (tuple(req.headers), req.lowered)
     return req
+
+
+def _read_line(line: bytes, block: tuple[tuple[tuple[str, str], ...], str]) -> Request:
+    """:func:`_read_head` of a head whose field lines were read before (``block``: as they were read then,
+    valid as a whole, Host included): its request line is read as the whole head's would be."""
+    if _REQUEST_LINE.fullmatch(line) is None:
+        raise ParseError(400, "malformed request line")
+    method, target, version = line.decode("utf-8", "surrogateescape").split(" ")
+    if version not in ("HTTP/1.1", "HTTP/1.0"):
+        raise ParseError(505, f"unsupported version {version!r}")
+    if not _valid_target(method, target):
+        raise ParseError(400, "CONNECT wants host:port (an ASCII host, an IDN as A-labels, or an IP)"
+                         if method == "CONNECT" else "malformed request target")
+    return Request(method, target, version, list(block[0]), block[1])
 
 
 def _read_head(head: bytes) -> Request:
@@ -466,11 +492,14 @@ class H1Handler:
         """Send the head, then each piece of the reply's stream as it comes (see :mod:`.stream`);
         read on after a complete body that had a length or chunks, else close."""
         chunked = reply.chunked and req.version == "HTTP/1.1"
-        headers = reply.headers if chunked or not reply.chunked else \
-            [(k, v) for k, v in reply.headers if k.lower() != "transfer-encoding"]
-        delimited = chunked or any(k.lower() == "content-length" for k, _ in headers)
-        self.write(head_bytes(reply._replace(headers=headers)))
+        if chunked or not reply.chunked:
+            headers = reply.headers
+            self.write(head_bytes(reply))
+        else:  # chunks to an HTTP/1.0 client: the body goes unframed, to the connection's end
+            headers = [(k, v) for k, v in reply.headers if k.lower() != "transfer-encoding"]
+            self.write(head_bytes(reply._replace(headers=headers)))
         self.waiting, self.streaming = True, reply.stream
+        delimited = chunked or any(k.lower() == "content-length" for k, _ in headers)  # (after the head: it waits)
 
         def send(data: bytes) -> None:
             self.write(b"%x\r\n%b\r\n" % (len(data), data) if chunked else data)
@@ -496,6 +525,8 @@ class H1Handler:
             self.feed(b"")
 
     def _body(self, req: Request) -> bytes | None:
+        if "\ntransfer-encoding:" not in req.lowered and "\ncontent-length:" not in req.lowered:
+            return b""  # no framing field: no body (what most requests are)
         te = req.values("transfer-encoding")
         length = _content_length(req)
         if te:
