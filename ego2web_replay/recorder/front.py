@@ -13,9 +13,8 @@ every request is refused with a 502; an upstream failure is a 502 whose reason i
 kept in ``errors`` (certificate failures also in ``untrusted``). Websockets are
 passed through unchanged and archived when they close (:mod:`.websocket`); no other upgrade goes
 upstream (an h2c upgrade is answered in HTTP/1.1 and archived), and a ``101`` for anything else is a 502. A request that could split a line on the upstream wire (a
-control in a field, a space in the URL) is answered 400 by the wire and never reaches
-:meth:`RecordFront.reply` (HTTP/1.1's parser refuses it, HTTP/2 checks each stream with
-:func:`~..wire.h1.malformed`), so it is never sent. A request whose client goes away before its answer's head (an
+control in a field, a space in the URL: the wire's parsers refuse these first) is answered 400 and
+never sent. A request whose client goes away before its answer's head (an
 HTTP/2 stream reset, a closed connection) has its upstream fetch cancelled, the origin's
 connection closed, and nothing archived for it (``cancelled`` counts them, ``cancelled_urls``
 keeps the first 1000); once the head is sent the body is streaming, and a client that leaves
@@ -45,7 +44,7 @@ from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_url
-from ..wire.h1 import error_reply, give, hand_over
+from ..wire.h1 import error_reply, give, hand_over, malformed
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
@@ -144,6 +143,8 @@ class _Pipe:  # the tunnel of a 101 Reply
 class RecordFront(ProxyFront):
     """The fast recording proxy on ``host:port``: guard, upstream, archive (see the module docstring)."""
 
+    answers_again = False  # every answer is the origin's anew: no HTTP/1.1 head is looked up to repeat
+
     def __init__(self, archive: ExchangeArchive, *, ca: ProjectCA, guard: GuardPolicy | None = None,
                  upstream_ca: Path | None = None, host: str = "127.0.0.1", port: int = 0,
                  http2: bool = True, limits: WireLimits | None = None) -> None:
@@ -161,13 +162,8 @@ class RecordFront(ProxyFront):
         self._pipes: set[_Pipe] = set()
         self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
 
-    answers_again = False  # every answer is the origin's anew
-
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
-        """The origin's answer to a request as the wire read it: nothing :func:`~..wire.h1.malformed`
-        describes reaches here (HTTP/1.1's grammar refuses it as the head is read, HTTP/2 checks each
-        stream with it before answering), so nothing that could split a line goes upstream."""
         parts = split_url(url)
         host, ok, why = self.allowed_at(parts[1])
         if not ok:
@@ -176,12 +172,13 @@ class RecordFront(ProxyFront):
                 self.blocked_urls.append(url)
             status, head, text = blocked_response(host, why)
             return Reply(status, reason_phrase(status), head, b"" if method == "HEAD" else text, False, "blocked")
+        bad = malformed(method, url, headers)
+        if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
+            return error_reply(400, f"bad request: {bad}")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
-        for k, _ in headers:
-            if k.lower() == "expect":
-                headers = [(k, v) for k, v in headers if k.lower() != "expect"]
-                break
+        if any(k.lower() == "expect" for k, _ in headers):
+            headers = [(k, v) for k, v in headers if k.lower() != "expect"]
         if not body:
             now = self._now(method, url, parts, host, headers)
             if now is not None:

@@ -774,20 +774,7 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     value. Content-Length values are checked where the body is read (:func:`content_length`)."""
     if _HEAD.fullmatch(head) is None:
         _refuse(head)
-    text = head.decode("latin-1")
-    if "\r\n " in text or "\r\n\t" in text:
-        version, code, reason, headers, te, lengths, ctype = _folded(text)
-    else:  # every line a field of its own (what nearly every origin sends): read in one pass
-        status_line, _, block = text.partition("\r\n")
-        version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
-        headers = _FIELD.findall(block + "\r\n") if block else []
-        if " \r" in block or "\t\r" in block or block.endswith((" ", "\t")):  # white space after a value
-            headers = [(k, v.rstrip(" \t")) for k, v in headers]
-        low = text.lower()  # a field is asked for only where its name is there (values hold no LF)
-        te = [v for k, v in headers if k.lower() == "transfer-encoding"] if "\ntransfer-encoding:" in low else []
-        lengths = [v for k, v in headers if k.lower() == "content-length"] if "\ncontent-length:" in low else []
-        ctype = next((v for k, v in headers if k.lower() == "content-type"), None) \
-            if "\ncontent-type:" in low else None
+    version, code, reason, headers, te, lengths, ctype = _fields(head.decode("latin-1"))
     if te:
         if lengths:
             raise UpstreamError("protocol", "both Transfer-Encoding and Content-Length in the origin's response")
@@ -800,13 +787,10 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     return resp
 
 
-#: a field line of a head :data:`_HEAD` matched, as Latin-1 text: its name, and its value less the white
-#: space before it (after it, where there is any, is stripped after)
-_FIELD = re.compile(r"([^:\r]+):[ \t]*([^\r]*)\r\n")
-
-
-def _folded(text: str) -> tuple[str, str, str, list[tuple[str, str]], list[str], list[str], str | None]:
-    """:func:`parse_response_head`'s reading of a head with folded lines, a line at a time."""
+def _fields(text: str) -> tuple[str, str, str, list[tuple[str, str]], list[str], list[str], str | None]:
+    """A head :data:`_HEAD` matched, read a line at a time: its status line's parts, its fields (a folded
+    line joined to the value before it), and what the framing needs noted as they are read: every
+    Transfer-Encoding and Content-Length value and the first Content-Type (each as joined)."""
     lines = text.split("\r\n")
     status_line = lines[0]
     version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
