@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import os
 import ssl
 import time
@@ -152,8 +151,7 @@ class RecordFront(ProxyFront):
                          limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
-        # bodies go to the browser as they come (see .stream)
-        self.upstream.stream_when = functools.partial(streamable, limit=self.upstream.max_body)
+        self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
@@ -317,8 +315,7 @@ class RecordFront(ProxyFront):
         def failed(why: str) -> None:
             self.archive.note_error(url, why, method)
 
-        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp),
-                                max_bytes=self.upstream.max_body)
+        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp))
         self._streams.add(stream)
         stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
         return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)

@@ -66,33 +66,21 @@ _FAILURES = {"length": "response too large to archive (EGO2WEB_MAX_RECORD_BYTES)
 
 def open_ended(resp: UpstreamResponse) -> bool:
     """A response whose body may never end: server-sent events."""
-    ctype = resp.framing[2] if resp.framing is not None else get_header(resp.headers, "content-type")
-    return (ctype or "").split(";")[0].strip().lower() == "text/event-stream"
+    ctype = (get_header(resp.headers, "content-type") or "").split(";")[0].strip().lower()
+    return ctype == "text/event-stream"
 
 
-def _chunked(resp: UpstreamResponse) -> bool:
-    if resp.framing is not None:  # read strictly: a Transfer-Encoding there is exactly chunked
-        return bool(resp.framing[0])
-    return "chunked" in (get_header(resp.headers, "transfer-encoding") or "").lower()
-
-
-def streamable(resp: UpstreamResponse, limit: int | None = None) -> bool:
+def streamable(resp: UpstreamResponse) -> bool:
     """A response streamed to the browser as it comes: server-sent events, and any body chunked or
-    with a length the archive can hold (``limit``: the record cap's room for a payload, ``max_response()``
-    unless given; one running to the connection's end is read whole first, as is one with a length past
-    that: refused)."""
-    if _chunked(resp):
+    with a length the archive can hold (one running to the connection's end is read whole first, as
+    is one with a length past the record cap: refused)."""
+    if "chunked" in (get_header(resp.headers, "transfer-encoding") or "").lower():
         return True
-    lengths = resp.framing[1] if resp.framing is not None else None
-    if lengths is not None and len(lengths) == 1 and lengths[0].isdigit() and lengths[0].isascii() \
-            and len(lengths[0]) <= 19:
-        length: int | None = int(lengths[0])  # one plain length (what nearly every response has)
-    else:
-        try:
-            length = content_length(resp)
-        except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
-            return False
-    return (length is not None and length <= (max_response() if limit is None else limit)) or open_ended(resp)
+    try:
+        length = content_length(resp)
+    except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
+        return False
+    return open_ended(resp) or (length is not None and length <= max_response())
 
 
 def timing_value(pieces: list[tuple[int, int]]) -> str:
@@ -138,7 +126,8 @@ class RecordedStream:
         self._client_gone = False
         self._iterating = False
         self._reader_done = False
-        resp.chunked = _chunked(resp)
+        te = (get_header(resp.headers, "transfer-encoding") or "").lower()
+        resp.chunked = "chunked" in te
         # a body with a length may take as long as it keeps coming (the limit is between reads); any
         # other gets the limit in all (as recorder/upstream.py reads them)
         self._per_read = not open_ended and not resp.chunked

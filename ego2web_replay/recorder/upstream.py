@@ -88,9 +88,6 @@ class UpstreamResponse:
     link: Any = field(default=None, repr=False)  # a streamed body's connection (its body not read yet)
     release: Any = field(default=None, repr=False)  # frees the origin's slot once a streamed body is read
     key: tuple[str, str, int] = ("", "", 0)
-    #: what :func:`parse_response_head` saw of the framing as it read the fields (None: not read there,
-    #: look in ``headers``): every Transfer-Encoding and Content-Length value, the first Content-Type
-    framing: tuple[list[str], list[str], str | None] | None = field(default=None, repr=False)
 
 
 
@@ -175,7 +172,6 @@ class UpstreamPool:
         self._idle: dict[tuple[str, str, int], list[_Link]] = {}
         self._busy: set[_Link] = set()  # links with an exchange in flight (closed too by :meth:`aclose`)
         self.closed = False  # after :meth:`close`: no new connection, no resend
-        self.max_body = max_response()  # the largest body archived, as the environment said at the start
         # Which responses come back with their body unread, to be streamed (``link`` set: see
         # :mod:`.stream`); the connection and its slot stay taken until :meth:`done_with` is called.
         self.stream_when: Callable[[UpstreamResponse], bool] | None = None
@@ -513,9 +509,7 @@ class UpstreamPool:
 
 def content_length(resp: UpstreamResponse) -> int | None:
     """The response's one Content-Length (None: it has none); ValueError as :func:`_length` says."""
-    values = resp.framing[1] if resp.framing is not None else \
-        [value for k, value in resp.headers if k.lower() == "content-length"]
-    lengths = {v.strip() for value in values for v in value.split(",")}
+    lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
     return _length(lengths) if lengths else None
 
 
@@ -774,44 +768,20 @@ def parse_response_head(head: bytes) -> UpstreamResponse:
     value. Content-Length values are checked where the body is read (:func:`content_length`)."""
     if _HEAD.fullmatch(head) is None:
         _refuse(head)
-    version, code, reason, headers, te, lengths, ctype = _fields(head.decode("latin-1"))
-    if te:
-        if lengths:
-            raise UpstreamError("protocol", "both Transfer-Encoding and Content-Length in the origin's response")
-        if [t.strip(" \t").lower() for t in ",".join(te).split(",")] != ["chunked"]:
-            raise UpstreamError("protocol", f"a Transfer-Encoding other than chunked: {', '.join(te)[:60]!r}")
-        if version == "HTTP/1.0":
-            raise UpstreamError("protocol", "a Transfer-Encoding in an HTTP/1.0 response")
-    resp = UpstreamResponse(int(code), reason, version, headers)
-    resp.framing = (te, lengths, ctype)
-    return resp
-
-
-def _fields(text: str) -> tuple[str, str, str, list[tuple[str, str]], list[str], list[str], str | None]:
-    """A head :data:`_HEAD` matched, read a line at a time: its status line's parts, its fields (a folded
-    line joined to the value before it), and what the framing needs noted as they are read: every
-    Transfer-Encoding and Content-Length value and the first Content-Type (each as joined)."""
-    lines = text.split("\r\n")
+    lines = head.decode("latin-1").split("\r\n")
     status_line = lines[0]
     version, code, reason = status_line[:8], status_line[9:12], status_line[13:]
     headers: list[tuple[str, str]] = []
     te: list[str] = []
-    lengths: list[str] = []
-    ctype: str | None = None
-    ctype_at = -1
+    lengths = False
     for line in lines[1:]:
         if line[0] in " \t":  # obs-fold: one value with the line before (the first line is a field: _HEAD)
             name, value = headers[-1]
             more = line.strip(" \t")
             value = f"{value} {more}" if value and more else value or more
             headers[-1] = (name, value)
-            lower = name.lower()  # what was noted of that field is its value joined
-            if lower == "transfer-encoding":
-                te[-1] = value
-            elif lower == "content-length":
-                lengths[-1] = value
-            elif lower == "content-type" and ctype_at == len(headers) - 1:
-                ctype = value
+            if name.lower() == "transfer-encoding":
+                te[-1] = value  # checked below as joined, as the browser and the archive get it
             continue
         name, _, value = line.partition(":")
         value = value.strip(" \t")
@@ -819,11 +789,16 @@ def _fields(text: str) -> tuple[str, str, str, list[tuple[str, str]], list[str],
         if lower == "transfer-encoding":
             te.append(value)
         elif lower == "content-length":
-            lengths.append(value)
-        elif lower == "content-type" and ctype is None:
-            ctype, ctype_at = value, len(headers)
+            lengths = True
         headers.append((name, value))
-    return version, code, reason, headers, te, lengths, ctype
+    if te:
+        if lengths:
+            raise UpstreamError("protocol", "both Transfer-Encoding and Content-Length in the origin's response")
+        if [t.strip(" \t").lower() for t in ",".join(te).split(",")] != ["chunked"]:
+            raise UpstreamError("protocol", f"a Transfer-Encoding other than chunked: {', '.join(te)[:60]!r}")
+        if version == "HTTP/1.0":
+            raise UpstreamError("protocol", "a Transfer-Encoding in an HTTP/1.0 response")
+    return UpstreamResponse(int(code), reason, version, headers)
 
 
 def read_back_head(version: str, status: int, reason: str, headers: list[tuple[str, str]]) -> UpstreamResponse:
