@@ -451,3 +451,54 @@ def test_an_http2_stream_between_its_pieces_is_answering_not_sending_so_no_body_
         assert handler.phase() == "idle"
 
     run_coro(main(), timeout_s=30)  # in a thread of its own: Playwright's sync API may hold this thread's loop
+
+
+@pytest.mark.parametrize(("headers", "streamed"), [
+    ([("Content-Length", "60")], True),
+    ([("Content-Length", "60, 60")], True),  # equal values in a list are one length
+    ([("Content-Length", "60"), ("content-length", "60")], True),
+    ([("Content-Length", "60"), ("Content-Length", "61")], False),  # differ: read whole, refused there
+    ([("Content-Length", "+60")], False),
+    ([("Content-Length", "101")], False),  # past the cap: read whole, refused there
+    ([("Content-Length", "100")], True),
+    ([("Transfer-Encoding", "chunked")], True),
+    ([("Transfer-Encoding", "gzip"), ("Transfer-Encoding", "chunked")], False),  # the first one is read
+    ([], False),  # to the connection's end: read whole
+    ([("Content-Type", "Text/Event-Stream; charset=utf-8")], True),
+    ([("Content-Type", "text/event-stream"), ("Content-Length", "101")], True),  # cut at the cap
+    ([("Content-Type", "text/event-stream"), ("Content-Length", "6x")], False),
+    ([("Content-Type", "text/html"), ("Content-Type", "text/event-stream")], False),
+])
+def test_streamable_reads_the_framing_fields_as_the_body_reader_does(headers, streamed):
+    from ego2web_replay.recorder.stream import streamable
+    from ego2web_replay.recorder.upstream import UpstreamResponse
+
+    assert streamable(UpstreamResponse(200, "OK", "HTTP/1.1", headers), cap=100) is streamed
+
+
+def test_a_stream_the_recorder_had_not_begun_yet_begins_when_closed_and_is_archived_truncated():
+    """The recorder begins a streamed body (spool, timer, reading) only once the client's head is out
+    (``RecordedStream.begin``); one closed before that, as an HTTP/2 stream the client reset meanwhile,
+    still ends as any closed stream does: archived as far as it came, ``WARC-Truncated: disconnect``."""
+    import asyncio
+
+    from ego2web_replay.recorder.stream import RecordedStream
+    from ego2web_replay.recorder.upstream import UpstreamPool, UpstreamResponse
+
+    archived: list[tuple[bytes, list[tuple[str, str]]]] = []
+
+    async def archive(payload, warc_headers) -> bool:
+        archived.append((payload.read(), warc_headers))
+        payload.close()
+        return True
+
+    async def main() -> None:
+        resp = UpstreamResponse(200, "OK", "HTTP/1.1", [("Content-Type", "text/event-stream")])
+        stream = RecordedStream(UpstreamPool(), resp, archive, open_ended=True, begin=False)
+        assert not hasattr(stream, "ended")  # nothing set up yet
+        stream.close("stopped")
+        await asyncio.wait_for(stream.ended, 10)
+        assert [piece async for piece in stream] == []  # the client's side is over too
+
+    run_coro(main(), timeout_s=30)
+    assert archived == [(b"", [("WARC-Truncated", "disconnect"), (LEFT_HEADER, "stopped")])]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import ssl
 import time
@@ -47,7 +48,7 @@ from ..wire.h1 import error_reply, give, hand_over, malformed
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
-from .upstream import UpstreamError, UpstreamPool, UpstreamResponse
+from .upstream import UpstreamError, UpstreamPool, UpstreamResponse, max_response
 from .websocket import WebsocketTap, is_websocket
 
 __all__ = ["RecordFront"]
@@ -151,7 +152,10 @@ class RecordFront(ProxyFront):
                          limits=limits)
         self.archive = archive
         self.upstream = UpstreamPool(upstream_ca=upstream_ca)
-        self.upstream.stream_when = streamable  # bodies go to the browser as they come (see .stream)
+        # the record cap (EGO2WEB_MAX_RECORD_BYTES), read once when the recorder starts
+        self.max_body = max_response()
+        # bodies go to the browser as they come (see .stream)
+        self.upstream.stream_when = functools.partial(streamable, cap=self.max_body)
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
@@ -220,6 +224,7 @@ class RecordFront(ProxyFront):
                 give(future, reply)
                 if reply.stream is not None:
                     _let_the_client_read()
+                    self._begin(reply.stream)
             else:  # archived whole first (a response fetch_now handed on)
                 asyncio.ensure_future(reply).add_done_callback(lambda t: _chain(t, future))
 
@@ -271,6 +276,7 @@ class RecordFront(ProxyFront):
             return reply
         hand_over(reply)
         _let_the_client_read()
+        self._begin(reply.stream)
         return reply
 
     def _answer(self, url: str, host: str, method: str, headers: list[tuple[str, str]], body: bytes,
@@ -315,10 +321,16 @@ class RecordFront(ProxyFront):
         def failed(why: str) -> None:
             self.archive.note_error(url, why, method)
 
-        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp))
+        stream = RecordedStream(self.upstream, resp, archive, failed=failed, open_ended=open_ended(resp),
+                                max_bytes=self.max_body, begin=False)  # begun once the head is out: _begin
+        return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)
+
+    def _begin(self, stream: RecordedStream) -> None:
+        """Set up a streamed body whose head was given to the client (:meth:`RecordedStream.begin`), and
+        keep it until its record is written (:meth:`closing` waits for it)."""
+        stream.begin()
         self._streams.add(stream)
         stream.ended.add_done_callback(lambda _: self._streams.discard(stream))
-        return Reply(resp.status, resp.reason, resp.headers, b"", resp.chunked, "recorded", stream=stream)
 
     async def closing(self) -> None:
         """Close the upstream side: every connection (an answer in flight ends as a 502) and websocket;

@@ -50,6 +50,7 @@ from .upstream import (
     chunk_size,
     content_length,
     max_response,
+    one_length,
     skip_trailers,
 )
 
@@ -70,17 +71,32 @@ def open_ended(resp: UpstreamResponse) -> bool:
     return ctype == "text/event-stream"
 
 
-def streamable(resp: UpstreamResponse) -> bool:
+def streamable(resp: UpstreamResponse, cap: int | None = None) -> bool:
     """A response streamed to the browser as it comes: server-sent events, and any body chunked or
-    with a length the archive can hold (one running to the connection's end is read whole first, as
-    is one with a length past the record cap: refused)."""
-    if "chunked" in (get_header(resp.headers, "transfer-encoding") or "").lower():
+    with a length the archive can hold (``cap``: the record cap, :func:`.max_response` when None; one
+    running to the connection's end is read whole first, as is one with a length past the record cap:
+    refused). The fields it needs are found in one pass over the head (it runs before every first
+    byte): the first Transfer-Encoding and Content-Type, as :func:`.get_header` finds them, and every
+    Content-Length value, as :func:`.content_length` reads them."""
+    te = ctype = lengths = None
+    for name, value in resp.headers:
+        lower = name.lower()
+        if lower == "content-length":
+            lengths = value if lengths is None else f"{lengths},{value}"
+        elif lower == "transfer-encoding":
+            te = value if te is None else te
+        elif lower == "content-type":
+            ctype = value if ctype is None else ctype
+    if te is not None and "chunked" in te.lower():
         return True
-    try:
-        length = content_length(resp)
-    except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
-        return False
-    return open_ended(resp) or (length is not None and length <= max_response())
+    if lengths is not None:
+        try:
+            if one_length({v.strip() for v in lengths.split(",")}) <= (max_response() if cap is None else cap):
+                return True
+        except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
+            return False
+    # server-sent events (open_ended) are streamed with no length, or one past the cap (cut there)
+    return ctype is not None and ctype.split(";")[0].strip().lower() == "text/event-stream"
 
 
 def timing_value(pieces: list[tuple[int, int]]) -> str:
@@ -104,13 +120,28 @@ class RecordedStream:
     def __init__(self, pool: UpstreamPool, resp: UpstreamResponse,
                  archive: Callable[[SpoolFile, list[tuple[str, str]]], Awaitable[bool]], *,
                  failed: Callable[[str], None] | None = None, open_ended: bool = True,
-                 max_bytes: int | None = None, max_seconds: float | None = None) -> None:
+                 max_bytes: int | None = None, max_seconds: float | None = None, begin: bool = True) -> None:
+        """``begin``: set up now (see :meth:`begin`); False leaves that to the caller, who calls
+        :meth:`begin` before the loop runs anything else, once the head is on its way to the client."""
         self.pool, self.resp, self.archive, self.failed = pool, resp, archive, failed
         self.open_ended = open_ended
         self.max_bytes = max_response() if max_bytes is None else max_bytes
         self.max_seconds = pool.read_timeout_s if max_seconds is None else max_seconds
         self.complete = False
         self.truncated: str | None = None
+        te = (get_header(resp.headers, "transfer-encoding") or "").lower()
+        resp.chunked = "chunked" in te  # what the client's head says
+        self._begun = False
+        if begin:
+            self.begin()
+
+    def begin(self) -> None:
+        """Set up the spool, the body's timer and its reading from the origin (once; :meth:`close`
+        and the iteration begin it too, if nobody did). The recorder calls it after the client's head
+        is written and the client was let read it (:mod:`.front`): none of it holds back a first byte."""
+        if self._begun:
+            return
+        self._begun = True
         loop = asyncio.get_running_loop()
         self._gone: asyncio.Future[None] = loop.create_future()
         self.ended: asyncio.Future[None] = loop.create_future()
@@ -126,11 +157,9 @@ class RecordedStream:
         self._client_gone = False
         self._iterating = False
         self._reader_done = False
-        te = (get_header(resp.headers, "transfer-encoding") or "").lower()
-        resp.chunked = "chunked" in te
         # a body with a length may take as long as it keeps coming (the limit is between reads); any
         # other gets the limit in all (as recorder/upstream.py reads them)
-        self._per_read = not open_ended and not resp.chunked
+        self._per_read = not self.open_ended and not self.resp.chunked
         # the origin is read into the spool at its own pace; the client is fed from it at the client's.
         # The reading starts on the loop's next turn, after the head this stream belongs to has gone
         # to the client (the answer is written by the callbacks of the task that made this stream,
@@ -147,6 +176,7 @@ class RecordedStream:
         """The browser went away (``client``) or the recording stops (``stopped``). An open-ended body
         is archived as it is, truncated; any other is read on to its end and archived whole when its
         browser left, and given up (not archived) when the recording stops."""
+        self.begin()
         if self._left is None:
             self._left = why
         self._client_gone = True
@@ -198,6 +228,7 @@ class RecordedStream:
     async def __aiter__(self) -> AsyncIterator[bytes]:  # type: ignore[misc]
         """What the origin sent so far, then more as it comes, while the client is there; the held
         bytes only once the record is written."""
+        self.begin()
         if self._iterating or self._reader_done:
             return
         self._iterating, sent = True, 0

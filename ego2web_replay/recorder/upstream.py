@@ -508,12 +508,12 @@ class UpstreamPool:
 
 
 def content_length(resp: UpstreamResponse) -> int | None:
-    """The response's one Content-Length (None: it has none); ValueError as :func:`_length` says."""
+    """The response's one Content-Length (None: it has none); ValueError as :func:`one_length` says."""
     lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
-    return _length(lengths) if lengths else None
+    return one_length(lengths) if lengths else None
 
 
-def _length(values: set[str]) -> int:
+def one_length(values: set[str]) -> int:
     """The one length of a response's Content-Length fields (RFC 9110 8.6: equal values in a list are one);
     ValueError for values that differ or are not ASCII digits (a response that could hide another)."""
     if len(values) != 1:
