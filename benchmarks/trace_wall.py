@@ -1,6 +1,6 @@
 """Where a cold first byte's wall time goes: the recorder and the thinnest Python forwarder, stamped.
 
-    python benchmarks/trace_wall.py [--size BYTES] [--rounds N] [--pin]
+    python benchmarks/trace_wall.py [--size BYTES] [--rounds N] [--pin] [--against DIR]
 
 The origin of ``bench_record.py --stream`` (``_recordstream.py``), our recorder (the fast engine, a
 real zst snapshot) and ``_pyfloor.py`` each in a process of its own, with ``time.perf_counter`` stamps
@@ -13,7 +13,11 @@ median of each stamp (microseconds from the client's send) per proxy: wall time,
 profile misses shows, such as a client woken on the proxy's CPU and waiting there while the proxy
 goes on working (``recorder/front.py``, ``_let_the_client_read``). A direct fetch from the origin
 each round gives the scale (``direct``: its ``client`` only). ``--pin`` pins as ``bench_record.py
---stream-pin`` does. Writes nothing; loopback only.
+--stream-pin`` does. ``--against DIR`` stamps a second recorder, the package as it is in ``DIR`` (a
+checkout of another commit: ``git worktree add /tmp/before <commit>``), in the same rounds
+(``against``), the order of the proxies shuffled each round: a change's cost or saving step by step,
+where a whole first byte varies by more than that from run to run (BENCHMARKS.md, "Less before the
+head"). Writes nothing; loopback only.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -52,7 +57,7 @@ def stamp(cls, name, key, after=False):
 REC = r'''
 import sys, time, json
 from pathlib import Path
-sys.path[:0] = [sys.argv[2]]
+sys.path[:0] = [sys.argv[2], sys.argv[3]]  # the benchmarks, and the tree whose package is stamped
 from _common import RecordingProxy
 from ego2web_replay.recorder import upstream, front
 from ego2web_replay.wire import conn, h1
@@ -101,25 +106,40 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=80, help="fetches per proxy (after 3 warm-up rounds)")
     ap.add_argument("--pin", action="store_true",
                     help="the origin on CPU 1, the proxies and the client on CPU 0 (bench_record.py --stream-pin)")
+    ap.add_argument("--against", type=Path, metavar="DIR",
+                    help="also stamp the recorder of the ego2web_replay package in DIR (a checkout of another "
+                         "commit), in the same rounds")
     args = ap.parse_args()
+    if args.against is not None and not (args.against / "ego2web_replay" / "recorder" / "front.py").is_file():
+        raise SystemExit(f"trace_wall.py: no ego2web_replay package in {args.against}")
     tmp = Path(tempfile.mkdtemp(prefix="ego2web-wall-"))
     op = free_port()
     origin = subprocess.Popen([sys.executable, "-c", _ORIGIN, str(op)])
-    rec = subprocess.Popen([sys.executable, "-c", STAMP + REC, str(tmp / "r"), str(B)], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True)
-    fl = subprocess.Popen([sys.executable, "-c", STAMP + FLOOR, str(B)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                          text=True)
+
+    def recorder(name: str, tree: Path) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, "-c", STAMP + REC, str(tmp / name), str(B), str(tree)],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    procs = {"ours": recorder("ours", B.parent)}
+    if args.against is not None:
+        procs["against"] = recorder("against", args.against.resolve())
+    procs["pyfloor"] = subprocess.Popen([sys.executable, "-c", STAMP + FLOOR, str(B)], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True)
     try:
-        assert rec.stdin and rec.stdout and fl.stdin and fl.stdout
         wait_port(op)
-        rp, fp = int(rec.stdout.readline()), int(fl.stdout.readline().split()[0])
+        ports = {}
+        for name, p in procs.items():
+            assert p.stdout is not None
+            ports[name] = int(p.stdout.readline().split()[0])
         if args.pin:
             pin_tree(origin.pid, {1})
-            for p in (rec, fl):
+            for p in procs.values():
                 pin_tree(p.pid, {0})
             os.sched_setaffinity(0, {0})
         host = f"127.0.0.1:{op}"
-        rows: dict[str, list[dict[str, float]]] = {"ours": [], "pyfloor": [], "direct": []}
+        rows: dict[str, list[dict[str, float]]] = {name: [] for name in [*procs, "direct"]}
+        order = list(procs)
+        shuffle = random.Random(0).shuffle
 
         def stamps(p: subprocess.Popen[str]) -> dict[str, float]:
             assert p.stdin and p.stdout
@@ -128,10 +148,12 @@ def main() -> None:
             return json.loads(p.stdout.readline())
 
         for i in range(args.rounds + 3):
-            for name, proc, port in (("ours", rec, rp), ("pyfloor", fl, fp)):
+            shuffle(order)  # no proxy always first after the direct fetch
+            for name in order:
+                proc = procs[name]
                 time.sleep(0.05)
                 stamps(proc)  # what came before is dropped
-                t0, t1 = fetch(port, f"http://{host}/big/{args.size}?i={i}", host)
+                t0, t1 = fetch(ports[name], f"http://{host}/big/{args.size}?i={i}", host)
                 time.sleep(0.05)
                 got = stamps(proc)
                 if i >= 3:
@@ -148,11 +170,15 @@ def main() -> None:
                           key=lambda k: statistics.median([r[k] for r in got_rows if k in r]))
             print(f"{name:>8}  " + "  ".join(
                 f"{k}={statistics.median([r[k] for r in got_rows if k in r]):.0f}" for k in keys))
-        rec.stdin.write("stop\n")
-        rec.stdin.flush()
-        rec.wait(60)
+        recorders = [p for name, p in procs.items() if name != "pyfloor"]
+        for p in recorders:
+            assert p.stdin is not None
+            p.stdin.write("stop\n")
+            p.stdin.flush()
+        for p in recorders:
+            p.wait(60)
     finally:
-        for p in (rec, fl, origin):
+        for p in (*procs.values(), origin):
             if p.poll() is None:
                 p.kill()
                 p.wait()
