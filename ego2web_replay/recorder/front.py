@@ -221,10 +221,13 @@ class RecordFront(ProxyFront):
                 future.set_exception(e)
                 return
             if isinstance(reply, Reply):
-                give(future, reply)
-                if reply.stream is not None:
-                    _let_the_client_read()
-                    self._begin(reply.stream)
+                try:
+                    give(future, reply)
+                    if reply.stream is not None:
+                        _let_the_client_read()
+                finally:  # begun even where the head could not be given: its origin is read, then let go
+                    if reply.stream is not None:
+                        self._begin(reply.stream)
             else:  # archived whole first (a response fetch_now handed on)
                 asyncio.ensure_future(reply).add_done_callback(lambda t: _chain(t, future))
 
@@ -274,9 +277,11 @@ class RecordFront(ProxyFront):
             return await reply
         if reply.stream is None:
             return reply
-        hand_over(reply)
-        _let_the_client_read()
-        self._begin(reply.stream)
+        try:
+            hand_over(reply)
+            _let_the_client_read()
+        finally:  # as in _now: begun whatever happened to the head
+            self._begin(reply.stream)
         return reply
 
     def _answer(self, url: str, host: str, method: str, headers: list[tuple[str, str]], body: bytes,
