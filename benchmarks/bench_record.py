@@ -271,6 +271,8 @@ def stream_report(args: argparse.Namespace, info: dict[str, str]) -> None:
                [f"ours over the floors ({mib}): / nginx, / pyfloor", f"{text(ratio['ours/nginx'])}, "
                 f"{text(ratio['ours/pyfloor'])}", "-"],
                [f"TTFB ours vs warcprox ({mib})", text(ratio["ours/warcprox"]), "-"],
+               [f"TTFB from connect() (the accept always inside), ours / direct ({mib})",
+                text(res[big]["connect_ratio"]["ours/direct"]), "-"],
                [f"recorder memory bounded by the stream: peak RSS growth {sizes[0] / 2**20:.4g} MiB vs "
                 f"{mib} response", f"{res[sizes[0]]['rss']['ours']:.1f} vs {res[big]['rss']['ours']:.1f} MiB",
                 "met" if res[big]["rss"]["ours"] < 0.1 * big / 2**20 else "NOT met"]]

@@ -123,12 +123,12 @@ def main() -> None:
                 _settle([rec.pid, origin.pid])
                 stamps()  # what came before this fetch (the previous record's write) is dropped
                 t0 = time.perf_counter()
-                first, _ = fetch(port, f"http://{host}/big/{size}?r={rnd}", host, size)
+                first, *_ = fetch(port, f"http://{host}/big/{size}?r={rnd}", host, size)
                 got = stamps()
                 row = {k: (v - t0) * 1000 for k, v in got["wall"].items()}
                 row["client has it"] = first
                 _settle([rec.pid, origin.pid])
-                row["direct"], _ = fetch(origin_port, f"/big/{size}?d={rnd}", host, size)
+                row["direct"], *_ = fetch(origin_port, f"/big/{size}?d={rnd}", host, size)
                 if rnd:
                     rows[size].append(row)
                     cpus[size].append(got["cpu"])
