@@ -67,8 +67,11 @@ _FAILURES = {"length": "response too large to archive (EGO2WEB_MAX_RECORD_BYTES)
 
 def open_ended(resp: UpstreamResponse) -> bool:
     """A response whose body may never end: server-sent events."""
-    ctype = (get_header(resp.headers, "content-type") or "").split(";")[0].strip().lower()
-    return ctype == "text/event-stream"
+    return _event_stream(get_header(resp.headers, "content-type"))
+
+
+def _event_stream(content_type: str | None) -> bool:
+    return content_type is not None and content_type.split(";")[0].strip().lower() == "text/event-stream"
 
 
 def streamable(resp: UpstreamResponse, cap: int | None = None) -> bool:
@@ -78,25 +81,25 @@ def streamable(resp: UpstreamResponse, cap: int | None = None) -> bool:
     refused). The fields it needs are found in one pass over the head (it runs before every first
     byte): the first Transfer-Encoding and Content-Type, as :func:`.get_header` finds them, and every
     Content-Length value, as :func:`.content_length` reads them."""
-    te = ctype = lengths = None
+    te = ctype = None
+    lengths: list[str] = []
     for name, value in resp.headers:
         lower = name.lower()
         if lower == "content-length":
-            lengths = value if lengths is None else f"{lengths},{value}"
+            lengths.append(value)
         elif lower == "transfer-encoding":
             te = value if te is None else te
         elif lower == "content-type":
             ctype = value if ctype is None else ctype
     if te is not None and "chunked" in te.lower():
         return True
-    if lengths is not None:
+    if lengths:
         try:
-            if one_length({v.strip() for v in lengths.split(",")}) <= (max_response() if cap is None else cap):
+            if one_length(lengths) <= (max_response() if cap is None else cap):
                 return True
         except ValueError:  # lengths that differ or are no digits: read whole, and refused there (a 502)
             return False
-    # server-sent events (open_ended) are streamed with no length, or one past the cap (cut there)
-    return ctype is not None and ctype.split(";")[0].strip().lower() == "text/event-stream"
+    return _event_stream(ctype)  # (open_ended) streamed with no length, or one past the cap (cut there)
 
 
 def timing_value(pieces: list[tuple[int, int]]) -> str:

@@ -509,13 +509,15 @@ class UpstreamPool:
 
 def content_length(resp: UpstreamResponse) -> int | None:
     """The response's one Content-Length (None: it has none); ValueError as :func:`one_length` says."""
-    lengths = {v.strip() for k, value in resp.headers if k.lower() == "content-length" for v in value.split(",")}
-    return one_length(lengths) if lengths else None
+    fields = [value for k, value in resp.headers if k.lower() == "content-length"]
+    return one_length(fields) if fields else None
 
 
-def one_length(values: set[str]) -> int:
-    """The one length of a response's Content-Length fields (RFC 9110 8.6: equal values in a list are one);
-    ValueError for values that differ or are not ASCII digits (a response that could hide another)."""
+def one_length(fields: list[str]) -> int:
+    """The one length of a response's Content-Length field values, as sent (RFC 9110 8.6: equal values in
+    a list are one); ValueError for values that differ or are not ASCII digits (a response that could
+    hide another)."""
+    values = {v.strip() for field in fields for v in field.split(",")}
     if len(values) != 1:
         raise ValueError("conflicting Content-Lengths")
     text = values.pop()
