@@ -30,7 +30,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
+import re
 import ssl
 import time
 from collections import Counter
@@ -44,7 +46,7 @@ from ..web import reason_phrase
 from ..wire import Reply
 from ..wire.budget import WireLimits
 from ..wire.conn import ProxyFront, split_url
-from ..wire.h1 import error_reply, give, hand_over, malformed
+from ..wire.h1 import MAX_HEAD, error_reply, give, hand_over, malformed
 from .addon import ExchangeArchive
 from .spool import SpoolFile
 from .stream import RecordedStream, open_ended, streamable
@@ -53,7 +55,15 @@ from .websocket import WebsocketTap, is_websocket
 
 __all__ = ["RecordFront"]
 
+log = logging.getLogger(__name__)
+
 _DEFAULT_PORT = {"http": 80, "https": 443}
+#: A request line :meth:`RecordFront.early` may send on before its head is read: a GET in HTTP/1.1 whose
+#: target is absolute with an ``http://`` authority and a path, or a path (origin form), in the characters
+#: any target may hold (``wire.h1._REQUEST_LINE``); the authority as the wire's check reads it, up to the path.
+_EARLY_LINE = re.compile(rb"GET (?:http://([^/?#\x00-\x20\x7f]+))?(/[!-~\x80-\xff]*) HTTP/1\.1")
+#: field lines learned for early sends: at most this many (then forgotten), of heads of at most this length
+_MEMO_SENDS, _MEMO_SEND_HEAD = 1024, 4096
 
 
 def _client_reply(resp: UpstreamResponse, method: str) -> Reply:
@@ -163,6 +173,61 @@ class RecordFront(ProxyFront):
         self._inflight: set[asyncio.Future[Reply]] = set()  # answers still waiting for the upstream
         self._pipes: set[_Pipe] = set()
         self._streams: set[RecordedStream] = set()  # bodies streaming through, archived when they end
+        # early(): (scheme, tunnel, the target's authority, field lines) -> (origin, the request after its line)
+        self._sends: dict[tuple[str, str, bytes | None, bytes], tuple[tuple[str, str, int], bytes]] = {}
+        self._learning: tuple[tuple[str, str, bytes | None, bytes], bytes] | None = None
+
+    sends_early = True
+
+    def early(self, scheme: str, tunnel: str, head: bytes) -> Callable[[], None] | None:
+        """Send an HTTP/1.1 request upstream as soon as its head is whole, before it is read, where the
+        same field lines (to the same authority, on the same kind of connection) were read before and went
+        upstream as they would now: a GET with no body on a kept connection to the origin (what a browser
+        sends for each resource of a site). The wire's strict reading then reads the head as usual, and
+        :meth:`reply`'s :meth:`.UpstreamPool.fetch_now` takes the request up only where it would write the
+        very same bytes to the same origin; the client gets no answer but the one of that path. The strict
+        checks of these field lines were passed when they were first read (the very same bytes); the
+        request line is read here by a pattern narrower than the wire's. Returns what the connection
+        calls once the head is answered (:meth:`_early_over`), or None (nothing was done).
+
+        Why: reading a head, the checks and building the upstream request take most of the time between
+        the client's request and the origin's; sent first, that work is done while the origin answers
+        (BENCHMARKS.md, "Sent before it is read")."""
+        cut = head.find(b"\r\n")
+        m = _EARLY_LINE.fullmatch(head, 0, cut) if 0 < cut and len(head) <= MAX_HEAD else None
+        if m is None or self.archive.failed:
+            return None
+        authority, target = m.group(1, 2)
+        seen = (scheme, tunnel, authority, head[cut:])
+        known = self._sends.get(seen)
+        if known is None:  # learned from what the request's own path writes, if it writes it at once
+            if len(head) > _MEMO_SEND_HEAD:
+                return None
+            self._learning, self.upstream.sent = (seen, target), None
+            return self._early_over
+        if self.upstream.send_early(known[0], b"GET %b HTTP/1.1%b" % (target, known[1])):
+            return self._early_over
+        return None
+
+    def _early_over(self) -> None:
+        """After a head :meth:`early` saw has been read and answered or refused: a request it wrote that the
+        head's own path did not take up is let go (its connection closed; counted, ``early-dropped``);
+        what that path wrote for field lines not seen before is learned, where it is the same for any
+        target (no body, so no length)."""
+        learning, self._learning = self._learning, None
+        sent, self.upstream.sent = self.upstream.sent, None
+        if self.upstream.drop_early():
+            log.warning("a request sent before it was read was not the one its head asked for: let go")
+        if learning is None or sent is None:
+            return
+        (seen, target), (origin, data) = learning, sent
+        line = b"GET %b HTTP/1.1" % target
+        block = seen[3].lower()
+        if data.startswith(line + b"\r\n") and b"\ncontent-length:" not in block \
+                and b"\ntransfer-encoding:" not in block:
+            if len(self._sends) >= _MEMO_SENDS:
+                self._sends.clear()
+            self._sends[seen] = (origin, data[len(line):])
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:

@@ -72,7 +72,9 @@ class RecordResult:
     blocked: dict[str, int] = field(default_factory=dict)
     refused: dict[str, int] = field(default_factory=dict)
     """What the proxy's bounds refused or ended (docs/limits.md); ``cancelled``: requests whose client
-    went away before the answer (fetch stopped, nothing archived)."""
+    went away before the answer (fetch stopped, nothing archived); ``early-dropped``: requests sent
+    upstream before their head was read that their own path did not take up (``RecordFront.early``:
+    none are expected; their answers were never read)."""
     location: str | None = None  # the snapshot's URL when it was uploaded to object storage
 
 
@@ -168,8 +170,10 @@ class LiveRecording:
         if self.proxy is not None:
             self.proxy.stop()
             if isinstance(self.proxy, RecordFront):
+                dropped = self.proxy.upstream.early_dropped
                 self.refused = {**self.proxy.refused, **({"cancelled": self.proxy.cancelled}
-                                                         if self.proxy.cancelled else {})}
+                                                         if self.proxy.cancelled else {}),
+                                **({"early-dropped": dropped} if dropped else {})}
         elif isinstance(self.guard, RecordFront):
             self.guard.certs.close()  # made, never started
         self.recorder.drain()  # every record handed to the writer thread written (or the recording failed)

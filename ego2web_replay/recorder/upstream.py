@@ -175,6 +175,12 @@ class UpstreamPool:
         # Which responses come back with their body unread, to be streamed (``link`` set: see
         # :mod:`.stream`); the connection and its slot stay taken until :meth:`done_with` is called.
         self.stream_when: Callable[[UpstreamResponse], bool] | None = None
+        # A request written by :meth:`send_early`, for the :meth:`fetch_now` that follows it in the same call
+        # to take up: (key, bytes, link, slots); and what :meth:`fetch_now` last wrote itself, (key, bytes).
+        self._early: tuple[tuple[str, str, int], bytes, _Link, _Slots] | None = None
+        self.sent: tuple[tuple[str, str, int], bytes] | None = None
+        self.early_sent = 0  # requests written by send_early and taken up by their fetch_now
+        self.early_dropped = 0  # requests written by send_early that their fetch_now did not take up
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
@@ -214,7 +220,15 @@ class UpstreamPool:
         ``HEAD``, a body read whole, a connection that ended first) goes on as :meth:`fetch` would from
         there, the same bytes read again. Returns what to call when the answer is no longer wanted (the
         client went away): the exchange is stopped and its connection closed."""
-        slots = self._slots.get(key := (scheme, host, port))
+        key = (scheme, host, port)
+        if self._early is not None:  # written already (send_early): taken up if it is what would be written now
+            early, self._early = self._early, None
+            if early[0] == key and early[1] == self._head(method, target, headers, b"", host, port, scheme) \
+                    and method != "HEAD":
+                self.early_sent += 1
+                return self._await_head(key, early[2], early[1], method, early[3], done)
+            self._drop(early)
+        slots = self._slots.get(key)
         if self.closed or self.stream_when is None or method == "HEAD" or slots is None or not self._idle.get(key):
             return None
         data = self._head(method, target, headers, b"", host, port, scheme)
@@ -225,11 +239,50 @@ class UpstreamPool:
             slots.release()
             return None
         link.writer.write(data)  # first: what follows is done while the request travels (no callback of
-        exchange = _Exchange(self, key, link, data, method, slots, done)  # the link's runs before we return)
+        self.sent = (key, data)  # the link's runs before we return)
         self._busy.add(link)
+        return self._await_head(key, link, data, method, slots, done)
+
+    def _await_head(self, key: tuple[str, str, int], link: _Link, data: bytes, method: str, slots: _Slots,
+                    done: Callable[[UpstreamResponse | BaseException], None]) -> Callable[[], None]:
+        """The exchange of a request written on ``link``: its head read as it comes (:meth:`fetch_now`)."""
+        exchange = _Exchange(self, key, link, data, method, slots, done)
         link.protocol.exchange = exchange
         exchange.timer = asyncio.get_running_loop().call_later(self.read_timeout_s, exchange.timed_out)
         return exchange.cancel
+
+    def send_early(self, key: tuple[str, str, int], data: bytes) -> bool:
+        """Write ``data``, a request without a body, on a kept connection to ``key`` now, before the request
+        it stands for is read (:meth:`.RecordFront.early`); whether it was. The :meth:`fetch_now` of that
+        request, in the same call, takes it up if it would write the very same bytes to the same origin;
+        anything else drops it (:meth:`drop_early`): its connection closed, its answer never read."""
+        slots = self._slots.get(key)
+        if self.closed or self.stream_when is None or slots is None or not self._idle.get(key) \
+                or self._early is not None or not slots.take_now():
+            return False
+        link = self._take(key)
+        if link is None:
+            slots.release()
+            return False
+        link.writer.write(data)
+        self._busy.add(link)
+        self._early = (key, data, link, slots)
+        return True
+
+    def drop_early(self) -> bool:
+        """Let go of a request :meth:`send_early` wrote that no :meth:`fetch_now` took up; whether there was one."""
+        early, self._early = self._early, None
+        if early is None:
+            return False
+        self._drop(early)
+        return True
+
+    def _drop(self, early: tuple[tuple[str, str, int], bytes, _Link, _Slots]) -> None:
+        self.early_dropped += 1
+        link = early[2]
+        link.abort()
+        self._busy.discard(link)
+        early[3].release()
 
     def done_with(self, resp: UpstreamResponse, reusable: bool) -> None:
         """A streamed body is over (``reusable``: read whole, the connection may serve again)."""

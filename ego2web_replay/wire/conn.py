@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import logging
 import socket
 import ssl
@@ -186,8 +187,11 @@ class _Conn(Bounded):
         """Speak ``app`` from now on; a body it streams waits while this client is behind."""
         self.app = app
         app.writable = self._can_write
-        if isinstance(app, H1Handler) and self.front.answers_again:
-            app.quick = self._quick
+        if isinstance(app, H1Handler):
+            if self.front.answers_again:
+                app.quick = self._quick
+            if self.front.sends_early:
+                app.early = functools.partial(self.front.early, self.scheme, self.tunnel)
 
     async def _can_write(self) -> None:
         await self._writable.wait()
@@ -336,6 +340,8 @@ class ProxyFront(ABC):
     #: whether a reply may carry ``again`` (an HTTP/1.1 head seen before answered as then, :meth:`repeat`);
     #: a front whose every answer is new (the recorder's) says no, and no head is looked up
     answers_again = True
+    #: whether an HTTP/1.1 request may be sent on before its head is read (:meth:`early`: the recorder's)
+    sends_early = False
 
     def __init__(self, *, ca: ProjectCA, guard: GuardPolicy, host: str = "127.0.0.1", port: int = 0,
                  http2: bool = True, limits: WireLimits | None = None) -> None:
@@ -395,6 +401,12 @@ class ProxyFront(ABC):
         if decided is None:
             decided = self._allowed[host] = self.guard.allowed(host)
         return host, decided[0], decided[1]
+
+    def early(self, scheme: str, tunnel: str, head: bytes) -> Callable[[], None] | None:
+        """Where :attr:`sends_early`: send on the request of an HTTP/1.1 ``head`` (on a connection of
+        ``scheme`` through ``tunnel``) before it is read, returning what to call once it is answered, or
+        None (nothing done). The base class sends nothing."""
+        return None
 
     @abstractmethod
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],

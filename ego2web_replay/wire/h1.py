@@ -356,7 +356,10 @@ class H1Handler:
     takes over the connection after a CONNECT (with any bytes already read past it).
     ``quick``, when set, is offered each head's bytes before they are parsed: it answers the request
     itself (an answer given before to the very same head, ``Reply.again``) and says True, or says
-    False having done nothing, and the head is read and answered as usual.
+    False having done nothing, and the head is read and answered as usual. ``early``, when set, is
+    offered them too (after ``quick``): it may send the request on before it is read (the recorder's
+    upstream request, :meth:`.RecordFront.early`) and return what to call once the head has been read
+    and answered or refused; the head is read and answered as usual either way.
     """
 
     def __init__(self, answer: Answer, write: Callable[[bytes], None],
@@ -373,6 +376,8 @@ class H1Handler:
         self.streaming: Any = None  # a reply's body stream being sent (closed if the client goes)
         self.writable: Callable[[], Awaitable[None]] | None = None  # waits while the client is behind
         self.quick: Callable[[bytes], bool] | None = None  # answers a head seen before, or says False
+        # sends a head's request on before it is read, or says None; else what to call once it is answered
+        self.early: Callable[[bytes], Callable[[], None] | None] | None = None
 
     # -- the seam of the wire's bounds and timeouts (wire/pacing.py) ------------------------------
     def phase(self) -> str:
@@ -399,18 +404,22 @@ class H1Handler:
             return
         if self.done:
             return
-        if (self.quick is not None and not self.buf and self.pending is None and not self.waiting
-                and data.find(b"\r\n\r\n") == len(data) - 4 > 0 and not data.startswith(b"\r\n")
-                and self.quick(data[:-4])):
-            return  # one whole head, answered as before (what a kept-alive client mostly sends)
+        over = None
+        if (not self.buf and self.pending is None and not self.waiting
+                and data.find(b"\r\n\r\n") == len(data) - 4 > 0 and not data.startswith(b"\r\n")):
+            if self.quick is not None and self.quick(data[:-4]):
+                return  # one whole head, answered as before (what a kept-alive client mostly sends)
+            if self.early is not None:
+                over = self.early(data[:-4])
         self.buf += data
-        if self.waiting:
-            return
         try:
             while not self.done and not self.waiting and self._step():
                 pass
         except ParseError as e:
             self._fail(e.status, str(e))
+        finally:
+            if over is not None:
+                over()
 
     def lost(self) -> None:
         """The client's connection is gone: a body still streaming to it is stopped."""
