@@ -4,14 +4,18 @@
 The early path may only ever send what the request's own path (the wire's strict reading, the
 guard, the checks, the upstream head) would send: the same bytes, to the same origin. These tests
 show it sending, sending nothing the wire refuses, never learning what the guard refuses, and a
-request its own path does not take up being let go and counted, never answered.
+request its own path does not take up being let go and counted, never answered; and curl, on one
+kept connection to nginx through the recorder.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
 import socketserver
 import ssl
+import subprocess
 import threading
 
 import httpx
@@ -23,6 +27,7 @@ from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.testing.rawsock import read_head
+from ego2web_replay.testing.thirdparty import NginxSite, nginx_binary
 from ego2web_replay.wire import h1
 
 
@@ -183,3 +188,23 @@ def test_https_requests_on_a_kept_tunnel_go_upstream_early(site, ca, tmp_path):
         front.stop()
     assert got == [[str(i) for i in range(6)]]
     assert _recorded_urls(snap) == [f"{site.https_url}/api/price?id={i}" for i in range(6)]
+
+
+@pytest.mark.skipif(shutil.which("curl") is None or nginx_binary() is None,
+                    reason="needs curl and nginx (scripts/setup.sh installs both)")
+def test_curl_on_one_kept_connection_through_the_recorder_to_nginx(recording, tmp_path):
+    """Real third-party software at both ends: curl asks nginx for six files on one kept connection to
+    the recorder. From the third on, each request goes upstream early; curl gets every file whole, the
+    archive keeps every exchange, nothing is let go."""
+    front, snap = recording
+    files = {f"f{i}.bin": os.urandom(1000 + 700 * i) for i in range(6)}
+    with NginxSite(tmp_path / "nginx", files) as nginx:
+        argv = ["curl", "-sS", "--fail", "--proxy", front.url]
+        for name in files:
+            argv += [f"{nginx.url}/{name}", "-o", str(tmp_path / name)]
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        urls = [f"{nginx.url}/{name}" for name in files]
+    assert {name: (tmp_path / name).read_bytes() for name in files} == files
+    assert front.upstream.early_sent == 4 and front.upstream.early_dropped == 0
+    assert _recorded_urls(snap) == urls
