@@ -307,6 +307,8 @@ def test_chunked_and_100_continue_request_bodies(small):
     (b"GET http://a.example/x HTTP/1.1\r\nX: a\r\n folded\r\n\r\n", b"400"),
     (b"GET http://a.example/x HTTP/1.1\nHost: a.example\r\n\r\n", b"400"),
     (b"GET http://a.example/x\x01 HTTP/1.1\r\n\r\n", b"400"),
+    # a "#" right after the authority: one reading would take a.example, another a.example#.b.example
+    (b"GET http://a.example#.b.example/x HTTP/1.1\r\n\r\n", b"400"),
     (b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n", b"400"),
     (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 30\r\n\r\nq=1", b"400"),
     (b"POST http://a.example/form HTTP/1.1\r\nContent-Length: 3\r\nContent-Length: 3\r\n\r\nq=1", b"400"),
@@ -431,6 +433,16 @@ def test_http2_requests_no_http11_line_may_hold_are_400_and_the_connection_goes_
     assert status == {1: b"400", 3: b"400", 5: b"400", 7: b"400", 9: b"200"}
 
 
+def test_a_url_is_checked_for_the_upstream_wire_as_the_wire_reads_it():
+    """``malformed`` (every request the recorder forwards, HTTP/2's too): the authority ends where
+    ``split_url`` ends it, so a "#" right after it is refused, not read as part of a host."""
+    from ego2web_replay.wire import h1
+
+    assert h1.malformed("GET", "http://a.example/x#y", [("Host", "a.example")]) is None
+    assert h1.malformed("GET", "http://a.example#.b.example/x", []) is not None
+    assert h1.malformed("GET", "http://a.example/x y", []) is not None
+
+
 def test_a_head_whose_field_lines_were_read_before_has_its_request_line_read_as_strictly():
     """The field lines of a head read before are not read again (``wire.h1._BLOCKS``): a new request line
     with them is still refused for what the whole head would be, and parses as a fresh read does."""
@@ -442,7 +454,8 @@ def test_a_head_whose_field_lines_were_read_before_has_its_request_line_read_as_
     for line, status in [(b"GET http://a.example/x y HTTP/1.1", 400), (b"GET http://a.example/\x01 HTTP/1.1", 400),
                          (b"G@T http://a.example/ HTTP/1.1", 400), (b"GET http://a.example/ HTTP/2.0", 505),
                          (b"GET http://a ex/ HTTP/1.1", 400), (b"GET http://a:99999/ HTTP/1.1", 400),
-                         (b"CONNECT a.example HTTP/1.1", 400), (b"GET a.example/x HTTP/1.1", 400)]:
+                         (b"CONNECT a.example HTTP/1.1", 400), (b"GET a.example/x HTTP/1.1", 400),
+                         (b"GET http://a.example#.b.example/x HTTP/1.1", 400)]:
         with pytest.raises(h1.ParseError) as err:
             h1._parse_head(line + block)
         assert err.value.status == status, line

@@ -150,7 +150,8 @@ def test_field_lines_the_guard_refuses_are_never_learned(recording):
 def test_a_request_sent_early_that_its_own_path_does_not_take_up_is_let_go_and_counted(raw_origin, recording):
     """Should what was sent early ever differ from what the head's own path writes (here the learned
     request is tampered with), that path does not take it up: its connection is closed, its answer never
-    read, the drop counted; the client gets the answer to the request as its own path sends it."""
+    read, the drop counted, logged and noted among the archive's upstream failures; the client gets the
+    answer to the request as its own path sends it."""
     front, snap = recording
     port = raw_origin.server_address[1]
     base = f"http://127.0.0.1:{port}"
@@ -161,9 +162,56 @@ def test_a_request_sent_early_that_its_own_path_does_not_take_up_is_let_go_and_c
     before = len(raw_origin.heads)
     assert _ask(front.port, _head(port, f"{base}/after")).endswith(b"ok /after")
     assert front.upstream.early_dropped == 1 and front.upstream.early_sent == 0
+    assert front.upstream.early_dropped_urls == [f"{base}/after"]
     got = raw_origin.heads[before:]
     assert sorted(b"tampered" in h for h in got) == [False, True]  # the dropped one, and the one answered
+    [error] = front.archive.errors  # the snapshot says that a request reached the origin unarchived
+    assert error.startswith(f"{base}/after: sent upstream before it was read, then let go"), error
     assert _recorded_urls(snap) == [f"{base}/learn/0", f"{base}/learn/1", f"{base}/after"]
+
+
+def _answer(sock: socket.socket, buf: bytearray) -> bytes:
+    """The body of the next answer on a kept connection (a Content-Length, or chunks as the recorder sends them)."""
+    head = read_head(sock, buf)
+    assert head is not None
+    fields = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in head.split(b"\r\n")[1:])}
+    if b"content-length" in fields:
+        n = int(fields[b"content-length"])
+        while len(buf) < n:
+            buf += sock.recv(65536)
+        body = bytes(buf[:n])
+        del buf[:n]
+        return body
+    body = b""
+    while True:  # chunked
+        while b"\r\n" not in buf:
+            buf += sock.recv(65536)
+        size = int(bytes(buf[:buf.index(b"\r\n")]), 16)
+        del buf[:buf.index(b"\r\n") + 2]
+        while len(buf) < size + 2:
+            buf += sock.recv(65536)
+        body += bytes(buf[:size])
+        del buf[:size + 2]
+        if not size:
+            return body
+
+
+def test_a_head_that_came_while_an_answer_was_on_its_way_is_offered_too(raw_origin, recording):
+    """A client that sends its next head before the connection has ended the answer before it (pipelined
+    here; curl does it as soon as it has the last byte) has that head read once the answer ends, and
+    offered to the early path as a head that comes whole then."""
+    front, _ = recording
+    port = raw_origin.server_address[1]
+    head = "GET http://127.0.0.1:{}/kept/{} HTTP/1.1\r\nHost: 127.0.0.1:{}\r\nAccept: */*\r\n\r\n"
+    with socket.create_connection(("127.0.0.1", front.port), timeout=10) as s:
+        buf = bytearray()
+        for i in range(3):
+            s.sendall(head.format(port, i, port).encode())
+            assert _answer(s, buf) == b"ok /kept/%d" % i
+        assert front.upstream.early_sent == 1
+        s.sendall((head.format(port, 3, port) + head.format(port, 4, port)).encode())  # two heads, one send
+        assert [_answer(s, buf), _answer(s, buf)] == [b"ok /kept/3", b"ok /kept/4"]
+    assert front.upstream.early_sent == 2 and front.upstream.early_dropped == 0
 
 
 def test_https_requests_on_a_kept_tunnel_go_upstream_early(site, ca, tmp_path):

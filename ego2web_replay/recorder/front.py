@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import logging
 import os
 import re
 import ssl
@@ -54,8 +53,6 @@ from .upstream import UpstreamError, UpstreamPool, UpstreamResponse, max_respons
 from .websocket import WebsocketTap, is_websocket
 
 __all__ = ["RecordFront"]
-
-log = logging.getLogger(__name__)
 
 _DEFAULT_PORT = {"http": 80, "https": 443}
 #: A request line :meth:`RecordFront.early` may send on before its head is read: a GET in HTTP/1.1 whose
@@ -166,6 +163,7 @@ class RecordFront(ProxyFront):
         self.max_body = max_response()
         # bodies go to the browser as they come (see .stream)
         self.upstream.stream_when = functools.partial(streamable, cap=self.max_body)
+        self.upstream.on_early_dropped = self._early_dropped
         self.counts: Counter[str] = Counter()  # what the guard answered, by reason
         self.blocked_urls: list[str] = []
         self.cancelled = 0  # requests whose client went away first: fetch stopped, nothing archived
@@ -211,13 +209,13 @@ class RecordFront(ProxyFront):
 
     def _early_over(self) -> None:
         """After a head :meth:`early` saw has been read and answered or refused: a request it wrote that the
-        head's own path did not take up is let go (its connection closed; counted, ``early-dropped``);
+        head's own path did not take up is let go (its connection closed; counted, ``early-dropped``, and
+        noted among the archive's upstream failures);
         what that path wrote for field lines not seen before is learned, where it is the same for any
         target (no body, so no length)."""
         learning, self._learning = self._learning, None
         sent, self.upstream.sent = self.upstream.sent, None
-        if self.upstream.drop_early():
-            log.warning("a request sent before it was read was not the one its head asked for: let go")
+        self.upstream.drop_early()
         if learning is None or sent is None:
             return
         (seen, target), (origin, data) = learning, sent
@@ -310,6 +308,12 @@ class RecordFront(ProxyFront):
         self._inflight.add(future)
         future.add_done_callback(self._inflight.discard)
         return future
+
+    def _early_dropped(self, url: str, why: str) -> None:
+        """A request sent early that its own path did not take up reached the origin unarchived: the
+        snapshot says so among its upstream failures (none is expected: :meth:`early`)."""
+        self.archive.note_error(url, f"sent upstream before it was read, then let go with its answer unread: {why}",
+                                "GET")
 
     def _note_cancelled(self, url: str) -> None:
         if not self.upstream.closed:

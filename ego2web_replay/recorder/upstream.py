@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import logging
 import re
 import ssl
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,8 @@ from ..wire.h1 import CHUNK_LINE, CTL_RE, FIELD_LINE, TOKEN_RE
 __all__ = ["UpstreamPool", "UpstreamError", "UpstreamResponse", "HOP_BY_HOP", "PER_ORIGIN", "content_length",
            "parse_response_head", "read_back_head", "read_head_bytes", "HeadReader", "head_lines", "chunk_size",
            "skip_trailers"]
+
+log = logging.getLogger(__name__)
 
 MAX_HEAD = 256 * 1024
 _HEAD_ROOM = 1 << 20  # a record's WARC and HTTP heads, and chunk framing, beside its payload
@@ -181,6 +184,9 @@ class UpstreamPool:
         self.sent: tuple[tuple[str, str, int], bytes] | None = None
         self.early_sent = 0  # requests written by send_early and taken up by their fetch_now
         self.early_dropped = 0  # requests written by send_early that their fetch_now did not take up
+        self.early_dropped_urls: list[str] = []  # the first 1000 of those
+        # told (url, why) of each such request: it reached the origin, its answer was never read
+        self.on_early_dropped: Callable[[str, str], None] | None = None
 
     async def fetch(self, scheme: str, host: str, port: int, method: str, target: str,
                     headers: list[tuple[str, str]], body: bytes) -> UpstreamResponse:
@@ -227,7 +233,7 @@ class UpstreamPool:
                     and method != "HEAD":
                 self.early_sent += 1
                 return self._await_head(key, early[2], early[1], method, early[3], done)
-            self._drop(early)
+            self._drop(early, "its own request, once read, was another")
         slots = self._slots.get(key)
         if self.closed or self.stream_when is None or method == "HEAD" or slots is None or not self._idle.get(key):
             return None
@@ -274,15 +280,24 @@ class UpstreamPool:
         early, self._early = self._early, None
         if early is None:
             return False
-        self._drop(early)
+        self._drop(early, "its own request, once read, was answered otherwise (refused, or not sent)")
         return True
 
-    def _drop(self, early: tuple[tuple[str, str, int], bytes, _Link, _Slots]) -> None:
-        self.early_dropped += 1
-        link = early[2]
+    def _drop(self, early: tuple[tuple[str, str, int], bytes, _Link, _Slots], why: str) -> None:
+        (scheme, host, port), data, link, slots = early
         link.abort()
         self._busy.discard(link)
-        early[3].release()
+        slots.release()
+        self.early_dropped += 1
+        target = data[4:data.find(b" HTTP/1.1\r\n")].decode("utf-8", "surrogateescape")  # after "GET "
+        default = 443 if scheme == "https" else 80
+        url = f"{scheme}://{host}{f':{port}' if port != default else ''}{target}"
+        if len(self.early_dropped_urls) < 1000:
+            self.early_dropped_urls.append(url)
+        log.warning("ego2web-replay: a request sent upstream before it was read was let go, its answer unread "
+                    "(%s): GET %s", why, url)
+        if self.on_early_dropped is not None:
+            self.on_early_dropped(url, why)
 
     def done_with(self, resp: UpstreamResponse, reusable: bool) -> None:
         """A streamed body is over (``reusable``: read whole, the connection may serve again)."""

@@ -81,8 +81,8 @@ def _valid_target(method: str, target: str) -> bool:
     if target.startswith("/"):
         return True
     m = _ABSOLUTE.match(target)
-    if m is not None:
-        return valid_authority(m.group(1))
+    if m is not None:  # (a "#" right after the authority: split_url would read it into the authority)
+        return valid_authority(m.group(1)) and target[m.end():m.end() + 1] != "#"
     return target == "*" and method == "OPTIONS"
 TOKEN_RE = re.compile(TOKEN)
 CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
@@ -101,7 +101,8 @@ def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str 
     if TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
         return "a method that is not a token"
     m = _ABSOLUTE.match(url)
-    if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)):
+    if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)) \
+            or url[m.end():m.end() + 1] == "#":
         return "a space or a control character in the URL, or no host[:port] in ASCII"
     hosts = 0
     for k, v in headers:
@@ -523,7 +524,7 @@ class H1Handler:
                 self.write(b"0\r\n\r\n")
             self.waiting = False
             if self._written(req, None, keep):
-                self.feed(b"")
+                self._read_on()
 
         asyncio.ensure_future(pump(reply.stream, send, self.writable)).add_done_callback(sent)
 
@@ -531,7 +532,14 @@ class H1Handler:
         """A late answer: write it, then read on with what arrived meanwhile."""
         self.waiting = False
         if self._written(req, reply, keep):
-            self.feed(b"")
+            self._read_on()
+
+    def _read_on(self) -> None:
+        """After an answer: read what came meanwhile as if it came now, so that a client's next head, sent
+        as soon as it had the answer's last byte (before the loop's turn that ends the answer here), is
+        offered to ``quick`` and ``early`` as any head that comes whole."""
+        held, self.buf = self.buf, bytearray()
+        self.feed(bytes(held))
 
     def _body(self, req: Request) -> bytes | None:
         if "\ntransfer-encoding:" not in req.lowered and "\ncontent-length:" not in req.lowered:
