@@ -5,7 +5,7 @@ The early path may only ever send what the request's own path (the wire's strict
 guard, the checks, the upstream head) would send: the same bytes, to the same origin. These tests
 show it sending, sending nothing the wire refuses, never learning what the guard refuses, and a
 request its own path does not take up being let go and counted, never answered; and curl, on one
-kept connection to nginx through the recorder.
+kept connection to nginx through the recorder; and Chromium browsing a plain-HTTP site through it.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from ego2web_replay.recorder.front import RecordFront
 from ego2web_replay.snapshots.reader import iter_records
 from ego2web_replay.snapshots.snapshot import SnapshotWriter
 from ego2web_replay.testing.rawsock import read_head
+from ego2web_replay.testing.site import TestSite
 from ego2web_replay.testing.thirdparty import NginxSite, nginx_binary
 from ego2web_replay.wire import h1
 
@@ -256,3 +257,30 @@ def test_curl_on_one_kept_connection_through_the_recorder_to_nginx(recording, tm
     assert {name: (tmp_path / name).read_bytes() for name in files} == files
     assert front.upstream.early_sent == 4 and front.upstream.early_dropped == 0
     assert _recorded_urls(snap) == urls
+
+
+def test_chromium_browsing_a_plain_http_site_through_the_recorder(chromium, ca, tmp_path):
+    """Real Chromium over plain HTTP (HTTP/1.1 to the proxy): a share of its requests goes upstream early,
+    none is let go, every page renders as the site serves it, and every exchange is archived."""
+    site = TestSite(tmp_path / "site", https=False)
+    snap = SnapshotWriter(tmp_path, "T", compression="zst", source="record")
+    archive = ExchangeArchive(snap.writer)
+    front = RecordFront(archive, ca=ca, guard=GuardPolicy(mode="loopback")).start()
+    try:
+        with site:
+            ctx = chromium.new_context(proxy_url=front.url)
+            page = ctx.new_page()
+            names = []
+            for _ in range(2):
+                page.goto(site.http_url + "/", wait_until="networkidle")
+                page.goto(site.http_url + "/product/42", wait_until="networkidle")
+                names.append(page.inner_text("#name"))
+            ctx.close()
+    finally:
+        front.stop()
+    assert names == ["Crunchy Snack 42"] * 2
+    assert front.upstream.early_sent > 0 and front.upstream.early_dropped == 0, front.upstream.early_sent
+    assert not archive.errors and archive.failed is None
+    snap.finalize()
+    responses = [r for r in iter_records(snap.writer.path) if r.rec_type in ("response", "revisit")]
+    assert len(responses) == archive.exchanges
