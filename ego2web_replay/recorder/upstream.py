@@ -94,6 +94,11 @@ class UpstreamResponse:
 
 
 
+def _authority(scheme: str, host: str, port: int) -> str:
+    """``host[:port]``, the port left out where it is the scheme's default."""
+    return host if port == (443 if scheme == "https" else 80) else f"{host}:{port}"
+
+
 def _tokens(value: str | None) -> set[str]:
     return {t.strip().lower() for t in (value or "").split(",") if t.strip()}
 
@@ -290,8 +295,7 @@ class UpstreamPool:
         slots.release()
         self.early_dropped += 1
         target = data[4:data.find(b" HTTP/1.1\r\n")].decode("utf-8", "surrogateescape")  # after "GET "
-        default = 443 if scheme == "https" else 80
-        url = f"{scheme}://{host}{f':{port}' if port != default else ''}{target}"
+        url = f"{scheme}://{_authority(scheme, host, port)}{target}"
         if len(self.early_dropped_urls) < 1000:
             self.early_dropped_urls.append(url)
         log.warning("ego2web-replay: a request sent upstream before it was read was let go, its answer unread "
@@ -442,8 +446,7 @@ class UpstreamPool:
                 continue
             out.append(f"{k}: {v}")
         if not has_host:  # (one the client named in Connection is the hop's: the origin's own is sent)
-            default = 443 if scheme == "https" else 80
-            out.insert(1, f"Host: {host}" + (f":{port}" if port != default else ""))
+            out.insert(1, f"Host: {_authority(scheme, host, port)}")
         if body or "transfer-encoding" in names or "content-length" in names:
             out.append(f"Content-Length: {len(body)}")  # the body was read whole: always a length upstream
         return ("\r\n".join(out) + "\r\n\r\n").encode("utf-8", "surrogateescape")
