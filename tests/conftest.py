@@ -7,6 +7,7 @@ request from the test suite can leave the machine.
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -64,6 +65,15 @@ def chromium(ca, playwright):
 def loopback_options(site):
     """mitmproxy options every test proxy uses: loopback-only guard, trust the site's test CA."""
     return {"guard_mode": "loopback", "ssl_verify_upstream_trusted_ca": str(site.tls.ca_cert)}
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Remove the session's data folder after a green run (kept after a failure, or with
+    EGO2WEB_KEEP_TEST_HOME=1, for a look at what the tests wrote)."""
+    if exitstatus == 0 and not os.environ.get("EGO2WEB_KEEP_TEST_HOME"):
+        shutil.rmtree(_HOME, ignore_errors=True)
+    elif _HOME.exists():
+        print(f"\nthe test data folder is kept: {_HOME}")
 
 
 def pytest_collection_modifyitems(config, items):

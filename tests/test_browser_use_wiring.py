@@ -89,6 +89,7 @@ def test_browser_use_profile_keeps_the_loopback_bypass_removed(tmp_path):
     prefs = json.loads((profile_dir / "Default" / "Preferences").read_text("utf-8"))
     assert prefs["session"] == {"restore_on_startup": 4, "startup_urls": ["about:blank"]}
     profile = BrowserProfile(headless=True, user_data_dir=profile_dir, enable_default_extensions=False,
+                             downloads_path=tmp_path / "downloads",
                              proxy=ProxySettings(server="http://127.0.0.1:8899", bypass="<-loopback>"),
                              args=chromium_args("http://127.0.0.1:8899", "PIN="))
     launch = profile.get_args()

@@ -59,6 +59,9 @@ def test_serve_prints_how_to_connect_and_the_stats(snap, tmp_path, capsys, ca):
 
     profile = eval(hint.split("browser-use", 1)[1].strip(), {"BrowserProfile": BrowserProfile,  # noqa: S307
                                                              "ProxySettings": ProxySettings})
+    for made in (profile.user_data_dir, profile.downloads_path):  # what browser-use made for it in the temp folder
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
     assert profile.proxy.server == f"http://127.0.0.1:{port}" and profile.proxy.bypass == "<-loopback>"
     assert f"--ignore-certificate-errors-spki-list={ca.spki}" in profile.args
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -50,6 +51,7 @@ class S3Server:
                 "AWS_DEFAULT_REGION": "us-east-1", **extra}
 
     def start(self) -> S3Server:
+        self.folder.mkdir(parents=True, exist_ok=True)  # again after a stop
         env = dict(os.environ, MOTO_RECORDER_FILEPATH=str(self.recording), MOTO_ENABLE_RECORDING="",
                    AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
         if self.check_credentials:
@@ -121,6 +123,7 @@ class S3Server:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        shutil.rmtree(self.folder, ignore_errors=True)  # its log, its request recording, its objects
 
     def __enter__(self) -> S3Server:
         return self.start()
