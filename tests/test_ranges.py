@@ -209,3 +209,81 @@ def test_nginx_ranges_recorded_then_replayed_right_or_missed(ca, tmp_path):
         assert _raw(host, port, url, {"Range": "bytes=150-199"})[2] == blob[150:200]
     stats = replay.stats()
     assert stats.miss == 3 and stats.exact == 5, stats.missed_urls
+
+
+FULL = RNG.randbytes(10240)  # the file; its capture was cut short after 4000 bytes
+V1, V2 = RNG.randbytes(1000), RNG.randbytes(2000)  # two versions recorded whole
+T_URL, G_URL, V_URL = "http://media.example/cut.mp4", "http://media.example/packed.js", "http://media.example/v.bin"
+P_URL = "http://media.example/poll"
+F_URL = "http://media.example/f.bin?rid=0b0a8f46-7c8e-4a5e-9f6a-2d4c1e8b9a01"
+F_ASKED = "http://media.example/f.bin?rid=5d1c2e3f-4a5b-4c6d-8e7f-9a0b1c2d3e4f"
+
+
+@pytest.fixture(scope="module")
+def edge_snapshot(tmp_path_factory):
+    import gzip
+
+    sw = SnapshotWriter(tmp_path_factory.mktemp("range-edges"), "edges")
+    octet = ("Content-Type", "application/octet-stream")
+    exchanges = [
+        # cut by the recorder's bound: the first 4000 bytes kept (the archive's Content-Length says 4000)
+        (T_URL, 200, [("Content-Type", "video/mp4"), ("ETag", '"t1"')],
+         FULL[:4000], [("WARC-Truncated", "length")]),
+        (G_URL, 200, [("Content-Type", "text/javascript"), ("Content-Encoding", "gzip"), ("Vary", "Accept-Encoding")],
+         gzip.compress(b"var packed = 1;\n" * 20, mtime=0), None),
+        (V_URL, 200, [octet, ("ETag", '"v1"')], V1, None), (V_URL, 200, [octet, ("ETag", '"v2"')], V2, None),
+        (P_URL, 200, [("Content-Type", "text/plain")], b"first", None),
+        (P_URL, 200, [("Content-Type", "text/plain")], b"second", None),
+        (F_URL, 200, [octet], B, None),
+    ]
+    for i, (url, status, headers, body, warc) in enumerate(exchanges):
+        sw.writer.write_exchange(url=url, method="GET", request_headers=[], request_body=b"", status=status,
+                                 reason="", response_headers=headers, response_body=body,
+                                 date=datetime(2026, 1, 2, 3, 4, i), warc_headers=warc)
+    sw.finalize()
+    return sw.path
+
+
+def test_ranges_at_the_edges_of_what_was_recorded(edge_snapshot, ca):
+    """A capture cut short holds its first bytes only; a coded body is not the bytes of a client that cannot
+    decode it; a range past one version's end is answered by the version holding it; a HEAD takes nothing
+    from the GETs' turn; an answer through a fresh id says so."""
+    with Replay([edge_snapshot], ca=ca) as replay:
+        op = _opener(replay)
+        # the kept bytes are served as what they are, of a size unknown; what lies past them was never kept
+        status, headers, got = _get(op, T_URL, {"Range": "bytes=0-99"})
+        assert (status, got, headers["Content-Range"]) == (206, FULL[:100], "bytes 0-99/*")
+        assert _get(op, T_URL, {"Range": "bytes=-100"})[0] == 404
+        assert _get(op, T_URL, {"Range": "bytes=5000-"})[0] == 404  # not a 416: the file is longer than kept
+        assert _get(op, T_URL, {"Range": "bytes=0-"})[0] == 404
+        # gzip bytes for a client that takes none (as a media element asks): a miss, never coded bytes
+        status, headers, got = _get(op, G_URL, {"Range": "bytes=-3", "Accept-Encoding": "identity"})
+        assert status == 404 and "Content-Encoding" not in headers
+        assert _get(op, G_URL, {"Range": "bytes=-3", "Accept-Encoding": "gzip"})[:1] == (206,)
+        # past the end of v1, inside v2
+        status, headers, got = _get(op, V_URL, {"Range": "bytes=1500-1599"})
+        assert (status, got, headers["Content-Range"]) == (206, V2[1500:1600], "bytes 1500-1599/2000")
+        assert _get(op, V_URL, {"Range": "bytes=3000-"})[0] == 416  # past the end of both
+        # a HEAD tells about the resource without taking the first answer from the page's GETs
+        assert _get(op, P_URL, method="HEAD")[0] == 200
+        assert [_get(op, P_URL)[2] for _ in range(3)] == [b"first", b"second", b"second"]
+        status, _, got = _get(op, F_ASKED, {"Range": "bytes=0-9"})
+        assert (status, got) == (206, B[:10])
+    stats = replay.stats()
+    assert stats.miss == 4 and stats.fresh_id == 1
+    fresh = next(e for e in stats.log if e.url == F_ASKED)
+    assert (fresh.outcome, fresh.volatile, fresh.range) == ("canonical", "fresh-id: rid", "bytes=0-9")
+
+
+def test_a_body_cut_short_has_the_size_its_live_length_says_else_none():
+    """Another recorder's WARC may keep the live ``Content-Length`` on a record it cut: that is the size;
+    without it the size is unknown (never the bytes kept)."""
+    from ego2web_replay.replay.ranges import build_map
+
+    head = [("Content-Type", "video/mp4"), ("Content-Length", "10240")]
+    [rep] = build_map([("r", 200, head, FULL[:4000])], cut=lambda ref: True)
+    assert (rep.size, rep.whole, rep.covers((0, 3999)), rep.covers((0, 4000))) == (10240, None, True, False)
+    [rep] = build_map([("r", 200, head[:1], FULL[:4000])], cut=lambda ref: True)
+    assert rep.size is None
+    [rep] = build_map([("r", 200, head[:1], FULL[:4000])])
+    assert (rep.size, rep.whole) == (4000, "r")

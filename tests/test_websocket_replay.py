@@ -234,3 +234,29 @@ def test_a_wss_websocket_is_recorded_and_replayed_through_tls(ca, tmp_path):
         stats = replay.stats()
     assert again == live_answers and stats.validity == "complete"
     assert stats.log[0].url == url.replace("wss://", "https://") and stats.log[0].status == 101
+
+
+def test_a_conversation_cut_short_is_replayed_as_far_as_kept_and_counted(ca, tmp_path):
+    """A conversation the recorder stopped keeping at its bound (``WARC-Truncated: length``): the page got
+    more live than the archive holds, so its replay is counted ``truncated``, listed in the manifest, and
+    the episode is never ``complete``."""
+    from datetime import UTC, datetime
+
+    from ego2web_replay.snapshots.wsrecords import WsMessage, write_conversation
+
+    sw = SnapshotWriter(tmp_path, "cut")
+    sw.writer.write_exchange(url="http://ws.example/", method="GET", status=200, reason="OK", request_headers=[],
+                             request_body=b"", response_headers=[("Content-Type", "text/html")], response_body=b"hi")
+    kept = [WsMessage(0.0, "client", "text", b"go")] + [WsMessage(0.1, "server", "text", b"part%d" % i)
+                                                          for i in range(3)]
+    write_conversation(sw.writer, url="http://ws.example/feed", request_headers=[("Upgrade", "websocket")], status=101,
+                       reason="Switching Protocols", response_headers=[("Upgrade", "websocket")], messages=kept,
+                       truncated=True, ip=None, date=datetime.now(UTC))
+    manifest = sw.finalize()
+    assert manifest.truncated == ["http://ws.example/feed (websocket conversation, length)"]
+    with Replay([sw.path], ca=ca) as replay:
+        answers = _talk("ws://ws.example/feed", replay.proxy_url, ["go"])
+        stats = replay.stats()
+    assert answers == [[], ["part0", "part1", "part2"]]  # what was kept, and nothing made up after it
+    assert stats.truncated == 1 and stats.truncated_urls == ["GET http://ws.example/feed (websocket conversation length)"]
+    assert stats.validity != "complete"

@@ -432,12 +432,13 @@ class ReplaySession:
             self._used.clear()
             self._last_position = 0
 
-    def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1) -> int:
+    def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1, peek: bool = False) -> int:
         """The capture to serve among ``positions`` (recorded order); call with the lock held.
 
         ``sequence`` serves the first capture of the key this session has not
         served yet (whichever stage served it), and the last once all were.
         With ``want`` (a position), only that one: -1, and nothing changed, when another would be served.
+        With ``peek``, the one it would serve, nothing changed.
         """
         cursor = -1
         if self.policy == "first":
@@ -452,6 +453,8 @@ class ReplaySession:
             position = positions[cursor]
         if want >= 0 and position != want:
             return -1
+        if peek:
+            return position
         if cursor >= 0:
             self._cursor[(stage, key)] = cursor
         self._used.add(position)
@@ -476,7 +479,9 @@ class ReplaySession:
         method = method.upper()
         result = self._match(method, url, body_form(method, content_type, body))
         if result.outcome == "miss" and method == "HEAD" and "HEAD" not in self.index.methods:
-            fallback = self._match("GET", url, None)
+            # what the next GET would get, and nothing taken from the GETs' turn: a HEAD asks about a
+            # resource, it is not one of the page's loads of it
+            fallback = self._match("GET", url, None, peek=True)
             if fallback.outcome != "miss":
                 return fallback
         return result
@@ -486,14 +491,37 @@ class ReplaySession:
         """Every capture the first matching stage holds for this request (recorded order) and the
         stage, without picking one: what a ``Range`` request is answered from (its bytes never depend
         on what was served before). None when no stage holds any (fuzzy is not consulted)."""
+        found = self.stage_of(method, url, body, content_type)
+        return None if found is None else (("exact" if found[0] == "exact" else "canonical"), found[2])
+
+    def stage_of(self, method: str, url: str, body: bytes | None = None,
+                 content_type: str | None = None) -> tuple[str, Any, Sequence[int], Any, Any] | None:
+        """The first stage holding captures of this request, as :meth:`_stage` says it (a HEAD with no
+        archived HEAD asks the GET captures), without picking one; None when none does. Its
+        :meth:`result` for the capture served says how it was matched."""
         method = method.upper()
         found = self._stage(method, url, body_form(method, content_type, body))
         if found[2] is None and method == "HEAD" and "HEAD" not in self.index.methods:
             found = self._stage("GET", url, None)
-        stage, _key, positions, _text, _aside = found
-        if positions is None:
-            return None
-        return ("exact" if stage == "exact" else "canonical"), positions
+        stage, key, positions, text, aside = found
+        return None if positions is None else (stage, key, positions, text, aside)
+
+    def result(self, stage: str, text: Any, aside: Any, capture: Capture, position: int | None = None) -> MatchResult:
+        """How a request was matched by ``stage`` (of :meth:`_stage`) to ``capture``: the outcome, and
+        for the learned and fresh-id stages what was set aside."""
+        index = self.index
+        if stage == "exact":
+            return MatchResult("exact", capture, 1.0, _exact_key_text(text), position=position)
+        if stage == "learned":
+            canon, names = aside
+            return MatchResult("canonical", capture, 1.0, text, "learned",
+                               tuple(_differing(names, canon, capture, index)))
+        if stage == "fresh":
+            canon, fresh = aside
+            theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
+            return MatchResult("canonical", capture, 1.0, text, "fresh-id",
+                               tuple(differing_names(fresh.names, canon.pairs, theirs)))
+        return MatchResult("canonical", capture, 1.0, text)
 
     def _stage(self, method: str, url: str, body: str | None) -> tuple[str, Any, Sequence[int] | None, Any, Any]:
         """The first stage holding captures of the request: ``(stage, cursor key, positions, key text,
@@ -524,25 +552,14 @@ class ReplaySession:
                 return "fresh", fresh.key, found, fresh.key, (canon, fresh)
         return "miss", None, None, canon, None
 
-    def _match(self, method: str, url: str, body: str | None) -> MatchResult:
+    def _match(self, method: str, url: str, body: str | None, peek: bool = False) -> MatchResult:
+        """The match of one request (``peek``: the capture the sequence would serve now, nothing changed)."""
         index = self.index
         stage, key, positions, text, aside = self._stage(method, url, body)
         if positions is not None:
             with self._lock:
-                position = self._pick(stage, key, positions)
-            capture = index.capture(position)
-            if stage == "exact":
-                return MatchResult("exact", capture, 1.0, _exact_key_text(text), position=position)
-            if stage == "learned":
-                canon, names = aside
-                return MatchResult("canonical", capture, 1.0, text, "learned",
-                                   tuple(_differing(names, canon, capture, index)))
-            if stage == "fresh":
-                canon, fresh = aside
-                theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
-                return MatchResult("canonical", capture, 1.0, text, "fresh-id",
-                                   tuple(differing_names(fresh.names, canon.pairs, theirs)))
-            return MatchResult("canonical", capture, 1.0, text)
+                position = self._pick(stage, key, positions, peek=peek)
+            return self.result(stage, text, aside, index.capture(position), position)
         canon = text
         host = url_host(url)
         entries = index.group_entries(host, canon.group) if index.fuzzy else None
@@ -556,8 +573,9 @@ class ReplaySession:
                 with self._lock:
                     anchor = self._last_position
                     best = min(tied, key=lambda e: (abs(e.position - anchor), e.position))
-                    self._used.add(best.position)
-                    self._last_position = best.position
+                    if not peek:
+                        self._used.add(best.position)
+                        self._last_position = best.position
                 return MatchResult("fuzzy", best.capture, round(best_score, 6), canon.group)
         return MatchResult("miss", None, None, canon.key)
 

@@ -10,7 +10,10 @@ request from that map alone:
 * a range (or several) lying inside the recorded bytes of one representation gets exactly those
   bytes: ``206`` with ``Content-Range`` (several ranges: ``multipart/byteranges``); a request for
   exactly what one recorded ``206`` answered gets that answer as it was recorded;
-* a range starting past the end of a representation of known size is a ``416``;
+* a range starting past the end of a representation of known size is a ``416`` (when no other
+  representation holds its bytes);
+* a body the recorder cut short (``WARC-Truncated``) holds its first bytes only: its size is its
+  ``Content-Length``, else unknown, so a range counted from the end of it is a miss;
 * anything else is a miss: bytes that were never recorded are never replaced by other bytes;
 * ``If-Range`` picks the representation whose validator it names; when it names none (the
   client's copy changed) the request is a whole-body request, as is one whose ``Range`` header
@@ -144,7 +147,8 @@ class Representation:
     etag: str | None
     last_modified: str | None
     size: int | None
-    whole: Any = None  # ref of the first recorded 200, if any
+    coding: str = ""  # its Content-Encoding (lower case; "" for none)
+    whole: Any = None  # ref of the first recorded 200 holding it whole, if any
     heads: list[tuple[Any, int, int, Head, str | None]] = field(default_factory=list)
     # (ref, first, last, headers, part type) of each 206 part, recorded order (the 200 as (ref, 0, size-1, ...))
     answers: list[tuple[tuple[Span, ...], Any]] = field(default_factory=list)  # each 206's spans, and its ref
@@ -202,14 +206,28 @@ def _validators(headers: Head) -> tuple[str | None, str | None]:
     return (etag.strip() if etag else None), (get_header(headers, "last-modified") or "").strip() or None
 
 
-def build_map(captures: Iterable[tuple[Any, int, Head, bytes]]) -> list[Representation]:
+def _cut_size(headers: Head, kept: int) -> int | None:
+    """The size of a body the recorder cut short after ``kept`` bytes: its ``Content-Length`` when that says
+    more, else unknown (never the bytes kept: a range counted from the end would get other bytes)."""
+    try:
+        size = int((get_header(headers, "content-length") or "").strip())
+    except ValueError:
+        return None
+    return size if size > kept else None
+
+
+def build_map(captures: Iterable[tuple[Any, int, Head, bytes]], cut: Callable[[Any], bool] | None = None,
+              ) -> list[Representation]:
     """The byte map of a URL's captures, ``(ref, status, headers, body)`` in recorded order: one
     :class:`Representation` per version, in the order their first capture was recorded. Captures
-    that are neither a ``200`` nor a readable ``206`` hold no bytes of the map."""
+    that are neither a ``200`` nor a readable ``206`` hold no bytes of the map. ``cut(ref)``: whether a
+    capture's body was cut short (``WARC-Truncated``): its ``200`` holds the bytes kept, the first ones,
+    not the whole (its size is what its ``Content-Length`` says, else unknown)."""
     reps: dict[tuple[str | None, str | None, int | None, str], Representation] = {}
     for ref, status, headers, body in captures:
         if status == 200:
-            parts: list[tuple[int, int, int | None, int, str | None]] = [(0, len(body) - 1, len(body), 0, None)]
+            size = _cut_size(headers, len(body)) if cut is not None and cut(ref) else len(body)
+            parts: list[tuple[int, int, int | None, int, str | None]] = [(0, len(body) - 1, size, 0, None)]
         elif status == 206:
             ctype = get_header(headers, "content-type") or ""
             crange = parse_content_range(get_header(headers, "content-range"))
@@ -230,9 +248,9 @@ def build_map(captures: Iterable[tuple[Any, int, Head, bytes]]) -> list[Represen
         key = (etag, None if etag else modified, size, coding)
         rep = reps.get(key)
         if rep is None:
-            rep = reps[key] = Representation(etag, modified, size)
+            rep = reps[key] = Representation(etag, modified, size, coding)
         if status == 200:
-            if rep.whole is None:
+            if rep.whole is None and size == len(body):
                 rep.whole = ref
             if body:
                 rep.segments.append(_Segment(0, len(body) - 1, ref, 0))
@@ -299,14 +317,14 @@ def answer_range(reps: Sequence[Representation], range_header: str, if_range: st
     chosen = [r for r in reps if _if_range_names(if_range, r)] if if_range is not None else list(reps)
     if not chosen:
         return RangeAnswer("whole")
+    unsatisfiable: Representation | None = None
     for rep in chosen:
         spans = resolve_ranges(specs, rep.size)
         if spans is None:
             continue
-        if not spans:  # nothing satisfiable: the size is known, the answer is a 416
-            base, _ = _head_for(rep, (0, 0))
-            headers = [*rep.kept[id(base)], ("Content-Range", f"bytes */{_total(rep)}")]
-            return RangeAnswer("reply", 416, reason_phrase(416), headers, b"", rep=rep)
+        if not spans:  # nothing satisfiable in this version: a 416, unless another version holds the bytes
+            unsatisfiable = unsatisfiable or rep
+            continue
         if not all(rep.covers(s) for s in spans):
             continue
         for recorded, ref in rep.answers:  # asked exactly what the server answered once: that answer
@@ -314,6 +332,11 @@ def answer_range(reps: Sequence[Representation], range_header: str, if_range: st
                 status, reason, head, body = read(ref)
                 return RangeAnswer("reply", status, reason, head, body, rep=rep)
         return _cut(rep, spans, read)
+    if unsatisfiable is not None:  # the size is known and the range starts past it: a 416
+        rep = unsatisfiable
+        base, _ = _head_for(rep, (0, 0))
+        headers = [*rep.kept[id(base)], ("Content-Range", f"bytes */{_total(rep)}")]
+        return RangeAnswer("reply", 416, reason_phrase(416), headers, b"", rep=rep)
     return RangeAnswer("miss", why=f"bytes not recorded: {range_header.strip()}")
 
 

@@ -186,6 +186,16 @@ def _same_origin(origin: str, url: str) -> bool:
     return origin.lower() == f"{scheme}://{split_authority(authority.lower(), scheme)[1]}"
 
 
+def _varies_on_coding(rep: Representation) -> bool:
+    """Whether a version's recorded answers were chosen by the client's Accept-Encoding (``Vary``): then
+    a client that does not take its coding would have been sent other bytes."""
+    for head in rep.heads:
+        vary = ",".join(v for k, v in head[3] if k.lower() == "vary").lower()
+        if {v.strip() for v in vary.split(",")} & {"accept-encoding", "*"}:
+            return True
+    return False
+
+
 def _chunked_without_length(headers: Sequence[tuple[str, str]]) -> bool:
     """The archived response was sent chunked (no Content-Length): serve it chunked too."""
     te = (get_header(headers, "transfer-encoding") or "").lower()
@@ -221,8 +231,9 @@ class Responder:
     """Answers requests from ``index`` (built by :mod:`.session`); keeps the stats and the replay log.
 
     ``resolve(ref)`` returns ``(status, reason, headers, body)`` of the archived
-    response for a capture's ``ref``; ``conversation(ref)`` the messages of a ``101`` capture's
-    websocket, or None (no such record; without it every handshake is refused).
+    response for a capture's ``ref``; ``conversation(ref)`` the websocket conversation of a ``101``
+    capture (its messages, and whether it was cut short), or None (no such record; without it
+    every handshake is refused).
     ``miss`` is a status code as text or ``live``.
     Thread-safe: the counters, log and cache are guarded by one lock.
     """
@@ -232,7 +243,7 @@ class Responder:
                  conversation: Any = None, shared: Any = None) -> None:
         self.index = index
         self.shared = shared  # a SharedMatcher (.shared): other tasks' snapshots, asked on an own miss
-        self.conversation = conversation  # ref -> a 101 capture's websocket messages, or None
+        self.conversation = conversation  # ref -> a 101 capture's websocket Conversation, or None
         self.redactor = redactor  # the snapshots' credential redaction, applied to requests before matching
         self.session: ReplaySession = index.session(policy)  # type: ignore[arg-type]
         self.resolve = resolve
@@ -292,6 +303,13 @@ class Responder:
         """A background request the guard answered (not in the log; counted apart)."""
         with self._lock:
             self._counts.blocked += 1
+
+    def count_truncated(self, method: str, url: str, why: str) -> None:
+        """An answer from a capture the recorder cut short (``WARC-Truncated``): counted, with its URL."""
+        with self._lock:
+            self._counts.truncated += 1
+            if len(self._counts.truncated_urls) < MAX_LOG:
+                self._counts.truncated_urls.append(f"{method} {url} ({why})")
 
     @property
     def stats(self) -> ReplayStats:
@@ -429,10 +447,7 @@ class Responder:
     def _streamed(self, reply: Reply, meta: StreamMeta, method: str, url: str) -> Reply:
         """A capture of a streamed body: served at its recorded pace; one cut short is counted."""
         if meta.truncated is not None:
-            with self._lock:
-                self._counts.truncated += 1
-                if len(self._counts.truncated_urls) < MAX_LOG:
-                    self._counts.truncated_urls.append(f"{method} {url} ({meta.truncated})")
+            self.count_truncated(method, url, meta.truncated)
         if reply.status != 200 or method == "HEAD" or not reply.body or not meta.pieces:
             return reply  # (a truncated record of another recorder, with no timing: served whole, as it was)
         return reply._replace(stream=ReplayedStream(reply.body, meta))
@@ -459,14 +474,19 @@ class Responder:
     def _ranged(self, method: str, url: str, h: dict[str, str], body: bytes, kind: str, rng: str) -> Reply | None:
         """The answer to a ``Range`` request from its URL's byte map; None to answer it as a whole request
         (no capture holds bytes of it, its ``Range`` cannot be read, or ``If-Range`` names another version)."""
-        found = self.session.candidates(method, url, body or None, h.get("content-type"))
+        found = self.session.stage_of(method, url, body or None, h.get("content-type"))
         if found is None:
             return None
-        outcome, positions = found
+        stage, _key, positions, text, aside = found
         try:
             first, reps = self._byte_map(positions)
             if not reps:  # a redirect, a 404 ...: not bytes of a body; answered as it was recorded
                 return None
+            ae = h.get("accept-encoding")
+            if not accepts_every_coding(ae):  # bytes of a coding the client cannot decode are not its bytes
+                reps = [r for r in reps if not r.coding or accepts_coding(ae, r.coding) or not _varies_on_coding(r)]
+                if not reps:
+                    return self._missed(method, url, kind, rng)
             got = answer_range(reps, rng, h.get("if-range"), self._prepared)
         except Exception as e:  # noqa: BLE001 - a bad record fails this request only
             return self._unreadable(method, url, kind, self.index.capture(positions[0]).url, e)
@@ -478,7 +498,7 @@ class Responder:
         if ("if-none-match" in h or "if-modified-since" in h) and got.rep is not None and got.rep.heads \
                 and conditional(h, 200, got.rep.heads[0][3]):
             status, reason, headers, rbody = not_modified_response(got.rep.heads[0][3])
-        result = MatchResult(outcome, first, 1.0, url)
+        result = self.session.result(stage, text, aside, first)  # learned names, fresh ids: logged as set aside
         return self._served(method, url, result, status, reason, headers, rbody, kind, rng)
 
     def _byte_map(self, positions: Sequence[int]) -> tuple[Any, list[Representation]]:
@@ -494,12 +514,17 @@ class Responder:
                     status, _reason, headers, body = self._prepared(c.ref)
                     yield c.ref, status, headers, body
 
-            hit = (captures[0], build_map(parts()))
+            hit = (captures[0], build_map(parts(), self._cut_short))
             with self._lock:
                 if len(self._maps) >= MAX_MAPS:
                     self._maps.clear()
                 self._maps[key] = hit
         return hit
+
+    def _cut_short(self, ref: Any) -> bool:
+        """Whether a capture read by :meth:`_prepared` was cut short by its recorder (``WARC-Truncated``)."""
+        meta = self._streams.get(_cache_key("r", ref)) if self._streams else None
+        return meta is not None and meta.truncated is not None
 
     def _whole(self, method: str, url: str, body: bytes, ctype: str | None, picked: Any,
                h: dict[str, str]) -> Any:

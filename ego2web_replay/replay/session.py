@@ -403,8 +403,9 @@ class Replay:
         return (record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload,
                 stream_meta(record.headers))
 
-    def _conversation(self, ref: tuple[int, str]) -> list[Any] | None:
-        """The websocket messages archived with a ``101`` capture (None: not a websocket, or none kept)."""
+    def _conversation(self, ref: tuple[int, str]) -> Any:
+        """The websocket conversation archived with a ``101`` capture (a
+        :class:`~ego2web_replay.snapshots.wsrecords.Conversation`; None: not a websocket, or none kept)."""
         from ..snapshots.cdxj import CdxjEntry
         from ..snapshots.wsrecords import conversation_of
 

@@ -171,10 +171,13 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
     if responder.redactor is not None:
         url = responder.redactor.url(url)
     result = responder.session.match("GET", url, None, None) if key else None
-    messages = responder.conversation(result.capture.ref) if result and result.capture else None
-    if result is None or messages is None:
+    talk = responder.conversation(result.capture.ref) if result and result.capture else None
+    if result is None or talk is None:
         return None
     log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind)
+    if talk.truncated is not None:  # the page got more live than was kept: replayed as far as kept, and counted
+        responder.count_truncated(method, url, f"websocket conversation {talk.truncated}")
+    messages = talk.messages
     index = responder.index
     rules = index.rules.for_host(url_host(url))
     learned = index.learned.get(path_group("GET", result.capture.url), frozenset())

@@ -341,9 +341,11 @@ class SnapshotWriter:
             counts[record.rec_type] += 1
             if record.rec_type in ("response", "resource"):
                 payload_bytes += len(record.payload)
+            if record.rec_type in ("response", "resource", "metadata"):  # (metadata: a websocket conversation)
                 cut = record.headers.get("WARC-Truncated")
                 if cut is not None and len(truncated) < 1000:
-                    truncated.append(f"{record.url} ({cut})")
+                    truncated.append(f"{record.url} ({cut})" if record.rec_type != "metadata"
+                                     else f"{record.url} (websocket conversation, {cut})")
         self._write(VOLATILE_FILE, volatile_text(learn_from_index(entries, self.reloads), self.reloads),
                     "the learned volatility")
         files = [file_digest(archive, self.path), file_digest(self.path / INDEX, self.path),

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-__all__ = ["CONTENT_TYPE", "WsMessage", "encode_messages", "decode_messages", "write_conversation",
+__all__ = ["CONTENT_TYPE", "WsMessage", "Conversation", "encode_messages", "decode_messages", "write_conversation",
            "is_conversation", "conversation_of", "conversation_record", "redact_message"]
 
 CONTENT_TYPE = "application/vnd.ego2web-replay.websocket+jsonl"
@@ -149,12 +149,22 @@ def conversation_record(snapshot: Any, entry: Any) -> Any | None:
     return None
 
 
-def conversation_of(snapshot: Any, entry: Any) -> list[WsMessage] | None:
-    """The messages of :func:`conversation_record`; None when there are none or they cannot be read."""
+@dataclass(frozen=True)
+class Conversation:
+    """An archived conversation: its messages, and ``truncated``, the record's ``WARC-Truncated`` (None
+    when it was archived whole; else the recorder stopped keeping it, and what the page got live went
+    on past the last message here)."""
+
+    messages: list[WsMessage]
+    truncated: str | None = None
+
+
+def conversation_of(snapshot: Any, entry: Any) -> Conversation | None:
+    """The conversation of :func:`conversation_record`; None when there is none or it cannot be read."""
     record = conversation_record(snapshot, entry)
     if record is None:
         return None
     try:
-        return decode_messages(record.payload)
+        return Conversation(decode_messages(record.payload), record.headers.get("WARC-Truncated"))
     except ValueError:
         return None
