@@ -50,10 +50,13 @@ def test_volatile_parameters_are_dropped():
         "PHPSESSID=xyz",
         "ts=1712345678",
         "t=1712345678901",
-        "whatever=1712345678901",  # any epoch-looking value
-        "at=1712345678.123",
+        "_t=1712345678.123",
     ):
         assert key(f"https://e.com/api?id=5&{extra}") == base, extra
+    # an epoch-looking value under any other name stays in the key: an ISBN-10 or a phone number looks
+    # like one, and a name that merely may hold a time is the fresh-id stage's, which says what it set aside
+    for kept in ("whatever=1712345678901", "at=1712345678.123", "isbn=1491954248", "q=2125550199"):
+        assert key(f"https://e.com/api?id=5&{kept}") != base, kept
     # not volatile: a short t (a YouTube start offset), v (a video id), an id that is no epoch
     assert key("https://www.youtube.com/watch?v=abc&t=42") == "GET https://(com,youtube,www,)/watch?t=42&v=abc"
     assert key("https://e.com/api?id=12345678901") != base

@@ -158,6 +158,34 @@ def test_head_falls_back_to_get():
     assert with_head.match("HEAD", "https://e.com/file.pdf").outcome == "miss"
 
 
+def test_numbers_that_choose_content_are_never_taken_for_times():
+    """A 10-digit value reads like an epoch time in seconds: under a name that chooses content (an id, a
+    search, an ISBN, a phone number) another value is another page, a miss; under any other name it is a
+    fresh id, answered and logged with the name set aside; under a timestamp name it is dropped by rule."""
+    index = MatchIndex([cap("https://books.example/book?isbn=1491954248"),
+                        cap("https://books.example/search?q=2125550199"),
+                        cap("https://books.example/item?item_id=1700000000"),
+                        cap("https://books.example/lookup", "POST", b'{"phone": "2125550199"}', "application/json"),
+                        cap("https://books.example/feed?at=1712345678901"),
+                        cap("https://books.example/list?ts=1712345678")], RULES)
+    for method, url, body in (("GET", "https://books.example/book?isbn=1492056200", None),
+                              ("GET", "https://books.example/search?q=2125550123", None),
+                              ("GET", "https://books.example/item?item_id=1700000001", None),
+                              ("POST", "https://books.example/lookup", b'{"phone": "2125550123"}')):
+        assert index.match(method, url, body, "application/json").outcome == "miss", url
+    fresh = index.match("GET", "https://books.example/feed?at=1799999999999")
+    assert (fresh.outcome, fresh.via, fresh.ignored) == ("canonical", "fresh-id", ("at",))
+    by_rule = index.match("GET", "https://books.example/list?ts=1799999999")
+    assert (by_rule.outcome, by_rule.via) == ("canonical", None)
+
+
+def test_a_head_takes_nothing_from_the_gets_turn():
+    index = MatchIndex([cap("https://e.com/poll", ref=0), cap("https://e.com/poll", ref=1)], RULES)
+    session = index.session("sequence")
+    assert session.match("HEAD", "https://e.com/poll").capture.ref == 0  # what the next GET gets
+    assert [session.match("GET", "https://e.com/poll").capture.ref for _ in range(3)] == [0, 1, 1]
+
+
 def test_sessions_are_thread_safe():
     captures = [cap(f"https://e.com/poll?_={1712345678901 + i}", ref=i) for i in range(200)]
     index = MatchIndex(captures, RULES)

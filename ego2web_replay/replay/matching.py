@@ -46,7 +46,7 @@ content-bearing parameters differ: only volatile parts may differ.
 2. **canonical**: an archived request with the same match key
    (:func:`match_key`): the URL in canonical SURT form with its query sorted
    and the parameters volatile BY RULE dropped (cache-busters, session ids,
-   tracking tags, epoch times, JSONP callback values), and the body read as
+   tracking tags, epoch times under timestamp names, JSONP callback values), and the body read as
    fields with volatile fields (timestamps, nonces, request ids) ignored.
    Also **canonical**: the same key once the names LEARNED volatile for this
    path at record time are dropped too (``volatile.json`` of the snapshot: a

@@ -229,7 +229,7 @@ class MatchRules:
             callback=_glob_regex(effective.callback_params),
             keep=_glob_regex(effective.keep_params),
             fields=_glob_regex(effective.volatile_fields),
-            drop_epoch_values=effective.drop_epoch_values if effective.drop_epoch_values is not None else True,
+            drop_epoch_values=effective.drop_epoch_values if effective.drop_epoch_values is not None else False,
             drop_datetime_fields=effective.drop_datetime_fields if effective.drop_datetime_fields is not None else True,
             epoch_seconds=(_year_start(years[0]), _year_start(years[1] + 1) - 1),
             fuzzy_threshold=effective.fuzzy_threshold if effective.fuzzy_threshold is not None else 0.5,
