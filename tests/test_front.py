@@ -438,8 +438,11 @@ def test_a_url_is_checked_for_the_upstream_wire_as_the_wire_reads_it():
     ``split_url`` ends it, so a "#" right after it is refused, not read as part of a host."""
     from ego2web_replay.wire import h1
 
-    assert h1.malformed("GET", "http://a.example/x#y", [("Host", "a.example")]) is None
+    assert h1.malformed("GET", "http://a.example/x?y", [("Host", "a.example")]) is None
     assert h1.malformed("GET", "http://a.example#.b.example/x", []) is not None
+    assert h1.malformed("GET", "http://a.example/x#y", [("Host", "a.example")]) is not None  # no fragment
+    assert h1.malformed("GET", "http:///x", []) is not None and h1.malformed("GET", "http://:80/x", []) is not None
+    assert h1.malformed("GET", "http://a.example/x", [("Host", "")]) is not None
     assert h1.malformed("GET", "http://a.example/x y", []) is not None
 
 

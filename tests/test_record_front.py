@@ -165,6 +165,12 @@ class _Origin(socketserver.BaseRequestHandler):
             elif path == "/large":  # 3 MiB of random bytes
                 body = os.urandom(3 << 20)
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body))
+            elif path == "/hints":  # early hints, one every 0.2 s, and never the answer
+                with contextlib.suppress(OSError):
+                    for _ in range(50):
+                        sock.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
+                        time.sleep(0.2)
+                return
             elif path == "/trickle":  # a long body that keeps coming, slowly
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
                 for byte in b"trickled":
@@ -605,6 +611,18 @@ def test_a_body_that_keeps_coming_slowly_is_not_cut_by_the_read_timeout(origin, 
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
 
 
+def test_interim_answers_do_not_put_off_the_read_timeout(origin, ca, tmp_path):
+    """The read timeout bounds the wait for the final head, however many 103s come before it."""
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 1.0
+        started = time.monotonic()
+        status, headers, _ = rec.open(base + "/hints")
+        waited = time.monotonic() - started
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
+    assert waited < 5  # the origin would go on with its hints for 10 s
+
+
 
 def test_a_post_on_a_reused_connection_that_got_no_answer_is_sent_again_as_chromium_does(origin, ca, tmp_path):
     """Nothing of an answer came on a reused kept-alive connection: the request, POST included, is sent once
@@ -907,3 +925,34 @@ def test_an_upgrade_other_than_a_websocket_stays_on_the_client_hop(origin, ca, t
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=protocol"
     assert any("101 Switching Protocols nobody asked for" in e for e in rec.archive.errors), rec.archive.errors
     assert [r.url for r in rec.records() if r.rec_type == "response"] == [base + "/echo"] * 2
+
+
+def test_a_request_is_forwarded_only_to_the_host_its_target_names(origin, ca, tmp_path):
+    """An absolute target names its host (a Host that disagrees is ignored, RFC 9112 3.2.2); a target of
+    another scheme, a fragment, Transfer-Encoding from an HTTP/1.0 client, or no host at all is a 400;
+    a request that names the recording proxy itself is a 508, never forwarded back to it."""
+    port = origin.server_address[1]
+    with _Recording(tmp_path, ca) as rec:
+        proxy = rec.front.port
+        before = len(origin.seen)
+        s, got = _raw(proxy, f"GET http://127.0.0.1:{port}/keep HTTP/1.1\r\nHost: 127.0.0.1:1\r\n"
+                             "Connection: close\r\n\r\n".encode(), lambda b: b"kept alive" in b)
+        s.close()
+        assert got.startswith(b"HTTP/1.1 200") and origin.seen[-1][0] == "GET /keep HTTP/1.1"
+        for bad, status in [
+            (f"GET alhost://evil.example/p HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n", b"400"),
+            (f"GET http://127.0.0.1:{port}/keep#top HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n", b"400"),
+            (f"GET /keep#top HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n", b"400"),
+            (f"POST http://127.0.0.1:{port}/form HTTP/1.0\r\nTransfer-Encoding: chunked\r\n"
+             "Connection: keep-alive\r\n\r\n3\r\nq=1\r\n0\r\n\r\n", b"400"),
+            ("GET /keep HTTP/1.1\r\n\r\n", b"400"),  # no Host and no tunnel: no host to go to
+            ("GET /keep HTTP/1.1\r\nHost: \r\n\r\n", b"400"),
+            ("GET /keep HTTP/1.1\r\nHost: :80\r\n\r\n", b"400"),
+            (f"GET http://127.0.0.1:{proxy}/keep HTTP/1.1\r\nHost: 127.0.0.1:{proxy}\r\n\r\n", b"508"),
+            (f"GET /keep HTTP/1.1\r\nHost: localhost:{proxy}\r\n\r\n", b"508"),
+        ]:
+            s, got = _raw(proxy, bad.encode(), lambda b: b"\r\n\r\n" in b)
+            s.close()
+            assert got.startswith(b"HTTP/1.1 " + status), (bad, got[:80])
+        assert len(origin.seen) == before + 1  # none of them reached the origin
+    assert rec.archive.exchanges == 1

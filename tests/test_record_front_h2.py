@@ -151,3 +151,26 @@ def test_an_http11_client_that_closes_cancels_its_upstream_fetch(site, ca, tmp_p
     assert front.cancelled == 1 and not archive.errors
     snap.finalize()
     assert not [r for r in iter_records(snap.writer.path) if r.rec_type in ("request", "response")]
+
+
+def test_pseudo_fields_that_do_not_make_an_https_url_are_refused(site, ca, tmp_path):
+    """RFC 9113 8.3.1: a ``:path`` not starting with ``/`` (glued to the authority, it would name another
+    port or host), a scheme this proxy does not carry, a CONNECT (no tunnel in a tunnel) are each a 400 on
+    their own stream; none goes upstream, and the connection goes on."""
+    with _recording_a_hanging_origin(site, ca, tmp_path) as (origin, snap, archive, front, authority):
+        s, conn = open_h2(int(front.url.rsplit(":", 1)[1]), ca.cert_path, authority)
+        conn.config.validate_outbound_headers = False  # send what h2 itself would not
+        with s:
+            talk = H2Exchange(s, conn)
+            for stream_id, fields in [
+                (1, [(":method", "GET"), (":path", ":1/hang"), (":scheme", "https"), (":authority", "127.0.0.1")]),
+                (3, [(":method", "GET"), (":path", "/hang"), (":scheme", "ftp"), (":authority", authority)]),
+                (5, [(":method", "CONNECT"), (":authority", authority)]),
+            ]:
+                conn.send_headers(stream_id, fields, end_stream=True)
+                s.sendall(conn.data_to_send())
+                while stream_id not in talk.status:
+                    talk.pump()
+                assert talk.status[stream_id] == "400", fields
+            assert talk.get(7, "/api/price?id=7", site.https_url.split("://", 1)[1]) == "200"
+    assert origin.requests == [] and not archive.errors

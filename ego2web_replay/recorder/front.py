@@ -227,9 +227,23 @@ class RecordFront(ProxyFront):
                 self._sends.clear()
             self._sends[seen] = (origin, data[len(line):])
 
+    def _itself(self, scheme: str, authority: str) -> bool:
+        """Whether ``scheme://authority`` is this proxy's own listening address (on loopback)."""
+        if authority.startswith("["):
+            host, _, port = authority.partition("]")
+            host, port = host + "]", port[1:]
+        else:
+            host, _, port = authority.partition(":")
+        number = int(port) if port.isdigit() else 443 if scheme.lower() == "https" else 80
+        host = host.lower().rstrip(".")
+        return number == self.port and (host in (self.host, "localhost", "[::1]", "0.0.0.0", "[::]")
+                                        or host.startswith("127."))
+
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
         parts = split_url(url)
+        if not parts[1]:  # no host named (no Host, an empty one): nowhere to go, and nothing to block
+            return error_reply(400, "bad request: no host (a Host field, or an absolute target)")
         host, ok, why = self.allowed_at(parts[1])
         if not ok:
             self.counts[why] += 1
@@ -240,6 +254,8 @@ class RecordFront(ProxyFront):
         bad = malformed(method, url, headers)
         if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
             return error_reply(400, f"bad request: {bad}")
+        if self._itself(parts[0], parts[1]):  # forwarded, it would come back here, again and again
+            return error_reply(508, "loop detected: the request names this recording proxy itself")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):

@@ -460,9 +460,15 @@ class UpstreamPool:
         sending = None if sent or link.writer.transport.get_write_buffer_size() == 0 \
             else asyncio.ensure_future(link.writer.drain())
         started = False  # some of the response came: from then on a failure is never a resend
+        # one deadline for the final head, however many interim heads come first (a 103 every few seconds
+        # would otherwise hold the request, and its connection, for ever)
+        deadline = asyncio.get_running_loop().time() + self.read_timeout_s
         try:
             while True:
-                resp = await self._read_head(link, first=not started)
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    raise TimeoutError
+                resp = await self._read_head(link, first=not started, timeout=left)
                 if resp.status == 408 and link.reused and not started:
                     raise _Stale()  # an idle connection the origin closed with a 408 (Chromium sends again too)
                 started = True
@@ -486,9 +492,9 @@ class UpstreamPool:
                 link.abort()  # the request did not go out whole (answered early): never reused
         return resp
 
-    async def _read_head(self, link: _Link, first: bool = True) -> UpstreamResponse:
+    async def _read_head(self, link: _Link, first: bool = True, timeout: float | None = None) -> UpstreamResponse:
         try:
-            raw = await asyncio.wait_for(read_head_bytes(link.reader), self.read_timeout_s)
+            raw = await asyncio.wait_for(read_head_bytes(link.reader), timeout or self.read_timeout_s)
         except asyncio.IncompleteReadError as e:
             if not e.partial and link.reused and first:
                 raise _Stale() from None

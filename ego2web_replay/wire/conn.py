@@ -313,11 +313,11 @@ class _Conn(Bounded):
             scheme = scheme.lower()
         else:
             scheme, authority, path = self.scheme, self.tunnel, target
-        if host_header:
+        if host_header and not absolute:  # an absolute target names its host: Host is ignored (RFC 9112 3.2.2)
             authority = host_header
-        if not authority:
-            authority = self.front.authority
-        authority = split_authority(authority, scheme)[1]
+        # no host at all (no Host, an empty one, no tunnel): no URL (refused as malformed), never this
+        # proxy's own address, which a recorder would forward to itself
+        authority = split_authority(authority, scheme)[1] if authority else ""
         url = f"{scheme}://{authority}{path}"
         if absolute and len(target) <= _MEMO_URL:
             if len(urls) >= _MEMO_URLS:

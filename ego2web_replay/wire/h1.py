@@ -78,12 +78,20 @@ def _valid_target(method: str, target: str) -> bool:
     CONNECT only ``host:port`` (RFC 9112 3.2)."""
     if method == "CONNECT":
         return valid_authority(target, port=True)
+    if "#" in target:  # a request target holds no fragment (RFC 9112 3.2); one read into an authority misleads
+        return False
     if target.startswith("/"):
         return True
     m = _ABSOLUTE.match(target)
-    if m is not None:  # (a "#" right after the authority: split_url would read it into the authority)
-        return valid_authority(m.group(1)) and target[m.end():m.end() + 1] != "#"
+    if m is not None:  # only what this proxy carries: http and https (RFC 9112 3.2.2), to a host
+        return target[:m.start(1)].lower() in ("http://", "https://") and _has_host(m.group(1))
     return target == "*" and method == "OPTIONS"
+
+
+def _has_host(authority: str) -> bool:
+    """Whether ``authority`` is a valid ``host[:port]`` with a host (not empty, not only a port)."""
+    m = _AUTHORITY.fullmatch(authority)
+    return m is not None and bool(m.group(1)) and valid_authority(authority)
 TOKEN_RE = re.compile(TOKEN)
 CTL_RE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
@@ -101,9 +109,10 @@ def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str 
     if TOKEN_RE.fullmatch(method.encode("utf-8", "surrogateescape")) is None:
         return "a method that is not a token"
     m = _ABSOLUTE.match(url)
-    if _TARGET_RE.fullmatch(url) is None or m is None or not valid_authority(m.group(1)) \
-            or url[m.end():m.end() + 1] == "#":
+    if _TARGET_RE.fullmatch(url) is None or m is None or not _has_host(m.group(1)):
         return "a space or a control character in the URL, or no host[:port] in ASCII"
+    if "#" in url:  # a request target holds no fragment (RFC 9112 3.2)
+        return "a fragment (#) in the request target"
     hosts = 0
     for k, v in headers:
         if TOKEN_RE.fullmatch(k.encode("utf-8", "surrogateescape")) is None:
@@ -112,7 +121,7 @@ def malformed(method: str, url: str, headers: Sequence[tuple[str, str]]) -> str 
             return f"CR, LF, NUL or another control in the field {k[:40]!r}"
         if k.lower() == "host":
             hosts += 1
-            if hosts > 1 or not valid_authority(v):
+            if hosts > 1 or not _has_host(v):
                 return "more than one Host, or one that is no host[:port] in ASCII"
     return None
 
@@ -547,6 +556,8 @@ class H1Handler:
         te = req.values("transfer-encoding")
         length = _content_length(req)
         if te:
+            if req.version == "HTTP/1.0":  # RFC 9112 6.1: faulty framing from a 1.0 client; the connection ends
+                raise ParseError(400, "Transfer-Encoding in an HTTP/1.0 request")
             codings = [t.strip().lower() for t in ",".join(te).split(",")]
             if codings != ["chunked"]:  # RFC 9112 6.3: no final chunked is a 400; another coding before it, 501
                 known = codings[-1:] == ["chunked"] and codings.count("chunked") == 1

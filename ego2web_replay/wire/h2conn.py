@@ -122,10 +122,18 @@ class H2Handler:
         raw, body = self.requests.pop(stream_id)
         pseudo = {_text(k): _text(v) for k, v in raw if k.startswith(b":")}
         headers = [(_text(k), _text(v)) for k, v in raw if not k.startswith(b":")]
-        method = pseudo.get(":method", "GET").upper()
+        method = pseudo.get(":method", "")  # methods are case-sensitive (RFC 9110 9.1): as sent
         authority = pseudo.get(":authority") or next((v for k, v in headers if k == "host"), None) or self.authority
-        url = f"{pseudo.get(':scheme', 'https')}://{authority}{pseudo.get(':path', '/')}"
-        why = malformed(method, url, headers)
+        path, scheme = pseudo.get(":path", ""), pseudo.get(":scheme", "")
+        why: str | None = None
+        if method == "CONNECT" or ":protocol" in pseudo:  # no tunnel in a tunnel; extended CONNECT not offered
+            why = "CONNECT over HTTP/2"
+        elif scheme not in ("http", "https"):  # what this proxy carries
+            why = f"the scheme {scheme[:20]!r}"
+        elif not path.startswith("/"):  # RFC 9113 8.3.1 (glued to the authority, it would name another)
+            why = f"a :path that is not a path: {path[:40]!r}"
+        url = f"{scheme}://{authority}{path}"
+        why = why or malformed(method, url, headers)
         if why is not None:  # what h2 lets through but no HTTP/1.1 line may hold (a space in :path ...)
             self._send(stream_id, method, error_reply(400, f"bad request: {why}"))
             return
