@@ -421,6 +421,18 @@ def test_command_agent_bad_trajectories_are_clear_errors(tmp_path, writes, error
     assert traj.error.startswith(error) and "\n" not in traj.error
 
 
+@pytest.mark.parametrize("claimed", ["infra_error", "browser_error", "setup_error"])
+def test_a_program_cannot_say_its_episode_could_not_run(tmp_path, claimed):
+    """An episode that could not run is left out of the rates and re-run by --resume: only the runner
+    says so. A program that claims it has its claim taken for an agent error."""
+    (tmp_path / "traj.json").write_text(json.dumps({"answer": "I do not know", "end_reason": claimed}), "utf-8")
+    program = f'cp {tmp_path / "traj.json"} "$EGO2WEB_OUT/trajectory.json"'
+    task = Task(id="t1", instruction="x", start_url="http://127.0.0.1:9/")
+    traj = CommandAgent(program).run_episode(task, _env(tmp_path, 30))
+    assert traj.end_reason == "agent_error" and not traj.episode_error and traj.answer == "I do not know"
+    assert traj.error == f"the program's trajectory.json said end_reason {claimed!r}, which only the runner sets"
+
+
 def test_run_cli_passes_the_openai_agent_settings(tmp_path, capsys, monkeypatch):
     """`run --agent openai` with --temperature/--seed/--max-output-tokens/--agent-timeout/--image-size:
     the settings reach the agent and are recorded in run.json's agent spec (the task has no snapshot, so

@@ -201,6 +201,12 @@ class CommandAgent:
                 traj = Trajectory.model_validate(data)
                 if traj.end_reason == "no_actions" and traj.answer is not None:
                     traj.end_reason = "answered"
+                if traj.episode_error:  # only the runner says an episode could not run: an agent that
+                    # did would have its failure left out of every rate (and re-run by --resume)
+                    claimed = traj.end_reason
+                    traj.end_reason = "agent_error"
+                    note = f"the program's trajectory.json said end_reason {claimed!r}, which only the runner sets"
+                    traj.error = f"{note}; {traj.error}" if traj.error else note
                 return traj
             if history.exists():
                 data = json.loads(history.read_text("utf-8"))
