@@ -66,6 +66,11 @@ class AgentError(Ego2WebError):
     """An agent name is unknown or an agent could not be started."""
 
 
+class ModelEndpointError(AgentError):
+    """The agent's model endpoint did not answer (server errors, timeouts, refused connections) after its
+    retries: the episode could not run, which is not the agent's failure (an ``infra_error``)."""
+
+
 class JudgeError(Ego2WebError):
     """A judge is unknown, misconfigured, or its endpoint is unreachable."""
 

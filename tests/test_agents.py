@@ -16,7 +16,7 @@ from ego2web_replay.agents import CommandAgent, OpenAIAgent, ScriptedAgent, make
 from ego2web_replay.agents.base import EpisodeEnv, Observation
 from ego2web_replay.agents.browser_use import convert_browser_use_history
 from ego2web_replay.agents.openai_agent import MalformedReply, parse_action_reply
-from ego2web_replay.errors import AgentError
+from ego2web_replay.errors import AgentError, ModelEndpointError
 from ego2web_replay.models import episode_dir, load_trajectory
 from ego2web_replay.png import png_bytes
 from ego2web_replay.tasks import Task
@@ -222,12 +222,13 @@ def test_openai_agent_backs_off_on_server_errors(tmp_path):
     assert len(srv.requests) == 3
     with FakeOpenAIServer([Reply(status=500)] * 3) as srv:
         agent = _agent(srv, http_retries=2)
-        with pytest.raises(AgentError, match="failed after 3 attempts: InternalServerError"):
-            agent.act(_obs(tmp_path))
+        with pytest.raises(ModelEndpointError, match="failed after 3 attempts: InternalServerError"):
+            agent.act(_obs(tmp_path))  # the service did not answer: the episode could not run (infra_error)
     assert len(srv.requests) == 3
     with FakeOpenAIServer([Reply(status=400, error="bad model")]) as srv:
-        with pytest.raises(AgentError, match="answered HTTP 400"):
+        with pytest.raises(AgentError, match="answered HTTP 400") as refused:
             _agent(srv).act(_obs(tmp_path))
+        assert not isinstance(refused.value, ModelEndpointError)  # a request it refused: the agent's own
     assert len(srv.requests) == 1
 
 

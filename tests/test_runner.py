@@ -442,3 +442,74 @@ def test_command_agent_own_loopback_llm_bypasses_the_replay(demo, tmp_path):
     traj = load_trajectory(r.path / "trajectory.json")
     assert traj.replay.miss == 0 and traj.replay.exact >= 1  # the page came from the snapshot
     assert traj.extra["no_proxy"] == model_at  # that exact host:port, nothing host-wide
+
+
+_STOP: list = []  # the replay proxies of the running episode (filled by the test that stops one)
+
+
+class ProxyStopper:
+    """Opens the start page, then the episode's replay proxy stops (a crash of the harness), then it goes on."""
+
+    def __init__(self) -> None:
+        self.spec = AgentSpec(name="proxy-stopper", input_modality="none")
+
+    def start(self, task) -> None:  # noqa: ANN001
+        self.task = task
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        if obs.step == 1:
+            for server in _STOP:
+                server.stop()
+        if obs.step < 3:
+            return Action(kind="goto", url=self.task.start_url)
+        return Action(kind="answer", answer="could not find it")
+
+
+class TabCrasher(ProxyStopper):
+    """Opens the start page, then its tab's renderer crashes (``chrome://crash``), then it answers."""
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        if obs.step == 0:
+            return Action(kind="goto", url=self.task.start_url)
+        if obs.step == 1:
+            return Action(kind="goto", url="chrome://crash")
+        return Action(kind="answer", answer="could not find it")
+
+
+class EndpointDown(ProxyStopper):
+    """Its model service stops answering after the first step."""
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        from ego2web_replay.errors import ModelEndpointError
+
+        if obs.step == 0:
+            return Action(kind="goto", url=self.task.start_url)
+        raise ModelEndpointError("the model endpoint failed after 4 attempts: InternalServerError: 500")
+
+
+@pytest.mark.parametrize(("agent", "end_reason", "error"), [
+    ("ProxyStopper", "infra_error", "the episode's proxy stopped answering before step 2 (Error: Page.goto: net::ERR_PROXY_"),
+    ("TabCrasher", "browser_error", "the tab (renderer) closed or crashed before step 2"),
+    ("EndpointDown", "infra_error", "the agent's model endpoint failed at step 1: the model endpoint failed"),
+])
+def test_an_episode_that_could_not_run_is_not_the_agents_failure(demo, tmp_path, monkeypatch, agent, end_reason,
+                                                                 error):
+    """The episode's proxy stopping, its tab crashing, its model service down: each ends the episode as one
+    that could not run (left out of the rates, re-run by --resume), never as an answer to judge."""
+    from ego2web_replay.replay.session import Replay
+
+    made = Replay._server
+
+    def kept(self, responder):  # noqa: ANN001, ANN202
+        server = made(self, responder)
+        _STOP.append(server)
+        return server
+
+    monkeypatch.setattr(Replay, "_server", kept)
+    _STOP.clear()
+    _, results = run_suite(demo["suite"], agent_name=f"{__name__}:{agent}", out=tmp_path, task_ids=[MUG],
+                           settings=_settings(demo, mode="frozen", warm=False, max_steps=6))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert (t.end_reason, t.answer) == (end_reason, None), t.error
+    assert t.error.startswith(error) and t.episode_error

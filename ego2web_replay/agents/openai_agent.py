@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..errors import AgentError
+from ..errors import AgentError, ModelEndpointError
 from ..models import Action, AgentSpec, Task
 from ..retry import RetriesExhausted, retry_call
 from .base import Observation
@@ -203,9 +203,9 @@ class OpenAIAgent:
         try:
             resp = retry_call(once, retries=self.http_retries, backoff_s=self.backoff_s,
                               retry_after_max_s=self.retry_after_max_s, sleep=lambda s: time.sleep(s))
-        except RetriesExhausted as e:
-            raise AgentError(f"the model endpoint failed after {e.attempts} attempts: "
-                             f"{type(e.last).__name__}: {str(e.last)[:200]}") from None
+        except RetriesExhausted as e:  # the service down or overloaded: the episode could not run
+            raise ModelEndpointError(f"the model endpoint failed after {e.attempts} attempts: "
+                                     f"{type(e.last).__name__}: {str(e.last)[:200]}") from None
         except openai.APIStatusError as e:
             raise AgentError(f"the model endpoint answered HTTP {e.status_code}: {str(e)[:200]}") from None
         self.usage["calls"] += 1

@@ -8,6 +8,7 @@ when complete, so a killed run never leaves a half episode that looks finished
 from __future__ import annotations
 
 import shutil
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
@@ -20,7 +21,7 @@ from ..agents import EpisodeEnv, Observation, ProgramAgent, make_agent
 from ..agents.elements import list_elements
 from ..agents.routing import live_archive_origins, note_own_services, proxied_destinations
 from ..browser import BrowserSession, keep_page, perform_action, take_screenshot
-from ..errors import Ego2WebError, SnapshotError
+from ..errors import Ego2WebError, ModelEndpointError, SnapshotError
 from ..models import (
     EPISODE_ERRORS,
     Action,
@@ -135,9 +136,10 @@ def find_snapshot(root: Path | str | None, task_id: str, snapshot_id: str | None
 
 
 def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs,
-               seen: dict[str, str | None]) -> None:
+               seen: dict[str, str | None], proxy_down: Callable[[Any, str | None], bool] = lambda p, e: False) -> None:
     """The episode's steps. ``seen["text"]``: the page's visible text as the last capture read it, while
-    nothing has been done to the page since (else None), so the episode's final text need not be read again."""
+    nothing has been done to the page since (else None), so the episode's final text need not be read again.
+    ``proxy_down(page, last error)``: whether the episode's proxy has stopped (asked before each step)."""
     t0 = time.monotonic()
     task = agent_task(req.task, scripted=agent.spec.name == "scripted", video=inputs.video)
     agent.start(task)
@@ -147,10 +149,16 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
     redact = Redactor.make(keep_credentials=req.keep_credentials).url  # the capture's URL as the step's
     wants_elements = bool(getattr(agent, "wants_elements", True))  # the scripted agent never reads them
     title: str | None = "" if page.url == "about:blank" else None  # the title as last read (a new page: blank)
+    crashed: list[bool] = []
+    page.on("crash", lambda _page: crashed.append(True))  # the renderer died: the page object stays open
     for i in range(req.max_steps):
-        if _page_gone(page):  # the browser crashed or was killed: not the agent's failure
+        if crashed or _page_gone(page):  # the browser or the tab crashed, or was killed: not the agent's failure
             traj.end_reason = "browser_error"
-            traj.error = f"the browser closed or crashed before step {i}"
+            traj.error = f"the {'tab (renderer)' if crashed else 'browser'} closed or crashed before step {i}"
+            return
+        if proxy_down(page, last_error):  # the episode's own proxy stopped: what the agent saw is not the site's
+            traj.end_reason = "infra_error"
+            traj.error = f"the episode's proxy stopped answering before step {i} ({last_error or page.url})"
             return
         remaining = req.timeout_s - (time.monotonic() - t0)
         if remaining <= 0:
@@ -164,6 +172,10 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
         s0 = time.monotonic()
         try:
             action = agent.act(obs)
+        except ModelEndpointError as e:  # its model service did not answer: the episode could not run
+            traj.end_reason = "infra_error"
+            traj.error = f"the agent's model endpoint failed at step {i}: {e}"
+            return
         except Exception as e:  # noqa: BLE001 - an agent failure ends this episode only
             traj.end_reason = "agent_error"
             traj.error = f"agent failed at step {i}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
@@ -214,6 +226,36 @@ def _capture(page: Any, out: Path, step: Step, redact: Callable[[str], str],
     if seen is not None:
         seen["text"] = None if capture.truncated else capture.text
     return capture.title
+
+
+#: what Chromium says of a proxy it cannot reach (net_error_list.h): the page's failure, or the proxy's
+_PROXY_FAILURES = ("ERR_PROXY_", "ERR_TUNNEL_CONNECTION_FAILED", "ERR_EMPTY_RESPONSE", "ERR_CONNECTION_")
+
+
+def proxy_check(proxy_url: str) -> Callable[[Any, str | None], bool]:
+    """``proxy_down(page, last error)`` for a proxy at ``proxy_url``: after a step whose navigation failed as
+    a proxy failure does (or left the page on Chromium's error page), whether the proxy still takes a
+    connection. A proxy that answers costs nothing: it is asked only after such a failure."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(proxy_url)
+    address = (parts.hostname or "127.0.0.1", parts.port or 80)
+
+    def down(page: Any, last_error: str | None) -> bool:
+        failed = last_error is not None and any(code in last_error for code in _PROXY_FAILURES)
+        try:
+            on_error_page = str(page.url).startswith("chrome-error://")
+        except Exception:  # noqa: BLE001 - no page: _page_gone says so
+            on_error_page = False
+        if not (failed or on_error_page):
+            return False
+        try:
+            socket.create_connection(address, timeout=2).close()
+        except OSError:
+            return True
+        return False
+
+    return down
 
 
 def _page_gone(page: Any) -> bool:
@@ -316,7 +358,7 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                 page = context.new_page()
                 seen: dict[str, str | None] = {"text": None}
                 try:
-                    _step_loop(req, agent, page, out, traj, handed.inputs, seen)
+                    _step_loop(req, agent, page, out, traj, handed.inputs, seen, proxy_check(proxy_url))
                 finally:
                     text = seen["text"]  # the last capture's, when nothing was done to the page since
                     traj.final_page_text = _page_text(page) if text is None else text[:_FINAL_TEXT_MAX]
