@@ -513,3 +513,65 @@ def test_an_episode_that_could_not_run_is_not_the_agents_failure(demo, tmp_path,
     t = load_trajectory(r.path)
     assert (t.end_reason, t.answer) == (end_reason, None), t.error
     assert t.error.startswith(error) and t.episode_error
+
+
+class Sleeper(ProxyStopper):
+    """Opens the start page, then never acts again (a model call with no timeout of its own)."""
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        if obs.step == 0:
+            return Action(kind="goto", url=self.task.start_url)
+        time.sleep(600)
+        raise AssertionError("left behind, never waited for")
+
+
+class Spinner(ProxyStopper):
+    """Opens a page whose script never yields: every read of the page waits for ever."""
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        if obs.step == 0:
+            return Action(kind="goto", url="data:text/html,<title>spin</title><script>for(;;){}</script>")
+        return Action(kind="answer", answer="never reached")
+
+
+@pytest.mark.parametrize(("agent", "error"), [
+    ("Sleeper", "episode timeout (2 s) passed at step 1: the agent did not act within"),
+    ("Spinner", "episode timeout (2 s) passed by 10 s inside step "),
+])
+def test_the_timeout_holds_when_a_page_or_the_agent_never_answers(demo, tmp_path, agent, error):
+    """``--timeout`` is checked between steps, and held inside one too: an agent that never returns is left
+    behind, a page whose script never yields has its browser stopped; either way the episode is a timeout."""
+    started = time.monotonic()
+    _, results = run_suite(demo["suite"], agent_name=f"{__name__}:{agent}", out=tmp_path, task_ids=[MUG],
+                           settings=_settings(demo, mode="frozen", warm=False, timeout_s=2, action_timeout_s=1))
+    took = time.monotonic() - started
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert t.end_reason == "timeout" and t.error.startswith(error), t.error
+    assert agent == "Sleeper" or t.error.endswith("the page did not answer, so its browser was stopped")
+    assert took < 60, f"the episode took {took:.0f} s"  # it would take 600 s (Sleeper) or for ever (Spinner)
+
+
+class SpinOnce(ProxyStopper):
+    """Its first episode opens a page that never yields; its next ones answer from the start page."""
+
+    episodes = 0
+
+    def start(self, task) -> None:  # noqa: ANN001
+        self.task = task
+        SpinOnce.episodes += 1
+        self.spin = SpinOnce.episodes == 1
+
+    def act(self, obs) -> Action:  # noqa: ANN001
+        if obs.step == 0:
+            return Action(kind="goto", url="data:text/html,<script>for(;;){}</script>" if self.spin
+                          else self.task.start_url)
+        return Action(kind="answer", answer="done")
+
+
+def test_a_warm_worker_goes_on_after_its_browser_was_stopped_for_a_hung_page(demo, tmp_path):
+    SpinOnce.episodes = 0
+    _, results = run_suite(demo["suite"], agent_name=f"{__name__}:SpinOnce", out=tmp_path, task_ids=[MUG],
+                           settings=_settings(demo, mode="frozen", warm=True, repeats=2, timeout_s=2,
+                                              action_timeout_s=1))
+    assert [r.end_reason for r in sorted(results, key=lambda r: r.repeat)] == ["timeout", "answered"]

@@ -7,9 +7,15 @@ when complete, so a killed run never leaves a half episode that looks finished
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import shutil
+import signal
 import socket
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -49,6 +55,8 @@ from .inputs import (
     apply_inputs,
     prepare_inputs,
 )
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from ..replay.session import Replay
@@ -135,11 +143,98 @@ def find_snapshot(root: Path | str | None, task_id: str, snapshot_id: str | None
     return latest(root, task_id)
 
 
+#: how long past the episode's timeout a step may still take before the watchdog ends it (the last step's
+#: action is cut at the timeout; its screenshot and capture take a second or two)
+TIMEOUT_GRACE_S = 10.0
+
+
+_BROWSER_PIDS: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+class _Watchdog:
+    """Ends an episode that outlives its timeout by ``TIMEOUT_GRACE_S`` where the step loop cannot: a page
+    whose script never yields (every read of it waits for ever) has its Chromium killed, so each call
+    waiting on it fails at once; the episode is then a ``timeout`` (and a warm worker launches a new
+    browser for the next one). An agent whose ``act`` does not return is left behind (:func:`_act`)."""
+
+    def __init__(self, page: Any, deadline_s: float) -> None:
+        self.fired = False
+        self.pid: int | None = None
+        try:  # the browser's own process, as Chromium reports it (asked once per browser: a warm one serves many)
+            browser = page.context.browser
+            self.pid = _BROWSER_PIDS.get(browser)
+            if self.pid is None:
+                cdp = browser.new_browser_cdp_session()
+                info = cdp.send("SystemInfo.getProcessInfo")
+                cdp.detach()
+                self.pid = next((p["id"] for p in info.get("processInfo", []) if p.get("type") == "browser"), None)
+                if self.pid is not None:
+                    _BROWSER_PIDS[browser] = self.pid
+        except Exception as e:  # noqa: BLE001 - no pid: a hung page then holds its episode, as before
+            log.debug("no browser pid for the episode's watchdog: %s", e)
+        self._timer = threading.Timer(deadline_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _fire(self) -> None:
+        self.fired = True
+        if self.pid is not None:
+            log.warning("episode past its timeout: stopping its browser (pid %d)", self.pid)
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+class _ActTimeout(Exception):
+    """The agent's ``act`` did not return in time (:func:`_act`)."""
+
+
+def _act(agent: Any, obs: Observation, within_s: float) -> Action:
+    """``agent.act(obs)``, in a thread of its own so that an agent that never returns (a model call with no
+    timeout of its own) cannot hold the episode: past ``within_s`` it is left behind (:class:`_ActTimeout`)."""
+    got: list[Any] = []
+
+    def call() -> None:
+        try:
+            got.append(("ok", agent.act(obs)))
+        except BaseException as e:  # noqa: BLE001 - handed to the step loop as the agent's failure
+            got.append(("error", e))
+
+    thread = threading.Thread(target=call, name="agent-act", daemon=True)
+    thread.start()
+    thread.join(within_s)
+    if not got:
+        raise _ActTimeout(f"the agent did not act within {within_s:g} s")
+    kind, value = got[0]
+    if kind == "error":
+        raise value
+    return value  # type: ignore[no-any-return]
+
+
 def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs,
                seen: dict[str, str | None], proxy_down: Callable[[Any, str | None], bool] = lambda p, e: False) -> None:
-    """The episode's steps. ``seen["text"]``: the page's visible text as the last capture read it, while
+    """The episode's steps, ended as a ``timeout`` by :class:`_Watchdog` when a page or the agent holds one
+    past the episode's timeout. ``seen["text"]``: the page's visible text as the last capture read it, while
     nothing has been done to the page since (else None), so the episode's final text need not be read again.
     ``proxy_down(page, last error)``: whether the episode's proxy has stopped (asked before each step)."""
+    dog = _Watchdog(page, req.timeout_s + TIMEOUT_GRACE_S)
+    try:
+        _steps(req, agent, page, out, traj, inputs, seen, proxy_down)
+    except Exception:
+        if not dog.fired:
+            raise
+    finally:
+        dog.cancel()
+    if dog.fired:
+        traj.end_reason = "timeout"
+        traj.error = (f"episode timeout ({req.timeout_s:g} s) passed by {TIMEOUT_GRACE_S:g} s inside step "
+                      f"{len(traj.steps)}: the page did not answer, so its browser was stopped")
+
+
+def _steps(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajectory, inputs: AgentInputs,
+           seen: dict[str, str | None], proxy_down: Callable[[Any, str | None], bool]) -> None:
     t0 = time.monotonic()
     task = agent_task(req.task, scripted=agent.spec.name == "scripted", video=inputs.video)
     agent.start(task)
@@ -171,7 +266,11 @@ def _step_loop(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Traj
         started = datetime.now(UTC)
         s0 = time.monotonic()
         try:
-            action = agent.act(obs)
+            action = _act(agent, obs, remaining + TIMEOUT_GRACE_S / 2)  # (before the watchdog's turn)
+        except _ActTimeout as e:  # the agent itself holds the episode past its timeout
+            traj.end_reason = "timeout"
+            traj.error = f"episode timeout ({req.timeout_s:g} s) passed at step {i}: {e}"
+            return
         except ModelEndpointError as e:  # its model service did not answer: the episode could not run
             traj.end_reason = "infra_error"
             traj.error = f"the agent's model endpoint failed at step {i}: {e}"
@@ -366,7 +465,11 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                     if isinstance(usage, dict) and usage:
                         traj.extra["usage"] = dict(usage)  # model calls and tokens (openai agent)
                 if warm_here is None:
-                    context.close()
+                    try:
+                        context.close()
+                    except Exception:  # a browser the watchdog stopped has no context left to close
+                        if traj.end_reason != "timeout":
+                            raise
             if live is not None:
                 live.pages_from(traj)
     except SnapshotError as e:
