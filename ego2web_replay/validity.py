@@ -82,7 +82,8 @@ def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
     degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
-        if outcome not in ("miss", "fuzzy", "live", "websocket"):
+        # (an answer recorded for other request fields, Vary: another variant of the page, as fuzzy is)
+        if outcome not in ("miss", "fuzzy", "live", "websocket") and "vary:" not in (getattr(e, "volatile", None) or ""):
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"

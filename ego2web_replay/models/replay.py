@@ -74,6 +74,10 @@ class ReplayStats(FileModel):
     websocket: int = Field(default=0, description="Websocket handshakes refused (no recorded conversation).")
     live: int = Field(default=0, description="Misses forwarded to the live web (diagnosis only; not hermetic).")
     missed_urls: list[str] = Field(default_factory=list, description="URLs of the missed requests.")
+    variant: int = Field(default=0, description="Answers recorded for other request fields than the request's "
+                         "own, where the response said it was chosen by them (Vary: Accept, Accept-Language, "
+                         "Cookie names ...) and no capture of the key was recorded for the request's "
+                         "(each log entry's `volatile` says `vary: <fields>`).")
     truncated: int = Field(default=0, description="Answers from a capture cut short while recording "
                            "(WARC-Truncated: a streamed body cut by a limit, its client or its origin).")
     truncated_urls: list[str] = Field(default_factory=list, description="'METHOD URL (reason)' of each answer "

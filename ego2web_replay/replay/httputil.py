@@ -23,6 +23,7 @@ import re
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime, parsedate_to_datetime
+from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
 from ..web import RequestHeaders, decode_body, get_header, reason_phrase
@@ -36,6 +37,8 @@ __all__ = [
     "accepts_every_coding",
     "apply_range",
     "clean_response_headers",
+    "vary_names",
+    "vary_differs",
     "identity_response",
     "conditional",
     "decode_body",
@@ -427,3 +430,38 @@ def http_date(when: datetime) -> str:
 
 def _aware(when: datetime | None) -> datetime | None:
     return when if when is None or when.tzinfo else when.replace(tzinfo=UTC)
+
+
+#: ``Vary`` names the replay handles elsewhere: the coding (served decoded where the client takes none) and
+#: the origin (a CORS answer names its page), so not compared here
+_VARY_HANDLED = frozenset({"accept-encoding", "origin"})
+
+
+def vary_names(headers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+    """The request fields a response says it was chosen by (``Vary``, RFC 9110 12.5.5), lower case, but for
+    those handled elsewhere and ``*`` (chosen by what no field says: nothing to compare)."""
+    names: list[str] = []
+    for k, v in headers:
+        if k.lower() == "vary":
+            for name in v.split(","):
+                name = name.strip().lower()
+                if name and name != "*" and name not in _VARY_HANDLED and name not in names:
+                    names.append(name)
+    return tuple(names)
+
+
+def _vary_value(name: str, headers: Iterable[tuple[str, str]]) -> Any:
+    """A request field's value as ``Vary`` compares it: every line, comma-joined, spaces normalised, lower
+    case; a Cookie by its cookie names only (their values change with every visit: a session id, a
+    timestamp; being logged in or not is which cookies there are)."""
+    values = [v for k, v in headers if k.lower() == name]
+    if name == "cookie":
+        return frozenset(part.split("=", 1)[0].strip() for v in values for part in v.split(";") if part.strip())
+    return ",".join(" ".join(v.split()).lower() for v in values) if values else None
+
+
+def vary_differs(names: Sequence[str], recorded: Iterable[tuple[str, str]],
+                 asked: Iterable[tuple[str, str]]) -> list[str]:
+    """The ``Vary`` names on which a request differs from the one an answer was recorded for."""
+    recorded, asked = list(recorded), list(asked)
+    return [n for n in names if _vary_value(n, recorded) != _vary_value(n, asked)]

@@ -55,6 +55,8 @@ from .httputil import (
     reason_phrase,
     rewrite_jsonp,
     shift_dates,
+    vary_differs,
+    vary_names,
 )
 from .kept import KeptReplies
 from .matching import IndexBase, MatchResult, ReplaySession
@@ -260,6 +262,7 @@ class Responder:
         self._columns: tuple[list[Any], ...] = tuple([] for _ in range(11))  # the replay log, by field (see _log)
         self._maps: dict[tuple[int, ...], tuple[Any, list[Representation]]] = {}  # byte maps, by their captures
         self._streams: dict[Any, StreamMeta] = {}  # captures of streamed bodies, by cache key (replay/stream.py)
+        self._asked: dict[Any, Head] = {}  # the recorded request's head of captures chosen by Vary, by cache key
         self._kept = KeptReplies(self, self.session, self._log, _second, max_replies=MAX_MAPS, joined_bytes=JOINED_BYTES)
         self._kinds: dict[tuple[Any, ...], str] = {}  # request_kind of recent requests (see _kind)
 
@@ -282,8 +285,10 @@ class Responder:
             elif volatile is not None:  # (learned and fresh_id count the own snapshots' canonical answers)
                 if volatile.startswith("fresh-id"):
                     s.fresh_id += 1
-                else:
+                elif not volatile.startswith("vary:"):
                     s.learned += 1
+            if volatile is not None and "vary:" in volatile:  # a variant chosen for other request fields
+                s.variant += 1
             (methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles, ranges, sources,
              stages) = self._columns
             if len(methods) < MAX_LOG:
@@ -392,6 +397,10 @@ class Responder:
                 status, reason, headers, rbody = self._prepared(ref)
         except Exception as e:  # noqa: BLE001 - a bad record fails this request only
             return self._unreadable(method, url, kind, result.capture.url, e)
+        varied: list[str] = []
+        if self._asked and _cache_key("r", ref) in self._asked:  # an answer chosen by request fields (Vary)
+            ref, (status, reason, headers, rbody), varied = self._variant(
+                method, url, body, ctype, ref, h, req_headers, (status, reason, headers, rbody))
         if conditional(h, status, headers):
             status, reason, headers, rbody = not_modified_response(headers)
         elif self.freeze_script and status == 200 and method in ("GET", "HEAD") and inject_allowed(headers):
@@ -400,7 +409,7 @@ class Responder:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         if not coded and status == 200:
             rbody, headers = self._acceptable(ref, rbody, headers, ae)
-        reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source)
+        reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source, varied)
         if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
             return self._keep_plain(ref, second, reply, url, kind, result, kept_key)
         return reply
@@ -412,7 +421,7 @@ class Responder:
         recorded stream, not a recorded 206."""
         key = _cache_key("r", ref)
         if second != _second() or key not in self._cache or (self._streams and key in self._streams) \
-                or reply.status == 206:
+                or reply.status == 206 or key in self._asked:  # (one chosen by Vary is checked each time)
             return reply
         return self._kept.keep(kept_key, second, reply, url, kind, result)
 
@@ -428,15 +437,19 @@ class Responder:
         return kind
 
     def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
-                body: bytes, kind: str, rng: str | None, ref: Any = None, source: str | None = None) -> Reply:
+                body: bytes, kind: str, rng: str | None, ref: Any = None, source: str | None = None,
+                varied: Sequence[str] = ()) -> Reply:
         """Log a hit and frame it (dates moved to now; a nearest-capture answer says so); the capture
         ``ref`` of a recorded stream is served at its recorded pace. ``source``: the snapshot of another
-        task that answered (logged as ``shared``)."""
+        task that answered (logged as ``shared``); ``varied``: the ``Vary`` fields the request differs on
+        from the one the answer was recorded for (logged ``vary: ...``, counted ``variant``)."""
         assert result.capture is not None
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
             headers = _set_header(headers, REPLAY_HEADER, result.outcome)
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
+        if varied:
+            volatile = (f"{volatile}; " if volatile else "") + f"vary: {', '.join(varied)}"
         self._log(method, url, "shared" if source else result.outcome, status, matched=result.capture.url,
                   score=result.score, kind=kind, volatile=volatile, rng=rng,
                   shared=(source, result.outcome) if source else None)
@@ -540,6 +553,28 @@ class Responder:
                 return ref
         return None
 
+    def _variant(self, method: str, url: str, body: bytes, ctype: str | None, ref: Any, h: dict[str, str],
+                 req_headers: Sequence[tuple[str, str]], got: tuple[int, str, Head, bytes],
+                 ) -> tuple[Any, tuple[int, str, Head, bytes], list[str]]:
+        """For a capture whose answer was chosen by request fields (``Vary``: Accept, Accept-Language,
+        Cookie ...): if the request differs from the recorded one on them, the first capture of the same
+        key recorded for fields like this request's; else the capture as picked, with the fields it differs
+        on (the answer is then another variant than the live site would have sent: logged and counted)."""
+        differs = vary_differs(vary_names(got[2]), self._asked[_cache_key("r", ref)], req_headers)
+        if not differs:
+            return ref, got, []
+        found = self.session.candidates(method, url, body or None, ctype)
+        for position in found[1] if found else ():
+            other = self.index.capture(position).ref
+            if other == ref:
+                continue
+            theirs = self._prepared(other)
+            asked = self._asked.get(_cache_key("r", other))
+            if asked is not None and not vary_differs(vary_names(theirs[2]), asked, req_headers) \
+                    and _answers(h, theirs[0], theirs[2], theirs[3], url):
+                return other, theirs, []
+        return ref, got, differs
+
     def _dated(self, headers: Head) -> Head:
         """:func:`~.httputil.shift_dates` to now; the result is kept for the second for cached heads.
 
@@ -610,6 +645,10 @@ class Responder:
             if len(self._streams) >= MAX_LOG:
                 self._streams.clear()
             self._streams[key] = got[4]
+        if len(got) > 5 and got[5] is not None:
+            if len(self._asked) >= MAX_LOG:
+                self._asked.clear()
+            self._asked[key] = tuple(got[5])
         if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
             cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)
                        for k, v in clean_response_headers(headers, keep=("transfer-encoding",))]
@@ -667,7 +706,7 @@ class Responder:
 
 
 _COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "shared", "miss", "blocked", "websocket", "live",
-           "truncated")
+           "truncated", "variant")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:

@@ -46,6 +46,7 @@ from ..validity import classify
 from ..wire.budget import WireLimits
 from . import gcfreeze
 from .addon import Replayer
+from .httputil import vary_names
 from .matching import Capture, IndexBase, MatchIndex
 from .responder import Responder
 from .rules import load_rules
@@ -387,7 +388,8 @@ class Replay:
                          policy=cfg.sequence, snapshots=[str(p) for p in self.paths], redactor=self._redactor,
                          conversation=self._conversation if cfg.engine == "fast" else None)
 
-    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None]:
+    def _resolve(self, ref: tuple[int, str]) -> tuple[int, str, list[tuple[str, str]], bytes, StreamMeta | None,
+                                                      list[tuple[str, str]] | None]:
         from ..snapshots.cdxj import CdxjEntry
 
         n, line = ref
@@ -399,9 +401,13 @@ class Replay:
                                    "HTTP status line")
             # a resource record: no HTTP head of its own
             ctype = record.content_type or entry.mime or "application/octet-stream"
-            return 200, "OK", [("Content-Type", ctype)], record.payload, None
-        return (record.http_status, record.http_reason or "", list(record.http_headers or []), record.payload,
-                stream_meta(record.headers))
+            return 200, "OK", [("Content-Type", ctype)], record.payload, None, None
+        headers = list(record.http_headers or [])
+        asked = None
+        if vary_names(headers):  # chosen by request headers: what the recording client sent, to compare with
+            asked = _request_of(self._sources[n], entry, record)
+        return (record.http_status, record.http_reason or "", headers, record.payload, stream_meta(record.headers),
+                asked)
 
     def _conversation(self, ref: tuple[int, str]) -> Any:
         """The websocket conversation archived with a ``101`` capture (a
@@ -465,3 +471,18 @@ class Replay:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _request_of(snapshot: Any, entry: Any, response: Any) -> list[tuple[str, str]] | None:
+    """The head of the request archived with ``response`` (the capture ``entry``): the record right after it
+    when that is a request naming it (``WARC-Concurrent-To``), as this project's writer and warcprox lay
+    them out; None when there is none, or it cannot be read."""
+    from ..errors import ArchiveError
+
+    try:
+        record = snapshot.record_at(entry.offset + entry.length)
+    except (ArchiveError, OSError, ValueError, EOFError):
+        return None
+    if record.rec_type != "request" or not response.record_id or response.record_id not in record.concurrent_to:
+        return None
+    return list(record.http_headers or [])

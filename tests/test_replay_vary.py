@@ -1,0 +1,129 @@
+"""Answers a site chose by request fields (``Vary``: Accept, Accept-Language, Cookie) are replayed for the
+request fields they were recorded for.
+
+A real origin on 127.0.0.1 answers ``/data`` as HTML or JSON by ``Accept``, ``/account`` as a redirect to the
+login page or the account by whether a session cookie is sent, ``/lang`` by ``Accept-Language``; the
+recording proxy archives each variant with its request, the origin stops, and the replay serves each
+request the capture recorded for fields like its own (a session cookie's value may differ: being logged in
+is which cookies there are). A request no recorded variant was made for gets the one picked, logged
+``vary: <fields>`` and counted ``variant``: another variant of the page, as a fuzzy answer is, so the
+episode is not complete. On both replay engines.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from ego2web_replay.recorder.session import LiveRecording, RecordOptions
+from ego2web_replay.replay.httputil import vary_differs, vary_names
+from ego2web_replay.replay.session import Replay
+from ego2web_replay.tasks import Task
+
+
+class _Origin(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path == "/data":
+            json = "json" in (self.headers.get("Accept") or "")
+            self._send(200, b'{"kcal": 120}' if json else b"<p>120 kcal</p>",
+                       "application/json" if json else "text/html", "Accept")
+        elif self.path == "/account":
+            if "session=" in (self.headers.get("Cookie") or ""):
+                self._send(200, b"balance: 42", "text/plain", "Cookie")
+            else:
+                self._send(302, b"", "text/plain", "Cookie", [("Location", "/login")])
+        elif self.path == "/lang":
+            german = (self.headers.get("Accept-Language") or "").startswith("de")
+            self._send(200, b"Hallo Welt" if german else b"Hello world", "text/plain", "Accept-Language")
+        else:
+            self._send(404, b"no", "text/plain", None)
+
+    def _send(self, status: int, body: bytes, ctype: str, vary: str | None,
+              extra: list[tuple[str, str]] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        if vary:
+            self.send_header("Vary", f"{vary}, Accept-Encoding")
+        for k, v in extra or []:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        return None
+
+
+def _get(proxy: str, url: str, headers: dict[str, str]) -> tuple[int, bytes]:
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}), _NoRedirect)
+    try:
+        with opener.open(urllib.request.Request(url, headers=headers), timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+HTML, JSON = {"Accept": "text/html"}, {"Accept": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def recorded(ca, tmp_path_factory):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Origin)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    task = Task(id="vary", instruction="x", start_url=base + "/data")
+    with LiveRecording(task, tmp_path_factory.mktemp("vary"), RecordOptions(guard="loopback"), ca=ca) as live:
+        live_answers = [_get(live.proxy_url, base + "/data", HTML), _get(live.proxy_url, base + "/data", JSON),
+                        _get(live.proxy_url, base + "/account", {}),
+                        _get(live.proxy_url, base + "/account", {"Cookie": "session=abc; theme=dark"}),
+                        _get(live.proxy_url, base + "/lang", {"Accept-Language": "de-DE"})]
+    server.shutdown()
+    server.server_close()
+    assert live.ok, live.error
+    assert live_answers == [(200, b"<p>120 kcal</p>"), (200, b'{"kcal": 120}'), (302, b""), (200, b"balance: 42"),
+                            (200, b"Hallo Welt")]
+    return live.snapshot_path, base
+
+
+def test_vary_fields_are_read_and_compared_as_a_cache_would():
+    head = [("Vary", "Accept, Accept-Encoding"), ("Vary", "cookie, *, Origin")]
+    assert vary_names(head) == ("accept", "cookie")
+    assert vary_differs(["accept"], [("Accept", "text/html")], [("accept", " TEXT/html ")]) == []
+    assert vary_differs(["cookie"], [("Cookie", "session=abc; theme=dark")], [("Cookie", "theme=x;session=zzz")]) == []
+    assert vary_differs(["cookie", "accept"], [("Cookie", "session=abc")], [("Accept", "x")]) == ["cookie", "accept"]
+
+
+@pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
+def test_each_request_gets_the_variant_recorded_for_its_fields(recorded, ca, engine):
+    snap, base = recorded
+    with Replay([snap], ca=ca, engine=engine) as replay:
+        # in another order than recorded: each gets its own variant, never the first recorded
+        assert _get(replay.proxy_url, base + "/data", JSON) == (200, b'{"kcal": 120}')
+        status, page = _get(replay.proxy_url, base + "/data", HTML)
+        assert status == 200 and page.endswith(b"<p>120 kcal</p>")  # (the determinism script inlined before it)
+        assert _get(replay.proxy_url, base + "/data", JSON) == (200, b'{"kcal": 120}')
+        assert _get(replay.proxy_url, base + "/account", {"Cookie": "session=other; theme=light"}) == \
+            (200, b"balance: 42")
+        assert _get(replay.proxy_url, base + "/account", {})[0] == 302
+        stats = replay.stats()
+    assert stats.variant == 0 and stats.validity == "complete"
+    assert {e.outcome for e in stats.log} == {"exact"} and not any(e.volatile for e in stats.log)
+
+
+def test_a_request_no_recorded_variant_was_made_for_is_counted_apart(recorded, ca):
+    snap, base = recorded
+    with Replay([snap], ca=ca) as replay:
+        assert _get(replay.proxy_url, base + "/lang", {"Accept-Language": "de-DE"}) == (200, b"Hallo Welt")
+        assert _get(replay.proxy_url, base + "/lang", {"Accept-Language": "en-US"}) == (200, b"Hallo Welt")
+        stats = replay.stats()
+    assert stats.variant == 1 and stats.validity == "off-snapshot"  # a page's content, another variant of it
+    assert [e.volatile for e in stats.log] == [None, "vary: accept-language"]
