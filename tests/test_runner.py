@@ -6,6 +6,8 @@ whole module; every proxy runs its upstream guard in ``loopback`` mode.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import signal
 import subprocess
@@ -323,6 +325,19 @@ def test_missing_snapshot_is_a_setup_error_for_that_episode_only(demo, tmp_path)
     assert load_run(run_dir).episodes == {"answered": 1, "setup_error": 1}
 
 
+def test_the_agent_sandbox_is_a_command_agents_option(demo, tmp_path, capsys):
+    code = main(["run", str(demo["suite_path"]), "--agent", "scripted", "--agent-sandbox", "on", "--out",
+                 str(tmp_path), "--snapshots", str(demo["snapshots"])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--agent-sandbox are for command agents, not 'scripted'" in err
+    assert not any(tmp_path.iterdir())
+    # off: the program runs as before, and its trajectory says so
+    _, results = run_suite(demo["suite"], agent_name=_command(demo, "ours"), out=tmp_path, task_ids=[MUG],
+                           agent_settings={"sandbox": "off"}, settings=_settings(demo, mode="frozen"))
+    (r,) = results
+    assert load_trajectory(r.path).extra["sandbox"] == {"sealed": False, "why": "--agent-sandbox off"}
+
+
 def test_unknown_agent_is_a_one_line_error(demo, tmp_path, capsys):
     code = main(["run", str(demo["suite_path"]), "--agent", "nosuch", "--out", str(tmp_path),
                  "--snapshots", str(demo["snapshots"])])
@@ -575,3 +590,58 @@ def test_a_warm_worker_goes_on_after_its_browser_was_stopped_for_a_hung_page(dem
                            settings=_settings(demo, mode="frozen", warm=True, repeats=2, timeout_s=2,
                                               action_timeout_s=1))
     assert [r.end_reason for r in sorted(results, key=lambda r: r.repeat)] == ["timeout", "answered"]
+
+
+PROBE_PROGRAM = r'''
+import json, os, socket, sys, urllib.request
+site, suite_file, runs = sys.argv[1], sys.argv[2], sys.argv[3]
+out = os.environ["EGO2WEB_OUT"]
+seen = {}
+with urllib.request.urlopen(site + "/shop", timeout=10) as r:  # through the proxy, as handed
+    seen["proxied"] = r.status
+direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+try:
+    direct.open(site + "/shop", timeout=5)
+    seen["direct"] = "reached"
+except OSError as e:
+    seen["direct"] = type(e).__name__
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("192.0.2.1", 53))
+    seen["udp"] = "sent"
+except OSError as e:
+    seen["udp"] = e.errno
+seen["suite"] = open(suite_file).read() if os.path.exists(suite_file) else None
+seen["runs"] = os.listdir(runs)
+seen["home"] = os.environ.get("EGO2WEB_REPLAY_HOME")
+seen["first"] = open("/proc/1/cmdline", "rb").read().split(b"\0")[:3]
+seen["first"] = [x.decode() for x in seen["first"]]
+json.dump(seen, open(os.path.join(out, "probe.json"), "w"))
+open(os.path.join(out, "answer.txt"), "w").write("probed")
+'''
+
+
+def test_a_program_agent_is_sealed_in_namespaces_of_its_own(demo, tmp_path):
+    """Frozen, a ``command:`` program reaches the replay proxy (and its own services) and nothing else: no
+    site directly, no UDP; the suite, the run folders and the data home are empty in its view, and it sees
+    its own processes only."""
+    from ego2web_replay.agents.sandbox import sandbox_unavailable
+
+    if sandbox_unavailable():  # (user namespaces not allowed on this machine: the agent runs unsealed, said so)
+        pytest.skip(sandbox_unavailable())
+    program = tmp_path / "probe.py"
+    program.write_text(PROBE_PROGRAM, "utf-8")
+    runs = tmp_path / "runs"
+    agent = f"command:{sys.executable} {program} {demo['site'].url} {demo['suite_path']} {runs}"
+    _, results = run_suite(demo["suite"], agent_name=agent, out=runs, task_ids=[MUG],
+                           settings=_settings(demo, mode="frozen"))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert (t.end_reason, t.answer) == ("answered", "probed"), t.error
+    seen = json.loads((r.path / "agent" / "probe.json").read_text())
+    assert seen["proxied"] == 200 and seen["direct"] == "URLError" and seen["udp"] == errno.ENETUNREACH
+    assert seen["suite"] is None and seen["runs"] == [] and seen["home"] is None
+    assert seen["first"][1:3] == ["-m", "ego2web_replay.agents.sandbox"]  # its namespace's first process
+    sealed = t.extra["sandbox"]
+    assert sealed["sealed"] is True and str(runs.resolve()) in sealed["covered"]
+    assert str(demo["suite_path"].parent.resolve()) in sealed["covered"]
+    assert t.replay is not None and t.replay.miss == 0 and t.replay.exact >= 1

@@ -37,7 +37,8 @@ def make_agent(name: str, **settings: Any) -> StepAgent | ProgramAgent:
         return make_explorer(**{k: v for k, v in settings.items() if v is not None})
     if name.startswith("command:"):
         return CommandAgent(name[len("command:"):], base_url=settings.get("base_url"),
-                            services=settings.get("services") or (), browser=bool(settings.get("browser")))
+                            services=settings.get("services") or (), browser=bool(settings.get("browser")),
+                            sandbox=settings.get("sandbox") or "auto")
     if name == "openai":
         return OpenAIAgent(**{k: v for k, v in settings.items() if v is not None})
     if name == "browser-use":

@@ -65,6 +65,8 @@ class EpisodeEnv:
     #: (live); the agent's own services must not be among them (:mod:`.routing`)
     proxied: list[Any] = field(default_factory=list)
     proxied_from: str = "snapshot"
+    #: what holds the evidence (the suite, the run folders, the snapshots): covered in a sealed program's view
+    hidden: list[str] = field(default_factory=list)
 
 
 @runtime_checkable

@@ -50,7 +50,10 @@ the proxy (``extra["routing"]``).
 from __future__ import annotations
 
 import json
+import logging
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -58,6 +61,7 @@ import time
 from collections.abc import Sequence
 from contextlib import ExitStack
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,6 +75,8 @@ from .routing import OwnService, Routing, parse_destination, plan_routing
 
 __all__ = ["CommandAgent"]
 
+log = logging.getLogger(__name__)
+
 STDERR_TAIL = 4000
 
 
@@ -78,10 +84,17 @@ class CommandAgent:
     """Runs ``program`` once per episode; see the module docstring for its contract."""
 
     def __init__(self, program: str, *, base_url: str | None = None, services: Sequence[str] = (),
-                 browser: bool = False) -> None:
+                 browser: bool = False, sandbox: str = "auto") -> None:
         """``base_url``: the program's model endpoint (handed as ``$OPENAI_BASE_URL``); ``services``: other
         services of its own (URLs or ``host:port``); ``browser``: give it a sealed Chromium over CDP.
-        All of them are reached directly, never through the proxy."""
+        All of them are reached directly, never through the proxy. ``sandbox``: seal the program in
+        namespaces of its own (:mod:`.sandbox`): ``auto`` where this machine allows it, ``on`` (an
+        episode that cannot be sealed does not run), ``off``."""
+        if sandbox not in ("auto", "on", "off"):
+            from ..errors import AgentError
+
+            raise AgentError(f"the agent sandbox is auto, on or off, not {sandbox!r}")
+        self.sandbox = sandbox
         if not program.strip():
             from ..errors import AgentError
 
@@ -117,7 +130,8 @@ class CommandAgent:
         return plan_routing(env.proxied, [*self.own_services(), *extra], proxied_from=env.proxied_from)
 
     def environment(self, env: EpisodeEnv) -> dict[str, str]:
-        out = dict(os.environ)
+        # the runner's own places (its data home, its database) are nothing the program needs
+        out = {k: v for k, v in os.environ.items() if k not in _RUNNER_ONLY}
         ca = str(env.ca_file)
         out.update({
             "HTTP_PROXY": env.proxy_url, "HTTPS_PROXY": env.proxy_url, "http_proxy": env.proxy_url,
@@ -162,10 +176,12 @@ class CommandAgent:
                 extra_services.append(OwnService(parse_destination(given.cdp_url), CDP_SERVICE))
             self.routing = self.plan(env, extra_services)
             try:
-                returncode, stderr = _run_program(self.program, self.environment(env), env.timeout_s)
+                program, sealed = self._sealed(stack, env, self.routing)
+                returncode, stderr = _run_program(program, self.environment(env), env.timeout_s)
             finally:
                 routing, self.routing = self.routing, None
         base.extra["routing"] = routing.record()
+        base.extra["sandbox"] = sealed
         if returncode is None:
             base.end_reason = "timeout"
             base.error = f"the program ran past the episode timeout ({env.timeout_s:g} s) and was killed"
@@ -173,7 +189,8 @@ class CommandAgent:
             base.finished_at = datetime.now(UTC)
             return base
         extra: dict[str, Any] = {"exit_code": returncode, "stderr": _tail(stderr),
-                                 "duration_s": round(time.monotonic() - t0, 3), "routing": routing.record()}
+                                 "duration_s": round(time.monotonic() - t0, 3), "routing": routing.record(),
+                                 "sandbox": sealed}
         traj = self._read_output(task, env, base)
         traj.extra.update(extra)
         traj.finished_at = datetime.now(UTC)
@@ -186,6 +203,41 @@ class CommandAgent:
             traj.end_reason = "agent_error"
             traj.error = f"{reason}; {traj.error}" if traj.error else reason
         return traj
+
+    def _sealed(self, stack: ExitStack, env: EpisodeEnv, routing: Routing) -> tuple[str, dict[str, Any]]:
+        """The command line that runs the program (sealed in namespaces of its own where it can be, see
+        :mod:`.sandbox`) and what the trajectory records of that: sealed or not and why, the destinations
+        it can reach, the paths covered (and those left uncovered because the program needs what they hold)."""
+        from .sandbox import Bridges, describe, sandbox_unavailable, sandboxed_command
+
+        if self.sandbox == "off":
+            return self.program, {"sealed": False, "why": "--agent-sandbox off"}
+        why = sandbox_unavailable()
+        if why is not None:
+            if self.sandbox == "on":
+                from ..errors import AgentError
+
+                raise AgentError(f"--agent-sandbox on, but the program cannot be sealed here: {why}")
+            _warn_unsealed(why)
+            return self.program, {"sealed": False, "why": why}
+        proxy = parse_destination(env.proxy_url)
+        reached = [(proxy.host, proxy.port)] + [(s.destination.host, s.destination.port) for s in routing.direct]
+        folder = Path(tempfile.mkdtemp(prefix="ego2web-bridges-"))
+        stack.callback(shutil.rmtree, folder, ignore_errors=True)
+        bridges = stack.enter_context(Bridges(folder, reached))
+        needed = [Path.cwd().resolve(), env.out_dir.resolve().parent, folder]  # where it runs, what it is handed
+        covered: list[str] = []
+        uncovered: list[str] = []
+        places: list[str | Path] = [*env.hidden, *_runner_places()]
+        for path in dict.fromkeys(str(Path(p).resolve()) for p in places):
+            if any(n == Path(path) or Path(path) in n.parents for n in needed):
+                uncovered.append(path)
+            elif Path(path).exists():
+                covered.append(path)
+        record = {"sealed": True, "reached": describe(bridges.destinations), "covered": covered}
+        if uncovered:
+            record["uncovered"] = uncovered  # (they hold its working folder or its own: shown, never silent)
+        return shlex.join(sandboxed_command(self.program, bridges.destinations, covered)), record
 
     def _read_output(self, task: Task, env: EpisodeEnv, base: Trajectory) -> Trajectory:
         out = env.out_dir
@@ -243,6 +295,25 @@ class CommandAgent:
 
 #: what the given browser's DevTools endpoint is called among the program's own services
 CDP_SERVICE = "DevTools endpoint of the browser it is given (--agent-browser)"
+
+
+#: what the runner's environment says of its own places: not handed on to a program
+_RUNNER_ONLY = frozenset({"EGO2WEB_REPLAY_HOME", "EGO2WEB_REPLAY_DB"})
+_WARNED: set[str] = set()
+
+
+def _runner_places() -> list[Path]:
+    """The runner's own places a program must not read: the data home (caches, CA key, frame caches)
+    and the tracking database."""
+    from ..config import DEFAULT_DB, data_dir
+
+    return [data_dir(), DEFAULT_DB]
+
+
+def _warn_unsealed(why: str) -> None:
+    if why not in _WARNED:
+        _WARNED.add(why)
+        log.warning("command agents run unsealed (their own network and files): %s", why)
 
 
 def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[int | None, bytes]:

@@ -67,6 +67,11 @@ if TYPE_CHECKING:
 @click.option("--agent-service", "agent_services", multiple=True, metavar="URL|HOST:PORT",
               help="command agents: another service of the program's own (a tool server, a database), reached "
                    "directly at exactly this host:port, never through the proxy (repeatable).")
+@click.option("--agent-sandbox", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
+              help="command agents: seal the program in namespaces of its own (network: only the proxy and its own "
+                   "services; the suite, runs, snapshots and data home covered; its own processes only). auto: "
+                   "where this machine allows user namespaces (else it runs unsealed, recorded in the "
+                   "trajectory); on: an episode that cannot be sealed does not run.")
 @click.option("--agent-browser", is_flag=True,
               help="command agents: start a sealed Chromium behind the proxy for the program and hand its DevTools "
                    "endpoint as $EGO2WEB_CDP_URL (that port is reached directly, never through the proxy).")
@@ -102,7 +107,7 @@ if TYPE_CHECKING:
 def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path | str, snapshot_id: str | None, out: Path,
             task_ids: tuple[str, ...], workers: int, max_steps: int, timeout_s: float, repeats: int, cold: bool,
             resume: bool, run_id: str | None, model: str | None, base_url: str | None, agent_services: tuple[str, ...],
-            agent_browser: bool, guard: str, upstream_ca: Path | None,
+            agent_browser: bool, agent_sandbox: str, guard: str, upstream_ca: Path | None,
             modality: str | None, n_keyframes: int, video_fps: float, video_transport: str,
             frame_size: int, temperature: float | None, seed: int | None, max_output_tokens: int | None,
             agent_timeout: float | None, image_size: int | None, replay: ReplayConfig, db: Path | None, keep_credentials: bool,
@@ -138,8 +143,11 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
         raise click.UsageError(f"--image-size is for the model agents (openai, browser-use), not {agent_name!r}")
     if agent_name.startswith("command:"):
         agent_settings = {"base_url": base_url, "services": list(agent_services), "browser": agent_browser}
-    elif agent_services or agent_browser:
-        raise click.UsageError(f"--agent-service and --agent-browser are for command agents, not {agent_name!r}")
+        if agent_sandbox != "auto":  # (the default is no setting: runs made before it resume as they were)
+            agent_settings["sandbox"] = agent_sandbox
+    elif agent_services or agent_browser or agent_sandbox != "auto":
+        raise click.UsageError(f"--agent-service, --agent-browser and --agent-sandbox are for command agents, "
+                               f"not {agent_name!r}")
     url = endpoint_url(base_url) if agent_name in ("openai", "browser-use") else (
         base_url if agent_name.startswith("command:") else None)
     if url:  # before the run folder is made: a dead endpoint is named at once, not after whole episodes

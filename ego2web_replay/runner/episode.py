@@ -123,6 +123,18 @@ class EpisodeSummary:
     repeat: int = 0
 
 
+def _evidence_places(req: EpisodeRequest) -> list[str]:
+    """Where the evidence of an episode lies, for a sealed program agent not to see (agents/sandbox.py):
+    the suite (its answers, clips and keyframes), the run folder and the folder of runs (other episodes'
+    trajectories), the snapshots."""
+    places = [req.run_dir, req.run_dir.parent]
+    if req.suite_dir is not None:
+        places.append(req.suite_dir)
+    if isinstance(req.snapshots_root, Path):
+        places.append(req.snapshots_root)
+    return [str(p) for p in places]
+
+
 def find_snapshot(root: Path | str | None, task_id: str, snapshot_id: str | None) -> Path | str:
     """The chosen snapshot of a task, or its newest (a folder, or a URL under a URL root);
     :class:`SnapshotError` when there is none."""
@@ -441,7 +453,8 @@ def run_episode(req: EpisodeRequest, warm: WarmWorker | None = None) -> EpisodeS
                                  max_steps=req.max_steps, timeout_s=req.timeout_s, inputs=handed.inputs_file,
                                  repeat=req.repeat, proxied=proxied_destinations(
                                      req.task, None if replay is None else _captured_urls(replay.snapshots)),
-                                 proxied_from="snapshot" if replay is not None else "task")
+                                 proxied_from="snapshot" if replay is not None else "task",
+                                 hidden=_evidence_places(req))
                 got = agent.run_episode(req.task, env)
                 handed.collect(got, redact_url=Redactor.make(keep_credentials=req.keep_credentials).url)
                 got.started_at, got.snapshot_id, got.snapshot_path = traj.started_at, traj.snapshot_id, traj.snapshot_path
