@@ -51,7 +51,7 @@ def test_fresh_ids_replay_from_one_recording(chromium, ca, tmp_path):
     api = {e.url.partition("?")[0].rpartition("/")[2]: e for e in stats.log if "/api/" in e.url}
     assert api["items"].outcome == "canonical" and api["items"].volatile == "fresh-id: cid, rid, trace"
     assert api["event"].outcome == "canonical"
-    assert api["event"].volatile == "fresh-id: body:anonymousId, body:messageId, body:span"
+    assert api["event"].volatile == "fresh-id: body:anonymousId, body:messageId, body:sentAt, body:span"
     assert stats.fresh_id == 2
 
 
@@ -94,7 +94,7 @@ def test_second_load_learns_what_changes_between_two_loads(chromium, ca, tmp_pat
     assert (items, ack) == ("Red hat\nBlue hat", "view recorded") and stats.miss == 0, stats.missed_urls
     api = {e.url.partition("?")[0].rpartition("/")[2]: e for e in stats.log if "/api/" in e.url}
     assert api["items"].volatile == "learned: cid, rid, trace"
-    assert api["event"].volatile == "learned: body:anonymousId, body:messageId, body:span"
+    assert api["event"].volatile == "learned: body:anonymousId, body:messageId, body:sentAt, body:span"
     assert stats.learned == 2 and stats.fresh_id == 0
 
 
