@@ -171,6 +171,11 @@ class _Origin(socketserver.BaseRequestHandler):
                         sock.sendall(b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>\r\n\r\n")
                         time.sleep(0.2)
                 return
+            elif path.startswith("/drip"):  # a body that keeps coming for 3 s: its connection busy all along
+                sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 30\r\n\r\n")
+                for _ in range(30):
+                    time.sleep(0.1)
+                    sock.sendall(b"d")
             elif path == "/trickle":  # a long body that keeps coming, slowly
                 sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 8\r\n\r\n")
                 for byte in b"trickled":
@@ -609,6 +614,30 @@ def test_a_body_that_keeps_coming_slowly_is_not_cut_by_the_read_timeout(origin, 
         assert rec.open(base + "/trickle")[:3:2] == (200, b"trickled")
         status, headers, _ = rec.open(base + "/slow")
     assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
+
+
+def test_waiting_for_a_connection_to_the_origin_is_bounded_too(origin, ca, tmp_path):
+    """With every connection to an origin busy (downloads that keep coming), a further request waits its
+    turn for at most the read timeout: then a 502 saying so, not a wait as long as the downloads take."""
+    from ego2web_replay.recorder.upstream import PER_ORIGIN
+
+    base = f"http://127.0.0.1:{origin.server_address[1]}"
+    with _Recording(tmp_path, ca) as rec:
+        rec.front.upstream.read_timeout_s = 1.0
+        drips: list[bytes] = []
+        busy = [threading.Thread(target=lambda i=i: drips.append(rec.open(f"{base}/drip?{i}")[2]))
+                for i in range(PER_ORIGIN)]
+        for t in busy:
+            t.start()
+        time.sleep(0.5)  # every connection taken
+        started = time.monotonic()
+        status, headers, body = rec.open(base + "/keep")
+        waited = time.monotonic() - started
+        for t in busy:
+            t.join(20)
+    assert status == 502 and headers["x-ego2web-replay"] == "upstream-error; kind=timeout"
+    assert b"connections came free within 1 s" in body and waited < 2.5  # the downloads take 3 s
+    assert drips == [b"d" * 30] * PER_ORIGIN  # they went on, whole
 
 
 def test_interim_answers_do_not_put_off_the_read_timeout(origin, ca, tmp_path):

@@ -202,7 +202,12 @@ class UpstreamPool:
         slots = self._slots.get(key)
         if slots is None:
             slots = self._slots[key] = _Slots(self.per_origin)
-        await slots.take()
+        if not slots.take_now():  # its connections all busy: wait in turn, as a browser does, but not for ever
+            try:
+                await asyncio.wait_for(slots.take(), self.read_timeout_s)
+            except TimeoutError:
+                raise UpstreamError("timeout", f"none of the origin's {self.per_origin} connections came free "
+                                               f"within {self.read_timeout_s:g} s") from None
         return await self._resume(key, data, method, slots)
 
     async def _resume(self, key: tuple[str, str, int], data: bytes, method: str, slots: _Slots,
