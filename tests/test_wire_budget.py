@@ -355,3 +355,44 @@ def test_limits_come_from_the_environment_and_bad_values_are_one_line(monkeypatc
     monkeypatch.delenv(ENV["body_budget"])
     with pytest.raises(ProxyError, match="max_connections must be positive"):
         WireLimits.from_env(max_connections=0)
+
+
+def test_an_http2_header_block_is_bounded_as_a_head_is(replay, ca):
+    """A HEADERS frame whose END_HEADERS never comes, grown by CONTINUATION frames (each under h2's own
+    limits): past 64 KiB, what an HTTP/1.1 head may be, the connection ends with ENHANCE_YOUR_CALM, and
+    while it is open its bytes count in the body budget."""
+    import h2.errors
+    from hyperframe.frame import ContinuationFrame, GoAwayFrame, HeadersFrame
+
+    with proxy(replay, ca) as front:
+        s, conn = _h2(front, ca)
+        s.sendall(conn.data_to_send())
+        first = HeadersFrame(1)  # no END_HEADERS: the block stays open
+        first.data = b"\x00" * 16_000
+        s.sendall(first.serialize())
+        for _ in range(3):
+            more = ContinuationFrame(1)
+            more.data = b"\x00" * 16_000
+            s.sendall(more.serialize())
+        wait_for(lambda: front.budget.used >= 60_000)  # held, and counted
+        more = ContinuationFrame(1)
+        more.data = b"\x00" * 16_000
+        s.sendall(more.serialize())
+        got = b""
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            got += data
+        s.close()
+        wait_for(lambda: front.budget.used == 0)
+    frames = []
+    while len(got) >= 9:
+        length = int.from_bytes(got[:3], "big")
+        frame, _ = GoAwayFrame.parse_frame_header(memoryview(got[:9]))
+        if isinstance(frame, GoAwayFrame):
+            frame.parse_body(memoryview(got[9:9 + length]))
+        frames.append(frame)
+        got = got[9 + length:]
+    [goaway] = [f for f in frames if isinstance(f, GoAwayFrame)]
+    assert goaway.error_code == h2.errors.ErrorCodes.ENHANCE_YOUR_CALM

@@ -80,6 +80,11 @@ class H2Handler:
             self.write(self.conn.data_to_send())
             self._end()
             return
+        if self._open_block() > h1.MAX_HEAD:  # a header block past what an HTTP/1.1 head may be (RFC 9113 10.5.1)
+            self.conn.close_connection(error_code=h2.errors.ErrorCodes.ENHANCE_YOUR_CALM)
+            self.write(self.conn.data_to_send())
+            self._end()
+            return
         for event in events:
             self._event(event)
         out = self.conn.data_to_send()
@@ -290,8 +295,13 @@ class H2Handler:
         return "answering" if self.streams else "idle"  # a streamed body all sent, more to come
 
     def buffered(self) -> int:
-        """Bytes of request bodies held for streams still coming."""
-        return sum(len(body) for _, body in self.requests.values())
+        """Bytes of request bodies held for streams still coming, and of a header block still open."""
+        return sum(len(body) for _, body in self.requests.values()) + self._open_block()
+
+    def _open_block(self) -> int:
+        """Bytes of the header block h2 holds until its END_HEADERS (a HEADERS frame and its CONTINUATIONs)."""
+        pending = getattr(self.conn.incoming_buffer, "_headers_buffer", None)  # (h2 4.x's frame buffer)
+        return sum(len(f.data) for f in pending) if pending else 0
 
     def refuse_largest(self, reply: Reply) -> None:
         """Refuse (``reply``, then a reset) the stream holding the largest request body."""
