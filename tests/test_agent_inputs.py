@@ -137,7 +137,8 @@ def test_the_agent_folder_holds_private_copies_and_is_removed(tmp_path, ca):
             Step(index=2, action=Action(kind="stop"), screenshot="/elsewhere/b.png")])
         folder.collect(traj, redact_url=Redactor.make().url)
     assert not root.exists()
-    assert [s.screenshot for s in traj.steps] == ["agent/shots/a.png", "agent/shots/a.png", "/elsewhere/b.png"]
+    assert [s.screenshot for s in traj.steps] == ["agent/shots/a.png", "agent/shots/a.png", None]  # refused
+    assert "screenshot '/elsewhere/b.png' refused" in traj.steps[2].error
     assert (episode / "agent" / "answer.txt").read_text() == "x"
     assert traj.steps[1].page == "agent/pages/step-001.json"
     capture = read_model(episode / traj.steps[1].page, PageCapture, "page capture")

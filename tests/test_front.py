@@ -470,3 +470,13 @@ def test_a_head_whose_field_lines_were_read_before_has_its_request_line_read_as_
     assert again.lowered == fresh.lowered and again.header("host") == "a.example"
     again.headers.append(("X", "y"))  # each request its own list: the memo is not changed through one
     assert h1._parse_head(b"GET http://a.example/4 HTTP/1.1" + block).headers == first.headers
+
+
+def test_methods_are_case_sensitive_in_replay(small):
+    """``get`` is not ``GET`` (RFC 9110 9.1): a method no capture was recorded with is a counted miss."""
+    before = small.stats().miss
+    out = _raw(small, b"get http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 404") and b"X-Ego2Web-Replay: miss" in out
+    assert small.stats().miss == before + 1 and small.stats().log[-1].method == "get"
+    out = _raw(small, b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200")

@@ -645,3 +645,49 @@ def test_a_program_agent_is_sealed_in_namespaces_of_its_own(demo, tmp_path):
     assert sealed["sealed"] is True and str(runs.resolve()) in sealed["covered"]
     assert str(demo["suite_path"].parent.resolve()) in sealed["covered"]
     assert t.replay is not None and t.replay.miss == 0 and t.replay.exact >= 1
+
+
+SHOTS_PROGRAM = r'''
+import base64, json, os, sys
+out = os.environ["EGO2WEB_OUT"]
+os.makedirs(os.path.join(out, "shots"), exist_ok=True)
+png = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==")
+open(os.path.join(out, "shots", "mine.png"), "wb").write(png)
+steps = [{"index": 0, "action": {"kind": "goto", "url": "http://x/"}, "screenshot": "shots/mine.png"},
+         {"index": 1, "action": {"kind": "wait", "seconds": 0}, "screenshot": sys.argv[1]},
+         {"index": 2, "action": {"kind": "wait", "seconds": 0}, "screenshot": "../../../../etc/hostname"},
+         {"index": 3, "action": {"kind": "answer", "answer": "x"}, "screenshot": "shots/never-written.png"}]
+json.dump({"steps": steps, "answer": "x", "end_reason": "answered"}, open(os.path.join(out, "trajectory.json"), "w"))
+'''
+
+
+def test_a_program_can_show_the_judge_only_screenshots_it_took(demo, tmp_path):
+    """A screenshot a program's trajectory names elsewhere (the suite's files, the machine's) or never wrote
+    is refused, the step saying why: judges read what the program saw, from the episode's own files."""
+    program = tmp_path / "shots.py"
+    program.write_text(SHOTS_PROGRAM, "utf-8")
+    elsewhere = demo["suite_path"]  # a file of the suite, say
+    _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program} {elsewhere}",
+                           out=tmp_path / "runs", task_ids=[MUG], settings=_settings(demo, mode="frozen"))
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert [s.screenshot for s in t.steps] == ["agent/shots/mine.png", None, None, None]
+    assert all("refused: not a file the program wrote in $EGO2WEB_OUT" in s.error for s in t.steps[1:])
+    from ego2web_replay.judge.episode import load_episode
+
+    assert [s.rel for s in load_episode(r.path).screenshots] == ["agent/shots/mine.png"]
+
+
+def test_a_judge_reads_no_screenshot_outside_the_episode(tmp_path):
+    from ego2web_replay.errors import JudgeError
+    from ego2web_replay.judge.episode import load_episode
+    from ego2web_replay.models import Step, Trajectory, save_model
+
+    (tmp_path / "outside.png").write_bytes(b"\x89PNG")
+    episode = tmp_path / "ep"
+    episode.mkdir()
+    traj = Trajectory(task_id="t", instruction="x", mode="frozen", agent=AgentSpec(name="x"),
+                      steps=[Step(index=0, action=Action(kind="stop"), screenshot="../outside.png")])
+    save_model(episode / "trajectory.json", traj)
+    with pytest.raises(JudgeError, match="outside the episode folder"):
+        load_episode(episode)

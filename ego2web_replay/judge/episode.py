@@ -118,6 +118,8 @@ def load_episode(directory: str | Path) -> Episode:
         if rel is None:
             continue
         path = d / rel
+        if not path.resolve().is_relative_to(d.resolve()):  # a judge reads the episode's own files only
+            raise JudgeError(f"{rel}: screenshot of step {step.index} lies outside the episode folder")
         if not path.is_file():
             raise JudgeError(f"{path}: screenshot of step {step.index} missing from the episode folder")
         shots.append(Shot(step.index, path, rel, step.url, step.action.describe()))

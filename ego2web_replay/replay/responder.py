@@ -342,10 +342,11 @@ class Responder:
 
     def answer(self, method: str, url: str, req_headers: Sequence[tuple[str, str]], body: bytes) -> Reply:
         """The reply to one request (``url`` absolute, as the client meant it)."""
-        method = method.upper()
         h = _first_values(req_headers)  # looked up a dozen times below
         headers: Head  # a cached head is a tuple (see _remember); framed() hands on a list
         kind = self._kind(url, h)
+        if not method.isupper():  # methods are case-sensitive (RFC 9110 9.1): "get" is no GET, and none was recorded
+            return self._missed(method, url, kind, None)
         if (h.get("upgrade") or "").lower() == "websocket":
             reply = answer_websocket(self, method, url, h, kind) if self.conversation is not None else None
             if reply is None:

@@ -112,11 +112,24 @@ class AgentFolder:
         named from the episode, and a capture's URL redacted with ``redact_url`` (as the trajectory's)."""
         self._keep_output()
         for step in traj.steps:
-            step.screenshot = self._adopted(step.screenshot)
-            page = self._adopted(step.page)
+            step.screenshot = self._own(step, "screenshot", self._adopted(step.screenshot))
+            page = self._own(step, "page capture", self._adopted(step.page))
             if page and page != step.page:
                 self._adopt_capture(self.episode / page, redact_url)
             step.page = page
+
+    def _own(self, step: Any, what: str, named: str | None) -> str | None:
+        """``named`` where it is a file the program wrote (now in ``<episode>/agent/``); else None, and the
+        step says why: a path elsewhere (the suite's keyframes, a file of this machine) is no evidence of what
+        the program saw, and judges read only the episode's own files."""
+        if not named:
+            return named
+        path = (self.episode / named).resolve()
+        if path.is_relative_to((self.episode / "agent").resolve()) and path.is_file():
+            return named
+        note = f"({what} {named!r} refused: not a file the program wrote in $EGO2WEB_OUT)"
+        step.error = f"{step.error} {note}" if step.error else note
+        return None
 
     def _adopt_capture(self, path: Path, redact_url: Callable[[str], str]) -> None:
         """An adopted page capture: its DOM file named from the episode too (as its ``dom`` says) and its
