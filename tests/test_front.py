@@ -322,6 +322,12 @@ def test_chunked_and_100_continue_request_bodies(small):
     (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\nX: a\nY: b\r\n\r\n", b"400"),
     ("CONNECT \u00e9.example:443 HTTP/1.1\r\n\r\n".encode(), b"400"),  # an IDN goes as A-labels (xn--)
     (b"CONNECT a.example HTTP/1.1\r\n\r\n", b"400"), (b"CONNECT a.example:99999 HTTP/1.1\r\n\r\n", b"400"),
+    # lines ended by LF alone: refused as they come, not when the head timeout ends the wait for CRLF CRLF
+    (b"GET http://a.example/x HTTP/1.1\nHost: a.example\n\n", b"400"),
+    (b"POST http://a.example/form HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nq=1\r\n0\r\n\n", b"400"),
+    (b"GET alhost://a.example/x HTTP/1.1\r\nHost: a.example\r\n\r\n", b"400"),  # a scheme not carried
+    (b"GET /x#top HTTP/1.1\r\nHost: a.example\r\n\r\n", b"400"),  # a fragment
+    (b"POST http://a.example/form HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nq=1\r\n0\r\n\r\n", b"400"),
 ])
 def test_malformed_requests_get_one_clear_answer_and_the_connection_closes(small, request_bytes, status):
     out = _raw(small, request_bytes, wait_close=False)
@@ -480,3 +486,11 @@ def test_methods_are_case_sensitive_in_replay(small):
     assert small.stats().miss == before + 1 and small.stats().log[-1].method == "get"
     out = _raw(small, b"GET http://a.example/x HTTP/1.1\r\nHost: a.example\r\nConnection: close\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200")
+
+
+def test_empty_elements_of_a_transfer_encoding_list_are_ignored(small):
+    """RFC 9110 5.6.1: a list's empty elements are ignored, so ``, chunked`` is ``chunked``."""
+    out = _raw(small, b"POST http://a.example/form HTTP/1.1\r\nHost: a.example\r\nContent-Type: "
+                      b"application/x-www-form-urlencoded\r\nTransfer-Encoding: , chunked\r\nConnection: close\r\n"
+                      b"\r\n3\r\nq=1\r\n0\r\n\r\n")
+    assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"posted")

@@ -58,6 +58,7 @@ _FIELD_LINES = re.compile(rb"(?:" + FIELD_LINE + rb"\r\n)*")
 _FIELD = re.compile(r"([^:]+):[ \t]*([^\r]*)\r\n")
 CHUNK_LINE = re.compile(rb"([0-9A-Fa-f]{1,16})[ \t]*(?:;[\t\x20-\x7e\x80-\xff]*)?")
 _MAX_CHUNK_LINE = 4096
+_BARE_LF = re.compile(rb"(?<!\r)\n")
 _MAX_DIGITS = 19  # a Content-Length longer than this is past any cap (and past int()'s digit limit)
 #: An authority (RFC 3986 3.2): a reg-name of ASCII (an IDN as A-labels) or an IP literal, then perhaps a port.
 _AUTHORITY = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~!$&'()*+,;=%-]*)(?::([0-9]{0,5}))?")
@@ -455,6 +456,8 @@ class H1Handler:
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     raise ParseError(431, "request head too large")
+                if _BARE_LF.search(self.buf):  # a line ended by LF alone: refused now, not when the head times out
+                    raise ParseError(400, "a line of the request head ends with LF alone")
                 return False
             if end > MAX_HEAD:
                 raise ParseError(431, "request head too large")
@@ -558,7 +561,7 @@ class H1Handler:
         if te:
             if req.version == "HTTP/1.0":  # RFC 9112 6.1: faulty framing from a 1.0 client; the connection ends
                 raise ParseError(400, "Transfer-Encoding in an HTTP/1.0 request")
-            codings = [t.strip().lower() for t in ",".join(te).split(",")]
+            codings = [t.strip().lower() for t in ",".join(te).split(",") if t.strip()]  # (empty elements: none)
             if codings != ["chunked"]:  # RFC 9112 6.3: no final chunked is a 400; another coding before it, 501
                 known = codings[-1:] == ["chunked"] and codings.count("chunked") == 1
                 raise ParseError(501 if known else 400, f"unsupported transfer-encoding {', '.join(te)!r}")
@@ -625,6 +628,8 @@ class H1Handler:
         if end < 0:
             if len(buf) > MAX_HEAD:
                 raise ParseError(431, "request trailers too large")
+            if _BARE_LF.search(buf):
+                raise ParseError(400, "a trailer line ends with LF alone")
             return None
         if end and _FIELD_LINES.fullmatch(buf, 0, end + 2) is None:
             raise ParseError(400, "malformed trailer line")
