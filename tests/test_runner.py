@@ -594,7 +594,7 @@ def test_a_warm_worker_goes_on_after_its_browser_was_stopped_for_a_hung_page(dem
 
 PROBE_PROGRAM = r'''
 import json, os, socket, sys, urllib.request
-site, suite_file, runs = sys.argv[1], sys.argv[2], sys.argv[3]
+site, suite_file, runs = json.load(open(__file__ + ".json"))  # (not on its command line: what that names it keeps)
 out = os.environ["EGO2WEB_OUT"]
 seen = {}
 with urllib.request.urlopen(site + "/shop", timeout=10) as r:  # through the proxy, as handed
@@ -631,7 +631,8 @@ def test_a_program_agent_is_sealed_in_namespaces_of_its_own(demo, tmp_path):
     program = tmp_path / "probe.py"
     program.write_text(PROBE_PROGRAM, "utf-8")
     runs = tmp_path / "runs"
-    agent = f"command:{sys.executable} {program} {demo['site'].url} {demo['suite_path']} {runs}"
+    (tmp_path / "probe.py.json").write_text(json.dumps([demo["site"].url, str(demo["suite_path"]), str(runs)]))
+    agent = f"command:{sys.executable} {program}"
     _, results = run_suite(demo["suite"], agent_name=agent, out=runs, task_ids=[MUG],
                            settings=_settings(demo, mode="frozen"))
     (r,) = results
@@ -644,6 +645,11 @@ def test_a_program_agent_is_sealed_in_namespaces_of_its_own(demo, tmp_path):
     sealed = t.extra["sandbox"]
     assert sealed["sealed"] is True and str(runs.resolve()) in sealed["covered"]
     assert str(demo["suite_path"].parent.resolve()) in sealed["covered"]
+    # a place holding a file its command line names (its script here) is left to it, and said so
+    _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program} {demo['suite_path']}",
+                           out=runs, task_ids=[MUG], settings=_settings(demo, mode="frozen"))
+    named = load_trajectory(results[0].path).extra["sandbox"]
+    assert str(demo["suite_path"].resolve()) in named["uncovered"]
     assert t.replay is not None and t.replay.miss == 0 and t.replay.exact >= 1
 
 

@@ -49,6 +49,7 @@ the proxy (``extra["routing"]``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -225,7 +226,8 @@ class CommandAgent:
         folder = Path(tempfile.mkdtemp(prefix="ego2web-bridges-"))
         stack.callback(shutil.rmtree, folder, ignore_errors=True)
         bridges = stack.enter_context(Bridges(folder, reached))
-        needed = [Path.cwd().resolve(), env.out_dir.resolve().parent, folder]  # where it runs, what it is handed
+        # where it runs, what it is handed, and the files its command line names (its script, its config)
+        needed = [Path.cwd().resolve(), env.out_dir.resolve().parent, folder, *_named_files(self.program)]
         covered: list[str] = []
         uncovered: list[str] = []
         places: list[str | Path] = [*env.hidden, *_runner_places()]
@@ -308,6 +310,24 @@ def _runner_places() -> list[Path]:
     from ..config import DEFAULT_DB, data_dir
 
     return [data_dir(), DEFAULT_DB]
+
+
+def _named_files(program: str) -> list[Path]:
+    """The files and folders a command line names that exist (``python /x/agent.py --config c.json``: the
+    script and its config): a sealed program needs them, so no cover goes over them."""
+    try:
+        words = shlex.split(program)
+    except ValueError:
+        words = program.split()
+    found = []
+    for word in words:
+        for part in (word, word.partition("=")[2]):  # (--config=c.json)
+            if part and not part.startswith("-") and len(part) < 4096:
+                with contextlib.suppress(OSError, ValueError):
+                    path = Path(part).expanduser()
+                    if path.exists():
+                        found.append(path.resolve())
+    return found
 
 
 def _warn_unsealed(why: str) -> None:

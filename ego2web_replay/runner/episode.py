@@ -88,6 +88,7 @@ class EpisodeRequest:
     agent_name: str
     agent_settings: dict[str, Any] = field(default_factory=dict)
     snapshots_root: Path | str | None = None  # a folder, or an object-storage URL
+    suite_path: Path | None = None  # the suite's file (its tasks' answers and evidence): never a sealed program's
     snapshot_id: str | None = None  # the run pins it when it starts (run.pin_snapshots); None: the task's newest now
     snapshot_error: str | None = None  # why the task had no snapshot to replay when the run started
     share_pins: dict[str, str] | None = None  # shared captures' sources, pinned when the run started (None: newest)
@@ -128,6 +129,8 @@ def _evidence_places(req: EpisodeRequest) -> list[str]:
     the suite (its answers, clips and keyframes), the run folder and the folder of runs (other episodes'
     trajectories), the snapshots."""
     places = [req.run_dir, req.run_dir.parent]
+    if req.suite_path is not None:
+        places.append(req.suite_path)
     if req.suite_dir is not None:
         places.append(req.suite_dir)
     if isinstance(req.snapshots_root, Path):

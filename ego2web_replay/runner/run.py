@@ -203,7 +203,8 @@ def _requests(run_dir: Path, suite: TaskSuite, task_ids: Sequence[str], agent_na
         for repeat in range(s.repeats):
             for mode in MODES[s.mode]:
                 yield EpisodeRequest(
-                    run_dir=run_dir, task=task, suite_dir=suite.base_dir, mode=mode, agent_name=agent_name,
+                    run_dir=run_dir, task=task, suite_dir=suite.base_dir, suite_path=suite.path, mode=mode,
+                    agent_name=agent_name,
                     agent_settings=agent_settings,
                     snapshots_root=as_location(s.snapshots_root) if s.snapshots_root else None,
                     snapshot_id=pins.get(task.id, s.snapshot_id), snapshot_error=errors.get(task.id),
