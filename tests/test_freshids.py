@@ -22,6 +22,7 @@ API = "https://shop.example/api/items"
     ("aGVsbG8gV29ybGQhIDEyMzQ1Ng", "b64-26"), ("Zx9_qR2-Lm4pTt8vWw3yBb", "b64-22"),
     ("1234567890.1712345678", "ga-cid"), ("GA1.1.987654321.1712345678", "ga-cid"),
     ("1712345678901", "epoch13"), ("1712345678.25", "epoch10"),
+    ("2026-01-02T03:04:05", "datetime"), ("2026-01-02T03:04:05.123Z", "datetime"), ("2026-01-02 03:04+02:00", "datetime"),
 ])
 def test_id_shapes(value, shape):
     assert id_shape(value, RULES.for_host("shop.example")) == shape
@@ -29,7 +30,7 @@ def test_id_shapes(value, shape):
 
 @pytest.mark.parametrize("value", [
     "123", "42", "1234567", "12345678901234567890",  # numbers, even long ones (tweet-like ids), are not random ids
-    "deadbeefcafebabe", "helloworldhelloworld", "Blue-Hat_Size_Large_XL", "red hat", "2026-01-02T03:04:05",
+    "deadbeefcafebabe", "helloworldhelloworld", "Blue-Hat_Size_Large_XL", "red hat", "2026-01-02",
     "9999999999999",  # 13 digits outside the epoch window
 ])
 def test_not_id_shapes(value):

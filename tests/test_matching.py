@@ -173,6 +173,14 @@ def test_numbers_that_choose_content_are_never_taken_for_times():
                               ("GET", "https://books.example/item?item_id=1700000001", None),
                               ("POST", "https://books.example/lookup", b'{"phone": "2125550123"}')):
         assert index.match(method, url, body, "application/json").outcome == "miss", url
+    flights = MatchIndex([cap("https://fly.example/search", "POST", b'{"departure": "2026-05-01T10:00:00", '
+                                  b'"sentAt": "2026-12-07T19:00:00.120Z"}', "application/json")], RULES)
+    other_flight = flights.match("POST", "https://fly.example/search", b'{"departure": "2026-05-01T18:30:00", '
+                                 b'"sentAt": "2026-12-07T19:00:00.120Z"}', "application/json")
+    assert other_flight.outcome == "miss"  # a departure time chooses content: never set aside
+    again = flights.match("POST", "https://fly.example/search", b'{"departure": "2026-05-01T10:00:00", '
+                          b'"sentAt": "2026-12-08T08:15:42.001Z"}', "application/json")
+    assert (again.outcome, again.via, again.ignored) == ("canonical", "fresh-id", ("body:sentAt",))
     fresh = index.match("GET", "https://books.example/feed?at=1799999999999")
     assert (fresh.outcome, fresh.via, fresh.ignored) == ("canonical", "fresh-id", ("at",))
     by_rule = index.match("GET", "https://books.example/list?ts=1799999999")

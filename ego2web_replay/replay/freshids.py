@@ -13,6 +13,7 @@ Its shape can: a value is a *fresh id* when it is
   lower case and digits;
 * a GA-style client id (``1234567890.1700000000``, ``GA1.1.123.456``);
 * an epoch time in the rules' window (10 or 13 digits, optionally ``.fraction``);
+* an ISO 8601 date-time (a date with a time of day: ``2026-05-01T10:00:00Z``);
 
 and its name does not choose content: never a ``keep_params`` name; a
 ``fresh_id_params`` name (``cid``, ``requestId``, ``traceId`` ...) always
@@ -46,6 +47,7 @@ _B64 = re.compile(r"[A-Za-z0-9_\-+/]{20,}={0,2}")
 _GA_CID = re.compile(r"\d{5,10}\.\d{10}")
 _GA_COOKIE = re.compile(r"GA\d\.\d\.\d{5,10}\.\d{10}")
 _REPEAT = re.compile(r"\.\d+_$")  # the index's suffix of a repeated JSON key (``key.2_``)
+_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:\.\d{1,9})?)?(?:Z|[+-]\d{2}:?\d{2})?")
 _SHORTEST = 10  # no shape is shorter (an epoch in seconds)
 
 
@@ -62,12 +64,15 @@ def _epochish(value: str, rules: CompiledRules) -> bool:
 
 
 def id_shape(value: str, rules: CompiledRules) -> str | None:
-    """The shape of a fresh-id value (``uuid``, ``hex<n>``, ``b64-<n>``, ``ga-cid``, ``epoch<n>``), else None."""
+    """The shape of a fresh-id value (``uuid``, ``hex<n>``, ``b64-<n>``, ``ga-cid``, ``epoch<n>``, ``datetime``:
+    an ISO 8601 date with a time of day), else None."""
     if len(value) < _SHORTEST:
         return None
     if "%" in value:
         value = unquote_plus(value)
     n = len(value)
+    if value[:4].isdigit() and value[4:5] == "-" and _DATETIME.fullmatch(value):
+        return "datetime"
     if value.isdigit() or (value[0].isdigit() and "." in value):
         if _epochish(value, rules):
             return f"epoch{len(value.partition('.')[0])}"

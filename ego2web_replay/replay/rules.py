@@ -230,7 +230,7 @@ class MatchRules:
             keep=_glob_regex(effective.keep_params),
             fields=_glob_regex(effective.volatile_fields),
             drop_epoch_values=effective.drop_epoch_values if effective.drop_epoch_values is not None else False,
-            drop_datetime_fields=effective.drop_datetime_fields if effective.drop_datetime_fields is not None else True,
+            drop_datetime_fields=effective.drop_datetime_fields if effective.drop_datetime_fields is not None else False,
             epoch_seconds=(_year_start(years[0]), _year_start(years[1] + 1) - 1),
             fuzzy_threshold=effective.fuzzy_threshold if effective.fuzzy_threshold is not None else 0.5,
             fresh_ids=effective.fresh_ids if effective.fresh_ids is not None else True,
