@@ -480,3 +480,15 @@ def test_run_cli_passes_the_openai_agent_settings(tmp_path, capsys, monkeypatch)
     assert (spec["name"], spec["model"], spec["input_modality"]) == ("openai", "m", "none")
     wanted = {"temperature": 0.4, "seed": 11, "max_output_tokens": 256, "timeout_s": 7.5, "image_max_side": 320}
     assert {k: spec["settings"][k] for k in wanted} == wanted
+
+
+def test_bridges_serve_one_address_once_and_refuse_a_socket_path_too_long(tmp_path):
+    from ego2web_replay.agents.sandbox import Bridges
+
+    bridges = Bridges(tmp_path / "b", [("localhost", 8123), ("127.0.0.1", 8123), ("127.0.0.1", 8124)])
+    assert [(d.host, d.address, d.port) for d in bridges.destinations] == [
+        ("localhost", "127.0.0.1", 8123), ("127.0.0.1", "127.0.0.1", 8124)]  # one listener for both names
+    with pytest.raises(OSError, match="too long for a Unix socket"):
+        Bridges(tmp_path / ("x" * 120), [("127.0.0.1", 8123)])
+    with pytest.raises(OSError):  # a name that does not resolve: the program is then not sealed, and says why
+        Bridges(tmp_path / "c", [("no-such-host.invalid", 80)])

@@ -65,8 +65,10 @@ def test_a_killed_worker_is_an_infra_error_and_resume_redoes_it(tmp_path):
     killer = threading.Thread(target=kill_the_worker)
     killer.start()
     # one worker: "fine" is still queued when the pool breaks, and must run in a fresh pool
+    # (unsealed: the test finds the worker from the pid the program writes, one of the machine's pid namespace)
+    unsealed = {"sandbox": "off"}
     run_dir, results = run_suite(suite, agent_name=agent, out=tmp_path / "runs", settings=settings,
-                                 run_id="r1", executor=ProcessExecutor(1))
+                                 run_id="r1", executor=ProcessExecutor(1), agent_settings=unsealed)
     killer.join(timeout=130)
     assert killed, "the doomed episode never started"
     by_task = {r.task_id: r for r in results}
@@ -79,7 +81,7 @@ def test_a_killed_worker_is_an_infra_error_and_resume_redoes_it(tmp_path):
     assert load_run(run_dir).episodes == {"answered": 1, "infra_error": 1}
 
     _, again = run_suite(suite, agent_name=agent, out=tmp_path / "runs", settings=settings, run_id="r1",
-                         resume=True, executor=ProcessExecutor(1))
+                         resume=True, executor=ProcessExecutor(1), agent_settings=unsealed)
     assert [(r.task_id, r.end_reason) for r in again] == [("doomed", "answered")]  # only the lost one reran
     assert load_run(run_dir).episodes == {"answered": 2}
     assert not list(Path(run_dir).glob("episodes/*/*.partial"))

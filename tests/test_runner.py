@@ -9,9 +9,11 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -697,3 +699,63 @@ def test_a_judge_reads_no_screenshot_outside_the_episode(tmp_path):
     save_model(episode / "trajectory.json", traj)
     with pytest.raises(JudgeError, match="outside the episode folder"):
         load_episode(episode)
+
+
+BROWSER_PROBE = r'''
+import json, os, socket, sys
+from playwright.sync_api import sync_playwright
+suite_file, other_socket = json.load(open(__file__ + ".json"))
+seen = {}
+try:
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(other_socket)
+    s.sendall(b"GET / HTTP/1.0\r\n\r\n")
+    seen["socket"] = s.recv(100).decode("latin-1")
+except OSError as e:
+    seen["socket"] = type(e).__name__
+with sync_playwright() as pw:
+    page = pw.chromium.connect_over_cdp(os.environ["EGO2WEB_CDP_URL"]).contexts[0].pages[0]
+    try:
+        page.goto("file://" + suite_file, timeout=10000)
+        seen["file"] = page.inner_text("body")
+    except Exception as e:
+        seen["file"] = type(e).__name__
+json.dump(seen, open(os.path.join(os.environ["EGO2WEB_OUT"], "probe.json"), "w"))
+open(os.path.join(os.environ["EGO2WEB_OUT"], "answer.txt"), "w").write("probed")
+'''
+
+
+def test_a_sealed_program_reads_no_file_through_its_browser_and_no_other_socket(demo, tmp_path):
+    """The browser a sealed program is given (``--agent-browser``) is covered as the program is: a ``file://``
+    page of the suite is not there; another episode's bridge socket in the temporary folder is covered."""
+    import socketserver
+    import tempfile
+
+    from ego2web_replay.agents.sandbox import sandbox_unavailable
+
+    if sandbox_unavailable():
+        pytest.skip(sandbox_unavailable())
+
+    class _Answer(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            self.wfile.write(b"HTTP/1.0 200 OK\r\n\r\nreached through another bridge")
+
+    other = Path(tempfile.mkdtemp(prefix="e2w-", dir="/tmp"))  # as another episode's bridges are made
+    server = socketserver.UnixStreamServer(str(other / "b0.sock"), _Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        program = tmp_path / "probe.py"
+        program.write_text(BROWSER_PROBE, "utf-8")
+        (tmp_path / "probe.py.json").write_text(json.dumps([str(demo["suite_path"]), str(other / "b0.sock")]))
+        _, results = run_suite(demo["suite"], agent_name=f"command:{sys.executable} {program}", out=tmp_path / "runs",
+                               task_ids=[MUG], agent_settings={"browser": True}, settings=_settings(demo, mode="frozen"))
+    finally:
+        server.shutdown()
+        server.server_close()
+        shutil.rmtree(other, ignore_errors=True)
+    (r,) = results
+    t = load_trajectory(r.path)
+    assert t.answer == "probed", t.error
+    seen = json.loads((r.path / "agent" / "probe.json").read_text())
+    assert seen["socket"] in ("ConnectionRefusedError", "FileNotFoundError")  # (a plain file is over it)
+    assert "shop-mug-price" not in seen["file"]  # Chromium's "not found" page, never the suite's text

@@ -57,6 +57,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -169,20 +170,28 @@ class CommandAgent:
         base = Trajectory(task_id=task.id, instruction=task.instruction, mode=env.mode,  # type: ignore[arg-type]
                           agent=self.spec, started_at=started)
         with ExitStack() as stack:
+            seal = self._seal_plan(stack, env)
             extra_services: list[OwnService] = []
             if self.browser:
                 from .given_browser import GivenBrowser
 
-                given = stack.enter_context(GivenBrowser(env.proxy_url, env.spki))
+                cover = (seal["covered"], Path(seal["scratch"])) if seal["sealed"] else None
+                given = stack.enter_context(GivenBrowser(env.proxy_url, env.spki, cover=cover))
                 extra_services.append(OwnService(parse_destination(given.cdp_url), CDP_SERVICE))
             self.routing = self.plan(env, extra_services)
             try:
-                program, sealed = self._sealed(stack, env, self.routing)
+                program, sealed = self._sealed(stack, env, self.routing, seal)
                 returncode, stderr = _run_program(program, self.environment(env), env.timeout_s)
             finally:
                 routing, self.routing = self.routing, None
         base.extra["routing"] = routing.record()
         base.extra["sandbox"] = sealed
+        if returncode == 125 and _SETUP_FAILED in stderr:  # the sandbox could not be set up
+            base.end_reason = "setup_error"
+            base.error = _last_line(stderr)
+            base.extra.update({"exit_code": returncode, "stderr": _tail(stderr)})
+            base.finished_at = datetime.now(UTC)
+            return base
         if returncode is None:
             base.end_reason = "timeout"
             base.error = f"the program ran past the episode timeout ({env.timeout_s:g} s) and was killed"
@@ -205,41 +214,65 @@ class CommandAgent:
             traj.error = f"{reason}; {traj.error}" if traj.error else reason
         return traj
 
-    def _sealed(self, stack: ExitStack, env: EpisodeEnv, routing: Routing) -> tuple[str, dict[str, Any]]:
-        """The command line that runs the program (sealed in namespaces of its own where it can be, see
-        :mod:`.sandbox`) and what the trajectory records of that: sealed or not and why, the destinations
-        it can reach, the paths covered (and those left uncovered because the program needs what they hold)."""
-        from .sandbox import Bridges, describe, sandbox_unavailable, sandboxed_command
+    def _seal_plan(self, stack: ExitStack, env: EpisodeEnv) -> dict[str, Any]:
+        """Whether the program is sealed (:mod:`.sandbox`) and, if so, what is covered: the evidence's places
+        but those holding what it needs (where it runs, what it is handed, the files its command line
+        names: its script, its config), listed as uncovered; and the runner's folder the covers and the
+        bridges are made in (removed when the episode ends)."""
+        from .sandbox import sandbox_unavailable
 
         if self.sandbox == "off":
-            return self.program, {"sealed": False, "why": "--agent-sandbox off"}
+            return {"sealed": False, "why": "--agent-sandbox off"}
         why = sandbox_unavailable()
         if why is not None:
-            if self.sandbox == "on":
-                from ..errors import AgentError
-
-                raise AgentError(f"--agent-sandbox on, but the program cannot be sealed here: {why}")
-            _warn_unsealed(why)
-            return self.program, {"sealed": False, "why": why}
-        proxy = parse_destination(env.proxy_url)
-        reached = [(proxy.host, proxy.port)] + [(s.destination.host, s.destination.port) for s in routing.direct]
-        folder = Path(tempfile.mkdtemp(prefix="ego2web-bridges-"))
-        stack.callback(shutil.rmtree, folder, ignore_errors=True)
-        bridges = stack.enter_context(Bridges(folder, reached))
-        # where it runs, what it is handed, and the files its command line names (its script, its config)
-        needed = [Path.cwd().resolve(), env.out_dir.resolve().parent, folder, *_named_files(self.program)]
+            return self._unsealed(why)
+        # short: a Unix socket's path holds at most 107 bytes
+        scratch = Path(tempfile.mkdtemp(prefix="e2w-", dir=_short_tmp()))
+        stack.callback(shutil.rmtree, scratch, ignore_errors=True)
+        needed = [Path.cwd().resolve(), env.out_dir.resolve().parent, scratch, *_named_files(self.program)]
         covered: list[str] = []
         uncovered: list[str] = []
-        places: list[str | Path] = [*env.hidden, *_runner_places()]
+        places: list[str | Path] = list(env.hidden)
         for path in dict.fromkeys(str(Path(p).resolve()) for p in places):
             if any(n == Path(path) or Path(path) in n.parents for n in needed):
                 uncovered.append(path)
             elif Path(path).exists():
                 covered.append(path)
-        record = {"sealed": True, "reached": describe(bridges.destinations), "covered": covered}
-        if uncovered:
-            record["uncovered"] = uncovered  # (they hold its working folder or its own: shown, never silent)
-        return shlex.join(sandboxed_command(self.program, bridges.destinations, covered)), record
+        # what it needs of the shared folders: the folders of the files it names too (a script reads its siblings)
+        keep = [str(p) for p in (*needed, *(f if f.is_dir() else f.parent for f in _named_files(self.program)),
+                                 Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+                                 Path(__file__).resolve().parents[2])]
+        return {"sealed": True, "covered": covered, "uncovered": uncovered, "scratch": str(scratch), "keep": keep}
+
+    def _unsealed(self, why: str) -> dict[str, Any]:
+        if self.sandbox == "on":
+            from ..errors import AgentError
+
+            raise AgentError(f"--agent-sandbox on, but the program cannot be sealed here: {why}")
+        _warn_unsealed(why)
+        return {"sealed": False, "why": why}
+
+    def _sealed(self, stack: ExitStack, env: EpisodeEnv, routing: Routing,
+                seal: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The command line that runs the program (sealed where :meth:`_seal_plan` says so, with bridges to
+        the proxy and its own services) and what the trajectory records of that: sealed or not and why, the
+        destinations it can reach, the paths covered and those left uncovered."""
+        from .sandbox import Bridges, describe, sandboxed_command
+
+        if not seal["sealed"]:
+            return self.program, seal
+        proxy = parse_destination(env.proxy_url)
+        reached = [(proxy.host, proxy.port)] + [(s.destination.host, s.destination.port) for s in routing.direct]
+        scratch = Path(seal["scratch"])
+        try:
+            bridges = stack.enter_context(Bridges(scratch / "bridges", reached))
+        except OSError as e:  # a service whose name does not resolve here, a socket that cannot be made
+            return self.program, self._unsealed(f"its destinations cannot be bridged: {e}")
+        record = {"sealed": True, "reached": describe(bridges.destinations), "covered": seal["covered"]}
+        if seal["uncovered"]:
+            record["uncovered"] = seal["uncovered"]  # (they hold its working folder or its own: shown, never silent)
+        command = sandboxed_command(self.program, bridges.destinations, seal["covered"], scratch, seal["keep"])
+        return shlex.join(command), record
 
     def _read_output(self, task: Task, env: EpisodeEnv, base: Trajectory) -> Trajectory:
         out = env.out_dir
@@ -304,14 +337,6 @@ _RUNNER_ONLY = frozenset({"EGO2WEB_REPLAY_HOME", "EGO2WEB_REPLAY_DB"})
 _WARNED: set[str] = set()
 
 
-def _runner_places() -> list[Path]:
-    """The runner's own places a program must not read: the data home (caches, CA key, frame caches)
-    and the tracking database."""
-    from ..config import DEFAULT_DB, data_dir
-
-    return [data_dir(), DEFAULT_DB]
-
-
 def _named_files(program: str) -> list[Path]:
     """The files and folders a command line names that exist (``python /x/agent.py --config c.json``: the
     script and its config): a sealed program needs them, so no cover goes over them."""
@@ -328,6 +353,15 @@ def _named_files(program: str) -> list[Path]:
                     if path.exists():
                         found.append(path.resolve())
     return found
+
+
+_SETUP_FAILED = b"ego2web-replay sandbox: cannot set up"  # (sandbox.SETUP_FAILED; not imported: it runs as -m)
+
+
+def _short_tmp() -> str:
+    """The temporary folder, or /tmp where its path is too long for Unix sockets made in it."""
+    tmp = tempfile.gettempdir()
+    return tmp if len(tmp) <= 60 else "/tmp"
 
 
 def _warn_unsealed(why: str) -> None:

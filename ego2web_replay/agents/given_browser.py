@@ -49,8 +49,11 @@ def given_browser_args(proxy_url: str, spki: str, profile: Path, *, headless: bo
 class GivenBrowser:
     """A running Chromium behind ``proxy_url`` with its DevTools endpoint at :attr:`cdp_url`."""
 
-    def __init__(self, proxy_url: str, spki: str, *, headless: bool = True) -> None:
-        self.proxy_url, self.spki, self.headless = proxy_url, spki, headless
+    def __init__(self, proxy_url: str, spki: str, *, headless: bool = True,
+                 cover: tuple[list[str], Path] | None = None) -> None:
+        """``cover``: the places a sealed program may not read and the runner's folder to make the covers
+        of (:func:`~.sandbox.covered_command`): the browser it is given reads none of them either."""
+        self.proxy_url, self.spki, self.headless, self.cover = proxy_url, spki, headless, cover
         self.port: int | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._profile: Path | None = None
@@ -65,6 +68,10 @@ class GivenBrowser:
         self._profile = Path(tempfile.mkdtemp(prefix="ego2web-given-browser-"))
         cmd = [chromium_executable(), *given_browser_args(self.proxy_url, self.spki, self._profile,
                                                           headless=self.headless)]
+        if self.cover is not None:
+            from .sandbox import covered_command
+
+            cmd = covered_command(cmd, *self.cover)
         self._proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.DEVNULL, start_new_session=True,
                                       preexec_fn=preexec_die_with_parent)

@@ -13,12 +13,18 @@ are allowed (``unshare --user``, no privilege needed), the runner starts it insi
   Unix socket (the file system is shared) to a bridge in the runner (:class:`Bridges`), which
   connects to the real one. A name such a service is reached by is written into the namespace's
   ``/etc/hosts`` and its address added to the loopback interface. Nothing else has a route: no
-  other TCP, no UDP, no DNS;
+  other TCP, no UDP, no DNS (for a Unix socket of the machine, see below);
 * **mount**: the folders and files that hold the evidence (the suite, the run folders, the snapshots,
   the data home and its caches, the tracking database) are covered, each by an empty read-only
   folder (a file by an empty one), in the program's view only;
 * **pid**: the program sees its own processes only (``/proc`` mounted anew): not the runner's command
-  line, environment or open files.
+  line, environment or open files;
+* **Unix sockets**: ``/run`` is an empty tmpfs (the machine's service sockets), and in ``/tmp`` and
+  ``/var/tmp`` every socket and every folder named as this project's, other episodes' bridges and
+  sessions' are (:data:`_TEMP_PREFIXES`) is covered, but for what the program needs.
+
+The browser a sealed program is given (``--agent-browser``) starts through :func:`covered_command`: a user
+and mount namespace with the same covers (its network the machine's, behind the proxy).
 
 The program runs as the namespace's root (your user outside) with no capability it could use to undo
 any of it: its bounding set is emptied and it may gain no new privileges.
@@ -38,19 +44,18 @@ import ipaddress
 import json
 import os
 import shlex
-import shutil
 import socket
+import stat
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Bridges", "sandbox_unavailable", "sandboxed_command", "main"]
+__all__ = ["Bridges", "SETUP_FAILED", "SHARED", "covered_command", "sandbox_unavailable", "sandboxed_command", "main"]
 
 _UNSHARE = ("unshare", "--user", "--map-root-user", "--net", "--mount", "--pid", "--fork", "--mount-proc",
             "--kill-child")
@@ -89,9 +94,16 @@ class Bridges:
     def __init__(self, folder: Path, destinations: Sequence[tuple[str, int]]) -> None:
         self.folder = folder
         self.targets: list[tuple[Destination, tuple[str, int]]] = []
-        for i, (host, port) in enumerate(dict.fromkeys(destinations)):
+        seen: set[tuple[str, int]] = set()
+        for host, port in destinations:  # (OSError: a name that does not resolve; the caller says so)
             address = _address_of(host)
-            self.targets.append((Destination(host, port, address, str(folder / f"b{i}.sock")), (address, port)))
+            if (address, port) in seen:  # localhost:P and 127.0.0.1:P: one listener inside serves both
+                continue
+            seen.add((address, port))
+            path = str(folder / f"b{len(self.targets)}.sock")
+            if len(path.encode()) > 100:
+                raise OSError(f"the bridge's socket path is too long for a Unix socket: {path}")
+            self.targets.append((Destination(host, port, address, path), (address, port)))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._servers: list[asyncio.AbstractServer] = []
@@ -104,6 +116,7 @@ class Bridges:
         self.folder.mkdir(parents=True, exist_ok=True)
         loop = self._loop = asyncio.new_event_loop()
         ready = threading.Event()
+        failed: list[BaseException] = []
 
         async def start() -> None:
             for dest, target in self.targets:
@@ -112,13 +125,20 @@ class Bridges:
 
         def run() -> None:
             asyncio.set_event_loop(loop)
-            loop.run_until_complete(start())
+            try:
+                loop.run_until_complete(start())
+            except BaseException as e:  # noqa: BLE001 - handed to the starting thread
+                failed.append(e)
+                ready.set()
+                return
             ready.set()
             loop.run_forever()
 
         self._thread = threading.Thread(target=run, name="agent-bridges", daemon=True)
         self._thread.start()
-        ready.wait(10)
+        if not ready.wait(10) or failed:
+            self.__exit__()
+            raise OSError(f"the sandbox's bridges did not start: {failed[0] if failed else 'no answer in 10 s'}")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -133,11 +153,14 @@ class Bridges:
                 if task is not asyncio.current_task():
                     task.cancel()
 
-        with contextlib.suppress(RuntimeError):
-            asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
+        if loop.is_running():
+            with contextlib.suppress(RuntimeError, TimeoutError):
+                asyncio.run_coroutine_threadsafe(stop(), loop).result(5)
+            loop.call_soon_threadsafe(loop.stop)
         if self._thread is not None:
             self._thread.join(5)
+        if not loop.is_running():
+            loop.close()
         self._loop = None
 
 
@@ -177,17 +200,40 @@ async def _join_to(target: tuple[str, int], reader: asyncio.StreamReader, writer
     await _join(reader, writer, up_reader, up_writer)
 
 
-def sandboxed_command(program: str, destinations: Sequence[Destination], hidden: Sequence[str]) -> list[str]:
+#: shared folders covered whole in a sealed program's view (every Unix socket of the machine's services:
+#: docker, nscd, the resolver, D-Bus), but for what it needs of them
+SHARED = ("/run",)
+#: in the temporary folders, what is covered: other episodes' and runners' folders and bridges (this
+#: project's names), and the sockets of sessions and agents (ssh, tmux, X11, D-Bus, PulseAudio, systemd)
+_TEMP = ("/tmp", "/var/tmp")
+_TEMP_PREFIXES = ("ego2web-", "e2w-", "ray-", "ssh-", "tmux-", ".X11-unix", ".ICE-unix", ".XIM-unix", ".font-unix",
+                  "dbus-", "pulse-", "systemd-private-", "pymp-")
+
+
+def sandboxed_command(program: str, destinations: Sequence[Destination], hidden: Sequence[str],
+                      scratch: Path, keep: Sequence[str]) -> list[str]:
     """The command that runs ``program`` (a shell command line) sealed: ``unshare`` into new user, network,
-    mount and pid namespaces, then :func:`main` with what it is to set up."""
-    plan = {"destinations": [d.__dict__ for d in destinations], "hidden": list(hidden), "program": program}
+    mount and pid namespaces, then :func:`main` with what it is to set up. ``scratch``: an empty folder of
+    the runner's (what the covers are made of; it removes it); ``keep``: what the program needs of the
+    shared folders (its private folder, its working folder, the bridges, its interpreter)."""
+    plan = {"destinations": [d.__dict__ for d in destinations], "hidden": list(hidden), "program": program,
+            "scratch": str(scratch), "keep": list(keep)}
     return [*_UNSHARE, sys.executable, "-m", "ego2web_replay.agents.sandbox", json.dumps(plan)]
+
+
+def covered_command(argv: Sequence[str], hidden: Sequence[str], scratch: Path) -> list[str]:
+    """``argv`` started in a user and mount namespace of its own with ``hidden`` covered (its network the
+    machine's): the browser a sealed program is given (``--agent-browser``) reads no file the program may
+    not (a ``file://`` page of the suite, say)."""
+    plan = {"hidden": list(hidden), "scratch": str(scratch), "exec": list(argv)}
+    return ["unshare", "--user", "--map-root-user", "--mount", sys.executable, "-m", "ego2web_replay.agents.sandbox",
+            json.dumps(plan)]
 
 
 # -- inside the namespaces ------------------------------------------------------
 
 _SIOCGIFFLAGS, _SIOCSIFFLAGS, _SIOCSIFADDR, _IFF_UP = 0x8913, 0x8914, 0x8916, 0x1
-_MS_RDONLY, _MS_BIND, _MS_REMOUNT = 1, 4096, 32
+_MS_RDONLY, _MS_BIND, _MS_REMOUNT, _MS_REC = 1, 4096, 32, 16384
 
 
 def _loopback_up() -> None:
@@ -198,8 +244,13 @@ def _loopback_up() -> None:
 
 def _add_address(address: str, n: int) -> None:
     """``address`` on an alias of the loopback interface, so that it can be listened at here."""
-    if ipaddress.ip_address(address).is_loopback:
+    ip = ipaddress.ip_address(address)
+    if ip.is_loopback:
         return  # 127.0.0.0/8 and ::1 are the loopback's already
+    if ip.version == 6:
+        subprocess.run(["ip", "-6", "addr", "add", f"{address}/128", "dev", "lo"], check=True,
+                       capture_output=True)
+        return
     name = f"lo:{n}".encode()
     sockaddr = struct.pack("HH4s8x", socket.AF_INET, 0, socket.inet_aton(address))
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
@@ -249,30 +300,84 @@ async def _listen(destinations: Sequence[dict[str, Any]]) -> list[asyncio.Abstra
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The namespace's first process: set up (loopback, listeners, covers, hosts), run the program, exit
-    with its exit code."""
+    with its exit code; with ``exec`` in the plan, cover and become that command (the given browser)."""
     plan = json.loads((argv if argv is not None else sys.argv[1:])[0])
-    destinations = plan["destinations"]
-    scratch = Path(tempfile.mkdtemp(prefix="ego2web-sandbox-"))
+    scratch = Path(plan["scratch"])
     try:
+        if "exec" in plan:
+            _covers(plan["hidden"], scratch)
+            os.execv(plan["exec"][0], plan["exec"])
+        destinations = plan["destinations"]
+        _loopback_up()
+        for n, d in enumerate(destinations):
+            _add_address(d["address"], n + 1)
+        _hosts(destinations, scratch)
+        _covers(plan["hidden"], scratch)
+        _cover_temp(plan["keep"], scratch)
+        _share_only(plan["keep"])
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(_listen(destinations))
+    except (OSError, subprocess.CalledProcessError) as e:
+        print(f"{SETUP_FAILED}: {e}", file=sys.stderr)
+        return 125
+    threading.Thread(target=loop.run_forever, name="sandbox-listeners", daemon=True).start()
+    done = subprocess.run(["/bin/sh", "-c", plan["program"]], check=False, preexec_fn=_no_privileges)
+    return done.returncode
+
+
+#: what the namespace's first process says when it could not set up (exit 125): the episode could not run
+SETUP_FAILED = "ego2web-replay sandbox: cannot set up"
+
+
+def _covers(hidden: Sequence[str], scratch: Path) -> None:
+    (scratch / "dir").mkdir(exist_ok=True)
+    (scratch / "file").touch()
+    for path in hidden:
+        _cover(path, scratch)
+
+
+def _cover_temp(keep: Sequence[str], scratch: Path) -> None:
+    """In the temporary folders, each entry of :data:`_TEMP_PREFIXES` (or a socket) that is not one of ``keep``
+    nor holds one: covered."""
+    for root in _TEMP:
         try:
-            _loopback_up()
-            for n, d in enumerate(destinations):
-                _add_address(d["address"], n + 1)
-            (scratch / "dir").mkdir()
-            (scratch / "file").touch()
-            _hosts(destinations, scratch)
-            for path in plan["hidden"]:
-                _cover(path, scratch)
-            loop = asyncio.new_event_loop()
-            loop.run_until_complete(_listen(destinations))
-        except OSError as e:
-            print(f"ego2web-replay sandbox: cannot set up: {e}", file=sys.stderr)
-            return 125
-        threading.Thread(target=loop.run_forever, name="sandbox-listeners", daemon=True).start()
-        done = subprocess.run(["/bin/sh", "-c", plan["program"]], check=False, preexec_fn=_no_privileges)
-        return done.returncode
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+            names = os.listdir(root)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(root, name)
+            if any(k == path or k.startswith(path + "/") for k in keep):
+                continue
+            try:
+                is_socket = stat.S_ISSOCK(os.lstat(path).st_mode)
+            except OSError:
+                continue
+            if (is_socket or name.startswith(_TEMP_PREFIXES)) and not os.path.islink(path):
+                if is_socket:
+                    _mount(str(scratch / "file"), path, None, _MS_BIND)
+                else:
+                    _cover(path, scratch)
+
+
+def _share_only(keep: Sequence[str]) -> None:
+    """Each of :data:`SHARED` replaced by an empty tmpfs holding only the ``keep`` paths in it, bound back
+    from the folders they were (with the covers inside them) through descriptors opened before."""
+    held: list[tuple[str, int]] = []
+    for path in dict.fromkeys(keep):
+        if any(path == root or path.startswith(root + "/") for root in SHARED) and os.path.exists(path):
+            held.append((path, os.open(path, os.O_PATH)))
+    for root in SHARED:
+        if os.path.isdir(root) and not os.path.islink(root):
+            _mount("tmpfs", root, "tmpfs", 0)
+            os.chmod(root, 0o1777)
+    for path, fd in sorted(held, key=lambda h: h[0].count("/")):
+        if os.path.isdir(f"/proc/self/fd/{fd}"):
+            os.makedirs(path, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            Path(path).touch()
+        _mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC)
+        os.close(fd)
 
 
 def _no_privileges() -> None:

@@ -127,8 +127,11 @@ class EpisodeSummary:
 def _evidence_places(req: EpisodeRequest) -> list[str]:
     """Where the evidence of an episode lies, for a sealed program agent not to see (agents/sandbox.py):
     the suite (its answers, clips and keyframes), the run folder and the folder of runs (other episodes'
-    trajectories), the snapshots."""
-    places = [req.run_dir, req.run_dir.parent]
+    trajectories), the snapshots, the data home and the tracking database."""
+    from ..config import DEFAULT_DB, data_dir
+
+    # (and the runner's own: its data home, with the caches and the CA key, and the tracking database)
+    places = [req.run_dir, req.run_dir.parent, data_dir(), DEFAULT_DB]
     if req.suite_path is not None:
         places.append(req.suite_path)
     if req.suite_dir is not None:
