@@ -10,6 +10,7 @@ import http.client
 import re
 import socket
 import ssl
+import time
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -494,3 +495,13 @@ def test_empty_elements_of_a_transfer_encoding_list_are_ignored(small):
                       b"application/x-www-form-urlencoded\r\nTransfer-Encoding: , chunked\r\nConnection: close\r\n"
                       b"\r\n3\r\nq=1\r\n0\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 200") and out.endswith(b"posted")
+
+
+def test_a_bare_lf_is_seen_in_a_head_that_comes_in_pieces(small):
+    """The check looks at each byte of an unfinished head once, a CR and its LF split across reads included."""
+    with socket.create_connection(("127.0.0.1", urlsplit(small.proxy_url).port), timeout=10) as s:
+        for piece in (b"GET http://a.example/x HTTP/1.1\r", b"\nHost: a.ex", b"ample\r\nAccept: */*", b"\nX: y"):
+            s.sendall(piece)
+            time.sleep(0.05)
+        out = s.recv(65536)
+    assert out.startswith(b"HTTP/1.1 400") and b"ends with LF alone" in out

@@ -979,6 +979,9 @@ def test_a_request_is_forwarded_only_to_the_host_its_target_names(origin, ca, tm
             ("GET /keep HTTP/1.1\r\nHost: :80\r\n\r\n", b"400"),
             (f"GET http://127.0.0.1:{proxy}/keep HTTP/1.1\r\nHost: 127.0.0.1:{proxy}\r\n\r\n", b"508"),
             (f"GET /keep HTTP/1.1\r\nHost: localhost:{proxy}\r\n\r\n", b"508"),
+            # the same address in the other spellings a resolver takes
+            *[(f"GET http://{host}:{proxy}/keep HTTP/1.1\r\nHost: {host}:{proxy}\r\n\r\n", b"508")
+              for host in ("2130706433", "0x7f000001", "127.1", "0", "[::ffff:127.0.0.1]", "[::1]", "app.localhost")],
         ]:
             s, got = _raw(proxy, bad.encode(), lambda b: b"\r\n\r\n" in b)
             s.close()

@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import os
 import re
+import socket
 import ssl
 import time
 from collections import Counter
@@ -147,6 +149,40 @@ class _Pipe:  # the tunnel of a 101 Reply
         self.writer.close()
 
 
+def _addresses(host: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses ``host`` names: an IP literal in any spelling the resolver takes (``127.1``,
+    ``2130706433``, ``0x7f000001``, ``::ffff:127.0.0.1``), else what the name resolves to (asked only of
+    a request to this proxy's own port)."""
+    with contextlib.suppress(ValueError):
+        return [ipaddress.ip_address(host)]
+    with contextlib.suppress(OSError):
+        return [ipaddress.ip_address(socket.inet_aton(host))]
+    if host == "localhost" or host.endswith(".localhost"):
+        return [ipaddress.ip_address("127.0.0.1")]
+    try:
+        return [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in socket.getaddrinfo(host, None)]
+    except (OSError, UnicodeError, ValueError):
+        return []
+
+
+def _is_this_machine(address: ipaddress.IPv4Address | ipaddress.IPv6Address, bound: str) -> bool:
+    """Whether a connection to ``address`` (at this proxy's port) would reach this proxy, bound to ``bound``."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    if mapped is not None:
+        address = mapped
+    if address.is_loopback or address.is_unspecified or str(address) == bound:
+        return True
+    if bound in ("0.0.0.0", "::", ""):  # listening on every address: any of this machine's own
+        family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            try:
+                probe.bind((str(address), 0))
+            except OSError:
+                return False
+            return True
+    return False
+
+
 class RecordFront(ProxyFront):
     """The fast recording proxy on ``host:port``: guard, upstream, archive (see the module docstring)."""
 
@@ -235,15 +271,17 @@ class RecordFront(ProxyFront):
         else:
             host, _, port = authority.partition(":")
         number = int(port) if port.isdigit() else 443 if scheme.lower() == "https" else 80
-        host = host.lower().rstrip(".")
-        return number == self.port and (host in (self.host, "localhost", "[::1]", "0.0.0.0", "[::]")
-                                        or host.startswith("127."))
+        if number != self.port:
+            return False
+        return any(_is_this_machine(a, self.host) for a in _addresses(host.lower().rstrip(".").strip("[]")))
 
     def reply(self, method: str, url: str, headers: list[tuple[str, str]],
               body: bytes) -> Reply | Awaitable[Reply]:
         parts = split_url(url)
         if not parts[1]:  # no host named (no Host, an empty one): nowhere to go, and nothing to block
             return error_reply(400, "bad request: no host (a Host field, or an absolute target)")
+        if self._itself(parts[0], parts[1]):  # forwarded, it would come back here, again and again
+            return error_reply(508, "loop detected: the request names this recording proxy itself")
         host, ok, why = self.allowed_at(parts[1])
         if not ok:
             self.counts[why] += 1
@@ -254,8 +292,6 @@ class RecordFront(ProxyFront):
         bad = malformed(method, url, headers)
         if bad is not None:  # the wire refused these already: nothing that could split a line goes upstream
             return error_reply(400, f"bad request: {bad}")
-        if self._itself(parts[0], parts[1]):  # forwarded, it would come back here, again and again
-            return error_reply(508, "loop detected: the request names this recording proxy itself")
         if self.archive.failed:
             return error_reply(502, f"recording stopped ({self.archive.failed})", [(BLOCK_HEADER, "recording-failed")])
         if any(k.lower() == "expect" for k, _ in headers):

@@ -450,13 +450,20 @@ def vary_names(headers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
     return tuple(names)
 
 
+#: cookies analytics and ad scripts set on every page, whenever they run: which of them a browser holds says
+#: nothing of what a site chose its answer by (a session, a login, a preference)
+_TRACKING_COOKIES = ("_ga", "_gid", "_gat", "_gcl", "_fbp", "_fbc", "__utm", "_hj", "ajs_", "amplitude", "amp_",
+                     "mp_", "_uet", "_clck", "_clsk", "_pk_", "_ttp", "__gads", "__gpi", "_scid", "_rdt", "optimizely")
+
+
 def _vary_value(name: str, headers: Iterable[tuple[str, str]]) -> Any:
     """A request field's value as ``Vary`` compares it: every line, comma-joined, spaces normalised, lower
     case; a Cookie by its cookie names only (their values change with every visit: a session id, a
-    timestamp; being logged in or not is which cookies there are)."""
+    timestamp; being logged in or not is which cookies there are), analytics cookies left out."""
     values = [v for k, v in headers if k.lower() == name]
     if name == "cookie":
-        return frozenset(part.split("=", 1)[0].strip() for v in values for part in v.split(";") if part.strip())
+        names = (part.split("=", 1)[0].strip() for v in values for part in v.split(";") if part.strip())
+        return frozenset(n for n in names if not n.lower().startswith(_TRACKING_COOKIES))
     return ",".join(" ".join(v.split()).lower() for v in values) if values else None
 
 

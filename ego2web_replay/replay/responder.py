@@ -625,14 +625,19 @@ class Responder:
     def _remember(self, key: Any, value: Any, size: int) -> None:
         with self._lock:
             if self._cached_bytes + size > CACHE_BYTES:
-                self._cache.clear()
-                self._stable.clear()
-                self._shifted.clear()
-                self._kept.clear()  # their bodies are the cache's: let them go with it
-                self._cached_bytes = 0
+                self._forget()
             self._stable[id(value[2] if key[0] == "r" else value[1])] = value
             self._cache[key] = value
             self._cached_bytes += size
+
+    def _forget(self) -> None:
+        """Let every kept answer go (the lock held): each is read again when next asked for."""
+        self._cache.clear()
+        self._stable.clear()
+        self._shifted.clear()
+        self._kept.clear()  # their bodies are the cache's: let them go with it
+        self._asked.clear()  # (read again with each answer)
+        self._cached_bytes = 0
 
     def _prepared(self, ref: Any) -> tuple[int, str, Head, bytes]:
         """The archived response for a capture, headers cleaned; kept in memory (bounded)."""
@@ -647,8 +652,9 @@ class Responder:
                 self._streams.clear()
             self._streams[key] = got[4]
         if len(got) > 5 and got[5] is not None:
-            if len(self._asked) >= MAX_LOG:
-                self._asked.clear()
+            if len(self._asked) >= MAX_LOG:  # let go with the answers they belong to: each read, and compared,
+                with self._lock:  # again when next picked
+                    self._forget()
             self._asked[key] = tuple(got[5])
         if _chunked_without_length(headers):  # sent chunked live: its Transfer-Encoding stays where it was
             cleaned = [(k, "chunked") if k.lower() == "transfer-encoding" else (k, v)

@@ -196,13 +196,22 @@ class _Watchdog:
 
     def _fire(self) -> None:
         self.fired = True
-        if self.pid is not None:
+        if self.pid is not None and _is_chromium(self.pid):  # (still the browser: never a pid since reused)
             log.warning("episode past its timeout: stopping its browser (pid %d)", self.pid)
             with contextlib.suppress(OSError):
                 os.kill(self.pid, signal.SIGKILL)
 
     def cancel(self) -> None:
         self._timer.cancel()
+
+
+def _is_chromium(pid: int) -> bool:
+    """Whether process ``pid`` of this machine is a Chromium browser process."""
+    try:
+        first = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0", 1)[0]
+    except OSError:
+        return False
+    return b"chrom" in Path(first.decode("utf-8", "replace")).name.encode()
 
 
 class _ActTimeout(Exception):
@@ -304,6 +313,11 @@ def _steps(req: EpisodeRequest, agent: Any, page: Any, out: Path, traj: Trajecto
             traj.steps.append(step)
             traj.answer = action.answer if action.kind == "answer" else None
             traj.end_reason = "answered" if action.kind == "answer" else "stopped"
+            return
+        remaining = req.timeout_s - (time.monotonic() - t0)  # (the agent took its time to act)
+        if remaining <= 0:
+            traj.end_reason = "timeout"
+            traj.error = f"episode timeout ({req.timeout_s:g} s) reached while the agent chose step {i}"
             return
         last_error = None
         seen["text"] = title = None

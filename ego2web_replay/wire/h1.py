@@ -377,6 +377,7 @@ class H1Handler:
                  close: Callable[[], None], on_connect: Callable[[Request, bytes], None] | None = None) -> None:
         self.answer, self.write, self.close, self.on_connect = answer, write, close, on_connect
         self.buf = bytearray()
+        self.scanned = 0  # bytes of an unfinished head looked at for a bare LF
         self.pending: Request | None = None  # head read, body still coming
         self.continued = False
         self.chunks: list[bytes] = []  # a chunked body so far (whole chunks), its size, and what the current
@@ -452,13 +453,17 @@ class H1Handler:
         if req is None:
             while self.buf[:2] == b"\r\n":  # empty lines before a request line are ignored (RFC 9112 2.2)
                 del self.buf[:2]
+                self.scanned = max(0, self.scanned - 2)
             end = self.buf.find(b"\r\n\r\n")
             if end < 0:
                 if len(self.buf) > MAX_HEAD:
                     raise ParseError(431, "request head too large")
-                if _BARE_LF.search(self.buf):  # a line ended by LF alone: refused now, not when the head times out
+                # a line ended by LF alone: refused now, not when the head times out (each byte looked at once)
+                if _BARE_LF.search(self.buf, max(0, self.scanned - 1)):
                     raise ParseError(400, "a line of the request head ends with LF alone")
+                self.scanned = len(self.buf)
                 return False
+            self.scanned = 0
             if end > MAX_HEAD:
                 raise ParseError(431, "request head too large")
             head = bytes(self.buf[:end])
