@@ -238,10 +238,13 @@ class CommandAgent:
                 uncovered.append(path)
             elif Path(path).exists():
                 covered.append(path)
-        # what it needs of the shared folders: the folders of the files it names too (a script reads its siblings)
+        # what it needs of the shared folders: the folders of the files it names too (a script reads its
+        # siblings), and the folders its environment names for it (its own TMPDIR, config and cache, HOME)
+        own = self.environment(env)
         keep = [str(p) for p in (*needed, *(f if f.is_dir() else f.parent for f in _named_files(self.program)),
                                  Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-                                 Path(__file__).resolve().parents[2])]
+                                 Path(__file__).resolve().parents[2],
+                                 *(Path(own[k]).resolve() for k in _OWN_PLACES if own.get(k)))]
         return {"sealed": True, "covered": covered, "uncovered": uncovered, "scratch": str(scratch), "keep": keep}
 
     def _unsealed(self, why: str) -> dict[str, Any]:
@@ -355,6 +358,9 @@ def _named_files(program: str) -> list[Path]:
     return found
 
 
+#: environment variables naming a program's own places, kept visible to it when sealed
+_OWN_PLACES = ("TMPDIR", "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME",
+               "BROWSER_USE_CONFIG_DIR")
 _SETUP_FAILED = b"ego2web-replay sandbox: cannot set up"  # (sandbox.SETUP_FAILED; not imported: it runs as -m)
 
 
