@@ -353,10 +353,7 @@ def _cover_temp(keep: Sequence[str], scratch: Path) -> None:
             except OSError:
                 continue
             if (is_socket or name.startswith(_TEMP_PREFIXES)) and not os.path.islink(path):
-                if is_socket:
-                    _mount(str(scratch / "file"), path, None, _MS_BIND)
-                else:
-                    _cover(path, scratch)
+                _cover(path, scratch)  # (a socket, as a file is: an empty file over it)
 
 
 def _share_only(keep: Sequence[str]) -> None:
