@@ -10,6 +10,10 @@ Every frozen episode is classified from its replay log:
   content: images, fonts, style sheets, media, favicons, analytics and beacons;
   or an answer from a capture cut short while recording (``WARC-Truncated``: the
   page got the recorded bytes, but the live response went on past them);
+  or an answer past a recorded series whose answers changed (a page polling a
+  URL, or a websocket message sent, more often than while recording: the last
+  recorded answer is served again, though the live one had been changing; the
+  log entry's ``volatile`` says ``again: past N recorded``, counted ``again``);
 * ``off-snapshot``: a document (page or frame), a script, a fetch/XHR or a
   websocket whose response the page may render was missed, answered by the
   nearest capture, or forwarded to the live web.
@@ -36,10 +40,20 @@ import re
 from collections.abc import Iterable
 from typing import Literal
 
-__all__ = ["Validity", "VALIDITIES", "request_kind", "classify", "is_content", "episode_validity", "set_aside"]
+__all__ = ["AGAIN", "Validity", "VALIDITIES", "again_note", "request_kind", "classify", "is_content",
+           "episode_validity", "set_aside"]
 
 Validity = Literal["complete", "degraded", "off-snapshot"]
 VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
+
+#: how a log entry's ``volatile`` marks an answer past a recorded series whose answers changed
+AGAIN = "again:"
+
+
+def again_note(recorded: int) -> str:
+    """The ``volatile`` note of an answer past a changing series of ``recorded`` answers."""
+    return f"{AGAIN} past {recorded} recorded, answers differ"
+
 
 _DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
 _CONTENT_DESTS = {"script", "worker", "sharedworker", "serviceworker", "empty", "json", "xslt", "websocket"}
@@ -82,8 +96,11 @@ def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
     degraded = truncated > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
+        volatile = getattr(e, "volatile", None) or ""
         # (an answer recorded for other request fields, Vary: another variant of the page, as fuzzy is)
-        if outcome not in ("miss", "fuzzy", "live", "websocket") and "vary:" not in (getattr(e, "volatile", None) or ""):
+        if outcome not in ("miss", "fuzzy", "live", "websocket") and "vary:" not in volatile:
+            if AGAIN in volatile:  # a recorded answer, though not the one the live site would give now
+                degraded = True
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"

@@ -123,8 +123,10 @@ def test_sequence_policy_serves_in_recorded_order_then_repeats_last():
     captures = [cap("https://e.com/poll?_=1712345678901", ref=1), cap("https://e.com/poll?_=1712345679901", ref=2),
                 cap("https://e.com/poll?_=1712345680901", ref=3)]
     index = MatchIndex(captures, RULES)
-    served = [index.match("GET", f"https://e.com/poll?_={1719999999000 + i}").capture.ref for i in range(5)]
-    assert served == [1, 2, 3, 3, 3]
+    results = [index.match("GET", f"https://e.com/poll?_={1719999999000 + i}") for i in range(5)]
+    assert [r.capture.ref for r in results] == [1, 2, 3, 3, 3]
+    # past the recorded series: said, with the series (the responder tells a changing one apart)
+    assert [len(r.series) for r in results] == [0, 0, 0, 3, 3]
     index.reset()
     assert index.match("GET", "https://e.com/poll?_=1719999999000").capture.ref == 1
     # an independent session starts over; the policy can be chosen per session
@@ -140,6 +142,11 @@ def test_sequence_policy_serves_in_recorded_order_then_repeats_last():
 def test_exact_duplicates_are_sequenced_too():
     index = MatchIndex([cap("https://e.com/s", ref="a"), cap("https://e.com/s", ref="b")], RULES)
     assert [index.match("GET", "https://e.com/s").capture.ref for _ in range(3)] == ["a", "b", "b"]
+    # a page asked for again with a single capture is not past a series; and only `sequence` has one
+    once = MatchIndex([cap("https://e.com/one", ref="o")], RULES)
+    assert [once.match("GET", "https://e.com/one").series for _ in range(3)] == [()] * 3
+    last = MatchIndex([cap("https://e.com/s", ref="a"), cap("https://e.com/s", ref="b")], RULES, policy="last")
+    assert [last.match("GET", "https://e.com/s").series for _ in range(3)] == [()] * 3
 
 
 def test_sequence_skips_captures_served_by_another_stage():

@@ -192,11 +192,23 @@ def test_repeated_captures_served_in_order_then_last(ca, tmp_path, engine):
         sw.writer.write_exchange(url="http://api.example/poll", method="GET", request_headers=[], request_body=b"",
                                  status=200, reason="OK", response_headers=[("Content-Type", "text/plain")],
                                  response_body=f"state {i}".encode(), date=datetime(2026, 1, 1, 0, 0, i))
+    for i in range(2):  # a series whose answers never changed
+        sw.writer.write_exchange(url="http://api.example/static", method="GET", request_headers=[],
+                                 request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "text/plain")], response_body=b"same",
+                                 date=datetime(2026, 1, 1, 0, 0, 5 + i))
     sw.finalize()
     with Replay([sw.path], ca=ca, engine=engine) as replay:
         op = _opener(replay)
         got = [_fetch(op, "http://api.example/poll")[2] for _ in range(5)]
+        assert [_fetch(op, "http://api.example/static")[2] for _ in range(3)] == [b"same"] * 3
+        s = replay.stats()
     assert got == [b"state 0", b"state 1", b"state 2", b"state 2", b"state 2"]
+    # asked past the recorded, changing answers: the last is served again, but never silently
+    notes = [(e.url.rsplit("/", 1)[1], e.volatile) for e in s.log]
+    assert notes == [("poll", None)] * 3 + [("poll", "again: past 3 recorded, answers differ")] * 2 \
+        + [("static", None)] * 3
+    assert s.again == 2 and s.exact == 8 and s.validity == "degraded"
 
 
 def test_bad_inputs(ca, tmp_path):

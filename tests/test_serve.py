@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import shutil
 import socket
+import threading
+import time
+import urllib.request
 from datetime import datetime
 from pathlib import Path
 
@@ -64,6 +67,41 @@ def test_serve_prints_how_to_connect_and_the_stats(snap, tmp_path, capsys, ca):
             shutil.rmtree(made, ignore_errors=True)
     assert profile.proxy.server == f"http://127.0.0.1:{port}" and profile.proxy.bypass == "<-loopback>"
     assert f"--ignore-certificate-errors-spki-list={ca.spki}" in profile.args
+
+
+def test_serve_says_what_was_answered_past_a_changing_recorded_series(tmp_path, capsys, ca):
+    sw = SnapshotWriter(tmp_path / "snapshots", "poll")
+    for i in range(2):
+        sw.writer.write_exchange(url="http://shop.example/api/stock", method="GET", request_headers=[],
+                                 request_body=b"", status=200, reason="OK",
+                                 response_headers=[("Content-Type", "text/plain")], response_body=b"%d left" % (9 - i),
+                                 date=datetime(2026, 1, 2, 3, 4, 5 + i))
+    sw.finalize()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    got: list[bytes] = []
+
+    def client() -> None:  # (serve runs on the main thread: it sets a signal handler)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}"}))
+        got.extend(opener.open("http://shop.example/api/stock", timeout=10).read() for _ in range(3))
+
+    asking = threading.Thread(target=client)
+    asking.start()
+    code = main(["serve", str(sw.path), "--port", str(port), "--duration", "4"])
+    asking.join(30)
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert got == [b"9 left", b"8 left", b"8 left"]
+    assert "replay stats: 3 requests: exact 3," in out
+    assert "answered, but not as recorded for this request: past a changing recorded series 1" in out
 
 
 def test_unknown_snapshot_path(tmp_path, capsys):

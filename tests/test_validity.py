@@ -11,7 +11,7 @@ import pytest
 from ego2web_replay.cli import main
 from ego2web_replay.models import ReplayLogEntry, load_trajectory
 from ego2web_replay.testing.thirdparty import available
-from ego2web_replay.validity import classify, request_kind
+from ego2web_replay.validity import again_note, classify, request_kind, set_aside
 
 MUG = "shop-mug-price"
 ELSEWHERE = "shop-mug-elsewhere"
@@ -47,6 +47,11 @@ def test_request_kinds_and_classes():
         == "complete"
     assert classify(log(("shared", "https://e.com/b", "document"), ("miss", "https://e.com/c.png", "subresource"))) \
         == "degraded"
+    # a poll asked past its recorded, changing series: a recorded answer, not the live one of now
+    polled = ReplayLogEntry(method="GET", url="https://e.com/api/status", outcome="exact", kind="content",
+                            volatile=again_note(3))
+    assert classify([polled]) == "degraded" and set_aside([polled]) == {"again: past 3 recorded, answers differ": 1}
+    assert classify([polled, *log(("miss", "https://e.com/api/x", "content"))]) == "off-snapshot"
 
 
 def test_an_episode_served_from_a_truncated_capture_is_degraded_in_compare(tmp_path):

@@ -55,8 +55,9 @@ async def _handler(ws) -> None:
 class _Server:
     """A real ``websockets`` server on 127.0.0.1 in a thread of its own (TLS when given ``ssl``)."""
 
-    def __init__(self, ssl: Any = None) -> None:
+    def __init__(self, ssl: Any = None, handler: Any = _handler) -> None:
         self.ssl = ssl
+        self.handler = handler
         self.loop = asyncio.new_event_loop()
         self.ready = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -64,7 +65,7 @@ class _Server:
 
     def _run(self) -> None:
         async def main() -> None:
-            async with serve(_handler, "127.0.0.1", 0, ssl=self.ssl) as server:
+            async with serve(self.handler, "127.0.0.1", 0, ssl=self.ssl) as server:
                 self.port = server.sockets[0].getsockname()[1]
                 self.stop = self.loop.create_future()
                 self.ready.set()
@@ -172,6 +173,37 @@ def test_an_unrecorded_message_is_a_miss_and_the_episode_off_snapshot(recorded, 
     assert [e.outcome for e in stats.log if e.method == "WS"] == ["miss", "exact", "miss"]
     assert stats.miss == 2 and stats.validity == "off-snapshot"
     assert stats.missed_urls == [f"WS {url.replace('ws://', 'http://')}"] * 2
+
+
+async def _ticker(ws) -> None:
+    ticks = 0
+    async for message in ws:
+        if message == "tick":  # an answer that changes each time it is asked
+            ticks += 1
+            await ws.send(f"tick {ticks}")
+        else:
+            await ws.send(f"echo:{message}")
+
+
+def test_a_message_sent_more_often_than_recorded_is_answered_again_but_never_silently(ca, tmp_path):
+    with _Server(handler=_ticker) as server:
+        url = f"ws://127.0.0.1:{server.port}/ticks"
+        task = Task(id="ticks", instruction="x", start_url=url.replace("ws://", "http://"))
+        with LiveRecording(task, tmp_path / "snapshots", RecordOptions(guard="loopback"), ca=ca) as live:
+            assert _talk(url, live.proxy_url, ["tick", "tick", "ping", "ping"]) == \
+                [[], ["tick 1"], ["tick 2"], ["echo:ping"], ["echo:ping"]]
+            deadline = time.monotonic() + 5
+            while getattr(live.guard, "_pipes", None) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert live.ok, live.error
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback") as replay:
+        answers = _talk(url, replay.proxy_url, ["tick", "tick", "tick", "ping", "ping", "ping"])
+        stats = replay.stats()
+    assert answers == [[], ["tick 1"], ["tick 2"], ["tick 2"], ["echo:ping"], ["echo:ping"], ["echo:ping"]]
+    notes = [e.volatile for e in stats.log if e.method == "WS"]
+    # the third tick's live answer is not known (the recorded ones changed); a third ping's is
+    assert notes == [None, None, "again: past 2 recorded, answers differ", None, None, None]
+    assert stats.again == 1 and stats.miss == 0 and stats.validity == "degraded"
 
 
 def test_an_unrecorded_websocket_is_refused_and_never_complete(recorded, ca):

@@ -101,6 +101,11 @@ def serve_cmd(snapshots: tuple[Path | str, ...], host: str, allow_corrupt: bool,
     click.echo(f"\nreplay stats: {s.total} requests: exact {s.exact}, canonical {s.canonical}, fuzzy {s.fuzzy}, "
                f"miss {s.miss}, websocket {s.websocket}, blocked background {s.blocked}"
                + (f", LIVE {s.live} (not hermetic)" if s.live else ""))
+    unlike = {"truncated capture": s.truncated, "other request fields (Vary)": s.variant,
+              "past a changing recorded series": s.again}
+    if any(unlike.values()):
+        click.echo("answered, but not as recorded for this request: "
+                   + ", ".join(f"{k} {v}" for k, v in unlike.items() if v))
     if s.refused:
         click.echo("proxy bounds (docs/limits.md): " + ", ".join(f"{k} {v}" for k, v in sorted(s.refused.items())))
     for url in s.missed_urls[:20]:

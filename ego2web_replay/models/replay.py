@@ -78,6 +78,10 @@ class ReplayStats(FileModel):
                          "own, where the response said it was chosen by them (Vary: Accept, Accept-Language, "
                          "Cookie names ...) and no capture of the key was recorded for the request's "
                          "(each log entry's `volatile` says `vary: <fields>`).")
+    again: int = Field(default=0, description="Answers past a recorded series whose answers changed: a request "
+                       "recorded several times (a page polling a URL) or a websocket message sent more often "
+                       "than while recording, answered with the last recorded answer again (each log entry's "
+                       "`volatile` says `again: past N recorded`).")
     truncated: int = Field(default=0, description="Answers from a capture cut short while recording "
                            "(WARC-Truncated: a streamed body cut by a limit, its client or its origin).")
     truncated_urls: list[str] = Field(default_factory=list, description="'METHOD URL (reason)' of each answer "
@@ -92,8 +96,8 @@ class ReplayStats(FileModel):
     config: dict[str, Any] | None = Field(default=None, description="The ReplayConfig the session ran with.")
     validity: Literal["complete", "degraded", "off-snapshot"] | None = Field(
         default=None, description="complete: no miss, no substitution, no truncated capture; degraded: misses "
-        "on non-content subresources only, an answer from a truncated capture, or from another task's snapshot "
-        "(shared); off-snapshot: a document or content fetch missed or substituted.")
+        "on non-content subresources only, an answer from a truncated capture, or past a changing recorded "
+        "series (again); off-snapshot: a document or content fetch missed or substituted.")
 
     @computed_field  # type: ignore[prop-decorator]
     @property

@@ -117,6 +117,9 @@ class MatchResult:
     (names learned volatile for the path) or ``fresh-id`` (:mod:`.freshids`); ``ignored`` names the
     parameters whose values differed (``body:`` for body fields). ``position`` is the capture's
     position (recorded order) for an exact match, else None (what :meth:`ReplaySession.again` is given).
+    ``series`` holds the positions of every capture of the key when the ``sequence`` policy went past
+    them: the key was recorded more than once (a page polling the same URL), this replay asked for it
+    more often, and the last capture is served again (empty otherwise; see :meth:`ReplaySession._pick`).
     """
 
     outcome: Outcome
@@ -126,6 +129,7 @@ class MatchResult:
     via: str | None = None
     ignored: tuple[str, ...] = ()
     position: int | None = None
+    series: tuple[int, ...] = ()
 
 
 def _exact_key(method: str, url: str, body: str | None) -> tuple[str, str, str]:
@@ -432,15 +436,19 @@ class ReplaySession:
             self._used.clear()
             self._last_position = 0
 
-    def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1, peek: bool = False) -> int:
-        """The capture to serve among ``positions`` (recorded order); call with the lock held.
+    def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1,
+              peek: bool = False) -> tuple[int, bool]:
+        """The capture to serve among ``positions`` (recorded order), and whether serving it goes past the
+        recorded series; call with the lock held.
 
         ``sequence`` serves the first capture of the key this session has not
-        served yet (whichever stage served it), and the last once all were.
+        served yet (whichever stage served it), and the last once all were: past the series, when the
+        key was recorded more than once (with a single capture, asking again is a page visited again).
         With ``want`` (a position), only that one: -1, and nothing changed, when another would be served.
         With ``peek``, the one it would serve, nothing changed.
         """
         cursor = -1
+        past = False
         if self.policy == "first":
             position = positions[0]
         elif self.policy == "last":
@@ -451,27 +459,31 @@ class ReplaySession:
             while cursor < last and positions[cursor] in self._used:
                 cursor += 1
             position = positions[cursor]
+            past = cursor == last > 0 and position in self._used
         if want >= 0 and position != want:
-            return -1
+            return -1, past
         if peek:
-            return position
+            return position, past
         if cursor >= 0:
             self._cursor[(stage, key)] = cursor
         self._used.add(position)
         self._last_position = position
-        return position
+        return position, past
 
     def again(self, method: str, url: str, position: int) -> bool:
         """Serve the capture at ``position`` again to a request of ``method`` and ``url`` with no body that
         it matched exactly, if that capture is the one :meth:`match` would pick for it now, with the same
-        effect on what this session has served; else change nothing and say False (the request is then
-        matched as any other)."""
+        effect on what this session has served, and not past its recorded series; else change nothing and
+        say False (the request is then matched as any other)."""
         key = _exact_key(method, url, None)
         positions = self.index.exact_positions(key)
         if not positions:
             return False
         with self._lock:
-            return self._pick("exact", key, positions, position) >= 0
+            picked, past = self._pick("exact", key, positions, position, peek=True)
+            if picked < 0 or past:
+                return False
+            return self._pick("exact", key, positions, position)[0] >= 0
 
     def match(self, method: str, url: str, body: bytes | None = None, content_type: str | None = None) -> MatchResult:
         """Match one request: exact, then canonical (rules, then learned names), then, only when
@@ -506,22 +518,24 @@ class ReplaySession:
         stage, key, positions, text, aside = found
         return None if positions is None else (stage, key, positions, text, aside)
 
-    def result(self, stage: str, text: Any, aside: Any, capture: Capture, position: int | None = None) -> MatchResult:
+    def result(self, stage: str, text: Any, aside: Any, capture: Capture, position: int | None = None,
+               series: tuple[int, ...] = ()) -> MatchResult:
         """How a request was matched by ``stage`` (of :meth:`_stage`) to ``capture``: the outcome, and
-        for the learned and fresh-id stages what was set aside."""
+        for the learned and fresh-id stages what was set aside; ``series``: the key's positions when the
+        capture was served past them (:attr:`MatchResult.series`)."""
         index = self.index
         if stage == "exact":
-            return MatchResult("exact", capture, 1.0, _exact_key_text(text), position=position)
+            return MatchResult("exact", capture, 1.0, _exact_key_text(text), position=position, series=series)
         if stage == "learned":
             canon, names = aside
             return MatchResult("canonical", capture, 1.0, text, "learned",
-                               tuple(_differing(names, canon, capture, index)))
+                               tuple(_differing(names, canon, capture, index)), series=series)
         if stage == "fresh":
             canon, fresh = aside
             theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
             return MatchResult("canonical", capture, 1.0, text, "fresh-id",
-                               tuple(differing_names(fresh.names, canon.pairs, theirs)))
-        return MatchResult("canonical", capture, 1.0, text)
+                               tuple(differing_names(fresh.names, canon.pairs, theirs)), series=series)
+        return MatchResult("canonical", capture, 1.0, text, series=series)
 
     def _stage(self, method: str, url: str, body: str | None) -> tuple[str, Any, Sequence[int] | None, Any, Any]:
         """The first stage holding captures of the request: ``(stage, cursor key, positions, key text,
@@ -558,8 +572,8 @@ class ReplaySession:
         stage, key, positions, text, aside = self._stage(method, url, body)
         if positions is not None:
             with self._lock:
-                position = self._pick(stage, key, positions, peek=peek)
-            return self.result(stage, text, aside, index.capture(position), position)
+                position, past = self._pick(stage, key, positions, peek=peek)
+            return self.result(stage, text, aside, index.capture(position), position, tuple(positions) if past else ())
         canon = text
         host = url_host(url)
         entries = index.group_entries(host, canon.group) if index.fuzzy else None

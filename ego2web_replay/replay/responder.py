@@ -35,7 +35,7 @@ from typing import Any
 
 from ..guard import blocked_response
 from ..models import ReplayLogEntry, ReplayStats
-from ..validity import request_kind
+from ..validity import AGAIN, again_note, request_kind
 from ..wire.conn import split_authority, split_url
 from ..wire.reply import Reply
 from .httputil import (
@@ -70,6 +70,7 @@ log = logging.getLogger(__name__)
 REPLAY_HEADER = "X-Ego2Web-Replay"
 MAX_LOG = 100_000
 MAX_MAPS = 4096  # byte maps of ranged URLs kept (offsets only, no bytes)
+SERIES_COMPARED = 16  # a series asked past: its last captures compared, to tell a changing one (see _changing)
 CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 JOINED_BYTES = 32 * 1024 * 1024  # kept replies' head and body joined (one copy each), in all
 Headers = list[tuple[str, str]]
@@ -289,6 +290,8 @@ class Responder:
                     s.learned += 1
             if volatile is not None and "vary:" in volatile:  # a variant chosen for other request fields
                 s.variant += 1
+            if volatile is not None and AGAIN in volatile:  # past a recorded series whose answers changed
+                s.again += 1
             (methods, urls, outcomes, statuses, matched_urls, scores, kinds, volatiles, ranges, sources,
              stages) = self._columns
             if len(methods) < MAX_LOG:
@@ -378,7 +381,7 @@ class Responder:
         ref = result.capture.ref
         ae = h.get("accept-encoding")
         coded = accepts_every_coding(ae)  # else a coded body may be served decoded (_acceptable)
-        plain = source is None and method == "GET" and result.outcome == "exact" and rng is None \
+        plain = source is None and method == "GET" and result.outcome == "exact" and rng is None and not result.series \
             and "if-none-match" not in h and "if-modified-since" not in h and "available-dictionary" not in h \
             and "origin" not in h
         second = _second()
@@ -414,6 +417,16 @@ class Responder:
         if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
             return self._keep_plain(ref, second, reply, url, kind, result, kept_key)
         return reply
+
+    def _changing(self, series: Sequence[int]) -> bool:
+        """Whether the recorded answers of a series (the captures of one key, a page polling it) differ in
+        status or body: asked past them, the live site's next answer is then not known (the last one is
+        served again, logged and counted ``again``). The last :data:`SERIES_COMPARED` are compared."""
+        try:
+            answers = {self._prepared(self.session.index.capture(p).ref)[::3] for p in series[-SERIES_COMPARED:]}
+        except Exception:  # noqa: BLE001 - a capture that cannot be read: the answers are not known to agree
+            return True
+        return len(answers) > 1
 
     def _keep_plain(self, ref: Any, second: int, reply: Reply, url: str, kind: str, result: MatchResult,
                     kept_key: tuple[Any, ...]) -> Reply:
@@ -451,6 +464,8 @@ class Responder:
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
         if varied:
             volatile = (f"{volatile}; " if volatile else "") + f"vary: {', '.join(varied)}"
+        if result.series and source is None and self._changing(result.series):
+            volatile = (f"{volatile}; " if volatile else "") + again_note(len(result.series))
         self._log(method, url, "shared" if source else result.outcome, status, matched=result.capture.url,
                   score=result.score, kind=kind, volatile=volatile, rng=rng,
                   shared=(source, result.outcome) if source else None)
@@ -713,7 +728,7 @@ class Responder:
 
 
 _COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "shared", "miss", "blocked", "websocket", "live",
-           "truncated", "variant")
+           "truncated", "variant", "again")
 
 
 def merge_stats(parts: Sequence[ReplayStats]) -> ReplayStats:

@@ -11,7 +11,8 @@ conversation (:mod:`ego2web_replay.snapshots.wsrecords`) is then played by
   turn whose message is the same bytes (``exact``), else, for JSON text, the same after
   dropping keys the host's rules or the recording's learned volatility call volatile
   (``canonical``); repeats beyond the recorded ones get the last such turn again (the
-  ``sequence`` policy of HTTP). Its server messages are sent in their recorded order,
+  ``sequence`` policy of HTTP), logged ``again: past N recorded`` and counted when the
+  recorded turns answered differently (:data:`~ego2web_replay.validity.AGAIN`). Its server messages are sent in their recorded order,
   without the recorded delays. A message no turn matches is a ``miss``: nothing is sent;
 * pings are answered with pongs, a close with a close (what the server sent after the
   client's close in the recording is not played: it belonged to that closing handshake).
@@ -31,6 +32,7 @@ from typing import Any
 
 from ..snapshots.volatility import path_group
 from ..snapshots.wsrecords import WsMessage, redact_message
+from ..validity import again_note
 from ..wire.reply import Reply
 from ..wire.websocket import (
     BINARY,
@@ -70,8 +72,9 @@ class Turns:
         self._keys = [canon(m) for m, _ in self.turns]
         self.used: set[int] = set()
 
-    def match(self, kind: str, data: bytes) -> tuple[str, list[WsMessage]] | None:
-        """``(outcome, server messages)`` for a client message, or None (a miss)."""
+    def match(self, kind: str, data: bytes) -> tuple[str, list[WsMessage], str | None] | None:
+        """``(outcome, server messages, note)`` for a client message, or None (a miss); the note says
+        when the message was sent more often than recorded and the recorded turns answered differently."""
         exact = [i for i, (m, _) in enumerate(self.turns) if m.kind == kind and m.data == data]
         outcome, found = "exact", exact
         if not found:
@@ -80,9 +83,15 @@ class Turns:
             outcome = "canonical"
         if not found:
             return None
-        i = next((i for i in found if i not in self.used), found[-1])
+        i = next((i for i in found if i not in self.used), -1)
+        note = None
+        if i < 0:
+            i = found[-1]
+            answers = {tuple((m.kind, m.data) for m in self.turns[j][1]) for j in found}
+            if len(answers) > 1:
+                note = again_note(len(found))
         self.used.add(i)
-        return outcome, self.turns[i][1]
+        return outcome, self.turns[i][1], note
 
 
 def json_canon(volatile: Callable[[str, Any], bool]) -> Callable[[WsMessage], str | None]:
@@ -108,7 +117,7 @@ def json_canon(volatile: Callable[[str, Any], bool]) -> Callable[[WsMessage], st
 class ReplayTunnel:
     """The server side of one replayed websocket (the tunnel of a ``101`` :class:`Reply`)."""
 
-    def __init__(self, turns: Turns, on_message: Callable[[str], None],
+    def __init__(self, turns: Turns, on_message: Callable[[str, str | None], None],
                  prepare: Callable[[WsMessage], WsMessage] | None = None) -> None:
         self.turns, self.on_message = turns, on_message
         self.prepare = prepare  # what the archive did to a client message (credential redaction)
@@ -141,7 +150,7 @@ class ReplayTunnel:
                 if self.prepare is not None:
                     sent = self.prepare(sent)
                 got = self.turns.match(sent.kind, sent.data)
-                self.on_message(got[0] if got else "miss")
+                self.on_message(got[0], got[2]) if got else self.on_message("miss", None)
                 if got:
                     self._play(got[1])
 
@@ -189,8 +198,8 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
             return True
         return rules.is_timestamp_param(name) and rules.is_epoch(str(value))
 
-    def on_message(outcome: str) -> None:
-        log("WS", url, outcome, None, kind=kind)
+    def on_message(outcome: str, note: str | None) -> None:
+        log("WS", url, outcome, None, kind=kind, volatile=note)
 
     headers = [("Upgrade", "websocket"), ("Connection", "Upgrade"), ("Sec-WebSocket-Accept", accept_key(key or ""))]
     protocol = get_header(responder._prepared(result.capture.ref)[2], "sec-websocket-protocol")
