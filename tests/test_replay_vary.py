@@ -104,6 +104,37 @@ def test_vary_fields_are_read_and_compared_as_a_cache_would():
     assert vary_differs(["cookie"], [("Cookie", "session=a")], [("Cookie", "_ga=GA1.1.1.2; session=b; _gid=x")]) == []
 
 
+
+CHROME = "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{v}.0.0.0 Safari/537.36"
+PIXEL = "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{v}.0.0.0 Mobile Safari/537.36"
+TAB = "Mozilla/5.0 (Linux; Android 10; K) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{v}.0.0.0 Safari/537.36"
+EDGE = ("Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/{v}.0.0.0 "
+        "Safari/537.36 Edg/{v}.0.0.0")
+IPHONE = ("Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like Gecko) "
+          "Version/17.5 Mobile/15E148 Safari/604.1")
+FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:{v}.0) Gecko/20100101 Firefox/{v}.0"
+
+
+@pytest.mark.parametrize(("recorded", "asked", "differs"), [
+    (CHROME.format(v=131), CHROME.format(v=141), False),  # next year's Chromium: the same answer
+    (FIREFOX.format(v=128), FIREFOX.format(v=140), False),
+    (CHROME.format(v=131), CHROME.format(v=131).replace("Chrome/", "HeadlessChrome/"), True),  # bot checks
+    (CHROME.format(v=131), PIXEL.format(v=131), True),  # a phone gets the mobile page
+    (PIXEL.format(v=131), TAB.format(v=131), True),
+    (CHROME.format(v=131), FIREFOX.format(v=131), True),
+    (CHROME.format(v=131), EDGE.format(v=131), True),  # and Windows, not Linux
+    (IPHONE, IPHONE.replace("17_5", "18_1").replace("17.5", "18.1"), False),
+    (CHROME.format(v=131), "curl/8.5.0", True),
+    ("curl/8.5.0", "curl/8.11.1", False),
+    ("curl/8.5.0", "Wget/1.21.4", True),
+    (CHROME.format(v=131), "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", True),
+])
+def test_a_user_agent_is_compared_by_what_sites_tell_apart_not_its_version(recorded, asked, differs):
+    got = vary_differs(["user-agent"], [("User-Agent", recorded)], [("User-Agent", asked)])
+    assert got == (["user-agent"] if differs else [])
+    assert vary_differs(["user-agent"], [("User-Agent", recorded)], []) == ["user-agent"]
+
+
 @pytest.mark.parametrize("engine", ["fast", "mitmproxy"])
 def test_each_request_gets_the_variant_recorded_for_its_fields(recorded, ca, engine):
     snap, base = recorded

@@ -456,14 +456,51 @@ _TRACKING_COOKIES = ("_ga", "_gid", "_gat", "_gcl", "_fbp", "_fbc", "__utm", "_h
                      "mp_", "_uet", "_clck", "_clsk", "_pk_", "_ttp", "__gads", "__gpi", "_scid", "_rdt", "optimizely")
 
 
+_UA_TOOL = re.compile(r"^(curl|wget|python-requests|python-urllib|python-httpx|aiohttp|go-http-client|okhttp|"
+                      r"node-fetch|axios|undici|libwww-perl|java|httpie)\b", re.I)
+_UA_BOT = re.compile(r"bot\b|crawl|spider|slurp|bingpreview|facebookexternalhit", re.I)
+#: browser families by the product token that names them, the first found winning (Edge and Opera say
+#: Chrome and Safari too, Chrome says Safari)
+_UA_FAMILIES = (("edg/", "edge"), ("edge/", "edge"), ("edga/", "edge"), ("edgios/", "edge"), ("opr/", "opera"),
+                ("opera", "opera"), ("samsungbrowser/", "samsung"), ("firefox/", "firefox"), ("fxios/", "firefox"),
+                ("crios/", "chrome"), ("chrome/", "chrome"), ("chromium/", "chrome"), ("safari/", "safari"))
+_UA_SYSTEMS = (("windows", "windows"), ("iphone", "ios"), ("ipad", "ios"), ("ipod", "ios"), ("android", "android"),
+               ("cros", "chromeos"), ("mac os x", "mac"), ("macintosh", "mac"), ("linux", "linux"), ("x11", "linux"))
+
+
+def user_agent_class(ua: str) -> tuple[str, str, str, bool]:
+    """What a site varying by ``User-Agent`` tells apart: the browser family (or the tool, or ``bot``), the
+    operating system, the device class (``mobile``, ``tablet``, ``desktop``) and whether the browser says it
+    is headless, never the version: a snapshot replayed by next year's Chromium is answered as this one's
+    was (Chromium's reduced User-Agent carries its major version and nothing else that changes)."""
+    low = ua.lower()
+    if _UA_BOT.search(low):
+        family = "bot"
+    elif (tool := _UA_TOOL.match(low)) is not None:
+        family = tool.group(1)
+    else:
+        family = next((name for token, name in _UA_FAMILIES if token in low), low.split("/", 1)[0].strip())
+    system = next((name for token, name in _UA_SYSTEMS if token in low), "")
+    if "ipad" in low or "tablet" in low or ("android" in low and "mobile" not in low):
+        device = "tablet"
+    elif "mobi" in low or "iphone" in low or "ipod" in low:
+        device = "mobile"
+    else:
+        device = "desktop"
+    return family, system, device, "headless" in low
+
+
 def _vary_value(name: str, headers: Iterable[tuple[str, str]]) -> Any:
     """A request field's value as ``Vary`` compares it: every line, comma-joined, spaces normalised, lower
     case; a Cookie by its cookie names only (their values change with every visit: a session id, a
-    timestamp; being logged in or not is which cookies there are), analytics cookies left out."""
+    timestamp; being logged in or not is which cookies there are), analytics cookies left out; a
+    User-Agent by its class (:func:`user_agent_class`: family, system, device, headless; not the version)."""
     values = [v for k, v in headers if k.lower() == name]
     if name == "cookie":
         names = (part.split("=", 1)[0].strip() for v in values for part in v.split(";") if part.strip())
         return frozenset(n for n in names if not n.lower().startswith(_TRACKING_COOKIES))
+    if name == "user-agent" and values:
+        return user_agent_class(" ".join(values))
     return ",".join(" ".join(v.split()).lower() for v in values) if values else None
 
 

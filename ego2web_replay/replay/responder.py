@@ -413,17 +413,31 @@ class Responder:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         if not coded and status == 200:
             rbody, headers = self._acceptable(ref, rbody, headers, ae)
-        reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source, varied)
+        again = again_note(len(result.series)) if result.series and source is None \
+            and self._changing(result.series, h, req_headers, url) else None
+        reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source, varied,
+                             again)
         if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
             return self._keep_plain(ref, second, reply, url, kind, result, kept_key)
         return reply
 
-    def _changing(self, series: Sequence[int]) -> bool:
-        """Whether the recorded answers of a series (the captures of one key, a page polling it) differ in
-        status or body: asked past them, the live site's next answer is then not known (the last one is
-        served again, logged and counted ``again``). The last :data:`SERIES_COMPARED` are compared."""
+    def _changing(self, series: Sequence[int], h: dict[str, str], req_headers: Sequence[tuple[str, str]],
+                  url: str) -> bool:
+        """Whether the recorded answers of a series (the captures of one key, a page polling it) that could
+        answer this request differ in status or body: asked past them, the live site's next answer is then
+        not known (the last one is served again, logged and counted ``again``). The last
+        :data:`SERIES_COMPARED` are compared, leaving out those recorded for other request fields (``Vary``)
+        or for another client (a ``304``, a CORS answer for another page: :func:`_answers`)."""
+        answers: set[tuple[int, bytes]] = set()
         try:
-            answers = {self._prepared(self.session.index.capture(p).ref)[::3] for p in series[-SERIES_COMPARED:]}
+            for position in series[-SERIES_COMPARED:]:
+                ref = self.index.capture(position).ref
+                status, _, headers, body = self._prepared(ref)
+                asked = self._asked.get(_cache_key("r", ref)) if self._asked else None
+                if asked is not None and vary_differs(vary_names(headers), asked, req_headers):
+                    continue  # the answer to a request with other fields
+                if _answers(h, status, headers, body, url):
+                    answers.add((status, body))
         except Exception:  # noqa: BLE001 - a capture that cannot be read: the answers are not known to agree
             return True
         return len(answers) > 1
@@ -452,11 +466,12 @@ class Responder:
 
     def _served(self, method: str, url: str, result: MatchResult, status: int, reason: str, headers: Head,
                 body: bytes, kind: str, rng: str | None, ref: Any = None, source: str | None = None,
-                varied: Sequence[str] = ()) -> Reply:
+                varied: Sequence[str] = (), again: str | None = None) -> Reply:
         """Log a hit and frame it (dates moved to now; a nearest-capture answer says so); the capture
         ``ref`` of a recorded stream is served at its recorded pace. ``source``: the snapshot of another
         task that answered (logged as ``shared``); ``varied``: the ``Vary`` fields the request differs on
-        from the one the answer was recorded for (logged ``vary: ...``, counted ``variant``)."""
+        from the one the answer was recorded for (logged ``vary: ...``, counted ``variant``); ``again``: the
+        note of an answer past a changing recorded series (counted ``again``)."""
         assert result.capture is not None
         headers = self._dated(headers)
         if result.outcome == "fuzzy":  # another page's content: say so (diagnosis only); hits gain no header
@@ -464,8 +479,8 @@ class Responder:
         volatile = f"{result.via}: {', '.join(result.ignored)}" if result.via else None
         if varied:
             volatile = (f"{volatile}; " if volatile else "") + f"vary: {', '.join(varied)}"
-        if result.series and source is None and self._changing(result.series):
-            volatile = (f"{volatile}; " if volatile else "") + again_note(len(result.series))
+        if again:
+            volatile = (f"{volatile}; " if volatile else "") + again
         self._log(method, url, "shared" if source else result.outcome, status, matched=result.capture.url,
                   score=result.score, kind=kind, volatile=volatile, rng=rng,
                   shared=(source, result.outcome) if source else None)
