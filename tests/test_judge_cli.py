@@ -67,6 +67,21 @@ def test_verdicts_table_names_the_repeat(run, capsys):
     assert json.loads((run / "episodes/T1/frozen-r1/verdicts/rule.json").read_text())["repeat"] == 1
 
 
+def test_the_verdicts_table_never_shows_an_episode_that_could_not_run_as_a_failure(run, capsys):
+    from ego2web_replay.models import load_trajectory, save_model
+
+    ep = make_episode(run, "T2", "frozen", urls=["http://s.test/k"])
+    traj = load_trajectory(ep)
+    traj.end_reason, traj.error = "setup_error", "no snapshot of task T2"
+    save_model(ep / "trajectory.json", traj)
+    assert main(["judge", str(run), "--judge", "rule", "--no-progress", "--no-db"]) == 0
+    out = capsys.readouterr().out
+    t2 = next(line for line in out.splitlines() if line.lstrip("│ ").startswith("T2"))
+    cells = [c.strip() for c in t2.strip("│ ").split("│")]
+    assert cells[:4] == ["T2", "frozen", "not judged", "–"]
+    assert "frozen: 1/1 success (100.0%), 0 error(s), 1 episode error(s) (could not run; not judged)" in out
+
+
 def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
     def answer(body):
         system = body["messages"][0]["content"]

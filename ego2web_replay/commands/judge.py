@@ -135,8 +135,11 @@ def _print_verdicts(judge_name: str, run_dir: Path, verdicts: list[Any], summary
                     coverage: dict[str, Any] | None) -> None:
     rows = table("task", "mode", "success", "score", "tokens", "error", title=f"{judge_name} verdicts: {run_dir}")
     for v in verdicts:
-        rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""), "yes" if v.success else "no",
-                     f"{v.score:.2f}", str(v.prompt_tokens + v.completion_tokens), v.error or "")
+        # a verdict that could not be made (the episode could not run, the judge failed) is no failure
+        unjudged = "not judged" if v.episode_error else "error" if v.error else None
+        rows.add_row(v.task_id, v.mode + (f" r{v.repeat}" if v.repeat else ""),
+                     unjudged or ("yes" if v.success else "no"), "–" if unjudged else f"{v.score:.2f}",
+                     str(v.prompt_tokens + v.completion_tokens), v.error or "")
     console().print(rows)
     for mode, s in summary.items():
         rate = "n/a" if s["success_rate"] is None else f"{s['success_rate']:.1%}"
