@@ -84,7 +84,8 @@ class MediaError(Ego2WebError):
 
 
 class StorageError(Ego2WebError):
-    """A file or folder could not be written or named: the disk is full or read-only, or a name is too long."""
+    """A file or folder could not be written, read or named: the disk is full or read-only, a name is too long,
+    a path cannot be one (a file where a folder should be, no permission, nothing there)."""
 
 
 _STORAGE = {
@@ -93,12 +94,21 @@ _STORAGE = {
     errno.EROFS: "the file system is read-only: write elsewhere",
     errno.EFBIG: "the file would be larger than this file system allows: write elsewhere",
     errno.ENAMETOOLONG: "a path, or one of its names, is longer than the file system allows: use a shorter one",
+    # a path given for output (or input) that cannot be one: named, in one line
+    errno.ENOTDIR: "a name on this path is a file, not a folder: choose another path",
+    errno.EEXIST: "a file or folder of this name exists already, or a name on its path is a file: choose "
+                  "another path",
+    errno.EISDIR: "this is a folder, not a file: name a file",
+    errno.EACCES: "permission denied: use a path you may write (or read), or change its permissions",
+    errno.EPERM: "operation not permitted here: use another path",
+    errno.ENOENT: "no such file or folder (or a folder on its path is missing and cannot be made there)",
 }
 
 
 def storage_error(e: OSError) -> StorageError | None:
-    """The user's error an ``OSError`` of the machine's storage stands for (a full disk, a name too long ...),
-    with the path and what to do; None for any other ``OSError`` (a bug is not turned into one line)."""
+    """The user's error an ``OSError`` of the machine's storage stands for (a full disk, a name too long, a file
+    where a folder should be, no permission ...), with the path and what to do; None for any other ``OSError``
+    (a broken connection, say: a bug is not turned into one line)."""
     what = _STORAGE.get(e.errno or 0)
     if what is None:
         return None

@@ -80,6 +80,24 @@ def test_an_over_long_path_name_is_one_line(command, tmp_path, capsys):
     assert line.startswith("error: ") and "longer than the file system allows" in line
 
 
+def test_an_output_path_that_cannot_be_one_is_one_line_naming_it(tmp_path, capsys):
+    from ego2web_replay.cli import main
+
+    (tmp_path / "snaps").mkdir()
+    (tmp_path / "runs").mkdir()
+    db = tmp_path / "x.duckdb"
+    # nothing to ingest yet: the database is made all the same, so the report that reads it next finds it
+    assert main(["ingest", str(tmp_path / "snaps"), str(tmp_path / "runs"), "--db", str(db)]) == 0 and db.exists()
+    capsys.readouterr()
+    afile = tmp_path / "tasks.jsonl"
+    afile.write_text("{}\n")
+    line = _one_line(["report", "--db", str(db), "--out", str(afile / "rep")], capsys)
+    assert line == f"error: {afile / 'rep'}: a name on this path is a file, not a folder: choose another path"
+    line = _one_line(["report", "--db", str(db), "--out", "/proc/rep"], capsys)
+    assert line.startswith("error: /proc/rep: ")
+    assert afile.read_text() == "{}\n"  # nothing already written is lost
+
+
 @pytest.mark.parametrize("window", ["99999999999999999999d", "1e400s", "nan", "inf"])
 def test_a_window_too_large_or_not_a_number_is_one_line(window, tmp_path, capsys):
     line = _one_line(["snapshot", "extend", str(tmp_path / "a"), str(tmp_path / "b"), "--window", window], capsys)

@@ -324,12 +324,17 @@ def _classify(path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def ingest(db_path: PathLike, paths: Iterable[PathLike]) -> IngestSummary:
-    """Load snapshot roots/folders and run roots/folders; each folder is its own transaction."""
+    """Load snapshot roots/folders and run roots/folders; each folder is its own transaction. The database is
+    made (its tables, empty) even when nothing is found, so what reads it next finds it."""
     summary = IngestSummary()
+    paths = list(paths)
+    for raw in paths:
+        if not Path(raw).is_dir():
+            raise TrackingError(f"{raw}: no such folder; give snapshot or run folders (or their roots)")
+    with write_connection(db_path):
+        pass
     for raw in paths:
         p = Path(raw)
-        if not p.is_dir():
-            raise TrackingError(f"{p}: no such folder; give snapshot or run folders (or their roots)")
         found = list(_classify(p))
         if not found:
             summary.warnings.append(f"{p}: no snapshot or run folders found")
