@@ -208,7 +208,7 @@ def test_repeated_captures_served_in_order_then_last(ca, tmp_path, engine):
     notes = [(e.url.rsplit("/", 1)[1], e.volatile) for e in s.log]
     assert notes == [("poll", None)] * 3 + [("poll", "again: past 3 recorded, answers differ")] * 2 \
         + [("static", None)] * 3
-    assert s.again == 2 and s.exact == 8 and s.validity == "degraded"
+    assert s.again == 2 and s.exact == 8 and s.validity == "degraded" and s.learned == 0
 
 
 def test_bad_inputs(ca, tmp_path):

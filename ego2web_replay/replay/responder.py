@@ -286,7 +286,7 @@ class Responder:
             elif volatile is not None:  # (learned and fresh_id count the own snapshots' canonical answers)
                 if volatile.startswith("fresh-id"):
                     s.fresh_id += 1
-                elif not volatile.startswith("vary:"):
+                elif volatile.startswith("learned"):  # (not a bare "vary:" or "again:" note)
                     s.learned += 1
             if volatile is not None and "vary:" in volatile:  # a variant chosen for other request fields
                 s.variant += 1
