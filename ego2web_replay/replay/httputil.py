@@ -437,16 +437,24 @@ def _aware(when: datetime | None) -> datetime | None:
 _VARY_HANDLED = frozenset({"accept-encoding", "origin"})
 
 
-def vary_names(headers: Iterable[tuple[str, str]]) -> tuple[str, ...]:
+def vary_names(headers: Iterable[tuple[str, str]], status: int | None = None) -> tuple[str, ...]:
     """The request fields a response says it was chosen by (``Vary``, RFC 9110 12.5.5), lower case, but for
     those handled elsewhere and ``*`` (chosen by what no field says: nothing to compare)."""
     names: list[str] = []
+    event_stream = False
     for k, v in headers:
         if k.lower() == "vary":
             for name in v.split(","):
                 name = name.strip().lower()
                 if name and name != "*" and name not in _VARY_HANDLED and name not in names:
                     names.append(name)
+        elif k.lower() == "content-type" and v.partition(";")[0].strip().lower() == "text/event-stream":
+            event_stream = True
+    if (event_stream or status == 204) and "last-event-id" not in names:
+        # server-sent events: the client's Last-Event-ID says where the stream resumes (HTML, 9.2.4), so it
+        # chooses the answer whether or not the server says Vary: a reload (none) must not get a resumed stream,
+        # nor a resume the 204 that ended the events (a 204 is how a server tells EventSource to stop)
+        names.append("last-event-id")
     return tuple(names)
 
 

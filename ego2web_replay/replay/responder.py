@@ -434,7 +434,7 @@ class Responder:
                 ref = self.index.capture(position).ref
                 status, _, headers, body = self._prepared(ref)
                 asked = self._asked.get(_cache_key("r", ref)) if self._asked else None
-                if asked is not None and vary_differs(vary_names(headers), asked, req_headers):
+                if asked is not None and vary_differs(vary_names(headers, status), asked, req_headers):
                     continue  # the answer to a request with other fields
                 if _answers(h, status, headers, body, url):
                     answers.add((status, body))
@@ -591,7 +591,7 @@ class Responder:
         Cookie ...): if the request differs from the recorded one on them, the first capture of the same
         key recorded for fields like this request's; else the capture as picked, with the fields it differs
         on (the answer is then another variant than the live site would have sent: logged and counted)."""
-        differs = vary_differs(vary_names(got[2]), self._asked[_cache_key("r", ref)], req_headers)
+        differs = vary_differs(vary_names(got[2], got[0]), self._asked[_cache_key("r", ref)], req_headers)
         if not differs:
             return ref, got, []
         found = self.session.candidates(method, url, body or None, ctype)
@@ -601,7 +601,7 @@ class Responder:
                 continue
             theirs = self._prepared(other)
             asked = self._asked.get(_cache_key("r", other))
-            if asked is not None and not vary_differs(vary_names(theirs[2]), asked, req_headers) \
+            if asked is not None and not vary_differs(vary_names(theirs[2], theirs[0]), asked, req_headers) \
                     and _answers(h, theirs[0], theirs[2], theirs[3], url):
                 return other, theirs, []
         return ref, got, differs

@@ -404,7 +404,7 @@ class Replay:
             return 200, "OK", [("Content-Type", ctype)], record.payload, None, None
         headers = list(record.http_headers or [])
         asked = None
-        if vary_names(headers):  # chosen by request headers: what the recording client sent, to compare with
+        if vary_names(headers, record.http_status):  # chosen by request headers: what the recording client sent, to compare with
             asked = _request_of(self._sources[n], entry, record)
         return (record.http_status, record.http_reason or "", headers, record.payload, stream_meta(record.headers),
                 asked)
