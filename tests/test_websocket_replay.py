@@ -206,6 +206,43 @@ def test_a_message_sent_more_often_than_recorded_is_answered_again_but_never_sil
     assert stats.again == 1 and stats.miss == 0 and stats.validity == "degraded"
 
 
+async def _pusher(ws) -> None:
+    for n in range(1, 5):  # a ticker: pushes on its own clock, the client says nothing
+        await ws.send(f"price {n}")
+        await asyncio.sleep(0.4)
+    await ws.wait_closed()
+
+
+def test_the_servers_pushes_keep_their_recorded_pace_and_a_second_connection_is_counted(ca, tmp_path):
+    with _Server(handler=_pusher) as server:
+        url = f"ws://127.0.0.1:{server.port}/prices"
+        task = Task(id="prices", instruction="x", start_url=url.replace("ws://", "http://"))
+        with LiveRecording(task, tmp_path / "snapshots", RecordOptions(guard="loopback"), ca=ca) as live:
+            with connect(url, proxy=live.proxy_url, open_timeout=10) as ws:
+                assert [ws.recv(timeout=5) for _ in range(4)] == [f"price {n}" for n in range(1, 5)]
+            deadline = time.monotonic() + 5
+            while getattr(live.guard, "_pipes", None) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert live.ok, live.error
+    with Replay([live.snapshot_path], ca=ca, guard_mode="loopback") as replay:
+        with connect(url, proxy=replay.proxy_url, open_timeout=10) as ws:
+            got = []
+            for _ in range(4):
+                got.append((ws.recv(timeout=5), time.monotonic()))
+        first = replay.stats()
+        # the page's client reconnects (a heartbeat it missed, a reload of its script): the one recorded
+        # conversation is played again, which is not what the live server says to a new connection
+        with connect(url, proxy=replay.proxy_url, open_timeout=10) as ws:
+            assert ws.recv(timeout=5) == "price 1"
+        second = replay.stats()
+    assert [m for m, _ in got] == [f"price {n}" for n in range(1, 5)]
+    gaps = [b - a for (_, a), (_, b) in zip(got, got[1:], strict=False)]
+    assert all(gap > 0.25 for gap in gaps), gaps  # (0.4 s apart live; at once before pacing)
+    assert first.validity == "complete" and first.again == 0
+    assert second.again == 1 and second.validity == "degraded"
+    assert second.log[-1].volatile == "again: conversation played again (2 connections)"
+
+
 def test_an_unrecorded_websocket_is_refused_and_never_complete(recorded, ca):
     snap_path, url, _ = recorded
     with Replay([snap_path], ca=ca, guard_mode="loopback") as replay:

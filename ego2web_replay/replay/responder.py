@@ -266,6 +266,7 @@ class Responder:
         self._asked: dict[Any, Head] = {}  # the recorded request's head of captures chosen by Vary, by cache key
         self._kept = KeptReplies(self, self.session, self._log, _second, max_replies=MAX_MAPS, joined_bytes=JOINED_BYTES)
         self._kinds: dict[tuple[Any, ...], str] = {}  # request_kind of recent requests (see _kind)
+        self._plays: dict[Any, int] = {}  # connections each websocket conversation was played to (see websocket.py)
 
     # -- bookkeeping -------------------------------------------------------
     def _log(self, method: str, url: str, outcome: str, status: int | None, matched: str | None = None,
@@ -311,6 +312,12 @@ class Responder:
         """A background request the guard answered (not in the log; counted apart)."""
         with self._lock:
             self._counts.blocked += 1
+
+    def played_again(self, ref: Any) -> int:
+        """How many connections a recorded websocket conversation has been played to, this one counted."""
+        with self._lock:
+            n = self._plays[ref] = self._plays.get(ref, 0) + 1
+            return n
 
     def count_truncated(self, method: str, url: str, why: str) -> None:
         """An answer from a capture the recorder cut short (``WARC-Truncated``): counted, with its URL."""

@@ -12,10 +12,17 @@ conversation (:mod:`ego2web_replay.snapshots.wsrecords`) is then played by
   dropping keys the host's rules or the recording's learned volatility call volatile
   (``canonical``); repeats beyond the recorded ones get the last such turn again (the
   ``sequence`` policy of HTTP), logged ``again: past N recorded`` and counted when the
-  recorded turns answered differently (:data:`~ego2web_replay.validity.AGAIN`). Its server messages are sent in their recorded order,
-  without the recorded delays. A message no turn matches is a ``miss``: nothing is sent;
+  recorded turns answered differently (:data:`~ego2web_replay.validity.AGAIN`). Its server messages
+  are sent in their recorded order and rhythm: each after the delay it came after the client's
+  message (or, for the greeting, the handshake) live, a gap at most :data:`MAX_GAP_S` (a page's
+  heartbeat, a ticker's pushes keep their pace: a client that waits for the server's pings does not
+  time out and reconnect). A message no turn matches is a ``miss``: nothing is sent;
 * pings are answered with pongs, a close with a close (what the server sent after the
-  client's close in the recording is not played: it belonged to that closing handshake).
+  client's close in the recording is not played: it belonged to that closing handshake);
+* a conversation is one connection's: played to a second connection of the episode (a client that
+  reconnected), its server messages are not what the live server would have said to a new one (a
+  new session, later pushes): the handshake is logged ``again: conversation played again`` and
+  counted, as an answer past a changing series is.
 
 Every handshake and every client message is one replay log entry (method ``WS`` for
 messages; its ``kind`` that of the handshake), so what the page did not get counts
@@ -26,13 +33,14 @@ and counted as ``websocket``.
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..snapshots.volatility import path_group
 from ..snapshots.wsrecords import WsMessage, redact_message
-from ..validity import again_note
+from ..validity import AGAIN, again_note
 from ..wire.reply import Reply
 from ..wire.websocket import (
     BINARY,
@@ -47,6 +55,7 @@ from ..wire.websocket import (
 )
 from .canonical import url_host
 from .httputil import get_header
+from .stream import MAX_GAP_S
 
 __all__ = ["ReplayTunnel", "Turns", "answer_websocket"]
 
@@ -72,9 +81,10 @@ class Turns:
         self._keys = [canon(m) for m, _ in self.turns]
         self.used: set[int] = set()
 
-    def match(self, kind: str, data: bytes) -> tuple[str, list[WsMessage], str | None] | None:
-        """``(outcome, server messages, note)`` for a client message, or None (a miss); the note says
-        when the message was sent more often than recorded and the recorded turns answered differently."""
+    def match(self, kind: str, data: bytes) -> tuple[str, list[WsMessage], str | None, float] | None:
+        """``(outcome, server messages, note, when)`` for a client message, or None (a miss); the note says
+        when the message was sent more often than recorded and the recorded turns answered differently;
+        ``when``: the recorded client message's time (what its server messages' delays count from)."""
         exact = [i for i, (m, _) in enumerate(self.turns) if m.kind == kind and m.data == data]
         outcome, found = "exact", exact
         if not found:
@@ -91,7 +101,7 @@ class Turns:
             if len(answers) > 1:
                 note = again_note(len(found))
         self.used.add(i)
-        return outcome, self.turns[i][1], note
+        return outcome, self.turns[i][1], note, self.turns[i][0].t
 
 
 def json_canon(volatile: Callable[[str, Any], bool]) -> Callable[[WsMessage], str | None]:
@@ -118,17 +128,24 @@ class ReplayTunnel:
     """The server side of one replayed websocket (the tunnel of a ``101`` :class:`Reply`)."""
 
     def __init__(self, turns: Turns, on_message: Callable[[str, str | None], None],
-                 prepare: Callable[[WsMessage], WsMessage] | None = None) -> None:
+                 prepare: Callable[[WsMessage], WsMessage] | None = None, paced: bool = True) -> None:
         self.turns, self.on_message = turns, on_message
         self.prepare = prepare  # what the archive did to a client message (credential redaction)
         self.reader = MessageReader()
         self.write: Callable[[bytes], None] = lambda _: None
         self.end: Callable[[], None] = lambda: None
         self.closed = False
+        self.paced = paced
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def start(self, write: Callable[[bytes], None], close: Callable[[], None]) -> None:
+        """Called on the connection's event loop (what the recorded delays are waited on)."""
         self.write, self.end = write, close
-        self._play(self.turns.greeting)
+        try:
+            self._loop = asyncio.get_running_loop()
+        except RuntimeError:  # (driven without a loop: the messages go at once)
+            self._loop = None
+        self._play(self.turns.greeting, 0.0)
 
     def send(self, data: bytes) -> None:
         if self.closed:
@@ -152,16 +169,35 @@ class ReplayTunnel:
                 got = self.turns.match(sent.kind, sent.data)
                 self.on_message(got[0], got[2]) if got else self.on_message("miss", None)
                 if got:
-                    self._play(got[1])
+                    self._play(got[1], got[3])
 
-    def _play(self, messages: list[WsMessage]) -> None:
-        for m in messages:
+    def _play(self, messages: Sequence[WsMessage], since: float, start: int = 0) -> None:
+        """Send ``messages[start:]`` in order, each after its recorded delay from the one before (the first
+        from ``since``), a gap at most :data:`MAX_GAP_S`; at once when not paced. Several plays (the
+        greeting, each turn) run side by side, as the live server's pushes and answers interleaved."""
+        previous = since
+        for i in range(start, len(messages)):
             if self.closed:
                 return
-            if m.kind == "close":
-                self._close(frame(CLOSE, m.data))
-            else:
-                self.write(frame(_SEND[m.kind], m.data))
+            m = messages[i]
+            gap = min(max(m.t - previous, 0.0), MAX_GAP_S)
+            if self.paced and self._loop is not None and gap >= 0.002:
+                self._loop.call_later(gap, self._resume, messages, m.t, i)
+                return
+            previous = m.t
+            self._send(m)
+
+    def _resume(self, messages: Sequence[WsMessage], t: float, i: int) -> None:
+        if self.closed:
+            return
+        self._send(messages[i])
+        self._play(messages, t, i + 1)
+
+    def _send(self, m: WsMessage) -> None:
+        if m.kind == "close":
+            self._close(frame(CLOSE, m.data))
+        else:
+            self.write(frame(_SEND[m.kind], m.data))
 
     def _close(self, last: bytes) -> None:
         self.write(last)
@@ -183,7 +219,11 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
     talk = responder.conversation(result.capture.ref) if result and result.capture else None
     if result is None or talk is None:
         return None
-    log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind)
+    played = responder.played_again(result.capture.ref)
+    note = None
+    if played > 1 and any(m.side == "server" and m.kind in ("text", "binary") for m in talk.messages):
+        note = f"{AGAIN} conversation played again ({played} connections)"
+    log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind, volatile=note)
     if talk.truncated is not None:  # the page got more live than was kept: replayed as far as kept, and counted
         responder.count_truncated(method, url, f"websocket conversation {talk.truncated}")
     messages = talk.messages
