@@ -62,6 +62,18 @@ def test_volatile_parameters_are_dropped():
     assert key("https://e.com/api?id=12345678901") != base
 
 
+
+def test_engine_io_polls_set_their_random_t_aside():
+    # Socket.IO's transport adds `t` (engine.io-client's randomString(), no epoch) to every poll
+    poll = "https://e.com/socket.io/?EIO=4&transport=polling&t={}"
+    assert key(poll.format("PZx3a1b")) == key(poll.format("PZx3q9z")) == \
+        "GET https://(com,e,)/socket.io/?EIO=4&transport=polling"
+    assert key("https://e.com/socket.io/?transport=polling&EIO=3&t=abc") == \
+        key("https://e.com/socket.io/?transport=polling&EIO=3&t=xyz")
+    # anywhere else, a `t` that is no epoch is content (a start offset, a tab, a type)
+    assert key("https://e.com/s?t=PZx3a1b") != key("https://e.com/s?t=PZx3q9z")
+
+
 def test_jsonp_callback_keeps_name_drops_value():
     a = key("https://e.com/feed?callback=jQuery1234_1712345678901&q=x")
     b = key("https://e.com/feed?callback=jQuery9876_1712345679999&q=x")

@@ -147,6 +147,9 @@ def _query_params(query: str, rules: CompiledRules) -> list[tuple[str, str]]:
     plain = _PLAIN_FULL_QUERY.fullmatch(query) is not None
     memo = rules._params
     epoch_any = rules.drop_epoch_values
+    # Engine.IO (Socket.IO's transport: `EIO=4&transport=polling&t=...`) adds `t`, a random cache-buster
+    # (engine.io-client's randomString(): base-36 time digits and random ones), to every poll: never content
+    engine_io = query.startswith("EIO=") or "&EIO=" in query
     out: list[tuple[str, str]] = []
     for item in query.split("&"):
         if not item:
@@ -158,7 +161,7 @@ def _query_params(query: str, rules: CompiledRules) -> list[tuple[str, str]]:
         cls = memo.get(lname)
         if cls is None:
             cls = rules.param_class(lname)
-        if cls == PARAM_DROP:
+        if cls == PARAM_DROP or (engine_io and lname == "t" and cls != PARAM_KEEP):
             continue
         if cls == PARAM_CALLBACK:
             value = ""
