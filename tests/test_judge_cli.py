@@ -114,6 +114,47 @@ def test_ego2web_over_loopback_then_agreement(run, tmp_path, capsys):
     assert json.loads(old.read_text()) == report and "deprecated" in capsys.readouterr().err
 
 
+def test_judging_again_with_another_model_keeps_the_old_verdicts_and_compare_names_the_models(run, tmp_path, capsys):
+    from ego2web_replay.tracking.compare import compare
+
+    for task in ("T1", "T2"):
+        make_episode(run, task, "live", answer="It costs $20", urls=["http://s.test/k"])
+
+    def answer(body):
+        system = body["messages"][0]["content"]
+        if "Key Points:" in system:
+            return "Key Points:\n1. the kettle price"
+        return "Summary: kettle page.\nScore: 4" if "Score:" in system else "Thoughts: fine.\nStatus: success"
+
+    db = tmp_path / "e2w.duckdb"
+    with FakeOpenAIServer(answer) as srv:
+        judge = ["judge", str(run), "--judge", "ego2web", "--base-url", srv.base_url, "--no-progress", "--db", str(db)]
+        assert main([*judge, "--model", "model-a"]) == 0
+        assert "replacing" not in capsys.readouterr().err
+        assert main([*judge, "--model", "model-a"]) == 0  # judged alike again: nothing to keep, nothing said
+        assert "replacing" not in capsys.readouterr().err
+        # the frozen verdicts judged again with another model: the old ones are kept, and it is said
+        for task in ("T1", "T2"):
+            (run / "episodes" / task / "live").rename(run / "episodes" / task / "live.away")
+        assert main([*judge, "--model", "model-b"]) == 0
+        for task in ("T1", "T2"):
+            (run / "episodes" / task / "live.away").rename(run / "episodes" / task / "live")
+    err = capsys.readouterr().err
+    assert "warning: replacing 2 ego2web verdict(s) made with model model-a, prompts ego2web-v3 (now model model-b" in err
+    kept = sorted((run / "episodes/T1/frozen/verdicts/replaced").glob("*.json"))
+    assert len(kept) == 1 and kept[0].name.startswith("ego2web-model-a-")
+    assert json.loads(kept[0].read_text())["judge"]["model"] == "model-a"
+    assert json.loads((run / "episodes/T1/frozen/verdicts/ego2web.json").read_text())["judge"]["model"] == "model-b"
+    # live judged with one model, frozen with another: never compared as if alike
+    assert main(["ingest", str(run), "--db", str(db)]) == 0
+    (g,) = compare(db).groups
+    assert g.judge_models == {"frozen": ["model-b (prompts ego2web-v3)"], "live": ["model-a (prompts ego2web-v3)"]}
+    assert g.judge_mixed
+    assert main(["compare", "--db", str(db)]) == 0
+    out = capsys.readouterr().out
+    assert "MIXED" in out and "model-a" in out and "model-b" in out
+
+
 def test_no_endpoint_suggests_the_rule_judge(run, capsys):
     assert main(["judge", str(run), "--judge", "ego2web", "--model", "gpt-4o"]) == 1
     err = _err(capsys)

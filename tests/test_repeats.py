@@ -118,7 +118,8 @@ def test_compare_uses_per_task_rates_and_reports_pass_at_k(db):
     assert fz.repeat_std == pytest.approx(sqrt(((1 - 7 / 9) ** 2 + 2 * (2 / 3 - 7 / 9) ** 2) / 2))
     assert len(g.frozen_episodes) == 9 and {e.repeat for e in g.frozen_episodes} == {0, 1, 2}
     row = next(r for r in csv_text(compare(db)).splitlines()[1:] if ",overall," in r)
-    assert row.endswith(",8,9,3,0,0,0")  # live samples, frozen samples, max repeats, episode errors, shared episodes
+    assert row.endswith(",8,9,3,0,0,0,frozen: m1; live: m1")  # live, frozen samples, max repeats, episode errors,
+    # shared episodes, the judge models of each mode
 
 
 def test_a_task_without_any_judged_repeat_in_a_mode_is_left_out(tmp_path):

@@ -26,6 +26,7 @@ from ..errors import Ego2WebError, JudgeError
 from ..models import (
     EPISODE_ERRORS,
     RUN_MANIFEST,
+    JudgeSpec,
     Mode,
     RunManifest,
     Task,
@@ -38,7 +39,7 @@ from ..models import (
 )
 from .client import EndpointError
 from .registry import Judge, make_judge
-from .verdicts import error_verdict, write_verdict
+from .verdicts import REPLACED, error_verdict, replaced_by, write_verdict
 
 __all__ = ["judge_run", "judge_episode", "find_episodes", "load_run_tasks", "summarize", "prepare_task",
            "VerdictExecutor"]
@@ -161,6 +162,7 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
     suite = load_run_tasks(run, tasks)
     results: dict[Path, Verdict] = {}
     console = Console(stderr=True, soft_wrap=True)  # a warning line is never folded
+    _say_replaced(console, judge_name, episodes, getattr(judge, "spec", None))
     columns = (TextColumn(f"judging ({judge_name})"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not progress, transient=False) as bar:
         job = bar.add_task("judge", total=len(episodes))
@@ -187,6 +189,20 @@ def judge_run(run_dir: str | Path, judge_name: str, *, tasks: str | Path | TaskS
                     f.cancel()
                 raise
     return [results[e] for e in episodes]
+
+
+def _say_replaced(console: Console, judge_name: str, episodes: list[Path], spec: JudgeSpec | None) -> None:
+    """One line when verdicts of this judge made with another model or prompt version are about to be
+    replaced: they are kept (``verdicts/replaced/``), never silently overwritten."""
+    if spec is None:
+        return
+    olds = [old for ep in episodes if (old := replaced_by(ep, spec)) is not None]
+    if not olds:
+        return
+    made = sorted({f"model {o.model or 'none'}, prompts {o.prompt_version or 'none'}" for o in olds})
+    console.print(f"warning: replacing {len(olds)} {judge_name} verdict(s) made with {'; '.join(made)} (now model "
+                  f"{spec.model or 'none'}, prompts {spec.prompt_version or 'none'}); the old ones are kept in "
+                  f"<episode>/verdicts/{REPLACED}/", markup=False, highlight=False)
 
 
 def summarize(verdicts: list[Verdict]) -> dict[str, dict[str, Any]]:

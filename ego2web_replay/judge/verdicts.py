@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -10,17 +12,60 @@ from ..errors import JudgeError
 from ..models import JudgeSpec, Mode, Verdict, read_model, save_model
 from .client import ChatResult
 
-__all__ = ["verdict_path", "write_verdict", "read_verdict", "error_verdict", "CallLog"]
+__all__ = ["verdict_path", "write_verdict", "read_verdict", "error_verdict", "CallLog", "REPLACED", "replaced_by"]
+
+#: the folder of an episode's ``verdicts/`` where a verdict another model or prompt version replaced is kept
+REPLACED = "replaced"
 
 
 def verdict_path(episode_dir: Path, judge: str) -> Path:
     return Path(episode_dir) / "verdicts" / f"{judge}.json"
 
 
+def _identity(spec: JudgeSpec) -> tuple[str | None, str | None]:
+    return spec.model, spec.prompt_version
+
+
+def replaced_by(episode_dir: Path, spec: JudgeSpec) -> JudgeSpec | None:
+    """The judge of the verdict ``spec``'s would replace in ``episode_dir``, when it was made with another model
+    or prompt version (None when there is none, or it was made alike: judged again, as ``--resume`` is)."""
+    path = verdict_path(episode_dir, spec.name)
+    if not path.is_file():
+        return None
+    try:
+        old = read_model(path, Verdict, "verdict", JudgeError)
+    except JudgeError:
+        return JudgeSpec(name=spec.name, model="(unreadable verdict)")
+    return old.judge if _identity(old.judge) != _identity(spec) else None
+
+
 def write_verdict(episode_dir: Path, verdict: Verdict) -> Path:
+    """Write ``verdict``; one of the same judge made with another model or prompt version is not lost: it is
+    moved to ``verdicts/replaced/<judge>-<model>-<when>.json`` (where ingest and compare do not read it)."""
     path = verdict_path(episode_dir, verdict.judge.name)
+    if replaced_by(episode_dir, verdict.judge) is not None:
+        _keep(path)
     save_model(path, verdict)
     return path
+
+
+def _keep(path: Path) -> Path:
+    try:
+        old = read_model(path, Verdict, "verdict", JudgeError)
+        model, when = old.judge.model or "no-model", old.judged_at
+    except JudgeError:
+        model, when = "unreadable", None
+    when = when or datetime.fromtimestamp(path.stat().st_mtime, UTC)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
+    folder = path.parent / REPLACED
+    folder.mkdir(exist_ok=True)
+    target = folder / f"{path.stem}-{slug}-{when.strftime('%Y%m%dT%H%M%SZ')}.json"
+    n = 1
+    while target.exists():
+        n += 1
+        target = target.with_name(f"{path.stem}-{slug}-{when.strftime('%Y%m%dT%H%M%SZ')}-{n}.json")
+    os.replace(path, target)
+    return target
 
 
 def read_verdict(episode_dir: Path, judge: str) -> Verdict | None:

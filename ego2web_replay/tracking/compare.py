@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 
 from ..atomic import atomic_write_text
 from ..errors import TrackingError
@@ -157,6 +157,15 @@ class GroupComparison(BaseModel):
                                        "pass@k and the variance the repeats show.")
     shared_episodes: dict[str, int] = Field(default_factory=dict, description="Per mode: the selected episodes "
                                             "that used shared captures (answers from another task's snapshot).")
+    judge_models: dict[str, list[str]] = Field(default_factory=dict, description="Per mode: the judge models "
+                                               "(and prompt versions) of the selected verdicts. Live and frozen "
+                                               "judged with different ones are not comparable: see judge_mixed.")
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def judge_mixed(self) -> bool:
+        """Whether the selected verdicts were not all made with one judge model and prompt version."""
+        return len({m for models in self.judge_models.values() for m in models}) > 1
 
 
 class Comparison(BaseModel):
@@ -183,6 +192,7 @@ WITH joined AS (
            coalesce(e.replay_learned, 0) + coalesce(e.replay_fresh_id, 0) AS set_aside,
            coalesce(e.set_aside, '{}') AS set_aside_params,
            coalesce(e.replay_shared, 0) AS shared, coalesce(e.shared_from, '{}') AS shared_from,
+           v.judge_model, json_extract_string(v.judge_spec, '$.prompt_version') AS prompt_version,
            dense_rank() OVER (PARTITION BY e.agent, v.judge, e.task_id, e.mode
                               ORDER BY r.started_at DESC NULLS LAST, e.run_id DESC) AS rn
     FROM episodes e
@@ -191,7 +201,8 @@ WITH joined AS (
     LEFT JOIN runs r ON r.run_id = e.run_id
 )
 SELECT agent, judge, task_id, mode, category, run_id, success, score, requests, misses, missed_urls, judge_error,
-       modality, repeat_index, end_reason, set_aside, set_aside_params, shared, shared_from
+       modality, repeat_index, end_reason, set_aside, set_aside_params, shared, shared_from, judge_model,
+       prompt_version
 FROM joined WHERE rn = 1 ORDER BY agent, judge, task_id, mode, repeat_index
 """
 
@@ -239,6 +250,7 @@ def compare(
         for m in g.repeats:
             m.judge_errors, m.episode_errors = kept.by_mode.get(m.mode, (0, 0))
         g.modality = _modalities(tasks)
+        g.judge_models = _judge_models(tasks)
         groups.append(g)
     attach_attributions(db_path, groups, probe_window)
     attach_validity(db_path, groups)
@@ -252,6 +264,17 @@ Samples = dict[str, dict[str, list[tuple]]]  # task → mode → the selected ro
 def _modalities(tasks: Samples) -> str:
     """The input modalities of the selected episodes (``keyframes``; ``captions+video`` when mixed)."""
     return "+".join(sorted({row[12] for modes in tasks.values() for rows in modes.values() for row in rows})) or "none"
+
+
+def _judge_models(tasks: Samples) -> dict[str, list[str]]:
+    """Per mode, the judge models (and prompt versions) of the selected verdicts: ``model (prompts v3)``."""
+    out: dict[str, set[str]] = defaultdict(set)
+    for modes in tasks.values():
+        for mode, rows in modes.items():
+            for row in rows:
+                model, prompts = row[19], row[20]
+                out[mode].add((model or "no model") + (f" (prompts {prompts})" if prompts else ""))
+    return {mode: sorted(found) for mode, found in sorted(out.items())}
 
 
 @dataclass
@@ -387,7 +410,7 @@ _CSV_FIELDS = ["agent", "judge", "category", "n", "live_successes", "frozen_succ
                "difference", "both", "live_only", "frozen_only", "neither", "mcnemar_p", "ci_low", "ci_high",
                "frozen_mean_score", "frozen_miss_rate", "flagged_episodes", "judge_errors", "modality",
                "live_samples", "frozen_samples", "max_repeats", "episode_errors", "live_shared_episodes",
-               "frozen_shared_episodes"]
+               "frozen_shared_episodes", "judge_models"]
 
 
 def csv_text(comparison: Comparison) -> str:
@@ -397,7 +420,9 @@ def csv_text(comparison: Comparison) -> str:
     w.writeheader()
     for g in comparison.groups:
         for c in g.categories:
-            row: dict[str, object] = {"agent": g.agent, "modality": g.modality, "judge": g.judge, **c.model_dump()}
+            row: dict[str, object] = {"agent": g.agent, "modality": g.modality, "judge": g.judge, **c.model_dump(),
+                                      "judge_models": "; ".join(f"{mode}: {' + '.join(found)}"
+                                                                for mode, found in g.judge_models.items())}
             if c.live_rate is not None and c.frozen_rate is not None:
                 row["difference"] = c.live_rate - c.frozen_rate
             if c.category == "overall":

@@ -7,7 +7,7 @@ from rich.table import Table
 from .compare import Comparison, FrozenEpisode, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "p_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell",
+__all__ = ["pct", "p_cell", "judge_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell",
            "shared_cell"]
 
 
@@ -36,7 +36,7 @@ def comparison_tables(comp: Comparison) -> list[Table]:
     tables = [summary, validity_table(comp)]
     for g in comp.groups:
         ci = "–" if g.ci_low is None else f"[{pct(g.ci_low)}, {pct(g.ci_high)}]"
-        summary.add_row(g.agent, g.modality, g.judge, str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
+        summary.add_row(g.agent, g.modality, judge_cell(g), str(g.paired), pct(g.live_rate), pct(g.frozen_rate), pct(g.difference),
                         ci, p_cell(g), str(g.counts.both), str(g.counts.live_only),
                         str(g.counts.frozen_only), str(g.counts.neither),
                         "–" if g.frozen_mean_score is None else f"{g.frozen_mean_score:.2f}",
@@ -97,6 +97,18 @@ def _answers_table(title: str, episodes: list[FrozenEpisode], count: str, listed
         t.add_row(e.task_id, e.run_id, e.validity or "–", str(getattr(e, count)),
                   "; ".join(f"{k} ×{n}" for k, n in getattr(e, listed).items())[:120])
     return t
+
+
+def judge_cell(g: GroupComparison) -> str:
+    """``ego2web · gpt-4o (prompts v3)``: the judge and the model its verdicts were made with; when live and
+    frozen (or their repeats) were judged with different ones, each mode's, marked MIXED: such rates are
+    not comparable (the difference may be the judge's)."""
+    models = sorted({m for found in g.judge_models.values() for m in found})
+    if not models or models == ["no model"]:
+        return g.judge
+    if not g.judge_mixed:
+        return f"{g.judge} · {models[0]}"
+    return f"{g.judge} · MIXED: " + "; ".join(f"{mode} {' + '.join(found)}" for mode, found in g.judge_models.items())
 
 
 def shared_cell(g: GroupComparison) -> str:
