@@ -74,8 +74,11 @@ def test_runs_list(runs):
     assert "command:" in lines[0]
 
 
-def test_runs_list_empty(tmp_path):
+def test_runs_list_empty(tmp_path, capsys):
     assert _invoke("runs", "list", "--out", str(tmp_path)).strip() == f"no runs under {tmp_path}"
+    assert main(["runs", "list", "--out", str(tmp_path / "nope")]) == 1  # a mistyped --out: no "no runs"
+    assert capsys.readouterr().err.strip() == (f"error: {tmp_path / 'nope'}: no such folder (give the folder "
+                                               "the runs were written to with --out)")
 
 
 def test_runs_show_table(runs):
@@ -87,6 +90,8 @@ def test_runs_show_table(runs):
     assert rows[MUG] == [MUG, "frozen", "2", "answered", "", "Shop", "0", "complete", ""]
     assert rows[WIKI][:8] == [WIKI, "frozen", "0", "setup_error", "yes", "", "", ""]  # could not run: no validity
     assert rows[WIKI][8].startswith(f"no snapshot of task '{WIKI}'")
+    # piped, the error is whole (cut only for a terminal)
+    assert len(rows[WIKI][8]) > 60 and rows[WIKI][8] == load_trajectory(episode_dir(after, WIKI, "frozen")).error
     assert "episode errors: 1 of 2 (setup_error 1): these could not run" in text
     live = _invoke("runs", "show", str(before))
     assert "Shop" in live and "Encyclopedia" in live and live.count("live") >= 2

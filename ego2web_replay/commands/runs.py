@@ -28,6 +28,10 @@ def runs_list(out: Path, json_out: str | None) -> None:
     from ..models import end_reason_counts
     from ..runner.run import list_runs
 
+    if not Path(out).is_dir():  # a mistyped --out is no empty folder of runs
+        from ..errors import Ego2WebError
+
+        raise Ego2WebError(f"{out}: no such folder (give the folder the runs were written to with --out)")
     runs = [(d, m, m.episodes or end_reason_counts(d)) for d, m in list_runs(out)]
     if json_out:
         emit_machine(json_out, json.dumps([{"run": d.name, "path": str(d), "episodes": counts,
@@ -81,12 +85,14 @@ def runs_show(run_dir: Path, json_out: str | None) -> None:
     out = console()
     out.print(f"run {m.run_id}  agent={m.agent_name}  started={m.started_at:%Y-%m-%d %H:%M:%S}  "
               f"suite={m.suite_path}", highlight=False, markup=False)
+    from ..tracking.tables import shortened
+
     episodes = table("task", "mode", "steps", "end reason", "episode error", "answer", "misses", "validity", "error")
     for r in rows:
         episodes.add_row(r["task"], r["mode"] + (f" r{r['repeat']}" if r["repeat"] else ""), str(r["steps"]),
                          r["end_reason"], "yes" if r["episode_error"] else "", str(r["answer"] or ""),
                          "" if r["misses"] is None else str(r["misses"]), r["validity"] or "",
-                         (r["error"] or "")[:60])
+                         shortened(r["error"] or "", 60))
     out.print(episodes)
     if unrun:
         reasons = ", ".join(f"{k} {n}" for k, n in sorted(Counter(r["end_reason"] for r in unrun).items()))

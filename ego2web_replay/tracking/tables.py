@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+
 from rich.table import Table
 
 from .compare import Comparison, FrozenEpisode, GroupComparison
 from .drift import DriftSeries
 
-__all__ = ["pct", "p_cell", "judge_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table", "episode_errors_cell",
-           "shared_cell"]
+__all__ = ["pct", "p_cell", "judge_cell", "comparison_tables", "drift_tables", "repeats_table", "validity_table",
+           "episode_errors_cell", "shortened", "shared_cell"]
 
 
 def pct(x: float | None) -> str:
@@ -75,9 +77,22 @@ def comparison_tables(comp: Comparison) -> list[Table]:
                 source = (a.source + (f" {a.at:%Y-%m-%d %H:%M}" if a.source == "probe" and a.at else "")) if a else "none"
                 cause = a.resources[0] if a and a.resources else None
                 t.add_row(f.task_id, f.category, f.direction, f.drift_status, source,
-                          f"{cause.status} {cause.url} {cause.detail}"[:90] if cause else "–", str(f.frozen_misses))
+                          shortened(f"{cause.status} {cause.url} {cause.detail}", 90) if cause else "–",
+                          str(f.frozen_misses))
             tables.append(t)
     return tables
+
+
+def shortened(text: str, width: int) -> str:
+    """``text`` cut to ``width`` characters (with an ellipsis) for a terminal; whole when stdout is piped (a
+    file or another program reads every character: README, piped table cells are never cut)."""
+    try:
+        terminal = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        terminal = False
+    if len(text) <= width or not terminal:
+        return text
+    return text[: width - 1] + "…"
 
 
 def episode_errors_cell(g: GroupComparison) -> str:
