@@ -74,6 +74,36 @@ def test_run_out_on_a_full_disk_is_one_line(full_disk, tmp_path, capsys):
     assert line.startswith("error: ") and "disk is full" in line
 
 
+def test_a_run_stopped_by_sigterm_says_where_it_is_and_how_to_finish_it(tmp_path):
+    import signal
+    import sys
+    import time
+    from pathlib import Path
+
+    tasks = tmp_path / "tasks.json"
+    tasks.write_text(json.dumps([{"id": "t1", "instruction": "open", "start_url": "http://127.0.0.1:9/"}]))
+    exe = Path(sys.executable).with_name("ego2web-replay")
+    marker = f"stopped-{tmp_path.name}"
+    proc = subprocess.Popen([str(exe), "run", str(tasks), "--agent", f"command:sleep 60; echo {marker}", "--mode", "live",
+                             "--guard", "loopback", "--out", str(tmp_path / "runs"), "--run-id", "r1", "--no-db",
+                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "runs" / "r1" / "episodes").exists():  # started: its first episode under way
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.1)
+        time.sleep(1)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert f"interrupted: run folder {tmp_path / 'runs' / 'r1'}; finish it with the same command and --resume" in err
+    assert "Traceback" not in err and (tmp_path / "runs" / "r1" / "run.json").exists()
+    time.sleep(0.5)  # nothing of the agent's program outlives the run
+    assert subprocess.run(["pgrep", "-f", marker], capture_output=True).stdout == b""
+
+
 @pytest.mark.parametrize("command", [["ingest"], ["drift", "probe"]])
 def test_an_over_long_path_name_is_one_line(command, tmp_path, capsys):
     line = _one_line([*command, str(tmp_path / ("a" * 300)), "--db", str(tmp_path / "x.duckdb")], capsys)

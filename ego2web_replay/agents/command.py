@@ -391,11 +391,12 @@ def _run_program(program: str, env: dict[str, str], timeout_s: float) -> tuple[i
             code: int | None = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             code = None
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        proc.wait()
+        finally:  # (an interrupted run too: nothing of the program outlives its episode)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            proc.wait()
         err.seek(0)
         return code, err.read()
 

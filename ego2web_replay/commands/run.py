@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -169,7 +173,10 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
             if done == total and took >= PIN_SLOW_S and not is_stdout(json_out):
                 say(bars, f"looked up {total} tasks' snapshots in {took:.1f} s")
 
+        started: list[Path] = []
+
         def on_start(run_dir: Path, total: int, finished: int) -> None:
+            started.append(run_dir)
             bars.update(bar, total=total, completed=finished, description=str(run_dir))
             if finished:
                 say(bars, f"resuming {run_dir}: {finished} of {total} episodes already done")
@@ -185,10 +192,18 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
                 style="green" if s.ok else "red")
             bars.advance(bar)
 
-        run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
-                               agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
-                               upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
-                               on_start=on_start, on_pin=on_pin, executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
+        try:
+            with _terminate_as_interrupt():
+                run_dir, _ = run_suite(suite, agent_name=agent_name, out=out, settings=settings,
+                                       agent_settings=agent_settings, task_ids=task_ids, resume=resume, run_id=run_id,
+                                       upstream_ca=upstream_ca, command=sys.argv, on_episode=on_episode,
+                                       on_start=on_start, on_pin=on_pin,
+                                       executor=executor.make(lambda msg: say(bars, msg)), wire=wire)
+        except (KeyboardInterrupt, click.exceptions.Abort):
+            if started:  # what was done is kept: say where, and how to finish it
+                click.echo(f"interrupted: run folder {started[0]}; finish it with the same command and --resume",
+                           err=True)
+            raise
     emit_json(json_out, {"run_dir": str(run_dir), "episodes": [
         {"task_id": s.task_id, "mode": s.mode, "repeat": s.repeat, "ok": s.ok, "end_reason": s.end_reason,
          "steps": s.steps, "answer": s.answer, "misses": s.misses, "error": s.error, "path": str(s.path)}
@@ -198,6 +213,24 @@ def run_cmd(tasks_file: Path, agent_name: str, mode: str, snapshots_root: Path |
     if _ and all(s.end_reason in ERROR_REASONS for s in _):
         raise Ego2WebError(f"every episode errored ({len(_)}: {', '.join(sorted({s.end_reason for s in _}))}); "
                            f"first error: {_[0].error}")
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a scheduler's stop, ``kill``) ends the run as Ctrl-C does: its browsers and proxies closed,
+    its finished episodes kept, the way to resume said (only on the main thread, where signals arrive)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 COMMANDS = [run_cmd]
