@@ -147,7 +147,7 @@ def loads(text: str | bytes, what: str, error: type[Exception] = InputLimitError
     except RecursionError:
         raise InputLimitError(f"{what}: JSON nested more than {MAX_JSON_DEPTH} levels deep (the limit)") from None
     except json.JSONDecodeError as e:
-        raise error(not_json.format(what=what, detail=f"{e.msg} at line {e.lineno} column {e.colno}")) from None
+        raise error(not_json.format(what=what, detail=f"{e.msg.removesuffix(' at')} at line {e.lineno} column {e.colno}")) from None
     except (ValueError, UnicodeDecodeError) as e:
         raise error(not_json.format(what=what, detail=str(e).splitlines()[0])) from None
 

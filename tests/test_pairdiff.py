@@ -119,6 +119,11 @@ def test_drift_diff_command(archives, tmp_path):
     same = CliRunner().invoke(cli, ["drift", "diff", str(rd), "--against", str(archives["live"]), "--no-db"])
     assert same.exit_code == 0, same.output
     assert "demo-task: unchanged" in same.output and "recorded in" not in same.output
+    # a run with no live episode: said, never an empty answer
+    frozen_only = make_run(tmp_path / "frozen-runs", "run-2", AgentSpec(name="scripted"),
+                           [EpisodeSpec("demo-task", "frozen", verdicts={"rule": True})])
+    none = CliRunner().invoke(cli, ["drift", "diff", str(frozen_only), "--no-db"])
+    assert none.exit_code == 0 and f"no live episode in {frozen_only} to diff" in none.output
 
 
 def test_a_site_that_could_not_be_reached_is_unreachable(tmp_path, ca):

@@ -138,6 +138,18 @@ def test_list_and_latest(tmp_path):
         ("a", "20260301T000000Z", False), ("a", "20260201T000000Z", True), ("a", "20260101T000000Z", True),
         ("b", "20250101T000000Z", True)]
     assert latest_snapshot(tmp_path, "a") == b.path
+    assert infos[0].problem is None  # unfinished: no manifest at all
+    # a manifest that is there but cannot be read is said so, never taken for an unfinished recording
+    (b.path / "manifest.json").write_text('{"task_id": "a", "snaps')
+    damaged = next(i for i in list_snapshots(tmp_path) if i.snapshot_id == "20260201T000000Z")
+    assert not damaged.complete and damaged.problem.startswith("corrupt manifest: ")
+    from click.testing import CliRunner
+
+    from ego2web_replay.cli import cli
+
+    listed = CliRunner().invoke(cli, ["snapshot", "list", "--snapshots", str(tmp_path)], env={"COLUMNS": "200"})
+    assert "corrupt manifest (snapshot verify says more)" in listed.output and "unfinished" in listed.output
+    assert latest_snapshot(tmp_path, "a") == a.path
     with pytest.raises(SnapshotError, match="no snapshot of task 'zzz'"):
         latest_snapshot(tmp_path, "zzz")
     with pytest.raises(SnapshotError, match="snapshots folder not found"):

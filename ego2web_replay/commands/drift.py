@@ -101,6 +101,9 @@ def drift_diff_command(run_dir: Path, snapshots_root: Path | None, task_ids: tup
     result = diff_run(run_dir, snapshots_root=snapshots_root, task_ids=task_ids, against=against)
     for line in result.skipped:
         click.secho(f"skipped {line}", fg="yellow", err=True)
+    if not result.diffs and not result.skipped:  # never a silent empty answer
+        click.secho(f"no live episode in {run_dir} to diff (drift diff compares a live run's own archives with "
+                    "the snapshot; run with --mode live or both)", fg="yellow", err=True)
     if not is_stdout(json_out):
         for d in result.diffs:
             for line in diff_lines(d, show_all=show_all):

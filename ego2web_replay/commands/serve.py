@@ -26,7 +26,8 @@ def _connect_help(replay) -> str:  # noqa: ANN001
     p, ca, pin = replay.proxy_url, replay.ca_file, replay.spki
     seal = " ".join(shlex.quote(a) for a in sealed_chromium_args(p))
     fuzzy = "; nearest capture ON (--fuzzy: such answers are counted as fuzzy)" if replay.config.fuzzy else ""
-    shared = (f"\nshared         {len(replay.shared.suite.sources)} other tasks' snapshots within "
+    n = len(replay.shared.suite.sources) if replay.shared else 0
+    shared = (f"\nshared         {n} other {'task' if n == 1 else 'tasks'}' snapshot{'' if n == 1 else 's'} within "
               f"{replay.config.share_window_s:g} s answer what these lack (counted as shared; --no-share: off)"
               if replay.shared else "")
     return f"""\

@@ -26,7 +26,8 @@ def _size(n: int) -> str:
 
 @click.group()
 def snapshot() -> None:
-    """Inspect, check and import recorded snapshots (WARC + CDXJ + manifest)."""
+    """List, inspect, check, index, import, export and extend recorded snapshots (WARC + CDXJ + manifest),
+    and see what frozen runs missed of them."""
 
 
 @snapshot.command("list")
@@ -45,7 +46,7 @@ def list_command(root: Path | str, json_out: str | None) -> None:
         infos = list_snapshots(root)
     if json_out:
         emit_machine(json_out, json.dumps([
-            {"task_id": i.task_id, "snapshot_id": i.snapshot_id, "complete": i.complete,
+            {"task_id": i.task_id, "snapshot_id": i.snapshot_id, "complete": i.complete, "problem": i.problem,
              "path": str(join(root, i.task_id, i.snapshot_id) if isinstance(root, str) else i.path),
              "manifest": json.loads(i.manifest.model_dump_json()) if i.manifest else None} for i in infos],
             indent=2) + "\n")
@@ -55,7 +56,9 @@ def list_command(root: Path | str, json_out: str | None) -> None:
     for info in infos:
         m = info.manifest
         if m is None:
-            rows.add_row(info.task_id, info.snapshot_id, "-", "-", "-", line("unfinished", style="red"))
+            rows.add_row(info.task_id, info.snapshot_id, "-", "-", "-",
+                         line("corrupt manifest (snapshot verify says more)" if info.problem else "unfinished",
+                              style="red"))
         else:
             rows.add_row(m.task_id, m.snapshot_id, m.created_at.strftime("%Y-%m-%d %H:%M:%S"),
                          str(m.exchanges), _size(m.archive_bytes), m.source)

@@ -67,7 +67,7 @@ def _judge_choice(base_url: str | None, model: str | None) -> tuple[str, str]:
     model = model or os.environ.get("EGO2WEB_JUDGE_MODEL")
     if base_url and model:
         return "ego2web", f"Ego2WebJudge with {model} at {base_url}"
-    return "rule", "no judge endpoint configured (set OPENAI_BASE_URL and EGO2WEB_JUDGE_MODEL), so the offline rule judge"
+    return "rule", "no judge endpoint configured (set OPENAI_BASE_URL and EGO2WEB_JUDGE_MODEL), so the offline rule judge judges"
 
 
 def run_demo(out: Path, *, workers: int = 2, task_ids: list[str] | None = None, base_url: str | None = None,

@@ -400,12 +400,14 @@ class SnapshotWriter:
 
 @dataclass(frozen=True)
 class SnapshotInfo:
-    """A snapshot folder found under the snapshots root (``manifest`` is None if unfinished)."""
+    """A snapshot folder found under the snapshots root (``manifest`` is None if unfinished, or if its manifest
+    cannot be read: ``problem`` then says why)."""
 
     path: Path
     task_id: str
     snapshot_id: str
     manifest: SnapshotManifest | None
+    problem: str | None = None
 
     @property
     def complete(self) -> bool:
@@ -438,12 +440,15 @@ def task_snapshots(root: Path, task_id: str, storage: Storage | None = None) -> 
         if MANIFEST not in files and not files & set(ARCHIVE_NAMES.values()):
             continue
         task, snapshot_id = snap.strip("/").split("/")
+        problem = None
         try:
             manifest: SnapshotManifest | None = load_manifest(root / task / snapshot_id,
                                                               SubStorage(store, snap) if storage else None)
-        except SnapshotError:
+        except SnapshotError as e:
             manifest = None
-        infos.append(SnapshotInfo(root / task / snapshot_id, task, snapshot_id, manifest))
+            if MANIFEST in files:  # there, but unreadable: no unfinished recording, a damaged one
+                problem = f"corrupt manifest: {e}"
+        infos.append(SnapshotInfo(root / task / snapshot_id, task, snapshot_id, manifest, problem))
     infos.sort(key=_newest_key, reverse=True)
     return infos
 
