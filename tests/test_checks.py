@@ -120,8 +120,16 @@ def test_judge_from_the_call_cache_needs_no_endpoint(judged_run, capsys):
     code = main(["judge", str(judged_run), "--judge", "webvoyager", "--model", "m", "--base-url", url,
                  "--no-progress"])
     err = capsys.readouterr().err
-    assert code == 0 and "warning:" in err and url in err and "call cache" in err
+    assert code == 0 and "warning:" in err and url in err and "call cache" in err and "(1 calls made there)" in err
     assert json.loads(verdict.read_text())["success"] is first["success"] is True
+    # at another (dead) endpoint the cache holds nothing, its calls being keyed by where they were made: said
+    # at once, with where they were made, never a warning and then every call failing
+    other = url.replace("/v1", "/other/v1")
+    code = main(["judge", str(judged_run), "--judge", "webvoyager", "--model", "m", "--base-url", other,
+                 "--no-progress"])
+    err = _one_line(capsys)
+    assert code == 2 and "holds no call made at this endpoint" in err and f"{url} (1)" in err, err
+    assert json.loads(verdict.read_text())["judge"]["base_url"] == url  # nothing written over
 
 
 def test_captions_with_a_dead_endpoint(suite, dead_url, capsys):

@@ -182,7 +182,16 @@ def _check_judge_endpoint(run_dir: Path, judge_name: str, base_url: str | None, 
         cache = cache_dir or run_dir / "judge-cache"
         if not (cache.is_dir() and any(cache.iterdir())):
             raise
-        warn(console(stderr=True), f"{e}; judging from the call cache in {cache} only")
+        from ..judge.cache import CallCache
+
+        made = CallCache(cache).endpoints()
+        here = made.get(url.rstrip("/"), 0)
+        if not here:  # its calls are keyed by the endpoint they were made at: none would be found
+            elsewhere = ", ".join(f"{k} ({n})" for k, n in sorted(made.items()))
+            raise PreflightError(f"{e}; the call cache in {cache} holds no call made at this endpoint (its calls "
+                                 f"were made at: {elsewhere or 'none readable'}); give that --base-url to judge "
+                                 "from it") from None
+        warn(console(stderr=True), f"{e}; judging from the call cache in {cache} only ({here} calls made there)")
 
 
 @judge.command("agreement")

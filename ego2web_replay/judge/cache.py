@@ -70,5 +70,16 @@ class CallCache:
         atomic_write_text(self.path(key), entry.model_dump_json(indent=1) + "\n")
         return entry
 
+    def endpoints(self) -> dict[str, int]:
+        """How many entries were made at each endpoint (the key holds it: another endpoint's are not found)."""
+        counts: dict[str, int] = {}
+        for path in self.directory.glob("*.json") if self.directory.is_dir() else ():
+            try:
+                endpoint = str(json.loads(path.read_text("utf-8")).get("request", {}).get("endpoint"))
+            except (OSError, ValueError, AttributeError):
+                continue
+            counts[endpoint] = counts.get(endpoint, 0) + 1
+        return counts
+
     def __len__(self) -> int:
         return sum(1 for _ in self.directory.glob("*.json")) if self.directory.is_dir() else 0
