@@ -61,7 +61,7 @@ from .httputil import (
 from .kept import KeptReplies
 from .matching import IndexBase, MatchResult, ReplaySession
 from .ranges import Representation, answer_range, build_map
-from .stream import ReplayedStream, StreamMeta
+from .stream import MAX_GAP_S, ReplayedStream, StreamMeta
 from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
@@ -424,9 +424,28 @@ class Responder:
             and self._changing(result.series, h, req_headers, url) else None
         reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source, varied,
                              again)
+        if result.series and source is None:
+            return self._paced(reply, method, result.series)
         if plain and ref is result.capture.ref and reply.stream is None and not reply.chunked:
             return self._keep_plain(ref, second, reply, url, kind, result, kept_key)
         return reply
+
+    def _paced(self, reply: Reply, method: str, series: Sequence[int]) -> Reply:
+        """An answer past a recorded series (its last capture again) at the series' recorded rhythm: its body
+        after the mean interval between its captures (at most :data:`~.stream.MAX_GAP_S`). A page that asks
+        again as soon as it is answered (a long-poll: Engine.IO's, a chat's) asks at the pace it asked live,
+        not hundreds of times a second."""
+        if reply.stream is not None or reply.chunked or method == "HEAD" or not reply.body or len(series) < 2:
+            return reply
+        try:
+            first = _seconds(self.index.capture(series[0]).timestamp)
+            last = _seconds(self.index.capture(series[-1]).timestamp)
+        except ValueError:  # (a capture without a 14-digit time: nothing known of its rhythm)
+            return reply
+        gap = min(max(last - first, 0.0) / (len(series) - 1), MAX_GAP_S)
+        if gap <= 0:
+            return reply
+        return reply._replace(stream=ReplayedStream(reply.body, StreamMeta(None, ((0, int(gap * 1000)),))))
 
     def _changing(self, series: Sequence[int], h: dict[str, str], req_headers: Sequence[tuple[str, str]],
                   url: str) -> bool:
@@ -747,6 +766,11 @@ class Responder:
         value = (page, tuple(injected))
         self._remember(key, value, len(page))
         return value
+
+
+def _seconds(timestamp: str) -> float:
+    """A 14-digit WARC time (``20260101000005``) as seconds since the epoch."""
+    return datetime.strptime(timestamp[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC).timestamp()
 
 
 _COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "shared", "miss", "blocked", "websocket", "live",
