@@ -94,9 +94,14 @@ def test_per_host_rules_apply():
 
 def test_form_bodies_sorted_and_volatile_fields_ignored():
     form = "application/x-www-form-urlencoded"
-    a = key("https://e.com/f", "POST", b"b=2&a=1&nonce=zz&timestamp=1", form)
+    a = key("https://e.com/f", "POST", b"b=2&a=1&nonce=zz&timestamp=1712345678901", form)
     b = key("https://e.com/f", "POST", b"a=1&b=2&nonce=yy", form)
     assert a == b == "POST https://(com,e,)/f?__wb_method=post&a=1&b=2"
+    # a time field is a fresh time only when it holds one: a booking's time, a timestamp of 1, are content
+    assert key("https://e.com/f", "POST", b"a=1&b=2&timestamp=1", form) != a
+    booked = json.dumps({"date": "2026-05-01", "time": "21:00"}).encode()
+    assert key("https://e.com/slots", "POST", booked, "application/json") != \
+        key("https://e.com/slots", "POST", booked.replace(b"21:00", b"18:00"), "application/json")
     assert key("https://e.com/f", "POST", b"a=1&b=3", form) != a
     assert key("https://e.com/f", "POST", b"q=a+b", form) == "POST https://(com,e,)/f?__wb_method=post&q=a%20b"
 

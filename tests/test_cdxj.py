@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -77,6 +78,12 @@ def test_post_query_conventions():
                  b"--XyZ--\r\n")
     assert request_body_query("multipart/form-data; boundary=XyZ", multipart) == "q=red+shoes&f=%01%02"
     assert len(request_body_query("application/x-www-form-urlencoded", b"a=" + b"x" * 9000)) == 4096
+    # a long GraphQL body: the query text first, its variables past the cut; the form names the whole body
+    query = "query Dashboard { " + "field " * 1000 + "}"
+    fiction, travel = (json.dumps({"query": query, "variables": {"genre": g}}).encode() for g in ("fiction", "travel"))
+    forms = [request_body_query("application/json", body) for body in (fiction, travel)]
+    assert forms[0] != forms[1] and all(len(f) == 4096 and "&__wb_body_sha256=" in f for f in forms)
+    assert request_body_query("application/json", fiction) == forms[0]  # (the same body: the same form)
 
 
 def test_index_of_our_own_archive_resolves_every_record(tmp_path):

@@ -96,7 +96,7 @@ def test_a_cache_others_can_write_is_not_loaded(old_snapshot, data_home):
     os.chmod(cache, 0o644)  # the forged one, now trusted (this user's, nobody else's): it is what replay reads
     cache.write_text(json.dumps(forged))
     runs, _, other = _open_and_match(old_snapshot, "memory")
-    assert runs == 0 and other == "canonical"
+    assert runs == 0 and other == "miss"  # read, not learned anew; yet `id` names content: never set aside
 
 
 def test_a_snapshot_with_volatile_json_never_uses_the_cache(tmp_path, data_home, monkeypatch):

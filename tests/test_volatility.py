@@ -64,6 +64,22 @@ def test_matcher_drops_learned_names_for_their_path_only():
     assert MatchIndex(captures, RULES).match("GET", "https://e.com/api/stock?id=4&tok=ffff").outcome == "miss"
 
 
+def test_a_content_name_learned_volatile_is_never_set_aside():
+    """Two searches that both found nothing got the same bytes, so ``term`` looks volatile; it chose the answer
+    all the same: a content name (``term*``, ``q``, ``*id`` ...) is never set aside by what was learned."""
+    form = "application/json"
+    empty = [Capture.of_request("https://e.com/graphql", "POST", b'{"op":"Search","term":"zzz"}', form, ref=1),
+             Capture.of_request("https://e.com/graphql", "POST", b'{"op":"Search","term":"qqq"}', form, ref=2)]
+    learned = learn_volatile([("POST", "https://e.com/graphql", c.body, "sha1:EMPTY") for c in empty])
+    assert learned == {"POST https://e.com/graphql": ["term"]}  # (what record time learns, as it was)
+    index = MatchIndex(empty, RULES, learned={g: frozenset(n) for g, n in learned.items()})
+    asked = index.match("POST", "https://e.com/graphql", b'{"op":"Search","term":"walnut"}', form)
+    assert asked.outcome == "miss"  # never the empty answer of another term
+    tok = MatchIndex([Capture("https://e.com/api/stock?id=4&tok=a81f", ref=1)], RULES,
+                     learned={"GET https://e.com/api/stock": frozenset({"tok"})})
+    assert tok.match("GET", "https://e.com/api/stock?tok=ffff&id=4").outcome == "canonical"  # (tok is none)
+
+
 def test_reloads_teach_and_survive_a_reindex(tmp_path):
     """A record-time second load's requests learn like captures, are kept in volatile.json, and
     re-indexing learns from them again; a name whose second value got another response is not learned."""

@@ -186,11 +186,14 @@ def _epochish(value: str, rules: CompiledRules) -> bool:
 def _clean_fields(pairs: list[tuple[str, str]], rules: CompiledRules) -> list[tuple[str, str]]:
     out: list[tuple[str, str]] = []
     for name, value in pairs:
-        cls = rules.field_class(unquote_plus(name).lower())
+        lname = unquote_plus(name).lower()
+        cls = rules.field_class(lname)
         if cls != PARAM_KEEP:
             if cls == PARAM_DROP:
                 continue
-            if rules.drop_epoch_values and _epochish(value, rules):
+            # `time`, `ts`, `timestamp` ... name a fresh time only when the value is one (`"time": "21:00"`
+            # is a booking's time): as for query parameters, drop them only when epoch-valued
+            if (rules.drop_epoch_values or rules.is_timestamp_param(lname)) and _epochish(value, rules):
                 continue
             if rules.drop_datetime_fields and _DATETIME.match(unquote_plus(value)):
                 continue

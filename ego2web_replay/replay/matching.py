@@ -142,6 +142,15 @@ def _exact_key_text(key: tuple[str, str, str]) -> str:
     return f"{text} body=sha256:{hashlib.sha256(body.encode()).hexdigest()}" if body else text
 
 
+def _not_content(group: str, names: Iterable[str], rules: MatchRules) -> frozenset[str]:
+    """The learned names of a path group that may be set aside: never a content name (``term``, ``q``, ``id``
+    ...): two searches that both found nothing got the same answer, yet the term chose it."""
+    host = group.partition("://")[2].partition("/")[0].rpartition("@")[2]
+    host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
+    compiled = rules.for_host(host)
+    return frozenset(n for n in names if compiled.fresh_id_name(n.lower()))
+
+
 def _learned_key(canon: CanonicalRequest, names: frozenset[str]) -> str:
     """The canonical key without the names learned volatile for the request's path."""
     kept = [f"{k}={v}" for k, v in canon.pairs if unquote_plus(k.removeprefix(BODY_PREFIX)) not in names]
@@ -257,7 +266,7 @@ class IndexBase(ABC):
         self.policy = policy
         self.fuzzy = fuzzy
         self.fuzzy_threshold = fuzzy_threshold
-        self.learned = {g: frozenset(n) for g, n in (learned or {}).items() if n}
+        self.learned = {g: ns for g, n in (learned or {}).items() if (ns := _not_content(g, n, self.rules))}
 
     @abstractmethod
     def __len__(self) -> int:
