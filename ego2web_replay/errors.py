@@ -9,6 +9,7 @@ on one line and exits non-zero; it never shows a traceback for these.
 from __future__ import annotations
 
 import errno
+import os
 
 __all__ = [
     "Ego2WebError",
@@ -105,14 +106,18 @@ _STORAGE = {
 }
 
 
+_NO_PATH_NEEDED = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
 def storage_error(e: OSError) -> StorageError | None:
     """The user's error an ``OSError`` of the machine's storage stands for (a full disk, a name too long, a file
     where a folder should be, no permission ...), with the path and what to do; None for any other ``OSError``
     (a broken connection, say: a bug is not turned into one line)."""
     what = _STORAGE.get(e.errno or 0)
-    if what is None:
-        return None
-    where = e.filename if isinstance(e.filename, str) else None
+    where = e.filename if isinstance(e.filename, (str, os.PathLike)) else None
+    if what is None or (where is None and e.errno not in _NO_PATH_NEEDED):
+        return None  # (a path error naming no path is no user's path: a socket, a bug; left a traceback)
+    where = os.fspath(where) if where is not None else None
     if where is not None and len(where) > 120:
         where = where[:60] + "..." + where[-40:]
     return StorageError(f"{where}: {what}" if where else what)

@@ -50,9 +50,10 @@ VALIDITIES: tuple[Validity, ...] = ("complete", "degraded", "off-snapshot")
 AGAIN = "again:"
 
 
-def again_note(recorded: int) -> str:
-    """The ``volatile`` note of an answer past a changing series of ``recorded`` answers."""
-    return f"{AGAIN} past {recorded} recorded, answers differ"
+def again_note(recorded: int, why: str = "answers differ") -> str:
+    """The ``volatile`` note of an answer past a series of ``recorded`` answers: they differ, or it is a write
+    (``why``: ``a write``)."""
+    return f"{AGAIN} past {recorded} recorded, {why}"
 
 
 _DOCUMENT_DESTS = {"document", "iframe", "frame", "embed", "object", "fencedframe"}
@@ -90,10 +91,11 @@ def is_content(kind: str | None, url: str) -> bool:
     return kind in ("document", "content")
 
 
-def classify(entries: Iterable[object], truncated: int = 0) -> Validity:
+def classify(entries: Iterable[object], truncated: int = 0, again: int = 0) -> Validity:
     """The validity of a replay from its log entries (``outcome``, ``url`` and ``kind`` attributes) and
-    the number of its answers that came from truncated captures."""
-    degraded = truncated > 0
+    the number of its answers that came from truncated captures, or past a changing series (``again``:
+    counted whole, where the log may be capped)."""
+    degraded = truncated > 0 or again > 0
     for e in entries:
         outcome = getattr(e, "outcome", None)
         volatile = getattr(e, "volatile", None) or ""
@@ -115,7 +117,8 @@ def episode_validity(traj: object) -> str | None:
     stats = getattr(traj, "replay", None)
     if stats is None:
         return None
-    return getattr(stats, "validity", None) or classify(getattr(stats, "log", []), getattr(stats, "truncated", 0))
+    return getattr(stats, "validity", None) or classify(getattr(stats, "log", []), getattr(stats, "truncated", 0),
+                                                        getattr(stats, "again", 0))
 
 
 def set_aside(entries: Iterable[object]) -> dict[str, int]:

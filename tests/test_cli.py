@@ -74,27 +74,34 @@ def test_run_out_on_a_full_disk_is_one_line(full_disk, tmp_path, capsys):
     assert line.startswith("error: ") and "disk is full" in line
 
 
-def test_a_run_stopped_by_sigterm_says_where_it_is_and_how_to_finish_it(tmp_path):
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_run_stopped_by_sigterm_says_where_it_is_and_how_to_finish_it(tmp_path, workers):
+    """SIGTERM reaches the runner alone (Ctrl-C reaches its whole process group): it still ends every episode
+    under way at once, its workers' too, and kills their agent programs."""
     import signal
     import sys
     import time
     from pathlib import Path
 
     tasks = tmp_path / "tasks.json"
-    tasks.write_text(json.dumps([{"id": "t1", "instruction": "open", "start_url": "http://127.0.0.1:9/"}]))
+    tasks.write_text(json.dumps([{"id": f"t{i}", "instruction": "open", "start_url": "http://127.0.0.1:9/"}
+                                 for i in range(workers)]))
     exe = Path(sys.executable).with_name("ego2web-replay")
     marker = f"stopped-{tmp_path.name}"
     proc = subprocess.Popen([str(exe), "run", str(tasks), "--agent", f"command:sleep 60; echo {marker}", "--mode", "live",
                              "--guard", "loopback", "--out", str(tmp_path / "runs"), "--run-id", "r1", "--no-db",
-                             "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             "--no-progress", "--workers", str(workers)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "runs" / "r1" / "episodes").exists():  # started: its first episode under way
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        program = f"/bin/sh -c sleep 60; echo {marker}"  # (inside each agent's sandbox)
+        while len(subprocess.run(["pgrep", "-fx", program], capture_output=True).stdout.split()) < workers:
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()  # every agent started
             time.sleep(0.1)
-        time.sleep(1)
         proc.send_signal(signal.SIGTERM)
+        stopped = time.monotonic()
         out, err = proc.communicate(timeout=60)
+        assert time.monotonic() - stopped < 20, err  # never waiting out the agents' 60 s
     finally:
         proc.kill()
     assert proc.returncode == 130, err
@@ -126,6 +133,19 @@ def test_an_output_path_that_cannot_be_one_is_one_line_naming_it(tmp_path, capsy
     line = _one_line(["report", "--db", str(db), "--out", "/proc/rep"], capsys)
     assert line.startswith("error: /proc/rep: ")
     assert afile.read_text() == "{}\n"  # nothing already written is lost
+
+
+def test_only_a_path_error_that_names_its_path_is_the_users():
+    import errno
+
+    from ego2web_replay.errors import storage_error
+
+    named = storage_error(NotADirectoryError(errno.ENOTDIR, "Not a directory", "out/x"))
+    assert str(named) == "out/x: a name on this path is a file, not a folder: choose another path"
+    # no path named (a socket, an os.kill, a bug): not turned into a user's one line about a path
+    assert storage_error(FileNotFoundError(errno.ENOENT, "No such file or directory")) is None
+    assert storage_error(PermissionError(errno.EPERM, "Operation not permitted")) is None
+    assert "disk is full" in str(storage_error(OSError(errno.ENOSPC, "No space left on device")))
 
 
 @pytest.mark.parametrize("window", ["99999999999999999999d", "1e400s", "nan", "inf"])

@@ -217,6 +217,58 @@ def test_repeated_captures_served_in_order_then_last(ca, tmp_path, engine):
     assert s.again == 2 and s.exact == 8 and s.validity == "degraded" and s.learned == 0
 
 
+def test_a_revalidated_poll_that_never_changed_is_not_again(ca, tmp_path):
+    """A page polling with its cached ETag (200 once, then 304: "still the same") asked past the recorded
+    polls: the live answer is known (304 again), so nothing is noted."""
+    sw = SnapshotWriter(tmp_path / "snapshots", "etag")
+    etag = [("Content-Type", "application/json"), ("ETag", '"v1"'), ("Cache-Control", "no-cache")]
+    sw.writer.write_exchange(url="http://api.example/state", method="GET", request_headers=[], request_body=b"",
+                             status=200, reason="OK", response_headers=etag, response_body=b'{"n": 1}',
+                             date=datetime(2026, 1, 1, 0, 0, 0))
+    for i in range(2):
+        sw.writer.write_exchange(url="http://api.example/state", method="GET",
+                                 request_headers=[("If-None-Match", '"v1"')], request_body=b"",
+                                 status=304, reason="Not Modified", response_headers=[("ETag", '"v1"')],
+                                 response_body=b"", date=datetime(2026, 1, 1, 0, 0, 1 + i))
+    sw.finalize()
+    with Replay([sw.path], ca=ca) as replay:
+        op = _opener(replay)
+        got = [_fetch(op, "http://api.example/state")[0]]
+        got += [_fetch(op, "http://api.example/state", headers={"If-None-Match": '"v1"'})[0] for _ in range(3)]
+        s = replay.stats()
+    assert got == [200, 304, 304, 304]
+    assert [e.volatile for e in s.log] == [None] * 4 and s.again == 0 and s.validity == "complete"
+
+
+def test_a_write_asked_again_is_noted_even_once_recorded(ca, tmp_path):
+    """A mutation (a GraphQL one here, a PUT, a DELETE) sent more often than recorded: the live site would
+    have done it again (a new id), so the one recorded answer served again is noted; a GraphQL query or a
+    plain GET asked again is a page visited again."""
+    sw = SnapshotWriter(tmp_path / "snapshots", "writes")
+    mutation = b'{"query": "mutation AddReview($t: String) { addReview(text: $t) { id } }", "variables": {"t": "ok"}}'
+    query = b'{"query": "query Reviews { reviews { id } }"}'
+    for body, answer in ((mutation, b'{"data": {"addReview": {"id": 1}}}'), (query, b'{"data": {"reviews": []}}')):
+        sw.writer.write_exchange(url="http://api.example/graphql", method="POST",
+                                 request_headers=[("Content-Type", "application/json")], request_body=body,
+                                 status=200, reason="OK", response_headers=[("Content-Type", "application/json")],
+                                 response_body=answer, date=datetime(2026, 1, 1, 0, 0, 0))
+    sw.writer.write_exchange(url="http://api.example/cart/7", method="DELETE", request_headers=[], request_body=b"",
+                             status=204, reason="No Content", response_headers=[], response_body=b"",
+                             date=datetime(2026, 1, 1, 0, 0, 1))
+    sw.finalize()
+    json_type = {"Content-Type": "application/json"}
+    with Replay([sw.path], ca=ca) as replay:
+        op = _opener(replay)
+        for _ in range(2):
+            assert _fetch(op, "http://api.example/graphql", json_type, "POST", mutation)[2].endswith(b'"id": 1}}}')
+            _fetch(op, "http://api.example/graphql", json_type, "POST", query)
+            assert _fetch(op, "http://api.example/cart/7", method="DELETE")[0] == 204
+        s = replay.stats()
+    notes = [e.volatile for e in s.log]
+    assert notes == [None] * 3 + ["again: past 1 recorded, a write", None, "again: past 1 recorded, a write"]
+    assert s.again == 2 and s.validity == "degraded"
+
+
 def test_bad_inputs(ca, tmp_path):
     with pytest.raises(SnapshotError, match="not found"):
         Replay([tmp_path / "nope"], ca=ca).start()

@@ -128,6 +128,10 @@ FIREFOX = "Mozilla/5.0 (X11; Linux x86_64; rv:{v}.0) Gecko/20100101 Firefox/{v}.
     ("curl/8.5.0", "curl/8.11.1", False),
     ("curl/8.5.0", "Wget/1.21.4", True),
     (CHROME.format(v=131), "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)", True),
+    (PIXEL.format(v=131), PIXEL.format(v=131).replace("Mobile Safari/537.36", "Mobile Safari/537.36 (compatible; "
+                                                       "Googlebot/2.1; +http://www.google.com/bot.html)"), True),
+    (PIXEL.format(v=131), PIXEL.format(v=141).replace("; K)", "; CUBOT_X30)"), False),  # a phone, no crawler
+    (CHROME.format(v=131), CHROME.format(v=131).replace("X11; Linux x86_64", "X11; CrOS x86_64 14541.0.0"), True),
 ])
 def test_a_user_agent_is_compared_by_what_sites_tell_apart_not_its_version(recorded, asked, differs):
     got = vary_differs(["user-agent"], [("User-Agent", recorded)], [("User-Agent", asked)])

@@ -28,7 +28,7 @@ def runs_list(out: Path, json_out: str | None) -> None:
     from ..models import end_reason_counts
     from ..runner.run import list_runs
 
-    if not Path(out).is_dir():  # a mistyped --out is no empty folder of runs
+    if not Path(out).is_dir() and Path(out) != Path(DEFAULT_RUNS):  # a mistyped --out is no empty folder of runs
         from ..errors import Ego2WebError
 
         raise Ego2WebError(f"{out}: no such folder (give the folder the runs were written to with --out)")

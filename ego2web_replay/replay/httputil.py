@@ -466,14 +466,16 @@ _TRACKING_COOKIES = ("_ga", "_gid", "_gat", "_gcl", "_fbp", "_fbc", "__utm", "_h
 
 _UA_TOOL = re.compile(r"^(curl|wget|python-requests|python-urllib|python-httpx|aiohttp|go-http-client|okhttp|"
                       r"node-fetch|axios|undici|libwww-perl|java|httpie)\b", re.I)
-_UA_BOT = re.compile(r"bot\b|crawl|spider|slurp|bingpreview|facebookexternalhit", re.I)
+#: a crawler says so: a product token ending in "bot" with its version or a dash (Googlebot/2.1, bingbot/2.0,
+#: Slackbot-LinkExpanding), a "+http" address to read about it, or a crawler's word; never a phone called CUBOT
+_UA_BOT = re.compile(r"bot[/\-;]|bot \d|\+https?://|crawl|spider|slurp|bingpreview|facebookexternalhit", re.I)
 #: browser families by the product token that names them, the first found winning (Edge and Opera say
 #: Chrome and Safari too, Chrome says Safari)
 _UA_FAMILIES = (("edg/", "edge"), ("edge/", "edge"), ("edga/", "edge"), ("edgios/", "edge"), ("opr/", "opera"),
                 ("opera", "opera"), ("samsungbrowser/", "samsung"), ("firefox/", "firefox"), ("fxios/", "firefox"),
                 ("crios/", "chrome"), ("chrome/", "chrome"), ("chromium/", "chrome"), ("safari/", "safari"))
 _UA_SYSTEMS = (("windows", "windows"), ("iphone", "ios"), ("ipad", "ios"), ("ipod", "ios"), ("android", "android"),
-               ("cros", "chromeos"), ("mac os x", "mac"), ("macintosh", "mac"), ("linux", "linux"), ("x11", "linux"))
+               (" cros ", "chromeos"), ("mac os x", "mac"), ("macintosh", "mac"), ("linux", "linux"), ("x11", "linux"))
 
 
 def user_agent_class(ua: str) -> tuple[str, str, str, bool]:

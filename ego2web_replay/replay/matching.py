@@ -142,6 +142,22 @@ def _exact_key_text(key: tuple[str, str, str]) -> str:
     return f"{text} body=sha256:{hashlib.sha256(body.encode()).hexdigest()}" if body else text
 
 
+def _write(method: str, body: str | None) -> bool:
+    """A request that changes the site: PUT, PATCH, DELETE, and a GraphQL mutation (a body whose ``query`` is
+    a ``mutation``). Asked more often than recorded, even once recorded, the live site's next answer is not
+    known (a second review posted gets a new id). Other POSTs are searches and forms as often as writes:
+    taken as a page asked again."""
+    if method in ("PUT", "PATCH", "DELETE"):
+        return True
+    if method != "POST" or not body or "query=" not in body:
+        return False
+    for item in body.split("&"):
+        name, _, value = item.partition("=")
+        if unquote_plus(name) == "query":
+            return unquote_plus(value).lstrip().startswith("mutation")
+    return False
+
+
 def _not_content(group: str, names: Iterable[str], rules: MatchRules) -> frozenset[str]:
     """The learned names of a path group that may be set aside: never a content name (``term``, ``q``, ``id``
     ...): two searches that both found nothing got the same answer, yet the term chose it."""
@@ -446,13 +462,14 @@ class ReplaySession:
             self._last_position = 0
 
     def _pick(self, stage: str, key: Any, positions: Sequence[int], want: int = -1,
-              peek: bool = False) -> tuple[int, bool]:
+              peek: bool = False, write: bool = False) -> tuple[int, bool]:
         """The capture to serve among ``positions`` (recorded order), and whether serving it goes past the
         recorded series; call with the lock held.
 
         ``sequence`` serves the first capture of the key this session has not
         served yet (whichever stage served it), and the last once all were: past the series, when the
-        key was recorded more than once (with a single capture, asking again is a page visited again).
+        key was recorded more than once (with a single capture, asking again is a page visited again), or
+        is a ``write`` (:func:`_write`).
         With ``want`` (a position), only that one: -1, and nothing changed, when another would be served.
         With ``peek``, the one it would serve, nothing changed.
         """
@@ -468,7 +485,7 @@ class ReplaySession:
             while cursor < last and positions[cursor] in self._used:
                 cursor += 1
             position = positions[cursor]
-            past = cursor == last > 0 and position in self._used
+            past = (cursor == last > 0 or write) and position in self._used
         if want >= 0 and position != want:
             return -1, past
         if peek:
@@ -581,7 +598,7 @@ class ReplaySession:
         stage, key, positions, text, aside = self._stage(method, url, body)
         if positions is not None:
             with self._lock:
-                position, past = self._pick(stage, key, positions, peek=peek)
+                position, past = self._pick(stage, key, positions, peek=peek, write=_write(method, body))
             return self.result(stage, text, aside, index.capture(position), position, tuple(positions) if past else ())
         canon = text
         host = url_host(url)

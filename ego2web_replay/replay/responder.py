@@ -420,8 +420,12 @@ class Responder:
             rbody, headers = _rename_jsonp(rbody, headers, result.capture.url, url)
         if not coded and status == 200:
             rbody, headers = self._acceptable(ref, rbody, headers, ae)
-        again = again_note(len(result.series)) if result.series and source is None \
-            and self._changing(result.series, h, req_headers, url) else None
+        again = None
+        if result.series and source is None:  # past its recorded series: a write asked again, or answers that changed
+            if len(result.series) == 1:
+                again = again_note(1, "a write")
+            elif self._changing(result.series, h, req_headers, url):
+                again = again_note(len(result.series))
         reply = self._served(method, url, result, status, reason, headers, rbody, kind, rng, ref, source, varied,
                              again)
         if result.series and source is None:
@@ -459,6 +463,8 @@ class Responder:
             for position in series[-SERIES_COMPARED:]:
                 ref = self.index.capture(position).ref
                 status, _, headers, body = self._prepared(ref)
+                if status == 304:  # "what you hold is current": a revalidation, never a change of answer
+                    continue
                 asked = self._asked.get(_cache_key("r", ref)) if self._asked else None
                 if asked is not None and vary_differs(vary_names(headers, status), asked, req_headers):
                     continue  # the answer to a request with other fields

@@ -256,7 +256,7 @@ class Replay:
             stats.refused = dict(getattr(self.proxy, "refused", None) or self._refused)  # (workers: their own)
         stats.config = self.config.model_dump(mode="json")
         stats.shared_sources = list(self.shared.suite.ids) if self.shared is not None else []
-        stats.validity = classify(stats.log, stats.truncated)
+        stats.validity = classify(stats.log, stats.truncated, stats.again)
         return stats
 
     def write_stats(self, path: Path) -> None:

@@ -171,27 +171,34 @@ class ReplayTunnel:
                 if got:
                     self._play(got[1], got[3])
 
-    def _play(self, messages: Sequence[WsMessage], since: float, start: int = 0) -> None:
-        """Send ``messages[start:]`` in order, each after its recorded delay from the one before (the first
-        from ``since``), a gap at most :data:`MAX_GAP_S`; at once when not paced. Several plays (the
-        greeting, each turn) run side by side, as the live server's pushes and answers interleaved."""
-        previous = since
-        for i in range(start, len(messages)):
-            if self.closed:
-                return
-            m = messages[i]
-            gap = min(max(m.t - previous, 0.0), MAX_GAP_S)
-            if self.paced and self._loop is not None and gap >= 0.002:
-                self._loop.call_later(gap, self._resume, messages, m.t, i)
-                return
-            previous = m.t
-            self._send(m)
-
-    def _resume(self, messages: Sequence[WsMessage], t: float, i: int) -> None:
-        if self.closed:
+    def _play(self, messages: Sequence[WsMessage], since: float) -> None:
+        """Send ``messages`` in order, each at its recorded time after ``since`` (the client's message, or the
+        handshake), counted from now, each gap at most :data:`MAX_GAP_S`; at once when not paced. Several
+        plays (the greeting, each turn) run side by side, as the live server's pushes and answers
+        interleaved. Every message is due at the play's start plus its offset, so neither a run of tiny
+        gaps nor the timers' own delays add up to another rhythm."""
+        if not self.paced or self._loop is None:
+            for m in messages:
+                if self.closed:
+                    return
+                self._send(m)
             return
-        self._send(messages[i])
-        self._play(messages, t, i + 1)
+        due, previous, offsets = 0.0, since, []
+        for m in messages:
+            due += min(max(m.t - previous, 0.0), MAX_GAP_S)
+            previous = m.t
+            offsets.append(due)
+        self._next(messages, offsets, self._loop.time(), 0)
+
+    def _next(self, messages: Sequence[WsMessage], offsets: list[float], start: float, i: int) -> None:
+        """Send every message of the play now due (within 2 ms), then wait for the next one's time."""
+        assert self._loop is not None
+        while i < len(messages) and not self.closed:
+            if offsets[i] - (self._loop.time() - start) > 0.002:
+                self._loop.call_at(start + offsets[i], self._next, messages, offsets, start, i)
+                return
+            self._send(messages[i])
+            i += 1
 
     def _send(self, m: WsMessage) -> None:
         if m.kind == "close":
@@ -222,7 +229,7 @@ def answer_websocket(responder: Any, method: str, url: str, h: dict[str, str], k
     played = responder.played_again(result.capture.ref)
     note = None
     if played > 1 and any(m.side == "server" and m.kind in ("text", "binary") for m in talk.messages):
-        note = f"{AGAIN} conversation played again ({played} connections)"
+        note = f"{AGAIN} conversation played again"  # (one key for set_aside, however many connections)
     log(method, url, result.outcome, 101, matched=result.capture.url, score=result.score, kind=kind, volatile=note)
     if talk.truncated is not None:  # the page got more live than was kept: replayed as far as kept, and counted
         responder.count_truncated(method, url, f"websocket conversation {talk.truncated}")

@@ -24,10 +24,12 @@ never the agent's failure; the run counts it and ``--resume`` runs it again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import shutil
+import signal
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -142,6 +144,13 @@ class ProcessExecutor:
                         except Exception as e:  # noqa: BLE001 - a dead worker fails that episode only
                             summary = crashed(job, e)
                         yield summary
+            except BaseException:  # interrupted: a SIGTERM reached this process only, where Ctrl-C reaches the
+                # whole group (and a run started in the background ignores SIGINT); the workers are stopped too,
+                # so their episodes end now, agent programs killed (warm.start_worker: SIGTERM ends one as Ctrl-C)
+                for proc in list((getattr(pool, "_processes", None) or {}).values()):
+                    with contextlib.suppress(OSError):
+                        os.kill(proc.pid, signal.SIGTERM)
+                raise
             finally:  # interrupted (Ctrl-C) or abandoned by the caller: start nothing more
                 for fut in pending:
                     fut.cancel()

@@ -32,6 +32,7 @@ import json
 import logging
 import multiprocessing.util
 import os
+import signal
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -194,16 +195,34 @@ def current_worker() -> WarmWorker | None:
     return _current
 
 
+_running = False  # whether this pool worker is running an episode (what SIGTERM interrupts: see start_worker)
+
+
 def run_in_worker(req: EpisodeRequest) -> EpisodeSummary:
     """A pool worker's job: the episode, warm when it can be, with this process's worker."""
-    return run_episode(req, _current)
+    global _running
+    _running = True
+    try:
+        return run_episode(req, _current)
+    finally:
+        _running = False
+
+
+def _stopped(signum: int, frame: object) -> None:
+    """SIGTERM from the interrupted runner (it reaches the runner alone, where Ctrl-C reaches its whole
+    process group; and a run started in the background ignores SIGINT): an episode under way ends as on
+    Ctrl-C, its agent program killed and its browser closed; an idle worker exits, its exit hooks run."""
+    if _running:
+        raise KeyboardInterrupt
+    raise SystemExit(0)
 
 
 def start_worker(parent_pid: int | None = None) -> None:
-    """A process pool's initializer: die with the parent, and keep a warm worker for this process
-    (stopped when the process ends, by multiprocessing's exit hook)."""
+    """A process pool's initializer: die with the parent, end on SIGTERM as on Ctrl-C (:func:`_stopped`), and
+    keep a warm worker for this process (stopped when the process ends, by multiprocessing's exit hook)."""
     global _current
     die_with_parent(parent_pid)
+    signal.signal(signal.SIGTERM, _stopped)
     _current = WarmWorker()
     multiprocessing.util.Finalize(None, _current.close, exitpriority=10)
 
