@@ -25,7 +25,9 @@ analytics beacon.
 
 An answer that set volatile values aside (names learned volatile at record
 time, or fresh random ids recognised by shape) is the recorded response of the
-same request and keeps an episode ``complete``; :func:`set_aside` lists them
+same request and keeps an episode ``complete``, but for a random id (UUID, hex,
+base64) set aside under a name no fresh-id rule lists (logged ``body:owner?``):
+it may name a thing (an owner, a node), so the episode is at best ``degraded``; :func:`set_aside` lists them
 per reason and parameter (``fresh-id: cid, rid``) so that the episode's
 validity is shown with them.
 
@@ -101,13 +103,19 @@ def classify(entries: Iterable[object], truncated: int = 0, again: int = 0) -> V
         volatile = getattr(e, "volatile", None) or ""
         # (an answer recorded for other request fields, Vary: another variant of the page, as fuzzy is)
         if outcome not in ("miss", "fuzzy", "live", "websocket") and "vary:" not in volatile:
-            if AGAIN in volatile:  # a recorded answer, though not the one the live site would give now
+            if AGAIN in volatile or _unsure(volatile):  # a recorded answer, though perhaps not this request's
                 degraded = True
             continue
         if is_content(getattr(e, "kind", None), str(getattr(e, "url", ""))):
             return "off-snapshot"
         degraded = True
     return "degraded" if degraded else "complete"
+
+
+def _unsure(volatile: str) -> bool:
+    """Whether a fresh-id answer set aside a random id under a name no fresh-id rule lists (``body:owner?``)."""
+    head = volatile.partition(";")[0]
+    return head.startswith("fresh-id:") and any(n.strip().endswith("?") for n in head[9:].split(","))
 
 
 def episode_validity(traj: object) -> str | None:

@@ -52,10 +52,13 @@ _SHORTEST = 10  # no shape is shorter (an epoch in seconds)
 
 
 class FreshKey(NamedTuple):
-    """A request's fresh key and the (canonical, body-prefixed) names whose values it replaced."""
+    """A request's fresh key and the (canonical, body-prefixed) names whose values it replaced; ``unlisted``:
+    those of them holding a random id (UUID, hex, base64) under a name no ``fresh_id_params`` entry lists, which
+    may as well name a thing (``owner``, ``node``, ``workspace``): set aside, but not taken as surely fresh."""
 
     key: str
     names: tuple[str, ...]
+    unlisted: tuple[str, ...] = ()
 
 
 def _epochish(value: str, rules: CompiledRules) -> bool:
@@ -111,6 +114,7 @@ def fresh_key(canon: CanonicalRequest, rules: CompiledRules) -> FreshKey | None:
         return None
     pairs: list[tuple[str, str]] | None = None
     names: list[str] = []
+    unlisted: list[str] = []
     memo = rules.fresh_memo
     for i, (name, value) in enumerate(canon.pairs):
         if len(value) < _SHORTEST:
@@ -129,10 +133,17 @@ def fresh_key(canon: CanonicalRequest, rules: CompiledRules) -> FreshKey | None:
             pairs = list(canon.pairs)
         pairs[i] = (name, "{" + shape + "}")  # never a canonical value: those have braces %-escaped
         names.append(name)
+        if shape.startswith(_RANDOM_SHAPES) and not rules.fresh_listed(_lname(name)):
+            unlisted.append(name)
     if pairs is None:
         return None
     pairs.sort()
-    return FreshKey(canon.group + "?" + "&".join(k + "=" + v for k, v in pairs), tuple(dict.fromkeys(names)))
+    return FreshKey(canon.group + "?" + "&".join(k + "=" + v for k, v in pairs), tuple(dict.fromkeys(names)),
+                    tuple(dict.fromkeys(unlisted)))
+
+
+#: the shapes of random ids (what an entity's key may be too), as against times and GA client ids
+_RANDOM_SHAPES = ("uuid", "hex", "b64")
 
 
 def differing_names(names: Iterable[str], mine: list[tuple[str, str]], theirs: list[tuple[str, str]]) -> list[str]:

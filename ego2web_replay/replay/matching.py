@@ -142,6 +142,11 @@ def _exact_key_text(key: tuple[str, str, str]) -> str:
     return f"{text} body=sha256:{hashlib.sha256(body.encode()).hexdigest()}" if body else text
 
 
+#: how a fresh-id answer names a random id set aside under a name no fresh-id rule lists (``body:owner?``): it may
+#: name a thing, so the answer is counted but the episode is at best degraded (validity.UNSURE)
+UNLISTED = "?"
+
+
 def _write(method: str, body: str | None) -> bool:
     """A request that changes the site: PUT, PATCH, DELETE, and a GraphQL mutation (a body whose ``query`` is
     a ``mutation``). Asked more often than recorded, even once recorded, the live site's next answer is not
@@ -559,8 +564,10 @@ class ReplaySession:
         if stage == "fresh":
             canon, fresh = aside
             theirs = canonicalize(capture.method, capture.url, capture.body, index.rules).pairs
+            unsure = set(differing_names(fresh.unlisted, canon.pairs, theirs)) if fresh.unlisted else set()
             return MatchResult("canonical", capture, 1.0, text, "fresh-id",
-                               tuple(differing_names(fresh.names, canon.pairs, theirs)), series=series)
+                               tuple(n + UNLISTED if n in unsure else n
+                                     for n in differing_names(fresh.names, canon.pairs, theirs)), series=series)
         return MatchResult("canonical", capture, 1.0, text, series=series)
 
     def _stage(self, method: str, url: str, body: str | None) -> tuple[str, Any, Sequence[int] | None, Any, Any]:

@@ -161,6 +161,10 @@ class CompiledRules:
             self._fresh[lname] = ok
         return ok
 
+    def fresh_listed(self, lname: str) -> bool:
+        """Whether the (lower-cased) name is a ``fresh_id_params`` one: a random id under it is surely fresh."""
+        return self._hit(self.fresh_names, lname)
+
     def is_epoch(self, value: str) -> bool:
         """True for a 10-digit (s) or 13-digit (ms) number inside the epoch window."""
         n = len(value)
