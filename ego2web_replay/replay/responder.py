@@ -29,6 +29,7 @@ from __future__ import annotations
 import base64
 import logging
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -61,7 +62,7 @@ from .httputil import (
 from .kept import KeptReplies
 from .matching import IndexBase, MatchResult, ReplaySession
 from .ranges import Representation, answer_range, build_map
-from .stream import MAX_GAP_S, ReplayedStream, StreamMeta
+from .stream import ReplayedStream, StreamMeta
 from .websocket import answer_websocket
 
 __all__ = ["Responder", "Reply", "REPLAY_HEADER", "MAX_LOG", "framed", "inject_allowed", "merge_stats"]
@@ -70,6 +71,7 @@ log = logging.getLogger(__name__)
 REPLAY_HEADER = "X-Ego2Web-Replay"
 MAX_LOG = 100_000
 MAX_MAPS = 4096  # byte maps of ranged URLs kept (offsets only, no bytes)
+PACE_MAX_S = 1.0  # past a series, the longest an answer asked again at once waits (see Responder._paced)
 SERIES_COMPARED = 16  # a series asked past: its last captures compared, to tell a changing one (see _changing)
 CACHE_BYTES = 256 * 1024 * 1024  # archived responses kept in memory once read
 JOINED_BYTES = 32 * 1024 * 1024  # kept replies' head and body joined (one copy each), in all
@@ -266,6 +268,7 @@ class Responder:
         self._asked: dict[Any, Head] = {}  # the recorded request's head of captures chosen by Vary, by cache key
         self._kept = KeptReplies(self, self.session, self._log, _second, max_replies=MAX_MAPS, joined_bytes=JOINED_BYTES)
         self._kinds: dict[tuple[Any, ...], str] = {}  # request_kind of recent requests (see _kind)
+        self._answered: dict[int, float] = {}  # past a series: when its last answer went (see _paced)
         self._plays: dict[Any, int] = {}  # connections each websocket conversation was played to (see websocket.py)
 
     # -- bookkeeping -------------------------------------------------------
@@ -435,10 +438,11 @@ class Responder:
         return reply
 
     def _paced(self, reply: Reply, method: str, series: Sequence[int]) -> Reply:
-        """An answer past a recorded series (its last capture again) at the series' recorded rhythm: its body
-        after the mean interval between its captures (at most :data:`~.stream.MAX_GAP_S`). A page that asks
-        again as soon as it is answered (a long-poll: Engine.IO's, a chat's) asks at the pace it asked live,
-        not hundreds of times a second."""
+        """An answer past a recorded series (its last capture again) asked again sooner than the series' recorded
+        rhythm (the mean interval between its captures, at most :data:`PACE_MAX_S`) after the answer before:
+        its body waits for the rest of that interval. A page that asks again as soon as it is answered (a
+        long-poll: Engine.IO's, a chat's) asks at most once a second, not hundreds of times; a page loaded
+        again later waits for nothing."""
         if reply.stream is not None or reply.chunked or method == "HEAD" or not reply.body or len(series) < 2:
             return reply
         try:
@@ -446,10 +450,17 @@ class Responder:
             last = _seconds(self.index.capture(series[-1]).timestamp)
         except ValueError:  # (a capture without a 14-digit time: nothing known of its rhythm)
             return reply
-        gap = min(max(last - first, 0.0) / (len(series) - 1), MAX_GAP_S)
-        if gap <= 0:
+        gap = min(max(last - first, 0.0) / (len(series) - 1), PACE_MAX_S)
+        now = time.monotonic()
+        with self._lock:
+            before = self._answered.get(series[-1])
+            wait = 0.0 if before is None else max(0.0, before + gap - now)
+            if len(self._answered) >= MAX_MAPS:
+                self._answered.clear()
+            self._answered[series[-1]] = now + wait
+        if wait < 0.01:
             return reply
-        return reply._replace(stream=ReplayedStream(reply.body, StreamMeta(None, ((0, int(gap * 1000)),))))
+        return reply._replace(stream=ReplayedStream(reply.body, StreamMeta(None, ((0, int(wait * 1000)),))))
 
     def _changing(self, series: Sequence[int], h: dict[str, str], req_headers: Sequence[tuple[str, str]],
                   url: str) -> bool:
