@@ -26,36 +26,41 @@ def _identity(spec: JudgeSpec) -> tuple[str | None, str | None]:
     return spec.model, spec.prompt_version
 
 
-def replaced_by(episode_dir: Path, spec: JudgeSpec) -> JudgeSpec | None:
-    """The judge of the verdict ``spec``'s would replace in ``episode_dir``, when it was made with another model
-    or prompt version (None when there is none, or it was made alike: judged again, as ``--resume`` is)."""
-    path = verdict_path(episode_dir, spec.name)
+def _replaced(path: Path, spec: JudgeSpec) -> tuple[bool, Verdict | None]:
+    """Whether the verdict at ``path`` is one ``spec``'s would replace (made with another model or prompt
+    version, or unreadable), and that verdict (None when unreadable)."""
     if not path.is_file():
-        return None
+        return False, None
     try:
         old = read_model(path, Verdict, "verdict", JudgeError)
     except JudgeError:
-        return JudgeSpec(name=spec.name, model="(unreadable verdict)")
-    return old.judge if _identity(old.judge) != _identity(spec) else None
+        return True, None
+    return _identity(old.judge) != _identity(spec), old
+
+
+def replaced_by(episode_dir: Path, spec: JudgeSpec) -> JudgeSpec | None:
+    """The judge of the verdict ``spec``'s would replace in ``episode_dir``, when it was made with another model
+    or prompt version (None when there is none, or it was made alike: judged again, as ``--resume`` is)."""
+    replaced, old = _replaced(verdict_path(episode_dir, spec.name), spec)
+    if not replaced:
+        return None
+    return old.judge if old is not None else JudgeSpec(name=spec.name, model="(unreadable verdict)")
 
 
 def write_verdict(episode_dir: Path, verdict: Verdict) -> Path:
     """Write ``verdict``; one of the same judge made with another model or prompt version is not lost: it is
     moved to ``verdicts/replaced/<judge>-<model>-<when>.json`` (where ingest and compare do not read it)."""
     path = verdict_path(episode_dir, verdict.judge.name)
-    if replaced_by(episode_dir, verdict.judge) is not None:
-        _keep(path)
+    replaced, old = _replaced(path, verdict.judge)
+    if replaced:
+        _keep(path, old)
     save_model(path, verdict)
     return path
 
 
-def _keep(path: Path) -> Path:
-    try:
-        old = read_model(path, Verdict, "verdict", JudgeError)
-        model, when = old.judge.model or "no-model", old.judged_at
-    except JudgeError:
-        model, when = "unreadable", None
-    when = when or datetime.fromtimestamp(path.stat().st_mtime, UTC)
+def _keep(path: Path, old: Verdict | None) -> Path:
+    model = (old.judge.model or "no-model") if old is not None else "unreadable"
+    when = (old.judged_at if old is not None else None) or datetime.fromtimestamp(path.stat().st_mtime, UTC)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60]
     folder = path.parent / REPLACED
     folder.mkdir(exist_ok=True)

@@ -118,8 +118,9 @@ class MatchResult:
     parameters whose values differed (``body:`` for body fields). ``position`` is the capture's
     position (recorded order) for an exact match, else None (what :meth:`ReplaySession.again` is given).
     ``series`` holds the positions of every capture of the key when the ``sequence`` policy went past
-    them: the key was recorded more than once (a page polling the same URL), this replay asked for it
-    more often, and the last capture is served again (empty otherwise; see :meth:`ReplaySession._pick`).
+    them: the key was recorded more than once (a page polling the same URL), or is a write recorded once
+    (:func:`_write`; a series of one), this replay asked for it more often, and the last capture is served
+    again (empty otherwise; see :meth:`ReplaySession._pick`).
     """
 
     outcome: Outcome
@@ -143,7 +144,7 @@ def _exact_key_text(key: tuple[str, str, str]) -> str:
 
 
 #: how a fresh-id answer names a random id set aside under a name no fresh-id rule lists (``body:owner?``): it may
-#: name a thing, so the answer is counted but the episode is at best degraded (validity.UNSURE)
+#: name a thing, so the answer is counted but the episode is at best degraded (see validity.classify)
 UNLISTED = "?"
 
 
@@ -166,9 +167,7 @@ def _write(method: str, body: str | None) -> bool:
 def _not_content(group: str, names: Iterable[str], rules: MatchRules) -> frozenset[str]:
     """The learned names of a path group that may be set aside: never a content name (``term``, ``q``, ``id``
     ...): two searches that both found nothing got the same answer, yet the term chose it."""
-    host = group.partition("://")[2].partition("/")[0].rpartition("@")[2]
-    host = host[1:].partition("]")[0] if host.startswith("[") else host.partition(":")[0]
-    compiled = rules.for_host(host)
+    compiled = rules.for_host(url_host(group.partition(" ")[2]))  # (a group is "METHOD scheme://host/path")
     return frozenset(n for n in names if compiled.fresh_id_name(n.lower()))
 
 

@@ -445,9 +445,11 @@ class Responder:
         again later waits for nothing."""
         if reply.stream is not None or reply.chunked or method == "HEAD" or not reply.body or len(series) < 2:
             return reply
+        from .freeze import parse_warc_timestamp  # (here as freeze's other use is: a rare path)
+
         try:
-            first = _seconds(self.index.capture(series[0]).timestamp)
-            last = _seconds(self.index.capture(series[-1]).timestamp)
+            first = parse_warc_timestamp(self.index.capture(series[0]).timestamp).timestamp()
+            last = parse_warc_timestamp(self.index.capture(series[-1]).timestamp).timestamp()
         except ValueError:  # (a capture without a 14-digit time: nothing known of its rhythm)
             return reply
         gap = min(max(last - first, 0.0) / (len(series) - 1), PACE_MAX_S)
@@ -783,11 +785,6 @@ class Responder:
         value = (page, tuple(injected))
         self._remember(key, value, len(page))
         return value
-
-
-def _seconds(timestamp: str) -> float:
-    """A 14-digit WARC time (``20260101000005``) as seconds since the epoch."""
-    return datetime.strptime(timestamp[:14], "%Y%m%d%H%M%S").replace(tzinfo=UTC).timestamp()
 
 
 _COUNTS = ("exact", "canonical", "learned", "fresh_id", "fuzzy", "shared", "miss", "blocked", "websocket", "live",
